@@ -1,0 +1,3 @@
+// Package logging builds the structured logrus logger both binaries use, and
+// bridges libraries that log through log/slog (FerretDB) into it.
+package logging
