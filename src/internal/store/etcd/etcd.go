@@ -1,0 +1,193 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/argus-mc/argus/src/internal/logging"
+)
+
+// Options configures Open. The zero value starts an embedded server in a
+// directory that must then be given as DataDir.
+type Options struct {
+	// Endpoints of an external etcd cluster; empty starts an embedded server.
+	Endpoints []string
+	// DataDir holds the embedded server's data (DataDir/etcd).
+	DataDir string
+	// ClientPort for the embedded server; 0 picks a free loopback port.
+	ClientPort int
+	// DialTimeout bounds the first connection; 0 means 10s.
+	DialTimeout time.Duration
+	// StartTimeout bounds the embedded server's start; 0 means 60s.
+	StartTimeout time.Duration
+	// CompactionRetention for the embedded server ("periodic" mode); "" means 1h.
+	CompactionRetention string
+	// Logger receives the store's own messages; nil discards them.
+	Logger *logrus.Entry
+}
+
+// Store is an open etcd client and, in embedded mode, the server behind it.
+type Store struct {
+	Client   *clientv3.Client
+	server   *embed.Etcd
+	embedded []string
+	// logLevel gates the embedded server's logs; Close raises it so the
+	// errors etcd logs about its own listeners closing stay out of the log.
+	logLevel zap.AtomicLevel
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open connects to etcd, starting an embedded server first when no endpoints
+// are configured. It returns once the client can reach the server.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if opts.Logger == nil {
+		opts.Logger = logrus.NewEntry(logging.Discard())
+	}
+	if opts.DialTimeout == 0 {
+		opts.DialTimeout = 10 * time.Second
+	}
+	st := &Store{logLevel: zap.NewAtomicLevelAt(zap.ErrorLevel)}
+	endpoints := opts.Endpoints
+	if len(endpoints) == 0 {
+		if opts.DataDir == "" {
+			return nil, errors.New("etcd: no endpoints and no data dir for the embedded server")
+		}
+		srv, err := startEmbedded(ctx, opts, logging.Zap(opts.Logger, st.logLevel))
+		if err != nil {
+			return nil, err
+		}
+		st.server = srv
+		for _, u := range srv.Config().AdvertiseClientUrls {
+			st.embedded = append(st.embedded, u.String())
+		}
+		endpoints = st.embedded
+		opts.Logger.WithField("endpoints", endpoints).Info("embedded etcd started")
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: opts.DialTimeout,
+		Logger:      zap.NewNop(),
+		Context:     context.WithoutCancel(ctx),
+	})
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("etcd: connect to %v: %w", endpoints, err)
+	}
+	st.Client = cli
+	pingCtx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+	defer cancel()
+	if err := st.Ping(pingCtx); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("etcd: reach %v: %w", endpoints, err)
+	}
+	return st, nil
+}
+
+// Endpoints returns the client URLs of the embedded server (nil when external).
+func (s *Store) Endpoints() []string { return s.embedded }
+
+// Ping performs a linearizable read, as `etcdctl endpoint health` does.
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := s.Client.Get(ctx, "health")
+	return err
+}
+
+// Close closes the client and stops the embedded server, if any. Calling it
+// again is a no-op that returns the first result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		if s.Client != nil {
+			s.closeErr = s.Client.Close()
+		}
+		if s.server != nil {
+			s.logLevel.SetLevel(zap.FatalLevel)
+			s.server.Close()
+			<-s.server.Server.StopNotify()
+		}
+	})
+	return s.closeErr
+}
+
+func startEmbedded(ctx context.Context, opts Options, log *zap.Logger) (*embed.Etcd, error) {
+	timeout := opts.StartTimeout
+	if timeout == 0 {
+		timeout = 60 * time.Second
+	}
+	retention := opts.CompactionRetention
+	if retention == "" {
+		retention = "1h"
+	}
+	// A port picked free can be taken before etcd binds it; try a few times.
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		clientPort := opts.ClientPort
+		if clientPort == 0 {
+			p, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			clientPort = p
+		}
+		peerPort, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		cfg := embed.NewConfig()
+		cfg.Name = "argus"
+		cfg.Dir = filepath.Join(opts.DataDir, "etcd")
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(log)
+		cu := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPort))}
+		pu := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))}
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+		cfg.AutoCompactionMode = "periodic"
+		cfg.AutoCompactionRetention = retention
+
+		srv, err := embed.StartEtcd(cfg)
+		if err != nil {
+			lastErr = err
+			if opts.ClientPort != 0 {
+				break
+			}
+			continue
+		}
+		select {
+		case <-srv.Server.ReadyNotify():
+			return srv, nil
+		case err := <-srv.Err():
+			srv.Close()
+			return nil, fmt.Errorf("embedded etcd: %w", err)
+		case <-time.After(timeout):
+			srv.Close()
+			return nil, fmt.Errorf("embedded etcd: not ready after %s", timeout)
+		case <-ctx.Done():
+			srv.Close()
+			return nil, fmt.Errorf("embedded etcd: %w", ctx.Err())
+		}
+	}
+	return nil, fmt.Errorf("embedded etcd: start: %w", lastErr)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

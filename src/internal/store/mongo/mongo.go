@@ -1,0 +1,135 @@
+package mongo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/FerretDB/FerretDB/ferretdb"
+	"github.com/sirupsen/logrus"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.mongodb.org/mongo-driver/mongo/readpref"
+
+	"github.com/argus-mc/argus/src/internal/logging"
+)
+
+// Options configures Open.
+type Options struct {
+	// URI of a MongoDB deployment; empty starts an embedded FerretDB.
+	URI string
+	// Database name; empty means "argus".
+	Database string
+	// DataDir holds the embedded server's SQLite files (DataDir/ferretdb).
+	DataDir string
+	// ConnectTimeout bounds the first connection; 0 means 10s.
+	ConnectTimeout time.Duration
+	// Logger receives the store's messages (FerretDB's at error level only).
+	Logger *logrus.Entry
+}
+
+// Store is an open client, its database, and in embedded mode the server.
+type Store struct {
+	Client *mongo.Client
+	DB     *mongo.Database
+
+	stopServer context.CancelFunc
+	serverDone sync.WaitGroup
+	embedded   string
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open connects to MongoDB, starting an embedded FerretDB first when no URI
+// is configured. It returns once the server answers a ping.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if opts.Logger == nil {
+		opts.Logger = logrus.NewEntry(logging.Discard())
+	}
+	if opts.Database == "" {
+		opts.Database = "argus"
+	}
+	if opts.ConnectTimeout == 0 {
+		opts.ConnectTimeout = 10 * time.Second
+	}
+	st := &Store{}
+	uri := opts.URI
+	if uri == "" {
+		if opts.DataDir == "" {
+			return nil, errors.New("mongo: no URI and no data dir for the embedded server")
+		}
+		var err error
+		if uri, err = st.startEmbedded(opts); err != nil {
+			return nil, err
+		}
+		st.embedded = uri
+		opts.Logger.WithField("uri", uri).Info("embedded FerretDB started")
+	}
+	cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+	defer cancel()
+	client, err := mongo.Connect(cctx, options.Client().ApplyURI(uri).SetTimeout(30*time.Second))
+	if err != nil {
+		st.Close(ctx)
+		return nil, fmt.Errorf("mongo: connect: %w", err)
+	}
+	st.Client = client
+	st.DB = client.Database(opts.Database)
+	if err := st.Ping(cctx); err != nil {
+		st.Close(ctx)
+		return nil, fmt.Errorf("mongo: reach server: %w", err)
+	}
+	return st, nil
+}
+
+// EmbeddedURI returns the embedded server's URI ("" when external).
+func (s *Store) EmbeddedURI() string { return s.embedded }
+
+// Ping checks that the primary answers.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.Client.Ping(ctx, readpref.Primary())
+}
+
+// Close disconnects and stops the embedded server, waiting for it to exit.
+// Calling it again is a no-op that returns the first result.
+func (s *Store) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		if s.Client != nil {
+			s.closeErr = s.Client.Disconnect(ctx)
+		}
+		if s.stopServer != nil {
+			s.stopServer()
+			s.serverDone.Wait()
+		}
+	})
+	return s.closeErr
+}
+
+func (s *Store) startEmbedded(opts Options) (string, error) {
+	dir := filepath.Join(opts.DataDir, "ferretdb")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("mongo: create data dir: %w", err)
+	}
+	f, err := ferretdb.New(&ferretdb.Config{
+		Listener:  ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
+		Handler:   "sqlite",
+		SQLiteURL: "file:" + dir + "/",
+		Logger:    logging.Slog(opts.Logger.WithField("component", "ferretdb"), slog.LevelError),
+	})
+	if err != nil {
+		return "", fmt.Errorf("mongo: start embedded FerretDB: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopServer = cancel
+	s.serverDone.Add(1)
+	go func() {
+		defer s.serverDone.Done()
+		_ = f.Run(ctx) // returns nil once ctx is cancelled
+	}()
+	return f.MongoDBURI(), nil
+}
