@@ -1,0 +1,147 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/testenv"
+)
+
+var env *testenv.Stores
+
+func TestMain(m *testing.M) { testenv.Main(m, func(s *testenv.Stores) { env = s }) }
+
+// A child kind, to test hierarchy rules without depending on later kinds.
+type appSpec struct {
+	Version string `json:"version" bson:"version"`
+}
+
+var testApps = &Kind{Name: "test app", Collection: "testapps", Parent: Projects}
+
+func newCatalog(t *testing.T) (*Catalog, context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	c, err := New(ctx, env.Database(t), Projects, testApps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, ctx
+}
+
+func project(name string) Object[ProjectSpec] {
+	return Object[ProjectSpec]{Metadata: Metadata{Name: name, Description: "d"}}
+}
+
+func TestCRUD(t *testing.T) {
+	c, ctx := newCatalog(t)
+	projects := For[ProjectSpec](c, Projects)
+
+	if err := projects.Create(ctx, Key{"p1"}, project("p1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := projects.Create(ctx, Key{"p1"}, project("p1")); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("duplicate create: err = %v, want conflict", err)
+	}
+	got, err := projects.Get(ctx, Key{"p1"})
+	if err != nil || got.Metadata.Description != "d" {
+		t.Fatalf("get = %+v, %v", got, err)
+	}
+	if _, err := projects.Get(ctx, Key{"nope"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("get missing: err = %v", err)
+	}
+
+	upd := project("p1")
+	upd.Metadata.Description = "changed"
+	created, err := projects.Put(ctx, Key{"p1"}, upd)
+	if err != nil || created {
+		t.Fatalf("put existing: created=%v err=%v", created, err)
+	}
+	created, err = projects.Put(ctx, Key{"p2"}, project("p2"))
+	if err != nil || !created {
+		t.Fatalf("put new: created=%v err=%v", created, err)
+	}
+	// The upserted document must carry its key field (FerretDB does not copy it from the filter).
+	if got, err := projects.Get(ctx, Key{"p2"}); err != nil || got.Metadata.Name != "p2" {
+		t.Fatalf("get upserted = %+v, %v", got, err)
+	}
+
+	list, err := projects.List(ctx, Key{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].Metadata.Name != "p1" || list[0].Metadata.Description != "changed" || list[1].Metadata.Name != "p2" {
+		t.Fatalf("list = %+v", list)
+	}
+
+	if err := projects.Delete(ctx, Key{"p1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := projects.Delete(ctx, Key{"p1"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("second delete: err = %v", err)
+	}
+}
+
+func TestHierarchy(t *testing.T) {
+	c, ctx := newCatalog(t)
+	projects := For[ProjectSpec](c, Projects)
+	apps := For[appSpec](c, testApps)
+
+	app := Object[appSpec]{Metadata: Metadata{Name: "a"}, Spec: appSpec{Version: "v1"}}
+	if err := apps.Create(ctx, Key{"p1", "a"}, app); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("create under missing parent: err = %v", err)
+	}
+	if _, err := apps.List(ctx, Key{"p1"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("list under missing parent: err = %v", err)
+	}
+	for _, p := range []string{"p1", "p2"} {
+		if err := projects.Create(ctx, Key{p}, project(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := apps.Create(ctx, Key{"p1", "a"}, app); err != nil {
+		t.Fatal(err)
+	}
+	// The same child name under another parent is a different object.
+	if err := apps.Create(ctx, Key{"p2", "a"}, app); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := apps.List(ctx, Key{"p1"}); err != nil || len(list) != 1 || list[0].Spec.Version != "v1" {
+		t.Fatalf("list = %+v, %v", list, err)
+	}
+	err := projects.Delete(ctx, Key{"p1"})
+	if !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("delete project in use: err = %v", err)
+	}
+	if err.Error() != `project "p1" is in use: it still has test apps` {
+		t.Fatalf("message = %q", err.Error())
+	}
+	if err := apps.Delete(ctx, Key{"p1", "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := projects.Delete(ctx, Key{"p1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apps.Get(ctx, Key{"p2", "a"}); err != nil {
+		t.Fatalf("sibling's child must survive: %v", err)
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"p1": true, "A.b_c-d": true, "": false, "-x": false, "a b": false, "a/b": false,
+		strings.Repeat("a", 128): true, strings.Repeat("a", 129): false,
+	} {
+		err := ValidateName("project", name)
+		if (err == nil) != ok {
+			t.Errorf("ValidateName(%q) = %v, want ok=%v", name, err, ok)
+		}
+		if err != nil && !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("ValidateName(%q) error kind = %v", name, err)
+		}
+	}
+}

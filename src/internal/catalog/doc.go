@@ -1,0 +1,13 @@
+// Package catalog stores Argus's metadata — projects, composite apps, clusters
+// and everything else an EMCO or k8splugin user onboards — in MongoDB.
+//
+// Each resource type is a Kind: a collection, its parent kind, and so the key
+// fields that identify an object (a composite app is keyed by project and
+// composite app). A compound unique index on the key makes Create race-free
+// without transactions (FerretDB has none). Create checks that the parent
+// exists; Delete refuses while child objects exist.
+//
+//	cat, _ := catalog.New(ctx, db, catalog.Projects)
+//	projects := catalog.For[catalog.ProjectSpec](cat, catalog.Projects)
+//	err := projects.Create(ctx, catalog.Key{"p1"}, obj) // errdefs.ErrConflict on a duplicate
+package catalog
