@@ -1,0 +1,82 @@
+// Command orchestrator serves Argus's REST API and runs its deploy, watch,
+// status and notification machinery. See docs/operations.md for its flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/argus-mc/argus/src/internal/config"
+	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/orchestrator"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
+}
+
+// settings are the flags; everything else about the app lives in Options.
+type settings struct {
+	opts      orchestrator.Options
+	endpoints config.StringList
+	logFormat string
+	logLevel  string
+	config    string
+}
+
+// Flags defines the orchestrator's flags on a new flag set; the tests render
+// the documented configuration reference from it.
+func Flags(s *settings) *flag.FlagSet {
+	fs := flag.NewFlagSet("orchestrator", flag.ContinueOnError)
+	fs.StringVar(&s.config, config.ConfigFlag, "", "YAML file with flag values, keyed by flag name")
+	fs.StringVar(&s.opts.Listen, "listen", ":9015", "address the REST API listens on")
+	fs.StringVar(&s.opts.DataDir, "data-dir", "argus-data", "directory for the embedded stores' data")
+	fs.Var(&s.endpoints, "etcd-endpoints", "comma-separated etcd client URLs; empty starts an embedded etcd under --data-dir")
+	fs.StringVar(&s.opts.MongoURI, "mongo-uri", "", "MongoDB connection URI; empty starts an embedded FerretDB under --data-dir")
+	fs.StringVar(&s.opts.MongoDatabase, "mongo-database", "argus", "MongoDB database name")
+	fs.DurationVar(&s.opts.ShutdownTimeout, "shutdown-timeout", 4*time.Second, "how long SIGTERM waits for in-flight requests")
+	s.logFormat, s.logLevel = "json", "info"
+	fs.Var(config.OneOf{Value: &s.logFormat, Allowed: logging.Formats}, "log-format", "log format: json or text")
+	fs.Var(config.OneOf{Value: &s.logLevel, Allowed: logging.Levels}, "log-level", "log level: debug, info, warn or error")
+	return fs
+}
+
+func run(args []string, getenv func(string) string, stderr io.Writer) int {
+	var s settings
+	fs := Flags(&s)
+	fs.SetOutput(stderr)
+	if err := config.Parse(fs, args, config.Sources{Getenv: getenv}); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "orchestrator:", err)
+		return 2
+	}
+	log, err := logging.New(stderr, s.logFormat, s.logLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "orchestrator:", err)
+		return 2
+	}
+	s.opts.EtcdEndpoints = s.endpoints
+	s.opts.Logger = log
+	app, err := orchestrator.New(s.opts)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := app.Run(ctx); err != nil {
+		log.WithError(err).Error("orchestrator stopped")
+		return 1
+	}
+	log.Info("orchestrator stopped")
+	return 0
+}

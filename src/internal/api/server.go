@@ -1,0 +1,141 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/logging"
+)
+
+// Check reports whether one dependency is usable; /readyz runs them all.
+type Check func(ctx context.Context) error
+
+// Options configures the HTTP handler. Zero values are safe defaults, except
+// Catalog, which is required.
+type Options struct {
+	Catalog *catalog.Catalog
+	// Checks run by /readyz, by name ("etcd", "mongo").
+	Checks map[string]Check
+	// Logger for access and error logs; nil discards.
+	Logger *logrus.Entry
+	// Registerer receives the HTTP metrics; Gatherer serves /metrics. Nil
+	// means a fresh registry used for both.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+	// Body limits; 0 means the SPEC section 9 defaults.
+	MaxJSONBody   int64
+	MaxUploadBody int64
+	// CheckTimeout bounds each readiness check; 0 means 2s.
+	CheckTimeout time.Duration
+}
+
+type server struct {
+	opts    Options
+	metrics *metrics
+	router  *mux.Router
+}
+
+// New builds the complete handler: routes behind the middleware chain.
+func New(opts Options) (http.Handler, error) {
+	if opts.Catalog == nil {
+		return nil, errors.New("api: Catalog is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = logrus.NewEntry(logging.Discard())
+	}
+	if opts.Registerer == nil || opts.Gatherer == nil {
+		reg := prometheus.NewRegistry()
+		opts.Registerer, opts.Gatherer = reg, reg
+	}
+	if opts.MaxJSONBody == 0 {
+		opts.MaxJSONBody = DefaultMaxJSONBody
+	}
+	if opts.MaxUploadBody == 0 {
+		opts.MaxUploadBody = DefaultMaxUploadBody
+	}
+	if opts.CheckTimeout == 0 {
+		opts.CheckTimeout = 2 * time.Second
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("api: register metrics: %w", err)
+	}
+	s := &server{opts: opts, metrics: m, router: mux.NewRouter()}
+	s.routes()
+	return s.observe(s.recovery(s.router)), nil
+}
+
+func (s *server) routes() {
+	r := s.router
+	r.Use(recordRoute)
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no such resource: "+r.URL.Path, http.StatusNotFound)
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(s.methodNotAllowed)
+
+	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	}).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{})).Methods(http.MethodGet)
+
+	// Routes are registered with full paths on the root router: gorilla/mux
+	// subrouters turn a method mismatch into 404 instead of 405.
+	registerCRUD(r, s, crud[catalog.ProjectSpec]{
+		res:        catalog.For[catalog.ProjectSpec](s.opts.Catalog, catalog.Projects),
+		collection: "/v2/projects",
+		vars:       []string{"project"},
+	})
+}
+
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	names := make([]string, 0, len(s.opts.Checks))
+	for n := range s.opts.Checks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var failed []string
+	for _, n := range names {
+		ctx, cancel := context.WithTimeout(r.Context(), s.opts.CheckTimeout)
+		err := s.opts.Checks[n](ctx)
+		cancel()
+		if err != nil {
+			loggerFrom(r.Context()).WithError(err).WithField("check", n).Warn("readiness check failed")
+			failed = append(failed, n)
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if len(failed) > 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not ready: %s\n", strings.Join(failed, ", "))
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// methodNotAllowed answers 405 with the Allow header a client needs.
+func (s *server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		var match mux.RouteMatch
+		if s.router.Match(probe, &match) && match.MatchErr == nil {
+			allowed = append(allowed, m)
+		}
+	}
+	w.Header().Set("Allow", strings.Join(allowed, ", "))
+	http.Error(w, fmt.Sprintf("method %s is not allowed on %s", r.Method, r.URL.Path), http.StatusMethodNotAllowed)
+}

@@ -1,0 +1,198 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/sirupsen/logrus"
+
+	"github.com/argus-mc/argus/src/internal/api"
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/logging"
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
+	mongostore "github.com/argus-mc/argus/src/internal/store/mongo"
+)
+
+// Options configures the orchestrator. Zero values are the documented
+// defaults, except that embedded stores need DataDir.
+type Options struct {
+	// Listen is the API's address; "" means ":9015".
+	Listen string
+	// DataDir holds the embedded stores' data.
+	DataDir string
+	// EtcdEndpoints of an external etcd; empty starts an embedded one.
+	EtcdEndpoints []string
+	// MongoURI of an external MongoDB; empty starts an embedded FerretDB.
+	MongoURI string
+	// MongoDatabase is the database name; "" means "argus".
+	MongoDatabase string
+	// ShutdownTimeout bounds the graceful drain of HTTP requests; 0 means 4s,
+	// which keeps the whole exit under 5 s.
+	ShutdownTimeout time.Duration
+	// Logger; nil discards.
+	Logger *logrus.Logger
+	// Registry for metrics; nil means a fresh one with Go and process collectors.
+	Registry *prometheus.Registry
+}
+
+// App is one orchestrator process.
+type App struct {
+	opts  Options
+	log   *logrus.Entry
+	ready chan struct{}
+
+	mu   sync.Mutex
+	addr net.Addr
+}
+
+// New validates opts and returns an App ready to Run.
+func New(opts Options) (*App, error) {
+	if opts.Listen == "" {
+		opts.Listen = ":9015"
+	}
+	if opts.MongoDatabase == "" {
+		opts.MongoDatabase = "argus"
+	}
+	if opts.ShutdownTimeout == 0 {
+		opts.ShutdownTimeout = 4 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = logging.Discard()
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if opts.DataDir == "" && (len(opts.EtcdEndpoints) == 0 || opts.MongoURI == "") {
+		return nil, errors.New("orchestrator: --data-dir is required for the embedded stores")
+	}
+	return &App{opts: opts, log: logrus.NewEntry(opts.Logger), ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once the API serves and the stores are open.
+func (a *App) Ready() <-chan struct{} { return a.ready }
+
+// Addr is the address the API listens on; valid after Ready.
+func (a *App) Addr() net.Addr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.addr
+}
+
+// Run opens the stores, serves the API until ctx ends, then drains requests
+// and closes the stores. It returns nil after a clean shutdown.
+func (a *App) Run(ctx context.Context) (err error) {
+	start := time.Now()
+	etcd, mongo, err := a.openStores(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err = errors.Join(err, mongo.Close(cctx), etcd.Close())
+		a.log.Info("stores closed")
+	}()
+
+	cat, err := catalog.New(ctx, mongo.DB, catalog.Projects)
+	if err != nil {
+		return err
+	}
+	handler, err := api.New(api.Options{
+		Catalog: cat,
+		Checks: map[string]api.Check{
+			"etcd":  etcd.Ping,
+			"mongo": mongo.Ping,
+		},
+		Logger:     a.log.WithField("component", "api"),
+		Registerer: a.opts.Registry,
+		Gatherer:   a.opts.Registry,
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", a.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("orchestrator: listen on %s: %w", a.opts.Listen, err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	a.mu.Lock()
+	a.addr = ln.Addr()
+	a.mu.Unlock()
+	close(a.ready)
+	a.log.WithFields(logrus.Fields{"addr": ln.Addr().String(), "startup_ms": time.Since(start).Milliseconds()}).Info("orchestrator serving")
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("orchestrator: serve: %w", err)
+	case <-ctx.Done():
+	}
+	a.log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), a.opts.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		// Requests still running after the drain are cut off.
+		srv.Close()
+	}
+	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("orchestrator: serve: %w", err)
+	}
+	return nil
+}
+
+// openStores opens etcd and MongoDB concurrently: embedded, each takes a
+// noticeable part of the start-up time.
+func (a *App) openStores(ctx context.Context) (*etcdstore.Store, *mongostore.Store, error) {
+	var (
+		wg       sync.WaitGroup
+		etcd     *etcdstore.Store
+		mongo    *mongostore.Store
+		etcdErr  error
+		mongoErr error
+	)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		etcd, etcdErr = etcdstore.Open(ctx, etcdstore.Options{
+			Endpoints: a.opts.EtcdEndpoints,
+			DataDir:   a.opts.DataDir,
+			Logger:    a.log.WithField("component", "etcd"),
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		mongo, mongoErr = mongostore.Open(ctx, mongostore.Options{
+			URI:      a.opts.MongoURI,
+			Database: a.opts.MongoDatabase,
+			DataDir:  a.opts.DataDir,
+			Logger:   a.log.WithField("component", "mongo"),
+		})
+	}()
+	wg.Wait()
+	if etcdErr != nil || mongoErr != nil {
+		if etcd != nil {
+			etcd.Close()
+		}
+		if mongo != nil {
+			mongo.Close(context.Background())
+		}
+		return nil, nil, errors.Join(etcdErr, mongoErr)
+	}
+	return etcd, mongo, nil
+}
