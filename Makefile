@@ -1,0 +1,55 @@
+# Argus build, test and run targets. Everything a fresh machine with Go needs
+# is installed or built by these targets; see README.md.
+
+GO       ?= go
+BIN      := bin
+CACHE    ?= $(HOME)/.cache/argus
+PKGS     := ./src/...
+GOLANGCI_VERSION := v2.15.0
+GOLANGCI := $(CACHE)/tools/golangci-lint-$(GOLANGCI_VERSION)
+
+# Tests start real servers; give slow packages room, but never hang CI forever.
+TEST_FLAGS ?= -race -count=1 -timeout 30m
+FUZZTIME   ?= 60s
+
+.PHONY: all build run test bench fuzz lint docs clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/orchestrator ./src/cmd/orchestrator
+	$(GO) build -o $(BIN)/monitor ./src/cmd/monitor
+
+# Runs the orchestrator on embedded stores, data kept under .argus/.
+run: build
+	./$(BIN)/orchestrator --data-dir .argus/data --log-format text
+
+test:
+	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+# Benchmarks for every performance target the issues name. The raw output
+# is kept in $(BIN)/bench.txt; docs/benchmarks.md reports the numbers.
+bench:
+	@mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 5x $(PKGS) | tee $(BIN)/bench.txt
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzHandler -fuzztime $(FUZZTIME) ./src/internal/api
+
+lint: $(GOLANGCI)
+	@unformatted=$$(gofmt -l src); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GOLANGCI) run $(PKGS)
+
+$(GOLANGCI):
+	@mkdir -p $(CACHE)/tools
+	@echo "lint: installing golangci-lint $(GOLANGCI_VERSION) (once)..."
+	GOBIN=$(CACHE)/tools/gobin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	mv $(CACHE)/tools/gobin/golangci-lint $@
+
+# Regenerates the generated parts of docs/ (the configuration reference).
+docs:
+	$(GO) test ./src/cmd/orchestrator -run TestConfigReferenceIsCurrent -update
+
+clean:
+	rm -rf $(BIN) .argus
