@@ -77,10 +77,12 @@ func UniqueName(prefix string) string {
 // Main runs a test package with fresh embedded stores, hands them to setup,
 // removes everything afterwards, and fails the run if goroutines leaked.
 func Main(m *testing.M, setup func(*Stores)) {
-	os.Exit(run(m, setup))
+	os.Exit(run(m, func(s *Stores) error { setup(s); return nil }, nil))
 }
 
-func run(m *testing.M, setup func(*Stores)) int {
+// run starts the stores, calls setup, runs the tests, calls teardown, stops
+// the stores, and checks for leaked goroutines.
+func run(m *testing.M, setup func(*Stores) error, teardown func() error) int {
 	dir, err := os.MkdirTemp("", "argus-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
@@ -94,8 +96,19 @@ func run(m *testing.M, setup func(*Stores)) int {
 		fmt.Fprintln(os.Stderr, "testenv: start stores:", err)
 		return 1
 	}
-	setup(stores)
-	code := m.Run()
+	code := 0
+	if err := setup(stores); err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		code = 1
+	} else {
+		code = m.Run()
+	}
+	if teardown != nil {
+		if err := teardown(); err != nil {
+			fmt.Fprintln(os.Stderr, "testenv:", err)
+			code = 1
+		}
+	}
 	stores.Close()
 	if code == 0 {
 		if err := goleak.Find(LeakOptions()...); err != nil {

@@ -1,0 +1,95 @@
+package simcluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// process is one child process of a cluster. Its waiter goroutine is owned by
+// the process and ends when the child exits; stop waits for it.
+type process struct {
+	name    string
+	path    string
+	args    []string
+	logPath string
+
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // valid after done is closed
+}
+
+// start launches the child with its output appended to logPath. The child
+// gets its own process group (a terminal's Ctrl-C reaches only simcluster,
+// which then stops children in order) and is killed if its parent dies.
+func (p *process) start() error {
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("%s: open log: %w", p.name, err)
+	}
+	cmd := exec.Command(p.path, p.args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("%s: start: %w", p.name, err)
+	}
+	p.cmd = cmd
+	p.done = make(chan struct{})
+	go func() {
+		p.err = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	return nil
+}
+
+// running reports whether the child was started and has not exited.
+func (p *process) running() bool {
+	if p.done == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// exited returns a channel closed when the child exits.
+func (p *process) exited() <-chan struct{} { return p.done }
+
+// stop sends SIGTERM, waits up to grace, then kills. It returns once the
+// child has been reaped.
+func (p *process) stop(grace time.Duration) {
+	if !p.running() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// pid returns the child's process id, or 0 if it is not running.
+func (p *process) pid() int {
+	if !p.running() {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// exitError describes how the child ended, for start-up failure messages.
+func (p *process) exitError() error {
+	if p.err == nil {
+		return errors.New("exited")
+	}
+	return p.err
+}
