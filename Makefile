@@ -16,7 +16,7 @@ GOLANGCI := $(CACHE)/tools/golangci-lint-$(GOLANGCI_VERSION)
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 FUZZTIME   ?= 60s
 
-.PHONY: all build run sim test bench fuzz lint docs clean
+.PHONY: all build run sim test bench fuzz lint docs generate clean
 
 all: build
 
@@ -48,7 +48,8 @@ bench: sim
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzHandler -fuzztime $(FUZZTIME) ./src/internal/api
 
-lint: $(GOLANGCI)
+lint: $(GOLANGCI) generate
+	@git diff --exit-code -- src/apis deployments/kubernetes/monitor || { echo "generated files were stale; commit the regenerated ones"; exit 1; }
 	@unformatted=$$(gofmt -l src); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GOLANGCI) run $(PKGS)
@@ -58,6 +59,12 @@ $(GOLANGCI):
 	@echo "lint: installing golangci-lint $(GOLANGCI_VERSION) (once)..."
 	GOBIN=$(CACHE)/tools/gobin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
 	mv $(CACHE)/tools/gobin/golangci-lint $@
+
+# Regenerates the ResourceBundleState deepcopy code and CRD from the Go types
+# (src/apis); the monitor's integration test proves the CRD keeps every field.
+CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.19.0
+generate:
+	$(CONTROLLER_GEN) object crd:crdVersions=v1 paths=./src/apis/... output:crd:dir=deployments/kubernetes/monitor
 
 # Regenerates the generated parts of docs/ (the configuration reference).
 docs:

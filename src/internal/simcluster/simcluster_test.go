@@ -27,7 +27,7 @@ import (
 var set *simcluster.Set
 
 func TestMain(m *testing.M) {
-	testenv.MainWithClusters(m, 2, func(_ *testenv.Stores, s *simcluster.Set) { set = s })
+	testenv.MainWithClusters(m, 2, func(_ *testenv.Stores, s *simcluster.Set) error { set = s; return nil })
 }
 
 // eventually polls cond every 100ms until it holds or the deadline passes.

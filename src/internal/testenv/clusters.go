@@ -59,7 +59,7 @@ func Alive(pids []int) []int {
 // MainWithClusters runs a test package with embedded stores and n simulated
 // clusters shared by all its tests, then stops everything and fails the run
 // if a process or goroutine was left behind.
-func MainWithClusters(m *testing.M, n int, setup func(*Stores, *simcluster.Set)) {
+func MainWithClusters(m *testing.M, n int, setup func(*Stores, *simcluster.Set) error) {
 	var set *simcluster.Set
 	os.Exit(run(m, func(s *Stores) error {
 		dir, err := os.MkdirTemp("", "argus-sim-")
@@ -73,8 +73,7 @@ func MainWithClusters(m *testing.M, n int, setup func(*Stores, *simcluster.Set))
 			os.RemoveAll(dir)
 			return fmt.Errorf("start simulated clusters: %w", err)
 		}
-		setup(s, set)
-		return nil
+		return setup(s, set)
 	}, func() error {
 		if set == nil {
 			return nil

@@ -1,0 +1,147 @@
+package monitor
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
+)
+
+func obj(apiVersion, kind, name string, extra map[string]any) *unstructured.Unstructured {
+	o := map[string]any{
+		"apiVersion": apiVersion, "kind": kind,
+		"metadata": map[string]any{
+			"name": name, "namespace": "default",
+			"managedFields": []any{map[string]any{"manager": "kubectl"}},
+			"labels":        map[string]any{v1alpha1.LabelDeploymentID: "1-app"},
+		},
+	}
+	for k, v := range extra {
+		o[k] = v
+	}
+	return &unstructured.Unstructured{Object: o}
+}
+
+func readyPod(name string) *unstructured.Unstructured {
+	return obj("v1", "Pod", name, map[string]any{
+		"spec": map[string]any{"containers": []any{map[string]any{"name": "c", "image": "busybox"}}},
+		"status": map[string]any{"phase": "Running",
+			"conditions":        []any{map[string]any{"type": "Ready", "status": "True"}},
+			"containerStatuses": []any{map[string]any{"name": "c", "ready": true, "restartCount": int64(0)}}},
+	})
+}
+
+func TestBuildStatusSortsEntriesIntoLists(t *testing.T) {
+	crash := obj("v1", "Pod", "web-1", map[string]any{"status": map[string]any{"phase": "Running",
+		"containerStatuses": []any{map[string]any{"name": "c", "ready": false, "state": map[string]any{"waiting": map[string]any{"reason": "CrashLoopBackOff"}}}}}})
+	objs := []*unstructured.Unstructured{
+		readyPod("web-0"), crash,
+		obj("apps/v1", "Deployment", "web", map[string]any{"spec": map[string]any{"replicas": int64(2)},
+			"status": map[string]any{"replicas": int64(2), "updatedReplicas": int64(2), "readyReplicas": int64(1), "availableReplicas": int64(1)}}),
+		obj("v1", "Secret", "creds", map[string]any{"data": map[string]any{"password": "c2VjcmV0"}}),
+		obj("example.com/v1", "Widget", "w", map[string]any{"status": map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": "True"}}}}),
+		readyPod("web-0"), // the same object seen twice (two watched versions)
+	}
+	st, err := buildStatus(objs, nil, 3, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ResourceCount != 5 || len(st.PodStatuses) != 2 || len(st.DeploymentStatuses) != 1 || len(st.SecretStatuses) != 1 || len(st.ResourceStatuses) != 1 {
+		t.Fatalf("counts: %d pods=%d deployments=%d secrets=%d other=%d", st.ResourceCount, len(st.PodStatuses), len(st.DeploymentStatuses), len(st.SecretStatuses), len(st.ResourceStatuses))
+	}
+	if st.Ready || st.ObservedGeneration != 3 || st.Trimmed {
+		t.Fatalf("ready=%v generation=%d trimmed=%v", st.Ready, st.ObservedGeneration, st.Trimmed)
+	}
+	if !strings.HasPrefix(st.Reason, "pod web-1: container c: CrashLoopBackOff; deployment web: 1 of 2 replicas ready") {
+		t.Fatalf("reason = %q", st.Reason)
+	}
+	if st.PodStatuses[0].ReadyStatus != "Ready" || st.PodStatuses[1].ReadyStatus != "Failed" {
+		t.Fatalf("pod entries: %+v", st.PodStatuses)
+	}
+	data, _ := json.Marshal(st)
+	for _, leak := range []string{"managedFields", "c2VjcmV0"} {
+		if strings.Contains(string(data), leak) {
+			t.Errorf("status carries %s", leak)
+		}
+	}
+	if w := st.ResourceStatuses[0]; w.Group != "example.com" || w.Kind != "Widget" || w.Name != "w" || w.Namespace != "default" || w.ReadyStatus != "Ready" {
+		t.Fatalf("custom entry: %+v", w)
+	}
+}
+
+func TestBuildStatusEmptyBundleIsReadyWithEmptyLists(t *testing.T) {
+	st, err := buildStatus(nil, nil, 1, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Ready || st.ResourceCount != 0 || st.Reason != "" {
+		t.Fatalf("status = %+v", st)
+	}
+	data, _ := json.Marshal(st)
+	// Empty lists are written as [] so a merge patch clears what was there.
+	for _, f := range []string{`"podStatuses":[]`, `"resourceStatuses":[]`, `"unwatchedKinds":[]`, `"trimmed":false`, `"reason":""`} {
+		if !strings.Contains(string(data), f) {
+			t.Errorf("status JSON lacks %s: %s", f, data)
+		}
+	}
+}
+
+func TestUnwatchedKindMakesBundleUnknown(t *testing.T) {
+	unwatched := []v1alpha1.KindCondition{{GroupVersionKind: v1alpha1.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Gadget"}, Reason: "kind not served"}}
+	st, err := buildStatus([]*unstructured.Unstructured{readyPod("p")}, unwatched, 1, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ready || !strings.Contains(st.Reason, "kind example.com/v1/Gadget: kind not served") || len(st.UnwatchedKinds) != 1 {
+		t.Fatalf("status = ready %v reason %q", st.Ready, st.Reason)
+	}
+}
+
+func TestThousandPodsAreTrimmedUnderTheLimit(t *testing.T) {
+	bigAnnotation := strings.Repeat("x", 2000)
+	var objs []*unstructured.Unstructured
+	for i := range 1000 {
+		p := readyPod(fmt.Sprintf("pod-%04d", i))
+		meta := p.Object["metadata"].(map[string]any)
+		meta["annotations"] = map[string]any{lastAppliedAnnotation: bigAnnotation, "keep": "me"}
+		objs = append(objs, p)
+	}
+	const limit = 1_000_000
+	st, err := buildStatus(objs, nil, 1, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(st)
+	if len(data) > limit || !st.Trimmed || st.ResourceCount != 1000 || len(st.PodStatuses) != 1000 || !st.Ready {
+		t.Fatalf("size %d trimmed %v count %d ready %v", len(data), st.Trimmed, st.ResourceCount, st.Ready)
+	}
+	t.Logf("1000 pods: status %d bytes", len(data))
+	// The cached objects were not touched.
+	if ann := objs[0].GetAnnotations(); ann[lastAppliedAnnotation] != bigAnnotation {
+		t.Fatal("trimming mutated a cached object")
+	}
+	if _, ok := objs[0].Object["spec"]; !ok {
+		t.Fatal("trimming mutated a cached object's spec")
+	}
+}
+
+func TestTrimLevelsKeepTheEssentials(t *testing.T) {
+	p := readyPod("p")
+	p.Object["metadata"].(map[string]any)["annotations"] = map[string]any{lastAppliedAnnotation: "{}"}
+	got := trimObject(p, trimPodToEssence)
+	want := map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": "p", "namespace": "default"},
+		"status": map[string]any{"phase": "Running",
+			"conditions":        []any{map[string]any{"type": "Ready", "status": "True"}},
+			"containerStatuses": []any{map[string]any{"name": "c", "ready": true}}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("trimmed pod = %#v", got)
+	}
+}
