@@ -133,8 +133,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	runErr := m.Run(ctx)
 	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	_ = srv.Shutdown(sctx)
-	<-served
+	_ = srv.Shutdown(sctx) // only health and metrics; nothing to drain
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		log.WithError(err).Warn("health and metrics server stopped early")
+	}
 	if runErr != nil && !errors.Is(runErr, context.Canceled) {
 		log.WithError(runErr).Error("monitor stopped")
 		return 1

@@ -93,7 +93,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	data, _ := json.MarshalIndent(info, "", "  ")
 	readyPath := filepath.Join(opts.Dir, "ready")
-	if err := os.WriteFile(readyPath+".tmp", data, 0o644); err == nil {
+	err = os.WriteFile(readyPath+".tmp", data, 0o644)
+	if err == nil {
 		err = os.Rename(readyPath+".tmp", readyPath)
 	}
 	if err != nil {
@@ -104,7 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "simcluster: stopping")
-	os.Remove(readyPath)
+	_ = os.Remove(readyPath) // best effort: the directory may be gone already
 	set.Stop()
 	fmt.Fprintln(stdout, "simcluster: stopped")
 	return 0

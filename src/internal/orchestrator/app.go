@@ -148,7 +148,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		// Requests still running after the drain are cut off.
-		srv.Close()
+		_ = srv.Close()
 	}
 	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("orchestrator: serve: %w", err)
@@ -186,11 +186,12 @@ func (a *App) openStores(ctx context.Context) (*etcdstore.Store, *mongostore.Sto
 	}()
 	wg.Wait()
 	if etcdErr != nil || mongoErr != nil {
+		// Best effort: the open error is the one worth reporting.
 		if etcd != nil {
-			etcd.Close()
+			_ = etcd.Close()
 		}
 		if mongo != nil {
-			mongo.Close(context.Background())
+			_ = mongo.Close(context.Background())
 		}
 		return nil, nil, errors.Join(etcdErr, mongoErr)
 	}

@@ -34,14 +34,14 @@ func (p *process) start() error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		logf.Close()
+		_ = logf.Close()
 		return fmt.Errorf("%s: start: %w", p.name, err)
 	}
 	p.cmd = cmd
 	p.done = make(chan struct{})
 	go func() {
 		p.err = cmd.Wait()
-		logf.Close()
+		_ = logf.Close() // the child's exit status is what matters
 		close(p.done)
 	}()
 	return nil

@@ -85,6 +85,7 @@ var ErrInvalid = errors.New("invalid options")
 type Set struct {
 	Clusters []*Cluster
 	dir      string
+	log      *logrus.Entry
 	etcd     *etcdstore.Store
 	stopOnce sync.Once
 }
@@ -120,7 +121,7 @@ func Start(ctx context.Context, opts Options) (*Set, error) {
 	if err := os.WriteFile(probe, nil, 0o600); err != nil {
 		return nil, fmt.Errorf("%w: directory %s is not writable: %v", ErrInvalid, opts.Dir, err)
 	}
-	os.Remove(probe)
+	_ = os.Remove(probe) // an empty file left behind is harmless
 	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
 		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
 			return nil, fmt.Errorf("%s not found in %s: run `make sim` to build the simulated clusters' binaries", b, opts.BinDir)
@@ -131,7 +132,7 @@ func Start(ctx context.Context, opts Options) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shared etcd: %w", err)
 	}
-	s := &Set{etcd: etcd, dir: opts.Dir}
+	s := &Set{etcd: etcd, dir: opts.Dir, log: opts.Logger}
 	for i := 1; i <= opts.Clusters; i++ {
 		name := "cluster" + strconv.Itoa(i)
 		s.Clusters = append(s.Clusters, &Cluster{
@@ -188,6 +189,8 @@ func (s *Set) Stop() {
 			go func() { defer wg.Done(); c.stop() }()
 		}
 		wg.Wait()
-		s.etcd.Close()
+		if err := s.etcd.Close(); err != nil {
+			s.log.WithError(err).Warn("closing the shared etcd")
+		}
 	})
 }

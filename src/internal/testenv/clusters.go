@@ -70,7 +70,7 @@ func MainWithClusters(m *testing.M, n int, setup func(*Stores, *simcluster.Set) 
 		defer cancel()
 		set, err = StartClusters(ctx, dir, n)
 		if err != nil {
-			os.RemoveAll(dir)
+			_ = os.RemoveAll(dir) // temp data
 			return fmt.Errorf("start simulated clusters: %w", err)
 		}
 		return setup(s, set)
@@ -78,7 +78,7 @@ func MainWithClusters(m *testing.M, n int, setup func(*Stores, *simcluster.Set) 
 		if set == nil {
 			return nil
 		}
-		defer os.RemoveAll(set.Dir())
+		defer func() { _ = os.RemoveAll(set.Dir()) }() // temp data
 		return StopClusters(set)
 	}))
 }

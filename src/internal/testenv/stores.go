@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -31,18 +32,17 @@ func StartStores(ctx context.Context, dir string) (*Stores, error) {
 	}
 	m, err := mongostore.Open(ctx, mongostore.Options{DataDir: dir})
 	if err != nil {
-		e.Close()
+		_ = e.Close() // the FerretDB error is the one worth reporting
 		return nil, err
 	}
 	return &Stores{Etcd: e, Mongo: m, Dir: dir}, nil
 }
 
 // Close stops both stores.
-func (s *Stores) Close() {
+func (s *Stores) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s.Mongo.Close(ctx)
-	s.Etcd.Close()
+	return errors.Join(s.Mongo.Close(ctx), s.Etcd.Close())
 }
 
 // EtcdEndpoints returns the embedded etcd's client URLs.
@@ -88,7 +88,7 @@ func run(m *testing.M, setup func(*Stores) error, teardown func() error) int {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // temp data; the OS cleans up eventually
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	stores, err := StartStores(ctx, dir)
 	cancel()
@@ -109,7 +109,10 @@ func run(m *testing.M, setup func(*Stores) error, teardown func() error) int {
 			code = 1
 		}
 	}
-	stores.Close()
+	if err := stores.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "testenv: stop stores:", err)
+		code = 1
+	}
 	if code == 0 {
 		if err := goleak.Find(LeakOptions()...); err != nil {
 			fmt.Fprintln(os.Stderr, "testenv: goroutines leaked:", err)

@@ -84,14 +84,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		Context:     context.WithoutCancel(ctx),
 	})
 	if err != nil {
-		st.Close()
+		_ = st.Close() // the connect error is the one worth reporting
 		return nil, fmt.Errorf("etcd: connect to %v: %w", endpoints, err)
 	}
 	st.Client = cli
 	pingCtx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
 	defer cancel()
 	if err := st.Ping(pingCtx); err != nil {
-		st.Close()
+		_ = st.Close() // the ping error is the one worth reporting
 		return nil, fmt.Errorf("etcd: reach %v: %w", endpoints, err)
 	}
 	return st, nil
@@ -188,6 +188,6 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	port := l.Addr().(*net.TCPAddr).Port
+	return port, l.Close()
 }

@@ -75,13 +75,13 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	defer cancel()
 	client, err := mongo.Connect(cctx, options.Client().ApplyURI(uri).SetTimeout(30*time.Second))
 	if err != nil {
-		st.Close(ctx)
+		_ = st.Close(ctx) // the connect error is the one worth reporting
 		return nil, fmt.Errorf("mongo: connect: %w", err)
 	}
 	st.Client = client
 	st.DB = client.Database(opts.Database)
 	if err := st.Ping(cctx); err != nil {
-		st.Close(ctx)
+		_ = st.Close(ctx) // the ping error is the one worth reporting
 		return nil, fmt.Errorf("mongo: reach server: %w", err)
 	}
 	return st, nil
