@@ -68,7 +68,7 @@ generate:
 
 # Regenerates the generated parts of docs/ (the configuration reference).
 docs:
-	$(GO) test ./src/cmd/orchestrator -run TestConfigReferenceIsCurrent -update
+	$(GO) test ./src/cmd/orchestrator ./src/cmd/monitor -run TestConfigReferenceIsCurrent -count=1 -args -update
 
 clean:
 	rm -rf $(BIN) .argus

@@ -156,3 +156,21 @@ func TestBadInputExits2(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkStartTwoClusters measures `simcluster up --clusters 2` from start
+// to every cluster serving with Ready nodes (binaries cached). Target < 15 s.
+func BenchmarkStartTwoClusters(b *testing.B) {
+	var starting time.Duration
+	for b.Loop() {
+		begin := time.Now()
+		set, err := testenv.StartClusters(context.Background(), b.TempDir(), 2)
+		if err != nil {
+			b.Fatal(err)
+		}
+		starting += time.Since(begin)
+		if err := testenv.StopClusters(set); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(starting.Seconds()/float64(b.N), "s-to-serve")
+}
