@@ -93,8 +93,8 @@ func (s *server) routes() {
 
 	// Routes are registered with full paths on the root router: gorilla/mux
 	// subrouters turn a method mismatch into 404 instead of 405.
-	registerCRUD(r, s, crud[catalog.ProjectSpec]{
-		res:        catalog.For[catalog.ProjectSpec](s.opts.Catalog, catalog.Projects),
+	registerCRUD(r, s, crud[catalog.Empty]{
+		res:        catalog.For[catalog.Empty](s.opts.Catalog, catalog.Projects),
 		collection: "/v2/projects",
 		vars:       []string{"project"},
 	})

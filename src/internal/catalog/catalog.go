@@ -105,7 +105,7 @@ func (r *Resource[S]) parentExists(ctx context.Context, parent Key) error {
 // Create stores a new object. The name in obj.Metadata must equal key.Name().
 func (r *Resource[S]) Create(ctx context.Context, key Key, obj Object[S]) error {
 	r.checkKey(key)
-	if err := r.parentExists(ctx, key.Parent()); err != nil {
+	if err := r.parentExists(ctx, r.kind.ParentKey(key)); err != nil {
 		return err
 	}
 	_, err := r.coll.InsertOne(ctx, r.document(key, obj))
@@ -121,7 +121,7 @@ func (r *Resource[S]) Create(ctx context.Context, key Key, obj Object[S]) error 
 // Put creates or replaces an object and reports whether it was created.
 func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created bool, err error) {
 	r.checkKey(key)
-	if err := r.parentExists(ctx, key.Parent()); err != nil {
+	if err := r.parentExists(ctx, r.kind.ParentKey(key)); err != nil {
 		return false, err
 	}
 	res, err := r.coll.ReplaceOne(ctx, r.filter(key), r.document(key, obj), options.Replace().SetUpsert(true))
@@ -152,13 +152,17 @@ func (r *Resource[S]) Get(ctx context.Context, key Key) (Object[S], error) {
 // List returns the objects under parent, sorted by name. A missing parent is
 // NotFound, so an empty list always means "none here".
 func (r *Resource[S]) List(ctx context.Context, parent Key) ([]Object[S], error) {
-	if len(parent) != len(r.kind.KeyFields())-1 {
+	if len(parent) != len(r.kind.KeyFields())-len(r.kind.OwnFields()) {
 		panic(fmt.Sprintf("catalog: parent key %v does not fit kind %s", parent, r.kind.Name))
 	}
 	if err := r.parentExists(ctx, parent); err != nil {
 		return nil, err
 	}
-	cur, err := r.coll.Find(ctx, r.filter(parent), options.Find().SetSort(bson.D{{Key: r.kind.Field(), Value: 1}}))
+	sort := bson.D{}
+	for _, f := range r.kind.OwnFields() {
+		sort = append(sort, bson.E{Key: f, Value: 1})
+	}
+	cur, err := r.coll.Find(ctx, r.filter(parent), options.Find().SetSort(sort))
 	if err != nil {
 		return nil, fmt.Errorf("list %ss: %w", r.kind.Name, err)
 	}
@@ -189,5 +193,46 @@ func (r *Resource[S]) Delete(ctx context.Context, key Key) error {
 	if res.DeletedCount == 0 {
 		return errdefs.NotFound("%s not found", r.kind.describe(key))
 	}
+	if _, err := r.contents().DeleteOne(ctx, r.filter(key)); err != nil {
+		return fmt.Errorf("delete content of %s: %w", r.kind.describe(key), err)
+	}
 	return nil
 }
+
+// contents holds uploaded files (kubeconfigs, charts, profiles) apart from
+// the objects, so lists never carry them.
+func (r *Resource[S]) contents() *mongo.Collection {
+	return r.cat.db.Collection(r.kind.Collection + "_content")
+}
+
+// PutContent stores the object's uploaded file; the object must exist.
+func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) error {
+	r.checkKey(key)
+	if _, err := r.Get(ctx, key); err != nil {
+		return err
+	}
+	doc := append(r.filter(key), bson.E{Key: "content", Value: data})
+	if _, err := r.contents().ReplaceOne(ctx, r.filter(key), doc, options.Replace().SetUpsert(true)); err != nil {
+		return fmt.Errorf("store content of %s: %w", r.kind.describe(key), err)
+	}
+	return nil
+}
+
+// GetContent returns the object's uploaded file, NotFound when there is none.
+func (r *Resource[S]) GetContent(ctx context.Context, key Key) ([]byte, error) {
+	r.checkKey(key)
+	var doc struct {
+		Content []byte `bson:"content"`
+	}
+	err := r.contents().FindOne(ctx, r.filter(key)).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, errdefs.NotFound("%s has no uploaded content", r.kind.describe(key))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get content of %s: %w", r.kind.describe(key), err)
+	}
+	return doc.Content, nil
+}
+
+// Describe renders a key for messages.
+func (r *Resource[S]) Describe(key Key) string { return r.kind.describe(key) }

@@ -33,13 +33,13 @@ func newCatalog(t *testing.T) (*Catalog, context.Context) {
 	return c, ctx
 }
 
-func project(name string) Object[ProjectSpec] {
-	return Object[ProjectSpec]{Metadata: Metadata{Name: name, Description: "d"}}
+func project(name string) Object[Empty] {
+	return Object[Empty]{Metadata: Metadata{Name: name, Description: "d"}}
 }
 
 func TestCRUD(t *testing.T) {
 	c, ctx := newCatalog(t)
-	projects := For[ProjectSpec](c, Projects)
+	projects := For[Empty](c, Projects)
 
 	if err := projects.Create(ctx, Key{"p1"}, project("p1")); err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestCRUD(t *testing.T) {
 
 func TestHierarchy(t *testing.T) {
 	c, ctx := newCatalog(t)
-	projects := For[ProjectSpec](c, Projects)
+	projects := For[Empty](c, Projects)
 	apps := For[appSpec](c, testApps)
 
 	app := Object[appSpec]{Metadata: Metadata{Name: "a"}, Spec: appSpec{Version: "v1"}}
