@@ -41,6 +41,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.Var(&s.endpoints, "etcd-endpoints", "comma-separated etcd client URLs; empty starts an embedded etcd under --data-dir")
 	fs.StringVar(&s.opts.MongoURI, "mongo-uri", "", "MongoDB connection URI; empty starts an embedded FerretDB under --data-dir")
 	fs.StringVar(&s.opts.MongoDatabase, "mongo-database", "argus", "MongoDB database name")
+	fs.StringVar(&s.opts.EtcdPrefix, "etcd-prefix", "/argus", "prefix of every etcd key Argus writes")
 	fs.DurationVar(&s.opts.ShutdownTimeout, "shutdown-timeout", 4*time.Second, "how long SIGTERM waits for in-flight requests")
 	s.logFormat, s.logLevel = "json", "info"
 	fs.Var(config.OneOf{Value: &s.logFormat, Allowed: logging.Formats}, "log-format", "log format: json or text")

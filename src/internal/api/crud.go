@@ -1,6 +1,12 @@
 package api
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"mime/multipart"
 	"net/http"
 
 	"github.com/gorilla/mux"
@@ -10,27 +16,41 @@ import (
 )
 
 // crud serves the EMCO collection conventions for one catalogue kind:
-// POST/GET on the collection, GET/PUT/DELETE on /{name}.
+// POST/GET on the collection, GET/PUT/DELETE on the item.
 type crud[S any] struct {
 	res *catalog.Resource[S]
-	// collection is the collection's full path template, with the parent's
-	// variables, e.g. "/v2/projects/{project}/composite-apps".
-	collection string
-	// vars are the route variables forming the key, outermost first; the
-	// last names the object itself.
-	vars []string
+	// collection and item are full path templates, e.g.
+	// "/v2/projects/{project}/composite-apps" and ".../{compositeApp}/{version}".
+	collection, item string
+	// parentVars name the route variables of the parent key, outermost first;
+	// itemVars those the item path adds.
+	parentVars, itemVars []string
+	// ownKey derives the item's own key from a decoded object; nil means
+	// [metadata.name].
+	ownKey func(*catalog.Object[S]) []string
 	// validate checks a spec beyond its name; nil accepts any.
 	validate func(*catalog.Object[S]) error
+	// upload, when set, makes POST multipart/form-data with the object in
+	// part "metadata" and a file in part "file", checked by upload.
+	upload func([]byte) error
+	// beforeDelete may refuse a delete (an instantiated DIG); afterDelete
+	// cleans up what hangs off the object.
+	beforeDelete, afterDelete func(ctx context.Context, key catalog.Key) error
+	// noPut leaves PUT out (uploads are replaced by delete and create).
+	noPut bool
 }
 
 func registerCRUD[S any](r *mux.Router, s *server, c crud[S]) {
-	coll := c.collection
-	item := coll + "/{" + c.vars[len(c.vars)-1] + "}"
-	r.HandleFunc(coll, s.handle(c.create)).Methods(http.MethodPost)
-	r.HandleFunc(coll, s.handle(c.list)).Methods(http.MethodGet)
-	r.HandleFunc(item, s.handle(c.get)).Methods(http.MethodGet)
-	r.HandleFunc(item, s.handle(c.put)).Methods(http.MethodPut)
-	r.HandleFunc(item, s.handle(c.delete)).Methods(http.MethodDelete)
+	if c.ownKey == nil {
+		c.ownKey = func(o *catalog.Object[S]) []string { return []string{o.Metadata.Name} }
+	}
+	r.HandleFunc(c.collection, s.handle(c.create)).Methods(http.MethodPost)
+	r.HandleFunc(c.collection, s.handle(c.list)).Methods(http.MethodGet)
+	r.HandleFunc(c.item, s.handle(c.get)).Methods(http.MethodGet)
+	if !c.noPut {
+		r.HandleFunc(c.item, s.handle(c.put)).Methods(http.MethodPut)
+	}
+	r.HandleFunc(c.item, s.handle(c.delete)).Methods(http.MethodDelete)
 }
 
 // handlerFunc is a handler that reports failure by returning an error.
@@ -44,55 +64,80 @@ func (s *server) handle(h handlerFunc) http.HandlerFunc {
 	}
 }
 
-func (c crud[S]) key(r *http.Request, n int) catalog.Key {
+func varsKey(r *http.Request, names ...[]string) catalog.Key {
 	vars := mux.Vars(r)
-	k := make(catalog.Key, n)
-	for i := range n {
-		k[i] = vars[c.vars[i]]
+	var k catalog.Key
+	for _, ns := range names {
+		for _, n := range ns {
+			k = append(k, vars[n])
+		}
 	}
 	return k
 }
 
-// decode reads and validates an object; urlName, when set, is authoritative
-// and a different name in the body is rejected.
-func (c crud[S]) decode(s *server, w http.ResponseWriter, r *http.Request, urlName string) (catalog.Object[S], error) {
-	var obj catalog.Object[S]
-	if err := s.decodeJSON(w, r, &obj); err != nil {
-		return obj, err
-	}
-	if urlName != "" {
+// check validates names and the spec. urlKey, when set, is the item's own
+// key from the URL, which is authoritative: an empty body name takes it, a
+// different one is refused.
+func (c crud[S]) check(obj *catalog.Object[S], urlKey []string) error {
+	if urlKey != nil {
 		if obj.Metadata.Name == "" {
-			obj.Metadata.Name = urlName
-		} else if obj.Metadata.Name != urlName {
-			return obj, errdefs.Invalid("metadata.name %q does not match the name in the URL, %q", obj.Metadata.Name, urlName)
+			obj.Metadata.Name = urlKey[0]
+		}
+		if own := c.ownKey(obj); len(own) > 0 && own[0] != urlKey[0] {
+			return errdefs.Invalid("metadata.name %q does not match the name in the URL, %q", own[0], urlKey[0])
 		}
 	}
 	if err := catalog.ValidateName(c.res.Kind().Name, obj.Metadata.Name); err != nil {
-		return obj, err
+		return err
 	}
 	if c.validate != nil {
-		if err := c.validate(&obj); err != nil {
-			return obj, err
+		if err := c.validate(obj); err != nil {
+			return err
 		}
 	}
-	return obj, nil
+	for _, part := range c.ownKey(obj)[1:] {
+		if err := catalog.ValidateName(c.res.Kind().Name+" key", part); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c crud[S]) create(s *server, w http.ResponseWriter, r *http.Request) error {
-	obj, err := c.decode(s, w, r, "")
-	if err != nil {
+	var obj catalog.Object[S]
+	var file []byte
+	if c.upload != nil {
+		var err error
+		if file, err = s.decodeMultipart(w, r, &obj); err != nil {
+			return err
+		}
+	} else if err := s.decodeJSON(w, r, &obj); err != nil {
 		return err
 	}
-	key := append(c.key(r, len(c.vars)-1), obj.Metadata.Name)
+	if err := c.check(&obj, nil); err != nil {
+		return err
+	}
+	if c.upload != nil {
+		if err := c.upload(file); err != nil {
+			return err
+		}
+	}
+	key := append(varsKey(r, c.parentVars), c.ownKey(&obj)...)
 	if err := c.res.Create(r.Context(), key, obj); err != nil {
 		return err
+	}
+	if c.upload != nil {
+		if err := c.res.PutContent(r.Context(), key, file); err != nil {
+			_ = c.res.Delete(context.WithoutCancel(r.Context()), key) // no object without its file
+			return err
+		}
 	}
 	writeJSON(w, http.StatusCreated, obj)
 	return nil
 }
 
 func (c crud[S]) list(s *server, w http.ResponseWriter, r *http.Request) error {
-	objs, err := c.res.List(r.Context(), c.key(r, len(c.vars)-1))
+	objs, err := c.res.List(r.Context(), varsKey(r, c.parentVars))
 	if err != nil {
 		return err
 	}
@@ -101,7 +146,7 @@ func (c crud[S]) list(s *server, w http.ResponseWriter, r *http.Request) error {
 }
 
 func (c crud[S]) get(s *server, w http.ResponseWriter, r *http.Request) error {
-	obj, err := c.res.Get(r.Context(), c.key(r, len(c.vars)))
+	obj, err := c.res.Get(r.Context(), varsKey(r, c.parentVars, c.itemVars))
 	if err != nil {
 		return err
 	}
@@ -110,10 +155,17 @@ func (c crud[S]) get(s *server, w http.ResponseWriter, r *http.Request) error {
 }
 
 func (c crud[S]) put(s *server, w http.ResponseWriter, r *http.Request) error {
-	key := c.key(r, len(c.vars))
-	obj, err := c.decode(s, w, r, key.Name())
-	if err != nil {
+	key := varsKey(r, c.parentVars, c.itemVars)
+	var obj catalog.Object[S]
+	if err := s.decodeJSON(w, r, &obj); err != nil {
 		return err
+	}
+	own := key[len(key)-len(c.itemVars):]
+	if err := c.check(&obj, own); err != nil {
+		return err
+	}
+	if got := c.ownKey(&obj); len(got) > 1 && got[1] != own[1] {
+		return errdefs.Invalid("the body's %s %q does not match the URL's %q", c.res.Kind().OwnFields()[1], got[1], own[1])
 	}
 	created, err := c.res.Put(r.Context(), key, obj)
 	if err != nil {
@@ -128,9 +180,68 @@ func (c crud[S]) put(s *server, w http.ResponseWriter, r *http.Request) error {
 }
 
 func (c crud[S]) delete(s *server, w http.ResponseWriter, r *http.Request) error {
-	if err := c.res.Delete(r.Context(), c.key(r, len(c.vars))); err != nil {
+	key := varsKey(r, c.parentVars, c.itemVars)
+	if c.beforeDelete != nil {
+		if err := c.beforeDelete(r.Context(), key); err != nil {
+			return err
+		}
+	}
+	if err := c.res.Delete(r.Context(), key); err != nil {
 		return err
+	}
+	if c.afterDelete != nil {
+		if err := c.afterDelete(r.Context(), key); err != nil {
+			return err
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// decodeMultipart reads an EMCO upload: part "metadata" (JSON) into v and
+// part "file", returned. Uploads may be up to MaxUploadBody bytes.
+func (s *server) decodeMultipart(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
+	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mediaType != "multipart/form-data" || params["boundary"] == "" {
+		return nil, errdefs.Invalid("expected a multipart/form-data upload with parts \"metadata\" and \"file\"")
+	}
+	mr := multipart.NewReader(http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBody), params["boundary"])
+	var meta, file []byte
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, uploadError(err)
+		}
+		data, err := io.ReadAll(part)
+		if err != nil {
+			return nil, uploadError(err)
+		}
+		switch part.FormName() {
+		case "metadata":
+			meta = data
+		case "file":
+			file = data
+		}
+	}
+	if meta == nil {
+		return nil, errdefs.Invalid("the upload has no \"metadata\" part")
+	}
+	if err := json.Unmarshal(meta, v); err != nil {
+		return nil, errdefs.Unprocessable(err, "cannot decode the \"metadata\" part")
+	}
+	if len(file) == 0 {
+		return nil, errdefs.Invalid("the upload has no \"file\" part")
+	}
+	return file, nil
+}
+
+func uploadError(err error) error {
+	var maxBytes *http.MaxBytesError
+	if errors.As(err, &maxBytes) {
+		return errdefs.TooLarge("upload is larger than %d bytes", maxBytes.Limit)
+	}
+	return errdefs.Invalid("cannot read the upload: %v", err)
 }

@@ -25,6 +25,8 @@ type Check func(ctx context.Context) error
 // Catalog, which is required.
 type Options struct {
 	Catalog *catalog.Catalog
+	// Deploy runs DIG actions; nil leaves the action routes out.
+	Deploy Deployer
 	// Checks run by /readyz, by name ("etcd", "mongo").
 	Checks map[string]Check
 	// Logger for access and error logs; nil discards.
@@ -93,11 +95,7 @@ func (s *server) routes() {
 
 	// Routes are registered with full paths on the root router: gorilla/mux
 	// subrouters turn a method mismatch into 404 instead of 405.
-	registerCRUD(r, s, crud[catalog.Empty]{
-		res:        catalog.For[catalog.Empty](s.opts.Catalog, catalog.Projects),
-		collection: "/v2/projects",
-		vars:       []string{"project"},
-	})
+	s.v2Routes(r)
 }
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {

@@ -92,6 +92,8 @@ type Resource struct {
 	Manifest json.RawMessage `json:"manifest"`
 	// Order is the apply position within its app and cluster.
 	Order int `json:"order"`
+	// Removed marks a resource an update no longer renders: rsync deletes it.
+	Removed bool `json:"removed,omitempty"`
 }
 
 // Key identifies a resource within an app and cluster.

@@ -45,6 +45,11 @@ func New(ctx context.Context, db *mongo.Database, kinds ...*Kind) (*Catalog, err
 		if err != nil {
 			return nil, fmt.Errorf("catalog: index %s: %w", k.Collection, err)
 		}
+		if k == DeploymentIntentGroups {
+			if err := c.ensureDIGStateIndex(ctx); err != nil {
+				return nil, fmt.Errorf("catalog: index digstate: %w", err)
+			}
+		}
 	}
 	return c, nil
 }
@@ -64,13 +69,7 @@ func For[S any](c *Catalog, kind *Kind) *Resource[S] {
 // Kind returns the resource's kind.
 func (r *Resource[S]) Kind() *Kind { return r.kind }
 
-func (r *Resource[S]) filter(key Key) bson.D {
-	f := bson.D{}
-	for i, field := range r.kind.KeyFields()[:len(key)] {
-		f = append(f, bson.E{Key: field, Value: key[i]})
-	}
-	return f
-}
+func (r *Resource[S]) filter(key Key) bson.D { return keyFilter(r.kind, key) }
 
 // document is the stored form: key fields, then metadata and spec. Key fields
 // are written explicitly because a FerretDB upsert does not copy them from the

@@ -14,8 +14,12 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/argus-mc/argus/src/internal/api"
+	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/cluster"
+	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/rsync"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 	mongostore "github.com/argus-mc/argus/src/internal/store/mongo"
 )
@@ -33,6 +37,8 @@ type Options struct {
 	MongoURI string
 	// MongoDatabase is the database name; "" means "argus".
 	MongoDatabase string
+	// EtcdPrefix prefixes every etcd key; "" means "/argus".
+	EtcdPrefix string
 	// ShutdownTimeout bounds the graceful drain of HTTP requests; 0 means 4s,
 	// which keeps the whole exit under 5 s.
 	ShutdownTimeout time.Duration
@@ -101,12 +107,29 @@ func (a *App) Run(ctx context.Context) (err error) {
 		a.log.Info("stores closed")
 	}()
 
-	cat, err := catalog.New(ctx, mongo.DB, catalog.Projects)
+	cat, err := catalog.New(ctx, mongo.DB, catalog.V2Kinds()...)
 	if err != nil {
 		return err
 	}
+	contexts := appcontext.New(appcontext.Options{Client: etcd.Client, Prefix: a.opts.EtcdPrefix})
+	clusters := cluster.NewRegistry(cluster.Options{Kubeconfig: func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
+		return catalog.For[catalog.Empty](cat, catalog.Clusters).GetContent(ctx, catalog.Key{ref.Provider, ref.Name})
+	}})
+	engine, err := rsync.New(rsync.Options{Store: contexts, Clusters: clusters, Logger: a.log.WithField("component", "rsync")})
+	if err != nil {
+		return err
+	}
+	defer engine.Close() // cancels in-flight work; Resume continues it next start
+	deployer, err := deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Logger: a.log.WithField("component", "deploy")})
+	if err != nil {
+		return err
+	}
+	if err := engine.Resume(ctx); err != nil {
+		return fmt.Errorf("orchestrator: resume rsync: %w", err)
+	}
 	handler, err := api.New(api.Options{
 		Catalog: cat,
+		Deploy:  deployer,
 		Checks: map[string]api.Check{
 			"etcd":  etcd.Ping,
 			"mongo": mongo.Ping,

@@ -1,0 +1,224 @@
+package api
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/gorilla/mux"
+
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/cluster"
+	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/render"
+)
+
+// Deployer runs DIG lifecycle actions.
+type Deployer interface {
+	Approve(ctx context.Context, dig catalog.Key) error
+	Instantiate(ctx context.Context, dig catalog.Key) (string, error)
+	Update(ctx context.Context, dig catalog.Key) error
+	Terminate(ctx context.Context, dig catalog.Key) error
+	Stop(ctx context.Context, dig catalog.Key) error
+}
+
+// Path templates of the v2 API.
+const (
+	pProviders = "/v2/cluster-providers"
+	pProvider  = pProviders + "/{clusterProvider}"
+	pClusters  = pProvider + "/clusters"
+	pCluster   = pClusters + "/{cluster}"
+	pProjects  = "/v2/projects"
+	pProject   = pProjects + "/{project}"
+	pCAs       = pProject + "/composite-apps"
+	pCA        = pCAs + "/{compositeApp}/{version}"
+	pDIGs      = pCA + "/deployment-intent-groups"
+	pDIG       = pDIGs + "/{deploymentIntentGroup}"
+	pGPIs      = pDIG + "/generic-placement-intents"
+)
+
+var (
+	vProvider = []string{"clusterProvider"}
+	vCluster  = []string{"clusterProvider", "cluster"}
+	vProject  = []string{"project"}
+	vCA       = []string{"project", "compositeApp", "version"}
+	vDIG      = []string{"project", "compositeApp", "version", "deploymentIntentGroup"}
+	vGPI      = append(append([]string{}, vDIG...), "genericPlacementIntent")
+)
+
+// maxAppName keeps "<context id>-<app>" within a 63-character label value.
+const maxAppName = 42
+
+func (s *server) v2Routes(r *mux.Router) {
+	cat := s.opts.Catalog
+	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.ClusterProviders),
+		collection: pProviders, item: pProvider, itemVars: vProvider})
+	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.Clusters),
+		collection: pClusters, item: pCluster, parentVars: vProvider, itemVars: []string{"cluster"},
+		upload: func(b []byte) error { _, err := cluster.RESTConfig(b); return err }, noPut: true})
+	registerLabels(r, s)
+	for _, n := range []struct {
+		kind *catalog.Kind
+		path string
+	}{{catalog.Networks, "/networks"}, {catalog.ProviderNetworks, "/provider-networks"}} {
+		registerCRUD(r, s, crud[catalog.NetworkSpec]{res: catalog.For[catalog.NetworkSpec](cat, n.kind),
+			collection: pCluster + n.path, item: pCluster + n.path + "/{name}", parentVars: vCluster, itemVars: []string{"name"}})
+	}
+
+	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.Projects),
+		collection: pProjects, item: pProject, itemVars: vProject})
+	registerCRUD(r, s, crud[catalog.CompositeAppSpec]{res: catalog.For[catalog.CompositeAppSpec](cat, catalog.CompositeApps),
+		collection: pCAs, item: pCA, parentVars: vProject, itemVars: []string{"compositeApp", "version"},
+		ownKey: func(o *catalog.Object[catalog.CompositeAppSpec]) []string {
+			return []string{o.Metadata.Name, o.Spec.Version}
+		},
+		validate: func(o *catalog.Object[catalog.CompositeAppSpec]) error {
+			if o.Spec.Version == "" {
+				return errdefs.Invalid("spec.compositeAppVersion is missing")
+			}
+			return nil
+		}})
+	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.Apps),
+		collection: pCA + "/apps", item: pCA + "/apps/{app}", parentVars: vCA, itemVars: []string{"app"}, noPut: true,
+		validate: func(o *catalog.Object[catalog.Empty]) error {
+			if len(o.Metadata.Name) > maxAppName {
+				return errdefs.Invalid("app name %q is longer than %d characters", o.Metadata.Name, maxAppName)
+			}
+			return nil
+		},
+		upload: func(b []byte) error { _, err := render.LoadChart(b); return err }})
+	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.CompositeProfiles),
+		collection: pCA + "/composite-profiles", item: pCA + "/composite-profiles/{compositeProfile}", parentVars: vCA, itemVars: []string{"compositeProfile"}})
+	registerCRUD(r, s, crud[catalog.AppProfileSpec]{res: catalog.For[catalog.AppProfileSpec](cat, catalog.AppProfiles),
+		collection: pCA + "/composite-profiles/{compositeProfile}/profiles", item: pCA + "/composite-profiles/{compositeProfile}/profiles/{profile}",
+		parentVars: append(append([]string{}, vCA...), "compositeProfile"), itemVars: []string{"profile"}, noPut: true,
+		validate: func(o *catalog.Object[catalog.AppProfileSpec]) error {
+			if o.Spec.App == "" {
+				return errdefs.Invalid("spec.app is missing")
+			}
+			return nil
+		},
+		upload: func(b []byte) error { _, err := render.ProfileValues(b); return err }})
+	registerCRUD(r, s, crud[catalog.DIGSpec]{res: catalog.For[catalog.DIGSpec](cat, catalog.DeploymentIntentGroups),
+		collection: pDIGs, item: pDIG, parentVars: vCA, itemVars: []string{"deploymentIntentGroup"},
+		validate: func(o *catalog.Object[catalog.DIGSpec]) error {
+			if o.Spec.CompositeProfile == "" {
+				return errdefs.Invalid("spec.compositeProfile is missing")
+			}
+			return nil
+		},
+		beforeDelete: s.digDeletable,
+		afterDelete:  cat.DeleteDIGState})
+	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.GenericPlacementIntents),
+		collection: pGPIs, item: pGPIs + "/{genericPlacementIntent}", parentVars: vDIG, itemVars: []string{"genericPlacementIntent"}})
+	registerCRUD(r, s, crud[catalog.AppIntentSpec]{res: catalog.For[catalog.AppIntentSpec](cat, catalog.AppIntents),
+		collection: pGPIs + "/{genericPlacementIntent}/app-intents", item: pGPIs + "/{genericPlacementIntent}/app-intents/{appIntent}",
+		parentVars: vGPI, itemVars: []string{"appIntent"},
+		validate: func(o *catalog.Object[catalog.AppIntentSpec]) error {
+			if o.Spec.App == "" {
+				return errdefs.Invalid("spec.app is missing")
+			}
+			if len(o.Spec.Intent.AllOf)+len(o.Spec.Intent.AnyOf) == 0 {
+				return errdefs.Invalid("spec.intent has neither allOf nor anyOf")
+			}
+			return nil
+		}})
+	registerCRUD(r, s, crud[catalog.DIGIntentSpec]{res: catalog.For[catalog.DIGIntentSpec](cat, catalog.DIGIntents),
+		collection: pDIG + "/intents", item: pDIG + "/intents/{intent}", parentVars: vDIG, itemVars: []string{"intent"}})
+
+	if s.opts.Deploy != nil {
+		for _, a := range []string{"approve", "instantiate", "terminate", "stop", "update"} {
+			r.HandleFunc(pDIG+"/"+a, s.handle(s.digAction(a))).Methods(http.MethodPost)
+		}
+	}
+}
+
+// digAction runs a lifecycle action; the body is ignored (emcoctl sends none
+// or {"metadata":{}}). Work continues after the 202.
+func (s *server) digAction(action string) handlerFunc {
+	return func(s *server, w http.ResponseWriter, r *http.Request) error {
+		dig := varsKey(r, vDIG)
+		var err error
+		switch action {
+		case "approve":
+			err = s.opts.Deploy.Approve(r.Context(), dig)
+		case "instantiate":
+			_, err = s.opts.Deploy.Instantiate(r.Context(), dig)
+		case "terminate":
+			err = s.opts.Deploy.Terminate(r.Context(), dig)
+		case "stop":
+			err = s.opts.Deploy.Stop(r.Context(), dig)
+		case "update":
+			err = s.opts.Deploy.Update(r.Context(), dig)
+		}
+		if err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusAccepted)
+		return nil
+	}
+}
+
+// digDeletable refuses to delete a DIG whose resources are deployed.
+func (s *server) digDeletable(ctx context.Context, dig catalog.Key) error {
+	st, err := s.opts.Catalog.GetDIGState(ctx, dig)
+	if err != nil {
+		return err
+	}
+	switch st.Current {
+	case catalog.StateInstantiated, catalog.StateUpdated, catalog.StateInstantiateStopped, catalog.StateTerminateStopped:
+		return errdefs.Conflict("the deployment intent group is %s; terminate it before deleting it", st.Current)
+	}
+	return nil
+}
+
+// labelBody is EMCO's cluster label shape.
+type labelBody struct {
+	ClusterLabel string `json:"clusterLabel"`
+}
+
+func registerLabels(r *mux.Router, s *server) {
+	labels := catalog.For[catalog.Empty](s.opts.Catalog, catalog.ClusterLabels)
+	coll, item := pCluster+"/labels", pCluster+"/labels/{clusterLabel}"
+	r.HandleFunc(coll, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		var b labelBody
+		if err := s.decodeJSON(w, r, &b); err != nil {
+			return err
+		}
+		if err := catalog.ValidateName("cluster label", b.ClusterLabel); err != nil {
+			return err
+		}
+		key := append(varsKey(r, vCluster), b.ClusterLabel)
+		if err := labels.Create(r.Context(), key, catalog.Object[catalog.Empty]{Metadata: catalog.Metadata{Name: b.ClusterLabel}}); err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, b)
+		return nil
+	})).Methods(http.MethodPost)
+	r.HandleFunc(coll, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		list, err := labels.List(r.Context(), varsKey(r, vCluster))
+		if err != nil {
+			return err
+		}
+		out := make([]labelBody, 0, len(list))
+		for _, l := range list {
+			out = append(out, labelBody{l.Metadata.Name})
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	})).Methods(http.MethodGet)
+	r.HandleFunc(item, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		l, err := labels.Get(r.Context(), varsKey(r, vCluster, []string{"clusterLabel"}))
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, labelBody{l.Metadata.Name})
+		return nil
+	})).Methods(http.MethodGet)
+	r.HandleFunc(item, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		if err := labels.Delete(r.Context(), varsKey(r, vCluster, []string{"clusterLabel"})); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})).Methods(http.MethodDelete)
+}

@@ -1,0 +1,109 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/errdefs"
+)
+
+// Client is what Argus needs to talk to one cluster.
+type Client struct {
+	Config    *rest.Config
+	Dynamic   dynamic.Interface
+	Discovery discovery.DiscoveryInterface
+	// Mapper maps kinds to resources; Reset it when a kind is not found,
+	// since a CRD may have been installed since discovery was cached.
+	Mapper *restmapper.DeferredDiscoveryRESTMapper
+}
+
+// KubeconfigSource returns a cluster's kubeconfig.
+type KubeconfigSource func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error)
+
+// Options configures a Registry.
+type Options struct {
+	Kubeconfig KubeconfigSource
+	// RequestTimeout bounds each API request, so an unreachable cluster fails
+	// fast and rsync can retry; 0 means 10s.
+	RequestTimeout time.Duration
+}
+
+// Registry builds and caches clients.
+type Registry struct {
+	opts    Options
+	mu      sync.Mutex
+	clients map[appcontext.ClusterRef]cached
+}
+
+type cached struct {
+	sum    [32]byte
+	client *Client
+}
+
+// NewRegistry returns a Registry.
+func NewRegistry(opts Options) *Registry {
+	if opts.RequestTimeout == 0 {
+		opts.RequestTimeout = 10 * time.Second
+	}
+	return &Registry{opts: opts, clients: map[appcontext.ClusterRef]cached{}}
+}
+
+// Client returns the cluster's client, rebuilt when its kubeconfig changed.
+func (r *Registry) Client(ctx context.Context, ref appcontext.ClusterRef) (*Client, error) {
+	kc, err := r.opts.Kubeconfig(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(kc)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.clients[ref]; ok && c.sum == sum {
+		return c.client, nil
+	}
+	cfg, err := RESTConfig(kc)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", ref, err)
+	}
+	cfg.Timeout = r.opts.RequestTimeout
+	cfg.QPS, cfg.Burst = 100, 200
+	cfg.UserAgent = "argus-orchestrator"
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{Config: cfg, Dynamic: dyn, Discovery: disc,
+		Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))}
+	r.clients[ref] = cached{sum: sum, client: c}
+	return c, nil
+}
+
+// Forget drops a cluster's cached client (the cluster was deleted).
+func (r *Registry) Forget(ref appcontext.ClusterRef) {
+	r.mu.Lock()
+	delete(r.clients, ref)
+	r.mu.Unlock()
+}
+
+// RESTConfig parses a kubeconfig; a malformed one is errdefs.ErrInvalid.
+func RESTConfig(kubeconfig []byte) (*rest.Config, error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, errdefs.InvalidWrap(err, "invalid kubeconfig")
+	}
+	return cfg, nil
+}

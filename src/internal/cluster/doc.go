@@ -1,0 +1,3 @@
+// Package cluster turns a registered cluster's kubeconfig into clients, and
+// caches them per cluster until its kubeconfig changes.
+package cluster

@@ -1,0 +1,388 @@
+package deploy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/placement"
+	"github.com/argus-mc/argus/src/internal/render"
+)
+
+// Rsync is the part of the rsync engine the lifecycle drives.
+type Rsync interface {
+	Instantiate(group, id string)
+	Update(group, id string)
+	Terminate(group, id string)
+	Stop(group string) bool
+	Busy(group string) bool
+}
+
+// Options configures a Service; every field but Logger and Now is required.
+type Options struct {
+	Catalog  *catalog.Catalog
+	Contexts *appcontext.Store
+	Rsync    Rsync
+	Logger   *logrus.Entry
+	Now      func() time.Time
+}
+
+// Service runs DIG lifecycle actions.
+type Service struct {
+	opts Options
+	log  *logrus.Entry
+}
+
+// New returns a Service.
+func New(opts Options) (*Service, error) {
+	if opts.Catalog == nil || opts.Contexts == nil || opts.Rsync == nil {
+		return nil, errors.New("deploy: Catalog, Contexts and Rsync are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = logrus.NewEntry(logging.Discard())
+	}
+	if opts.Now == nil {
+		opts.Now = func() time.Time { return time.Now().UTC() }
+	}
+	return &Service{opts: opts, log: opts.Logger}, nil
+}
+
+// Namespace is where DIG resources without a namespace go.
+const Namespace = "default"
+
+// Group is the rsync group of a DIG: actions on it are serialised.
+func Group(dig catalog.Key) string { return "dig:" + strings.Join(dig, "/") }
+
+func (s *Service) digExists(ctx context.Context, dig catalog.Key) (catalog.Object[catalog.DIGSpec], error) {
+	return catalog.For[catalog.DIGSpec](s.opts.Catalog, catalog.DeploymentIntentGroups).Get(ctx, dig)
+}
+
+func (s *Service) action(state, contextID string) catalog.StateAction {
+	return catalog.StateAction{State: state, ContextID: contextID, TimeStamp: s.opts.Now()}
+}
+
+// Approve marks a created DIG ready to instantiate.
+func (s *Service) Approve(ctx context.Context, dig catalog.Key) error {
+	if _, err := s.digExists(ctx, dig); err != nil {
+		return err
+	}
+	_, err := s.opts.Catalog.TransitionDIG(ctx, dig, []string{catalog.StateCreated, catalog.StateApproved}, s.action(catalog.StateApproved, ""), "")
+	return err
+}
+
+// Instantiate renders and places every app, records a new context and
+// starts rsync on it. It returns the context id; the work goes on after.
+func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, error) {
+	obj, err := s.digExists(ctx, dig)
+	if err != nil {
+		return "", err
+	}
+	state, err := s.opts.Catalog.GetDIGState(ctx, dig)
+	if err != nil {
+		return "", err
+	}
+	from := []string{catalog.StateApproved, catalog.StateTerminated}
+	if !contains(from, state.Current) {
+		return "", errdefs.Conflict("the deployment intent group is %s; instantiate needs it to be Approved or Terminated", state.Current)
+	}
+	placements, err := s.plan(ctx, dig, obj.Spec)
+	if err != nil {
+		return "", err
+	}
+	id := appcontext.NewID()
+	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, from, s.action(catalog.StateInstantiated, id), id); err != nil {
+		return "", err
+	}
+	meta := appcontext.Meta{
+		ID: id, Kind: "dig", Group: Group(dig),
+		Project: dig[0], CompositeApp: dig[1], Version: dig[2], DIG: dig[3],
+		CompositeProfile: obj.Spec.CompositeProfile, Namespace: Namespace,
+		StatusID: id, Created: s.opts.Now(),
+	}
+	if err := s.opts.Contexts.Create(ctx, meta, appcontext.Status{Status: appcontext.Instantiating, Updated: s.opts.Now()}, placements); err != nil {
+		return "", fmt.Errorf("record context: %w", err)
+	}
+	s.opts.Rsync.Instantiate(meta.Group, id)
+	s.log.WithFields(logrus.Fields{"dig": strings.Join(dig, "/"), "context": id, "placements": len(placements)}).Info("instantiating")
+	return id, nil
+}
+
+// Update re-renders the DIG and applies the difference to its current
+// context, under the same status context id: changed objects are applied,
+// objects no longer rendered are deleted.
+func (s *Service) Update(ctx context.Context, dig catalog.Key) error {
+	obj, err := s.digExists(ctx, dig)
+	if err != nil {
+		return err
+	}
+	state, err := s.opts.Catalog.GetDIGState(ctx, dig)
+	if err != nil {
+		return err
+	}
+	from := []string{catalog.StateInstantiated, catalog.StateUpdated}
+	if !contains(from, state.Current) {
+		return errdefs.Conflict("the deployment intent group is %s; update needs it to be Instantiated or Updated", state.Current)
+	}
+	if s.opts.Rsync.Busy(Group(dig)) {
+		// Serialised anyway, but the new plan must be diffed against a settled one.
+		return errdefs.Conflict("an action on the deployment intent group is still in progress; try again when it is done")
+	}
+	placements, err := s.plan(ctx, dig, obj.Spec)
+	if err != nil {
+		return err
+	}
+	old, err := s.opts.Contexts.Get(ctx, state.ContextID)
+	if err != nil {
+		return err
+	}
+	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, from, s.action(catalog.StateUpdated, state.ContextID), ""); err != nil {
+		return err
+	}
+	for _, p := range mergeForUpdate(old, placements) {
+		if err := s.opts.Contexts.ReplacePlacement(ctx, state.ContextID, p); err != nil {
+			return err
+		}
+	}
+	if err := s.opts.Contexts.SetStatus(ctx, state.ContextID, appcontext.Status{Status: appcontext.Updating}); err != nil {
+		return err
+	}
+	s.opts.Rsync.Update(Group(dig), state.ContextID)
+	return nil
+}
+
+// mergeForUpdate returns the new placements plus, marked Removed, every old
+// resource the new plan no longer has.
+func mergeForUpdate(old *appcontext.Context, fresh []*appcontext.Placement) []*appcontext.Placement {
+	out := fresh
+	for _, op := range old.Placements {
+		var np *appcontext.Placement
+		for _, p := range fresh {
+			if p.App == op.App && p.Cluster == op.Cluster {
+				np = p
+			}
+		}
+		if np == nil {
+			np = &appcontext.Placement{App: op.App, Cluster: op.Cluster}
+			out = append(out, np)
+		}
+		keep := map[string]bool{}
+		for _, r := range np.Resources {
+			keep[r.Key()] = true
+		}
+		for _, r := range op.Resources {
+			if !keep[r.Key()] && op.StatusOf(r.Key()).Status != appcontext.RsyncDeleted {
+				r.Removed = true
+				np.Resources = append(np.Resources, r)
+			}
+		}
+	}
+	return out
+}
+
+// Terminate cancels any action in flight and deletes the DIG's resources.
+func (s *Service) Terminate(ctx context.Context, dig catalog.Key) error {
+	if _, err := s.digExists(ctx, dig); err != nil {
+		return err
+	}
+	from := []string{catalog.StateInstantiated, catalog.StateUpdated, catalog.StateInstantiateStopped, catalog.StateTerminateStopped}
+	state, err := s.opts.Catalog.GetDIGState(ctx, dig)
+	if err != nil {
+		return err
+	}
+	st, err := s.opts.Catalog.TransitionDIG(ctx, dig, from, s.action(catalog.StateTerminated, state.ContextID), "")
+	if err != nil {
+		return err
+	}
+	s.opts.Rsync.Terminate(Group(dig), st.ContextID)
+	return nil
+}
+
+// Stop cancels the action in flight (instantiate, update or terminate).
+func (s *Service) Stop(ctx context.Context, dig catalog.Key) error {
+	if _, err := s.digExists(ctx, dig); err != nil {
+		return err
+	}
+	state, err := s.opts.Catalog.GetDIGState(ctx, dig)
+	if err != nil {
+		return err
+	}
+	next := catalog.StateInstantiateStopped
+	if state.Current == catalog.StateTerminated {
+		next = catalog.StateTerminateStopped
+	}
+	if !s.opts.Rsync.Busy(Group(dig)) {
+		return errdefs.Conflict("the deployment intent group is %s and no action is in progress to stop", state.Current)
+	}
+	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, []string{catalog.StateInstantiated, catalog.StateUpdated, catalog.StateTerminated},
+		s.action(next, state.ContextID), ""); err != nil {
+		return err
+	}
+	s.opts.Rsync.Stop(Group(dig))
+	status := appcontext.InstantiateFailed
+	if next == catalog.StateTerminateStopped {
+		status = appcontext.TerminateFailed
+	}
+	return s.opts.Contexts.SetStatus(ctx, state.ContextID, appcontext.Status{Status: status, Error: "stopped by the user"})
+}
+
+// plan renders every app of the DIG's composite app and places it.
+func (s *Service) plan(ctx context.Context, dig catalog.Key, spec catalog.DIGSpec) ([]*appcontext.Placement, error) {
+	cat := s.opts.Catalog
+	caKey := dig[:3]
+	apps, err := catalog.For[catalog.Empty](cat, catalog.Apps).List(ctx, caKey)
+	if err != nil {
+		return nil, err
+	}
+	if len(apps) == 0 {
+		return nil, errdefs.Invalid("composite app %s has no apps", strings.Join(caKey[1:], "/"))
+	}
+	intents, err := s.appIntents(ctx, dig)
+	if err != nil {
+		return nil, err
+	}
+	clusters, err := s.clusters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	profiles, err := s.profiles(ctx, caKey, spec.CompositeProfile)
+	if err != nil {
+		return nil, err
+	}
+	overrides := map[string]map[string]string{}
+	for _, ov := range spec.OverrideValues {
+		overrides[ov.App] = ov.Values
+	}
+	var out []*appcontext.Placement
+	for _, app := range apps {
+		name := app.Metadata.Name
+		intent, ok := intents[name]
+		if !ok {
+			return nil, errdefs.Invalid("app %q has no placement intent", name)
+		}
+		refs, err := placement.Resolve(intent, clusters)
+		if err != nil {
+			return nil, fmt.Errorf("app %q: %w", name, err)
+		}
+		chart, err := catalog.For[catalog.Empty](cat, catalog.Apps).GetContent(ctx, append(append(catalog.Key{}, caKey...), name))
+		if err != nil {
+			return nil, err
+		}
+		rendered, err := render.Render(render.Options{Chart: chart, Profile: profiles[name], ReleaseName: name,
+			Namespace: Namespace, Overrides: overrides[name]})
+		if err != nil {
+			return nil, fmt.Errorf("app %q: %w", name, err)
+		}
+		resources := make([]appcontext.Resource, 0, len(rendered))
+		for _, r := range rendered {
+			manifest, err := json.Marshal(r.Object.Object)
+			if err != nil {
+				return nil, err
+			}
+			resources = append(resources, appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace, Manifest: manifest})
+		}
+		for _, ref := range refs {
+			out = append(out, &appcontext.Placement{App: name, Cluster: ref, Resources: resources})
+		}
+	}
+	return out, nil
+}
+
+// appIntents reads the app intents of the DIG's generic placement intent(s).
+func (s *Service) appIntents(ctx context.Context, dig catalog.Key) (map[string]catalog.PlacementIntent, error) {
+	cat := s.opts.Catalog
+	digIntents, err := catalog.For[catalog.DIGIntentSpec](cat, catalog.DIGIntents).List(ctx, dig)
+	if err != nil {
+		return nil, err
+	}
+	var gpis []string
+	for _, di := range digIntents {
+		if g := di.Spec.Intent["genericPlacementIntent"]; g != "" {
+			gpis = append(gpis, g)
+		}
+	}
+	if len(gpis) == 0 {
+		return nil, errdefs.Invalid("the deployment intent group names no genericPlacementIntent in its intents")
+	}
+	out := map[string]catalog.PlacementIntent{}
+	for _, gpi := range gpis {
+		ais, err := catalog.For[catalog.AppIntentSpec](cat, catalog.AppIntents).List(ctx, append(append(catalog.Key{}, dig...), gpi))
+		if err != nil {
+			return nil, err
+		}
+		for _, ai := range ais {
+			pi := out[ai.Spec.App]
+			pi.AllOf = append(pi.AllOf, ai.Spec.Intent.AllOf...)
+			pi.AnyOf = append(pi.AnyOf, ai.Spec.Intent.AnyOf...)
+			out[ai.Spec.App] = pi
+		}
+	}
+	return out, nil
+}
+
+// clusters lists every registered cluster with its labels.
+func (s *Service) clusters(ctx context.Context) ([]placement.Cluster, error) {
+	cat := s.opts.Catalog
+	providers, err := catalog.For[catalog.Empty](cat, catalog.ClusterProviders).List(ctx, catalog.Key{})
+	if err != nil {
+		return nil, err
+	}
+	var out []placement.Cluster
+	for _, p := range providers {
+		cs, err := catalog.For[catalog.Empty](cat, catalog.Clusters).List(ctx, catalog.Key{p.Metadata.Name})
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cs {
+			labels, err := catalog.For[catalog.Empty](cat, catalog.ClusterLabels).List(ctx, catalog.Key{p.Metadata.Name, c.Metadata.Name})
+			if err != nil {
+				return nil, err
+			}
+			pc := placement.Cluster{Ref: appcontext.ClusterRef{Provider: p.Metadata.Name, Name: c.Metadata.Name}}
+			for _, l := range labels {
+				pc.Labels = append(pc.Labels, l.Metadata.Name)
+			}
+			out = append(out, pc)
+		}
+	}
+	return out, nil
+}
+
+// profiles returns each app's profile archive from the composite profile.
+func (s *Service) profiles(ctx context.Context, caKey catalog.Key, compositeProfile string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	if compositeProfile == "" {
+		return out, nil
+	}
+	cpKey := append(append(catalog.Key{}, caKey...), compositeProfile)
+	profiles := catalog.For[catalog.AppProfileSpec](s.opts.Catalog, catalog.AppProfiles)
+	list, err := profiles.List(ctx, cpKey)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range list {
+		data, err := profiles.GetContent(ctx, append(append(catalog.Key{}, cpKey...), p.Metadata.Name))
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return nil, err
+		}
+		out[p.Spec.App] = data
+	}
+	return out, nil
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
