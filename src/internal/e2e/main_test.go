@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 // orch is an orchestrator started for one test on the package's stores,
 // with a database and etcd prefix of its own.
 type orch struct {
-	t        *testing.T
+	t        testing.TB
 	base     string
 	db       string
 	prefix   string
@@ -59,6 +59,10 @@ type orch struct {
 }
 
 func startOrchestrator(t *testing.T, db, prefix string) *orch {
+	return startOrchestratorTB(t, db, prefix)
+}
+
+func startOrchestratorTB(t testing.TB, db, prefix string) *orch {
 	t.Helper()
 	app, err := orchestrator.New(orchestrator.Options{
 		Listen: "127.0.0.1:0", EtcdEndpoints: stores.EtcdEndpoints(), MongoURI: stores.MongoURI(),
@@ -148,6 +152,13 @@ func (o *orch) upload(path string, meta any, file []byte) (int, string) {
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(data)
+}
+
+func (o *orch) uploadOK(path string, meta any, file []byte) {
+	o.t.Helper()
+	if code, body := o.upload(path, meta, file); code != 201 {
+		o.t.Fatalf("upload %s: %d %s", path, code, body)
+	}
 }
 
 func meta(name string) map[string]any {
