@@ -30,7 +30,7 @@ func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cat, err := catalog.New(ctx, env.Database(t), catalog.V2Kinds()...)
+	cat, err := catalog.New(ctx, env.Database(t), catalog.AllKinds()...)
 	if err != nil {
 		t.Fatal(err)
 	}

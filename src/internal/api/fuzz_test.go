@@ -35,7 +35,7 @@ func FuzzHandler(f *testing.F) {
 		f.Add(s.method, s.path, s.query, []byte(s.body))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	cat, err := catalog.New(ctx, env.Database(f), catalog.V2Kinds()...)
+	cat, err := catalog.New(ctx, env.Database(f), catalog.AllKinds()...)
 	cancel()
 	if err != nil {
 		f.Fatal(err)

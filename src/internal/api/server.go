@@ -27,6 +27,8 @@ type Options struct {
 	Catalog *catalog.Catalog
 	// Deploy runs DIG actions; nil leaves the action routes out.
 	Deploy Deployer
+	// Instances runs v1 instance actions; nil leaves those routes out.
+	Instances Instances
 	// Checks run by /readyz, by name ("etcd", "mongo").
 	Checks map[string]Check
 	// Logger for access and error logs; nil discards.
@@ -96,6 +98,7 @@ func (s *server) routes() {
 	// Routes are registered with full paths on the root router: gorilla/mux
 	// subrouters turn a method mismatch into 404 instead of 405.
 	s.v2Routes(r)
+	s.v1Routes(r)
 }
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {

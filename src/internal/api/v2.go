@@ -8,6 +8,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/cluster"
+	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/render"
 )
@@ -45,9 +46,6 @@ var (
 	vGPI      = append(append([]string{}, vDIG...), "genericPlacementIntent")
 )
 
-// maxAppName keeps "<context id>-<app>" within a 63-character label value.
-const maxAppName = 42
-
 func (s *server) v2Routes(r *mux.Router) {
 	cat := s.opts.Catalog
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.ClusterProviders),
@@ -80,8 +78,8 @@ func (s *server) v2Routes(r *mux.Router) {
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.Apps),
 		collection: pCA + "/apps", item: pCA + "/apps/{app}", parentVars: vCA, itemVars: []string{"app"}, noPut: true,
 		validate: func(o *catalog.Object[catalog.Empty]) error {
-			if len(o.Metadata.Name) > maxAppName {
-				return errdefs.Invalid("app name %q is longer than %d characters", o.Metadata.Name, maxAppName)
+			if len(o.Metadata.Name) > deploy.MaxAppName {
+				return errdefs.Invalid("app name %q is longer than %d characters", o.Metadata.Name, deploy.MaxAppName)
 			}
 			return nil
 		},

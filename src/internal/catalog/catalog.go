@@ -235,3 +235,13 @@ func (r *Resource[S]) GetContent(ctx context.Context, key Key) ([]byte, error) {
 
 // Describe renders a key for messages.
 func (r *Resource[S]) Describe(key Key) string { return r.kind.describe(key) }
+
+// CountWhere counts the kind's objects matching filter (field paths such as
+// "spec.request.rbName"), for references that are not parent and child.
+func (r *Resource[S]) CountWhere(ctx context.Context, filter bson.M) (int64, error) {
+	n, err := r.coll.CountDocuments(ctx, filter, options.Count().SetLimit(1))
+	if err != nil {
+		return 0, fmt.Errorf("count %ss: %w", r.kind.Name, err)
+	}
+	return n, nil
+}

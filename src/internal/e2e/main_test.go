@@ -83,7 +83,7 @@ func startOrchestratorTB(t testing.TB, db, prefix string) *orch {
 	o.base = "http://" + app.Addr().String()
 	cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 	defer ccancel()
-	if o.catalog, err = catalog.New(cctx, stores.Mongo.Client.Database(db), catalog.V2Kinds()...); err != nil {
+	if o.catalog, err = catalog.New(cctx, stores.Mongo.Client.Database(db), catalog.AllKinds()...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(o.stop)

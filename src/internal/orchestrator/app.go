@@ -107,12 +107,15 @@ func (a *App) Run(ctx context.Context) (err error) {
 		a.log.Info("stores closed")
 	}()
 
-	cat, err := catalog.New(ctx, mongo.DB, catalog.V2Kinds()...)
+	cat, err := catalog.New(ctx, mongo.DB, catalog.AllKinds()...)
 	if err != nil {
 		return err
 	}
 	contexts := appcontext.New(appcontext.Options{Client: etcd.Client, Prefix: a.opts.EtcdPrefix})
 	clusters := cluster.NewRegistry(cluster.Options{Kubeconfig: func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
+		if ref.Provider == deploy.V1Provider { // a v1 cloud region
+			return catalog.For[catalog.ConnectivitySpec](cat, catalog.ConnectivityInfos).GetContent(ctx, catalog.Key{ref.Name})
+		}
 		return catalog.For[catalog.Empty](cat, catalog.Clusters).GetContent(ctx, catalog.Key{ref.Provider, ref.Name})
 	}})
 	engine, err := rsync.New(rsync.Options{Store: contexts, Clusters: clusters, Logger: a.log.WithField("component", "rsync")})
@@ -128,8 +131,9 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("orchestrator: resume rsync: %w", err)
 	}
 	handler, err := api.New(api.Options{
-		Catalog: cat,
-		Deploy:  deployer,
+		Catalog:   cat,
+		Deploy:    deployer,
+		Instances: deployer,
 		Checks: map[string]api.Check{
 			"etcd":  etcd.Ping,
 			"mongo": mongo.Ping,
