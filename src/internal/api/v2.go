@@ -20,6 +20,8 @@ type Deployer interface {
 	Update(ctx context.Context, dig catalog.Key) error
 	Terminate(ctx context.Context, dig catalog.Key) error
 	Stop(ctx context.Context, dig catalog.Key) error
+	ApplyNetworks(ctx context.Context, provider, cluster string) (string, error)
+	TerminateNetworks(ctx context.Context, provider, cluster string) error
 }
 
 // Path templates of the v2 API.
@@ -127,6 +129,22 @@ func (s *server) v2Routes(r *mux.Router) {
 		for _, a := range []string{"approve", "instantiate", "terminate", "stop", "update"} {
 			r.HandleFunc(pDIG+"/"+a, s.handle(s.digAction(a))).Methods(http.MethodPost)
 		}
+		r.HandleFunc(pCluster+"/apply", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+			v := mux.Vars(r)
+			if _, err := s.opts.Deploy.ApplyNetworks(r.Context(), v["clusterProvider"], v["cluster"]); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusAccepted)
+			return nil
+		})).Methods(http.MethodPost)
+		r.HandleFunc(pCluster+"/terminate", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+			v := mux.Vars(r)
+			if err := s.opts.Deploy.TerminateNetworks(r.Context(), v["clusterProvider"], v["cluster"]); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusAccepted)
+			return nil
+		})).Methods(http.MethodPost)
 	}
 }
 

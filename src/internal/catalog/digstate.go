@@ -14,8 +14,10 @@ import (
 	"github.com/argus-mc/argus/src/internal/errdefs"
 )
 
-// DIG states (SPEC section 4).
+// Lifecycle states: a DIG's (SPEC section 4), and a cluster's network
+// intents' (Created, Applied, Terminated).
 const (
+	StateApplied            = "Applied"
 	StateCreated            = "Created"
 	StateApproved           = "Approved"
 	StateInstantiated       = "Instantiated"
@@ -32,8 +34,9 @@ type StateAction struct {
 	TimeStamp time.Time `json:"TimeStamp" bson:"timeStamp"`
 }
 
-// DIGState is a DIG's lifecycle: its history, the context of its latest
-// instantiation, and the status context id that labels its objects.
+// DIGState is a lifecycle (a DIG's, or a cluster's network intents'): its
+// history, the context of its latest instantiation, and the status context
+// id that labels its objects.
 type DIGState struct {
 	Current         string        `json:"-" bson:"current"`
 	Actions         []StateAction `json:"Actions" bson:"actions"`
@@ -42,9 +45,17 @@ type DIGState struct {
 	Contexts        []string      `json:"-" bson:"contexts"`
 }
 
-func (c *Catalog) digStates() *mongo.Collection { return c.db.Collection("digstate") }
+func (c *Catalog) digStates() *mongo.Collection { return c.db.Collection("lifecycle") }
 
-func digFilter(key Key) bson.D { return keyFilter(DeploymentIntentGroups, key) }
+// DIGGroup and ClusterGroup name lifecycles; state documents are keyed by them.
+func DIGGroup(dig Key) string { return "dig:" + strings.Join(dig, "/") }
+
+// ClusterGroup names a cluster's network-intents lifecycle.
+func ClusterGroup(provider, cluster string) string { return "cluster:" + provider + "+" + cluster }
+
+func digFilter(key Key) bson.D { return groupFilter(DIGGroup(key)) }
+
+func groupFilter(group string) bson.D { return bson.D{{Key: "group", Value: group}} }
 
 // keyFilter matches the objects of kind whose key starts with key.
 func keyFilter(kind *Kind, key Key) bson.D {
@@ -57,14 +68,19 @@ func keyFilter(kind *Kind, key Key) bson.D {
 
 // GetDIGState returns a DIG's state; a DIG never acted on is Created.
 func (c *Catalog) GetDIGState(ctx context.Context, key Key) (DIGState, error) {
-	st, _, err := c.getDIGState(ctx, key)
+	return c.GetState(ctx, DIGGroup(key))
+}
+
+// GetState returns a lifecycle's state; one never acted on is Created.
+func (c *Catalog) GetState(ctx context.Context, group string) (DIGState, error) {
+	st, _, err := c.getState(ctx, group)
 	return st, err
 }
 
-// getDIGState also reports whether the state document exists yet.
-func (c *Catalog) getDIGState(ctx context.Context, key Key) (DIGState, bool, error) {
+// getState also reports whether the state document exists yet.
+func (c *Catalog) getState(ctx context.Context, group string) (DIGState, bool, error) {
 	var st DIGState
-	err := c.digStates().FindOne(ctx, digFilter(key)).Decode(&st)
+	err := c.digStates().FindOne(ctx, groupFilter(group)).Decode(&st)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return DIGState{Current: StateCreated, Actions: []StateAction{}}, false, nil
 	}
@@ -79,13 +95,22 @@ func (c *Catalog) getDIGState(ctx context.Context, key Key) (DIGState, bool, err
 // empty, become the DIG's current ones. The check and the write are one
 // conditional update, so two concurrent actions cannot both pass.
 func (c *Catalog) TransitionDIG(ctx context.Context, key Key, from []string, next StateAction, statusID string) (DIGState, error) {
+	st, err := c.Transition(ctx, DIGGroup(key), from, next, statusID)
+	if errors.Is(err, errdefs.ErrConflict) && !strings.Contains(err.Error(), "concurrently") {
+		return st, errdefs.Conflict("the deployment intent group is %s; this action needs it to be %s", st.Current, strings.Join(from, " or "))
+	}
+	return st, err
+}
+
+// Transition is TransitionDIG for any lifecycle group.
+func (c *Catalog) Transition(ctx context.Context, group string, from []string, next StateAction, statusID string) (DIGState, error) {
 	for attempt := 0; attempt < 3; attempt++ {
-		cur, exists, err := c.getDIGState(ctx, key)
+		cur, exists, err := c.getState(ctx, group)
 		if err != nil {
 			return cur, err
 		}
 		if !contains(from, cur.Current) {
-			return cur, errdefs.Conflict("the deployment intent group is %s; this action needs it to be %s", cur.Current, strings.Join(from, " or "))
+			return cur, errdefs.Conflict("the state is %s; this action needs it to be %s", cur.Current, strings.Join(from, " or "))
 		}
 		set := bson.D{{Key: "current", Value: next.State}}
 		if next.ContextID != "" {
@@ -101,7 +126,7 @@ func (c *Catalog) TransitionDIG(ctx context.Context, key Key, from []string, nex
 		if !exists {
 			// First action: create the document (key fields set explicitly,
 			// as a FerretDB upsert does not copy them from the filter).
-			doc := append(digFilter(key),
+			doc := append(groupFilter(group),
 				bson.E{Key: "current", Value: next.State},
 				bson.E{Key: "actions", Value: []StateAction{next}},
 				bson.E{Key: "contextId", Value: next.ContextID},
@@ -114,18 +139,18 @@ func (c *Catalog) TransitionDIG(ctx context.Context, key Key, from []string, nex
 			if err != nil {
 				return cur, fmt.Errorf("write DIG state: %w", err)
 			}
-			return c.GetDIGState(ctx, key)
+			return c.GetState(ctx, group)
 		}
-		filter := append(digFilter(key), bson.E{Key: "current", Value: cur.Current}, bson.E{Key: "actions", Value: bson.D{{Key: "$size", Value: len(cur.Actions)}}})
+		filter := append(groupFilter(group), bson.E{Key: "current", Value: cur.Current}, bson.E{Key: "actions", Value: bson.D{{Key: "$size", Value: len(cur.Actions)}}})
 		res, err := c.digStates().UpdateOne(ctx, filter, update)
 		if err != nil {
 			return cur, fmt.Errorf("write DIG state: %w", err)
 		}
 		if res.MatchedCount == 1 {
-			return c.GetDIGState(ctx, key)
+			return c.GetState(ctx, group)
 		}
 	}
-	return DIGState{}, errdefs.Conflict("the deployment intent group changed concurrently; try again")
+	return DIGState{}, errdefs.Conflict("the state changed concurrently; try again")
 }
 
 // DeleteDIGState removes a DIG's state with the DIG.
@@ -135,11 +160,7 @@ func (c *Catalog) DeleteDIGState(ctx context.Context, key Key) error {
 }
 
 func (c *Catalog) ensureDIGStateIndex(ctx context.Context) error {
-	keys := bson.D{}
-	for _, f := range DeploymentIntentGroups.KeyFields() {
-		keys = append(keys, bson.E{Key: f, Value: 1})
-	}
-	_, err := c.digStates().Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: options.Index().SetUnique(true).SetName("key")})
+	_, err := c.digStates().Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "group", Value: 1}}, Options: options.Index().SetUnique(true).SetName("group")})
 	return err
 }
 

@@ -60,7 +60,7 @@ func New(opts Options) (*Service, error) {
 const Namespace = "default"
 
 // Group is the rsync group of a DIG: actions on it are serialised.
-func Group(dig catalog.Key) string { return "dig:" + strings.Join(dig, "/") }
+func Group(dig catalog.Key) string { return catalog.DIGGroup(dig) }
 
 func (s *Service) digExists(ctx context.Context, dig catalog.Key) (catalog.Object[catalog.DIGSpec], error) {
 	return catalog.For[catalog.DIGSpec](s.opts.Catalog, catalog.DeploymentIntentGroups).Get(ctx, dig)
