@@ -29,6 +29,8 @@ type Options struct {
 	Deploy Deployer
 	// Instances runs v1 instance actions; nil leaves those routes out.
 	Instances Instances
+	// Status answers status queries; nil leaves the status routes out.
+	Status StatusReader
 	// Checks run by /readyz, by name ("etcd", "mongo").
 	Checks map[string]Check
 	// Logger for access and error logs; nil discards.
@@ -97,6 +99,9 @@ func (s *server) routes() {
 
 	// Routes are registered with full paths on the root router: gorilla/mux
 	// subrouters turn a method mismatch into 404 instead of 405.
+	// Status routes first: /v1/instance/{id}/status must not be taken for
+	// an instance route.
+	s.statusRoutes(r)
 	s.v2Routes(r)
 	s.v1Routes(r)
 }

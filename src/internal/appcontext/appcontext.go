@@ -120,6 +120,8 @@ type Placement struct {
 	Resources []Resource
 	// Statuses by Resource.Key(); a resource without one is Pending.
 	Statuses map[string]ResourceStatus
+	// Bundle is the last ResourceBundleState received; nil if none yet.
+	Bundle *BundleSnapshot
 }
 
 // Context is everything stored for one context.
@@ -298,10 +300,11 @@ func (s *Store) Get(ctx context.Context, id string) (*Context, error) {
 		rest := strings.TrimPrefix(string(kv.Key), s.ctxPrefix(id))
 		switch {
 		case strings.HasPrefix(rest, "app/"):
-			// app/<app>/cluster/<ref>/res/<Kind>/<ns>/<name>/<leaf>
+			// app/<app>/cluster/<ref>/res/<Kind>/<ns>/<name>/<leaf>, or
+			// app/<app>/cluster/<ref>/bundle
 			parts := strings.Split(rest, "/")
-			if len(parts) != 9 || parts[2] != "cluster" || parts[4] != "res" {
-				continue // other per-placement data (e.g. status snapshots)
+			if len(parts) < 5 || parts[2] != "cluster" {
+				continue
 			}
 			ref, err := ParseClusterRef(parts[3])
 			if err != nil {
@@ -312,6 +315,17 @@ func (s *Store) Get(ctx context.Context, id string) (*Context, error) {
 			if p == nil {
 				p = &Placement{App: parts[1], Cluster: ref, Statuses: map[string]ResourceStatus{}}
 				byPlacement[pk] = p
+			}
+			if len(parts) == 5 && parts[4] == "bundle" {
+				var b BundleSnapshot
+				if err := json.Unmarshal(kv.Value, &b); err != nil {
+					return nil, fmt.Errorf("context %s bundle of %s on %s: %w", id, parts[1], parts[3], err)
+				}
+				p.Bundle = &b
+				continue
+			}
+			if len(parts) != 9 || parts[4] != "res" {
+				continue
 			}
 			key := strings.Join(parts[5:8], "/")
 			switch parts[8] {

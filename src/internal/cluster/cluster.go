@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"sync"
-	"time"
 
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -34,9 +33,6 @@ type KubeconfigSource func(ctx context.Context, ref appcontext.ClusterRef) ([]by
 // Options configures a Registry.
 type Options struct {
 	Kubeconfig KubeconfigSource
-	// RequestTimeout bounds each API request, so an unreachable cluster fails
-	// fast and rsync can retry; 0 means 10s.
-	RequestTimeout time.Duration
 }
 
 // Registry builds and caches clients.
@@ -53,9 +49,6 @@ type cached struct {
 
 // NewRegistry returns a Registry.
 func NewRegistry(opts Options) *Registry {
-	if opts.RequestTimeout == 0 {
-		opts.RequestTimeout = 10 * time.Second
-	}
 	return &Registry{opts: opts, clients: map[appcontext.ClusterRef]cached{}}
 }
 
@@ -75,7 +68,8 @@ func (r *Registry) Client(ctx context.Context, ref appcontext.ClusterRef) (*Clie
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", ref, err)
 	}
-	cfg.Timeout = r.opts.RequestTimeout
+	// No client-wide Timeout: client-go applies it to watch streams too and
+	// would cut informers' watches. Callers bound requests with contexts.
 	cfg.QPS, cfg.Burst = 100, 200
 	cfg.UserAgent = "argus-orchestrator"
 	dyn, err := dynamic.NewForConfig(cfg)

@@ -78,12 +78,12 @@ func TestUpdateAppliesTheDifference(t *testing.T) {
 // Stop cancels the action in flight; terminate then cleans up.
 func TestStopCancelsTheActionInFlight(t *testing.T) {
 	o := startOrchestrator(t, testenv.UniqueName("stop"), "/"+testenv.UniqueName("stop"))
-	onboard(t, o, nil)
+	set := faultClusters(t)
+	onboardOn(t, o, set, nil)
 	if code, body := o.call("POST", digPath+"/stop", nil); code != 409 {
 		t.Fatalf("stop with nothing running: %d %s", code, body)
 	}
-	sim.Cluster("cluster2").StopAPIServer()
-	t.Cleanup(func() { startAPIServer(t, "cluster2") })
+	set.Cluster("cluster2").StopAPIServer()
 	o.must(202, "POST", digPath+"/approve", nil)
 	o.must(202, "POST", digPath+"/instantiate", nil)
 	id := o.digState().ContextID
@@ -99,7 +99,7 @@ func TestStopCancelsTheActionInFlight(t *testing.T) {
 	if code, body := o.call("POST", digPath+"/stop", nil); code != 409 {
 		t.Fatalf("second stop: %d %s", code, body)
 	}
-	startAPIServer(t, "cluster2")
+	startAPIServer(t, set, "cluster2")
 	o.must(202, "POST", digPath+"/terminate", nil)
 	o.waitContext(id, "terminated after stop", allResources(appcontext.RsyncDeleted))
 }

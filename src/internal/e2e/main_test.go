@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/simcluster"
 	"github.com/argus-mc/argus/src/internal/testenv"
@@ -32,17 +34,38 @@ func TestMain(m *testing.M) {
 		stores, sim = s, set
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		// The monitor's manifests own the ResourceBundleState CRD.
-		for _, c := range set.Clusters {
-			if _, err := testenv.ApplyManifestFiles(ctx, c.RESTConfig(), false, "../../../deployments/kubernetes/monitor/k8splugin.io_resourcebundlestates.yaml"); err != nil {
-				return err
-			}
-			if err := testenv.WaitEstablished(ctx, c.RESTConfig(), "resourcebundlestates.k8splugin.io"); err != nil {
-				return err
-			}
-		}
-		return nil
+		return installCRD(ctx, set)
 	})
+}
+
+// installCRD installs the ResourceBundleState CRD, which the monitor's
+// manifests own, on every cluster of the set.
+func installCRD(ctx context.Context, set *simcluster.Set) error {
+	for _, c := range set.Clusters {
+		if _, err := testenv.ApplyManifestFiles(ctx, c.RESTConfig(), false, "../../../deployments/kubernetes/monitor/k8splugin.io_resourcebundlestates.yaml"); err != nil {
+			return err
+		}
+		if err := testenv.WaitEstablished(ctx, c.RESTConfig(), "resourcebundlestates.k8splugin.io"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// faultClusters starts a set of two clusters for one test that stops and
+// starts API servers. Such tests get their own: a simulated cluster's
+// controller-manager is not restarted with its API server (no liveness
+// probe runs it), and after a few restarts it may stop progressing
+// Deployments, which must not leak into the tests sharing the package's set.
+func faultClusters(t *testing.T) *simcluster.Set {
+	t.Helper()
+	set := testenv.Clusters(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := installCRD(ctx, set); err != nil {
+		t.Fatal(err)
+	}
+	return set
 }
 
 // orch is an orchestrator started for one test on the package's stores,
@@ -64,10 +87,14 @@ func startOrchestrator(t *testing.T, db, prefix string) *orch {
 
 func startOrchestratorTB(t testing.TB, db, prefix string) *orch {
 	t.Helper()
-	app, err := orchestrator.New(orchestrator.Options{
+	opts := orchestrator.Options{
 		Listen: "127.0.0.1:0", EtcdEndpoints: stores.EtcdEndpoints(), MongoURI: stores.MongoURI(),
 		MongoDatabase: db, EtcdPrefix: prefix,
-	})
+	}
+	if os.Getenv("ARGUS_TEST_LOG") != "" { // the orchestrator's log on stderr, for debugging
+		opts.Logger, _ = logging.New(os.Stderr, "text", "debug")
+	}
+	app, err := orchestrator.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,9 +205,12 @@ const (
 
 // onboard registers both clusters (labelled "edge"), a project, a 3-app
 // composite app with profiles, and a DIG placing every app on both clusters.
-func onboard(t *testing.T, o *orch, overrides []any) {
+func onboard(t *testing.T, o *orch, overrides []any) { onboardOn(t, o, sim, overrides) }
+
+// onboardOn is onboard with the clusters of set.
+func onboardOn(t *testing.T, o *orch, set *simcluster.Set, overrides []any) {
 	o.must(201, "POST", "/v2/cluster-providers", meta("cp"))
-	for _, c := range sim.Clusters {
+	for _, c := range set.Clusters {
 		if code, body := o.upload("/v2/cluster-providers/cp/clusters", meta(c.Name), c.Kubeconfig); code != 201 {
 			t.Fatalf("cluster %s: %d %s", c.Name, code, body)
 		}

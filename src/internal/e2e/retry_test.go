@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/simcluster"
 	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
@@ -29,11 +30,11 @@ func byCluster(cluster, want, other string) func(*appcontext.Context) (bool, str
 	}
 }
 
-func startAPIServer(t *testing.T, name string) {
+func startAPIServer(t *testing.T, set *simcluster.Set, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := sim.Cluster(name).StartAPIServer(ctx); err != nil {
+	if err := set.Cluster(name).StartAPIServer(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -43,17 +44,17 @@ func startAPIServer(t *testing.T, name string) {
 // Retrying ends the apply retries at once.
 func TestUnreachableClusterIsRetried(t *testing.T) {
 	o := startOrchestrator(t, testenv.UniqueName("retry"), "/"+testenv.UniqueName("retry"))
-	onboard(t, o, nil)
-	down := sim.Cluster("cluster2")
+	set := faultClusters(t)
+	onboardOn(t, o, set, nil)
+	down := set.Cluster("cluster2")
 	down.StopAPIServer()
-	t.Cleanup(func() { startAPIServer(t, "cluster2") })
 
 	o.must(202, "POST", digPath+"/approve", nil)
 	o.must(202, "POST", digPath+"/instantiate", nil)
 	id := o.digState().ContextID
 	o.waitContext(id, "cluster2 Retrying, cluster1 Applied", byCluster("cluster2", appcontext.RsyncRetrying, appcontext.RsyncApplied))
 
-	startAPIServer(t, "cluster2")
+	startAPIServer(t, set, "cluster2")
 	took := o.waitContext(id, "all Applied after the cluster came back", allResources(appcontext.RsyncApplied))
 	t.Logf("cluster back: all Applied %s after its API server was ready (retry backoff)", took.Round(time.Millisecond))
 	o.waitContext(id, "Instantiated", func(c *appcontext.Context) (bool, string) {
@@ -85,7 +86,7 @@ func TestUnreachableClusterIsRetried(t *testing.T) {
 		}
 		return ok, c.Status.Status
 	})
-	startAPIServer(t, "cluster2")
+	startAPIServer(t, set, "cluster2")
 	o.waitContext(id2, "all Deleted once the cluster is back", allResources(appcontext.RsyncDeleted))
 	o.waitContext(id2, "Terminated", func(c *appcontext.Context) (bool, string) {
 		return c.Status.Status == appcontext.Terminated, c.Status.Status
@@ -98,9 +99,9 @@ func TestUnreachableClusterIsRetried(t *testing.T) {
 func TestRestartResumesRetryingWork(t *testing.T) {
 	db, prefix := testenv.UniqueName("resume"), "/"+testenv.UniqueName("resume")
 	o := startOrchestrator(t, db, prefix)
-	onboard(t, o, nil)
-	sim.Cluster("cluster2").StopAPIServer()
-	t.Cleanup(func() { startAPIServer(t, "cluster2") })
+	set := faultClusters(t)
+	onboardOn(t, o, set, nil)
+	set.Cluster("cluster2").StopAPIServer()
 	o.must(202, "POST", digPath+"/approve", nil)
 	o.must(202, "POST", digPath+"/instantiate", nil)
 	id := o.digState().ContextID
@@ -108,7 +109,7 @@ func TestRestartResumesRetryingWork(t *testing.T) {
 
 	o.stop()
 	o2 := startOrchestrator(t, db, prefix)
-	startAPIServer(t, "cluster2")
+	startAPIServer(t, set, "cluster2")
 	o2.waitContext(id, "all Applied after restart", allResources(appcontext.RsyncApplied))
 	o2.waitContext(id, "Instantiated", func(c *appcontext.Context) (bool, string) {
 		return c.Status.Status == appcontext.Instantiated, c.Status.Status

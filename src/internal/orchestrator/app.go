@@ -20,8 +20,10 @@ import (
 	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/rsync"
+	"github.com/argus-mc/argus/src/internal/status"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 	mongostore "github.com/argus-mc/argus/src/internal/store/mongo"
+	"github.com/argus-mc/argus/src/internal/watcher"
 )
 
 // Options configures the orchestrator. Zero values are the documented
@@ -39,6 +41,9 @@ type Options struct {
 	MongoDatabase string
 	// EtcdPrefix prefixes every etcd key; "" means "/argus".
 	EtcdPrefix string
+	// MonitorSilentAfter is how long a monitor's Lease may stay unrenewed
+	// before the monitor is Silent; 0 means 30s.
+	MonitorSilentAfter time.Duration
 	// ShutdownTimeout bounds the graceful drain of HTTP requests; 0 means 4s,
 	// which keeps the whole exit under 5 s.
 	ShutdownTimeout time.Duration
@@ -130,10 +135,25 @@ func (a *App) Run(ctx context.Context) (err error) {
 	if err := engine.Resume(ctx); err != nil {
 		return fmt.Errorf("orchestrator: resume rsync: %w", err)
 	}
+	watchers, err := watcher.New(watcher.Options{Store: contexts, Clusters: clusters, SilentAfter: a.opts.MonitorSilentAfter,
+		Logger: a.log.WithField("component", "watcher")})
+	if err != nil {
+		return err
+	}
+	watchCtx, stopWatchers := context.WithCancel(ctx)
+	watchDone := make(chan error, 1)
+	go func() { watchDone <- watchers.Run(watchCtx) }()
+	defer func() {
+		stopWatchers()
+		if werr := <-watchDone; werr != nil && !errors.Is(werr, context.Canceled) {
+			a.log.WithError(werr).Error("watchers stopped")
+		}
+	}()
 	handler, err := api.New(api.Options{
 		Catalog:   cat,
 		Deploy:    deployer,
 		Instances: deployer,
+		Status:    &status.Reader{Catalog: cat, Contexts: contexts, SilentAfter: a.opts.MonitorSilentAfter},
 		Checks: map[string]api.Check{
 			"etcd":  etcd.Ping,
 			"mongo": mongo.Ping,

@@ -48,7 +48,10 @@ type Options struct {
 	// retried (a CRD applied just before may still be establishing) before
 	// the resource is Failed; 0 means 10.
 	NoMatchAttempts int
-	Logger          *logrus.Entry
+	// RequestTimeout bounds each request to a cluster, so one that does not
+	// answer is retried like one that refuses; 0 means 15s.
+	RequestTimeout time.Duration
+	Logger         *logrus.Entry
 }
 
 // Engine runs rsync actions. It owns every goroutine it starts; Close stops
@@ -87,6 +90,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.NoMatchAttempts == 0 {
 		opts.NoMatchAttempts = 10
+	}
+	if opts.RequestTimeout == 0 {
+		opts.RequestTimeout = 15 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = logrus.NewEntry(logging.Discard())
@@ -396,17 +402,19 @@ func (e *Engine) applyOne(ctx context.Context, c *appcontext.Context, p *appcont
 	if err != nil {
 		return appcontext.RsyncFailed, err
 	}
-	_, err = ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: fieldManager, Force: ptrTrue()})
+	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
+	defer cancel()
+	_, err = ri.Patch(rctx, obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: fieldManager, Force: ptrTrue()})
 	if err == nil {
 		return appcontext.RsyncApplied, nil
 	}
 	if apierrors.IsNotFound(err) && obj.GetNamespace() != "" {
 		// The target namespace does not exist yet: create it, as
 		// helm --create-namespace would, and try again.
-		if nerr := e.ensureNamespace(ctx, client, obj.GetNamespace()); nerr != nil {
+		if nerr := e.ensureNamespace(rctx, client, obj.GetNamespace()); nerr != nil {
 			return classify(ctx, nerr), nerr
 		}
-		if _, err = ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: fieldManager, Force: ptrTrue()}); err == nil {
+		if _, err = ri.Patch(rctx, obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: fieldManager, Force: ptrTrue()}); err == nil {
 			return appcontext.RsyncApplied, nil
 		}
 	}
@@ -566,7 +574,9 @@ func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcon
 		return status, err
 	}
 	policy := metav1.DeletePropagationBackground
-	err = ri.Delete(ctx, obj.GetName(), metav1.DeleteOptions{PropagationPolicy: &policy})
+	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
+	defer cancel()
+	err = ri.Delete(rctx, obj.GetName(), metav1.DeleteOptions{PropagationPolicy: &policy})
 	if err == nil || apierrors.IsNotFound(err) {
 		return appcontext.RsyncDeleted, nil
 	}

@@ -1,0 +1,51 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/gorilla/mux"
+
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/status"
+)
+
+// StatusReader answers status queries.
+type StatusReader interface {
+	DIG(ctx context.Context, dig catalog.Key, q url.Values) (any, error)
+	Cluster(ctx context.Context, provider, cluster string, q url.Values) (any, error)
+	Instance(ctx context.Context, id string) (status.InstanceStatus, error)
+	Query(ctx context.Context, id string, q url.Values) (status.InstanceStatus, error)
+}
+
+func (s *server) statusRoutes(r *mux.Router) {
+	if s.opts.Status == nil {
+		return
+	}
+	r.HandleFunc(pDIG+"/status", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		resp, err := s.opts.Status.DIG(r.Context(), varsKey(r, vDIG), r.URL.Query())
+		return answer(w, resp, err)
+	})).Methods(http.MethodGet)
+	r.HandleFunc(pCluster+"/status", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		v := mux.Vars(r)
+		resp, err := s.opts.Status.Cluster(r.Context(), v["clusterProvider"], v["cluster"], r.URL.Query())
+		return answer(w, resp, err)
+	})).Methods(http.MethodGet)
+	r.HandleFunc("/v1/instance/{instanceID}/status", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		resp, err := s.opts.Status.Instance(r.Context(), mux.Vars(r)["instanceID"])
+		return answer(w, resp, err)
+	})).Methods(http.MethodGet)
+	r.HandleFunc("/v1/instance/{instanceID}/query", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		resp, err := s.opts.Status.Query(r.Context(), mux.Vars(r)["instanceID"], r.URL.Query())
+		return answer(w, resp, err)
+	})).Methods(http.MethodGet)
+}
+
+func answer(w http.ResponseWriter, resp any, err error) error {
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}

@@ -1,0 +1,101 @@
+package appcontext
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// BundleSnapshot is the last ResourceBundleState status a watcher received
+// for one app on one cluster, stored at
+// /ctx/<id>/app/<app>/cluster/<ref>/bundle.
+type BundleSnapshot struct {
+	// ResourceVersion of the bundle the snapshot was taken from.
+	ResourceVersion string `json:"resourceVersion"`
+	// Status is the bundle's status (v1alpha1.ResourceBundleStateStatus).
+	Status json.RawMessage `json:"status,omitempty"`
+	// Deleted is set when the bundle itself was deleted.
+	Deleted bool `json:"deleted,omitempty"`
+	// Received is the orchestrator's time of receipt.
+	Received time.Time `json:"received"`
+}
+
+// PutBundle stores a bundle snapshot.
+func (s *Store) PutBundle(ctx context.Context, id, app string, c ClusterRef, snap BundleSnapshot) error {
+	data, err := json.Marshal(snap)
+	if err != nil {
+		return err
+	}
+	_, err = s.cli.Put(ctx, s.ctxPrefix(id)+"app/"+app+"/cluster/"+c.String()+"/bundle", string(data))
+	if err != nil {
+		return fmt.Errorf("store bundle snapshot: %w", err)
+	}
+	return nil
+}
+
+// Cluster connectivity and monitor states (SPEC section 3).
+const (
+	Available   = "Available"
+	Unreachable = "Unreachable"
+
+	MonitorRunning      = "Running"
+	MonitorSilent       = "Silent"
+	MonitorNotInstalled = "NotInstalled"
+)
+
+// ClusterState is what a cluster's watcher knows about it, stored at
+// /clusters/<provider>+<cluster>.
+type ClusterState struct {
+	Connectivity string `json:"connectivity"`
+	// UnreachableSince is set while Connectivity is Unreachable.
+	UnreachableSince time.Time `json:"unreachableSince,omitzero"`
+	Monitor          string    `json:"monitor"`
+	// LastSeen is when the watcher last saw the monitor's Lease renewed
+	// (the orchestrator's clock, so skew does not matter).
+	LastSeen time.Time `json:"lastSeen,omitzero"`
+	// Reason explains a monitor that is not Running.
+	Reason  string    `json:"reason,omitempty"`
+	Updated time.Time `json:"updated"`
+}
+
+// PutClusterState stores a cluster's state.
+func (s *Store) PutClusterState(ctx context.Context, c ClusterRef, st ClusterState) error {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	_, err = s.cli.Put(ctx, s.prefix+"/clusters/"+c.String(), string(data))
+	return err
+}
+
+// ClusterStates returns every cluster's state with one range read.
+func (s *Store) ClusterStates(ctx context.Context) (map[ClusterRef]ClusterState, error) {
+	resp, err := s.cli.Get(ctx, s.prefix+"/clusters/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("read cluster states: %w", err)
+	}
+	out := make(map[ClusterRef]ClusterState, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		ref, err := ParseClusterRef(strings.TrimPrefix(string(kv.Key), s.prefix+"/clusters/"))
+		if err != nil {
+			continue
+		}
+		var st ClusterState
+		if err := json.Unmarshal(kv.Value, &st); err != nil {
+			return nil, fmt.Errorf("cluster state %s: %w", ref, err)
+		}
+		out[ref] = st
+	}
+	return out, nil
+}
+
+// StatusPrefix is the key prefix of context statuses; a watch on it sees
+// every context lifecycle change.
+func (s *Store) StatusPrefix() string { return s.prefix + "/status/" }
+
+// Client exposes the etcd client for watches.
+func (s *Store) Client() *clientv3.Client { return s.cli }

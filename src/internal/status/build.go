@@ -1,0 +1,396 @@
+package status
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/health"
+)
+
+// Cluster presence of a resource (SPEC section 4).
+const (
+	Present    = "Present"
+	NotPresent = "NotPresent"
+	Unknown    = "Unknown"
+)
+
+// Header is the identity part of a response.
+type Header struct {
+	Project          string `json:"project,omitempty"`
+	CompositeApp     string `json:"composite-app-name,omitempty"`
+	Version          string `json:"composite-app-version,omitempty"`
+	CompositeProfile string `json:"composite-profile-name,omitempty"`
+	Name             string `json:"name"`
+}
+
+// State is the lifecycle history, as EMCO renders it.
+type State struct {
+	Actions []catalog.StateAction `json:"Actions"`
+}
+
+// Response is a status answer (SPEC section 6).
+type Response struct {
+	Header
+	State         State          `json:"state"`
+	Status        string         `json:"status,omitempty"`
+	RsyncStatus   map[string]int `json:"rsync-status,omitempty"`
+	ClusterStatus map[string]int `json:"cluster-status,omitempty"`
+	Ready         *bool          `json:"ready,omitempty"`
+	ReadyStatus   map[string]int `json:"ready-status,omitempty"`
+	Apps          []App          `json:"apps,omitempty"`
+}
+
+// App is one app's resources per cluster.
+type App struct {
+	Name     string    `json:"name"`
+	Ready    *bool     `json:"ready,omitempty"`
+	Clusters []Cluster `json:"clusters"`
+}
+
+// Cluster is one app's resources on one cluster.
+type Cluster struct {
+	ClusterProvider string     `json:"cluster-provider"`
+	Cluster         string     `json:"cluster"`
+	Ready           *bool      `json:"ready,omitempty"`
+	Connectivity    string     `json:"connectivity,omitempty"`
+	Monitor         string     `json:"monitor,omitempty"`
+	LastSeen        string     `json:"last-seen,omitempty"`
+	Resources       []Resource `json:"resources"`
+}
+
+// GVK is EMCO's spelling.
+type GVK struct {
+	Group   string `json:"Group"`
+	Version string `json:"Version"`
+	Kind    string `json:"Kind"`
+}
+
+// Resource is one resource's status.
+type Resource struct {
+	GVK           GVK             `json:"GVK"`
+	Name          string          `json:"name"`
+	Namespace     string          `json:"namespace,omitempty"`
+	RsyncStatus   string          `json:"rsync-status,omitempty"`
+	ClusterStatus string          `json:"cluster-status,omitempty"`
+	ReadyStatus   string          `json:"ready-status,omitempty"`
+	Reason        string          `json:"reason,omitempty"`
+	Detail        json.RawMessage `json:"detail,omitempty"`
+}
+
+// Input is everything a status answer is computed from.
+type Input struct {
+	Header  Header
+	State   []catalog.StateAction
+	Context *appcontext.Context // nil before the first instantiation
+	// Clusters are the watchers' cluster states.
+	Clusters map[appcontext.ClusterRef]appcontext.ClusterState
+	// Now and SilentAfter let a reader declare a monitor Silent even when
+	// the replica watching it died before saying so.
+	Now         time.Time
+	SilentAfter time.Duration
+}
+
+// Build computes the answer to q.
+func Build(in Input, q Query) Response {
+	resp := Response{Header: in.Header, State: State{Actions: in.State}}
+	if resp.State.Actions == nil {
+		resp.State.Actions = []catalog.StateAction{}
+	}
+	byType := map[string]int{}
+	ready := map[string]int{}
+	presence := map[string]int{}
+	allReady := true
+	if in.Context != nil {
+		resp.Status = in.Context.Status.Status
+		apps := map[string]*App{}
+		var order []string
+		for _, p := range in.Context.Placements {
+			if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) {
+				continue
+			}
+			c := buildCluster(in, q, p)
+			if len(c.Resources) == 0 && len(q.Resources) > 0 {
+				continue
+			}
+			a := apps[p.App]
+			if a == nil {
+				a = &App{Name: p.App}
+				apps[p.App] = a
+				order = append(order, p.App)
+			}
+			a.Clusters = append(a.Clusters, c)
+		}
+		sort.Strings(order)
+		for _, name := range order {
+			a := apps[name]
+			appReady := true
+			for i := range a.Clusters {
+				c := &a.Clusters[i]
+				for _, r := range c.Resources {
+					if q.Type == TypeRsync {
+						byType[r.RsyncStatus]++
+					} else {
+						ready[r.ReadyStatus]++
+						presence[r.ClusterStatus]++
+					}
+				}
+				if q.Type == TypeCluster {
+					appReady = appReady && *c.Ready
+				}
+			}
+			if q.Type == TypeCluster {
+				a.Ready = boolPtr(appReady)
+				allReady = allReady && appReady
+			}
+			resp.Apps = append(resp.Apps, *a)
+		}
+	}
+	if q.Type == TypeRsync {
+		resp.RsyncStatus = byType
+	} else {
+		resp.ClusterStatus, resp.ReadyStatus = presence, ready
+		resp.Ready = boolPtr(allReady && in.Context != nil && len(resp.Apps) > 0)
+	}
+	if q.Output == OutputSummary {
+		resp.Apps = nil
+	}
+	return resp
+}
+
+func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
+	c := Cluster{ClusterProvider: p.Cluster.Provider, Cluster: p.Cluster.Name, Resources: []Resource{}}
+	var bundle *v1alpha1.ResourceBundleStateStatus
+	if p.Bundle != nil && !p.Bundle.Deleted && len(p.Bundle.Status) > 0 {
+		var st v1alpha1.ResourceBundleStateStatus
+		if json.Unmarshal(p.Bundle.Status, &st) == nil {
+			bundle = &st
+		}
+	}
+	entries := entriesOf(bundle)
+	unknownWhy := ""
+	if q.Type == TypeCluster {
+		unknownWhy = clusterUnknown(in, p, bundle, &c)
+	}
+	var statuses []health.Status
+	for _, r := range p.Resources {
+		rs := p.StatusOf(r.Key())
+		if r.Removed && rs.Status == appcontext.RsyncDeleted {
+			continue // an update removed it; it is history
+		}
+		if !matchResource(q.Resources, r.GVK.Kind, r.Name) {
+			continue
+		}
+		res := Resource{GVK: GVK{r.GVK.Group, r.GVK.Version, r.GVK.Kind}, Name: r.Name, Namespace: r.Namespace}
+		if res.Namespace == "" && namespaced(r.GVK.Kind) {
+			res.Namespace = in.Context.Meta.Namespace
+		}
+		if q.Type == TypeRsync {
+			res.RsyncStatus = rs.Status
+			if q.Output == OutputDetail {
+				res.Detail = json.RawMessage(r.Manifest)
+			}
+			c.Resources = append(c.Resources, res)
+			continue
+		}
+		e, found := entries[entryKey(r.GVK.Group, r.GVK.Kind, res.Namespace, r.Name)]
+		switch {
+		case unknownWhy != "":
+			res.ClusterStatus, res.ReadyStatus, res.Reason = Unknown, string(health.Unknown), unknownWhy
+		case found:
+			res.ClusterStatus, res.ReadyStatus, res.Reason = Present, e.readyStatus, e.reason
+		case unwatched(bundle, r.GVK.Group, r.GVK.Kind) != "":
+			res.ClusterStatus, res.ReadyStatus, res.Reason = Unknown, string(health.Unknown), unwatched(bundle, r.GVK.Group, r.GVK.Kind)
+		default:
+			res.ClusterStatus, res.ReadyStatus, res.Reason = NotPresent, string(health.NotPresent), "not found in the cluster"
+		}
+		if q.Output == OutputDetail && found && unknownWhy == "" {
+			res.Detail = e.object
+		}
+		statuses = append(statuses, health.Status(res.ReadyStatus))
+		c.Resources = append(c.Resources, res)
+	}
+	if q.Type == TypeCluster && unknownWhy == "" && bundle != nil {
+		// The pods of the app's workloads appear as resources of their own.
+		for _, e := range podEntries(bundle) {
+			if !matchResource(q.Resources, "Pod", e.name) {
+				continue
+			}
+			res := Resource{GVK: GVK{"", "v1", "Pod"}, Name: e.name, Namespace: e.namespace,
+				ClusterStatus: Present, ReadyStatus: e.readyStatus, Reason: e.reason}
+			if q.Output == OutputDetail {
+				res.Detail = e.object
+			}
+			statuses = append(statuses, health.Status(res.ReadyStatus))
+			c.Resources = append(c.Resources, res)
+		}
+	}
+	if q.Type == TypeCluster {
+		c.Ready = boolPtr(unknownWhy == "" && health.Aggregate(statuses...) == health.Ready)
+	}
+	return c
+}
+
+// clusterUnknown fills the cluster's connectivity and monitor and says why
+// its resources are Unknown, or "" when the cluster can be believed.
+func clusterUnknown(in Input, p *appcontext.Placement, bundle *v1alpha1.ResourceBundleStateStatus, c *Cluster) string {
+	switch in.Context.Status.Status {
+	case appcontext.Terminated, appcontext.Terminating:
+		return "the context is " + strings.ToLower(in.Context.Status.Status)
+	}
+	st, known := in.Clusters[p.Cluster]
+	if !known {
+		c.Connectivity, c.Monitor = Unknown, Unknown
+		return "the cluster's state is not known yet"
+	}
+	c.Connectivity, c.Monitor = st.Connectivity, st.Monitor
+	if !st.LastSeen.IsZero() {
+		c.LastSeen = st.LastSeen.UTC().Format(time.RFC3339)
+	}
+	if st.Monitor == appcontext.MonitorRunning && in.SilentAfter > 0 && in.Now.Sub(st.LastSeen) > in.SilentAfter {
+		c.Monitor = appcontext.MonitorSilent
+	}
+	switch {
+	case st.Connectivity != appcontext.Available:
+		return "cluster unreachable since " + st.UnreachableSince.UTC().Format(time.RFC3339)
+	case c.Monitor == appcontext.MonitorSilent:
+		return "monitor silent since " + st.LastSeen.UTC().Format(time.RFC3339)
+	case c.Monitor != appcontext.MonitorRunning:
+		why := "monitor not installed"
+		if st.Reason != "" {
+			why += ": " + st.Reason
+		}
+		return why
+	case bundle == nil:
+		return "no ResourceBundleState received yet"
+	}
+	return ""
+}
+
+// entry is what the status engine needs of a bundle entry.
+type entry struct {
+	name, namespace     string
+	readyStatus, reason string
+	object              json.RawMessage
+}
+
+func entryKey(group, kind, ns, name string) string { return group + "/" + kind + "/" + ns + "/" + name }
+
+// entriesOf indexes a bundle's entries by group/kind/namespace/name.
+func entriesOf(b *v1alpha1.ResourceBundleStateStatus) map[string]entry {
+	out := map[string]entry{}
+	if b == nil {
+		return out
+	}
+	for _, list := range typedLists(b) {
+		for _, e := range list {
+			var meta struct{ Name, Namespace string }
+			_ = json.Unmarshal(e.Metadata.Raw, &meta)
+			group := ""
+			if i := strings.Index(e.APIVersion, "/"); i >= 0 {
+				group = e.APIVersion[:i]
+			}
+			out[entryKey(group, e.Kind, meta.Namespace, meta.Name)] = entry{meta.Name, meta.Namespace, e.ReadyStatus, e.Reason, objectOf(e)}
+		}
+	}
+	for _, e := range b.ResourceStatuses {
+		out[entryKey(e.Group, e.Kind, e.Namespace, e.Name)] = entry{e.Name, e.Namespace, e.ReadyStatus, e.Reason, json.RawMessage(e.Object.Raw)}
+	}
+	return out
+}
+
+func podEntries(b *v1alpha1.ResourceBundleStateStatus) []entry {
+	var out []entry
+	for _, e := range b.PodStatuses {
+		var meta struct{ Name, Namespace string }
+		_ = json.Unmarshal(e.Metadata.Raw, &meta)
+		out = append(out, entry{meta.Name, meta.Namespace, e.ReadyStatus, e.Reason, objectOf(e)})
+	}
+	return out
+}
+
+// objectOf rebuilds an object from a typed entry.
+func objectOf(e v1alpha1.ResourceStatus) json.RawMessage {
+	obj := map[string]json.RawMessage{"metadata": json.RawMessage(e.Metadata.Raw)}
+	obj["apiVersion"], _ = json.Marshal(e.APIVersion)
+	obj["kind"], _ = json.Marshal(e.Kind)
+	if e.Spec != nil {
+		obj["spec"] = json.RawMessage(e.Spec.Raw)
+	}
+	if e.Status != nil {
+		obj["status"] = json.RawMessage(e.Status.Raw)
+	}
+	data, _ := json.Marshal(obj)
+	return data
+}
+
+func typedLists(b *v1alpha1.ResourceBundleStateStatus) [][]v1alpha1.ResourceStatus {
+	return [][]v1alpha1.ResourceStatus{b.PodStatuses, b.DeploymentStatuses, b.ServiceStatuses, b.ConfigMapStatuses,
+		b.SecretStatuses, b.DaemonSetStatuses, b.IngressStatuses, b.JobStatuses, b.StatefulSetStatuses,
+		b.ReplicaSetStatuses, b.PersistentVolumeClaimStatuses, b.CronJobStatuses}
+}
+
+func unwatched(b *v1alpha1.ResourceBundleStateStatus, group, kind string) string {
+	if b == nil {
+		return ""
+	}
+	for _, k := range b.UnwatchedKinds {
+		if k.Group == group && k.Kind == kind {
+			return "the monitor cannot watch " + kind + ": " + k.Reason
+		}
+	}
+	return ""
+}
+
+// namespaced guesses scope for display only (rsync resolved the real one);
+// cluster-scoped kinds commonly rendered by charts have no namespace.
+func namespaced(kind string) bool {
+	switch kind {
+	case "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PersistentVolume",
+		"StorageClass", "PriorityClass", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
+		return false
+	}
+	return true
+}
+
+func match(filter []string, v string) bool {
+	if len(filter) == 0 {
+		return true
+	}
+	for _, f := range filter {
+		if f == v {
+			return true
+		}
+	}
+	return false
+}
+
+func matchCluster(filter []appcontext.ClusterRef, c appcontext.ClusterRef) bool {
+	if len(filter) == 0 {
+		return true
+	}
+	for _, f := range filter {
+		if f == c {
+			return true
+		}
+	}
+	return false
+}
+
+func matchResource(filter []string, kind, name string) bool {
+	if len(filter) == 0 {
+		return true
+	}
+	for _, f := range filter {
+		if f == name || strings.EqualFold(f, kind+"/"+name) {
+			return true
+		}
+	}
+	return false
+}
+
+func boolPtr(b bool) *bool { return &b }

@@ -1,0 +1,92 @@
+package status
+
+import (
+	"net/url"
+	"strings"
+
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/errdefs"
+)
+
+// Types and outputs of a query.
+const (
+	TypeRsync   = "rsync"
+	TypeCluster = "cluster"
+
+	OutputSummary = "summary"
+	OutputAll     = "all"
+	OutputDetail  = "detail"
+)
+
+// Query is a parsed status query: values of one filter are ORed, different
+// filters ANDed.
+type Query struct {
+	Type      string
+	Output    string
+	Apps      []string
+	Clusters  []appcontext.ClusterRef
+	Resources []string // a name, or Kind/name
+	// Instance is set by ?instance=<id>; ListInstances by a bare ?instance.
+	Instance      string
+	ListInstances bool
+}
+
+// ParseQuery reads the query parameters; an unknown value is an ErrInvalid
+// error naming the allowed ones.
+func ParseQuery(v url.Values) (Query, error) {
+	q := Query{Type: TypeRsync, Output: OutputAll}
+	for _, t := range v["type"] {
+		switch t {
+		case TypeRsync, TypeCluster:
+			q.Type = t
+		default:
+			return q, errdefs.Invalid("type %q is not one of rsync, cluster", t)
+		}
+	}
+	for _, s := range v["status"] { // EMCO's older spelling
+		switch s {
+		case "deployed":
+			q.Type = TypeRsync
+		case "ready":
+			q.Type = TypeCluster
+		default:
+			return q, errdefs.Invalid("status %q is not one of deployed, ready", s)
+		}
+	}
+	for _, o := range v["output"] {
+		switch o {
+		case OutputSummary, OutputAll, OutputDetail:
+			q.Output = o
+		default:
+			return q, errdefs.Invalid("output %q is not one of summary, all, detail", o)
+		}
+	}
+	q.Apps = nonEmpty(v["app"])
+	for _, c := range nonEmpty(v["cluster"]) {
+		// "+" arrives decoded as a space unless the client sent %2B.
+		ref, err := appcontext.ParseClusterRef(strings.Replace(c, " ", "+", 1))
+		if err != nil {
+			return q, errdefs.Invalid("cluster %q: want <provider>+<cluster>", c)
+		}
+		q.Clusters = append(q.Clusters, ref)
+	}
+	q.Resources = nonEmpty(v["resource"])
+	if inst, ok := v["instance"]; ok {
+		if len(inst) == 0 || inst[0] == "" {
+			q.ListInstances = true
+		} else {
+			q.Instance = inst[0]
+		}
+	}
+	return q, nil
+}
+
+func nonEmpty(l []string) []string {
+	var out []string
+	for _, s := range l {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,238 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/health"
+)
+
+// Reader answers status queries from the stores: per query one catalogue
+// read for the state, one etcd transaction for the context (resources,
+// rsync statuses and bundle snapshots) and one range read for the
+// clusters' states.
+type Reader struct {
+	Catalog  *catalog.Catalog
+	Contexts *appcontext.Store
+	// SilentAfter as the watchers use it; 0 means 30s.
+	SilentAfter time.Duration
+	Now         func() time.Time
+}
+
+func (r *Reader) input(ctx context.Context, header Header, st catalog.DIGState, contextID string) (Input, error) {
+	in := Input{Header: header, State: st.Actions, Now: time.Now(), SilentAfter: r.SilentAfter}
+	if r.Now != nil {
+		in.Now = r.Now()
+	}
+	if in.SilentAfter == 0 {
+		in.SilentAfter = 30 * time.Second
+	}
+	if contextID == "" {
+		return in, nil
+	}
+	c, err := r.Contexts.Get(ctx, contextID)
+	if err != nil {
+		return in, err
+	}
+	in.Context = c
+	in.Clusters, err = r.Contexts.ClusterStates(ctx)
+	return in, err
+}
+
+// Instances is the answer to a bare ?instance: the DIG's contexts.
+type Instances struct {
+	Name         string   `json:"name"`
+	Project      string   `json:"project"`
+	CompositeApp string   `json:"composite-app-name"`
+	Version      string   `json:"composite-app-version"`
+	Instances    []string `json:"instances"`
+}
+
+// DIG answers GET .../deployment-intent-groups/{dig}/status.
+func (r *Reader) DIG(ctx context.Context, dig catalog.Key, v url.Values) (any, error) {
+	q, err := ParseQuery(v)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := catalog.For[catalog.DIGSpec](r.Catalog, catalog.DeploymentIntentGroups).Get(ctx, dig)
+	if err != nil {
+		return nil, err
+	}
+	st, err := r.Catalog.GetDIGState(ctx, dig)
+	if err != nil {
+		return nil, err
+	}
+	if q.ListInstances {
+		ids := append([]string{}, st.Contexts...)
+		return Instances{Name: dig[3], Project: dig[0], CompositeApp: dig[1], Version: dig[2], Instances: ids}, nil
+	}
+	id := st.ContextID
+	if q.Instance != "" {
+		if !contains(st.Contexts, q.Instance) {
+			return nil, errdefs.NotFound("instance %s is not one of this deployment intent group's", q.Instance)
+		}
+		id = q.Instance
+	}
+	header := Header{Project: dig[0], CompositeApp: dig[1], Version: dig[2], CompositeProfile: obj.Spec.CompositeProfile, Name: dig[3]}
+	in, err := r.input(ctx, header, st, id)
+	if err != nil {
+		return nil, err
+	}
+	return Build(in, q), nil
+}
+
+// Cluster answers GET /v2/cluster-providers/{cp}/clusters/{c}/status: the
+// cluster's network intents as the single pseudo-app network-intents.
+func (r *Reader) Cluster(ctx context.Context, provider, name string, v url.Values) (any, error) {
+	q, err := ParseQuery(v)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := catalog.For[catalog.Empty](r.Catalog, catalog.Clusters).Get(ctx, catalog.Key{provider, name}); err != nil {
+		return nil, err
+	}
+	st, err := r.Catalog.GetState(ctx, catalog.ClusterGroup(provider, name))
+	if err != nil {
+		return nil, err
+	}
+	if q.ListInstances {
+		return Instances{Name: provider + "+" + name, Instances: append([]string{}, st.Contexts...)}, nil
+	}
+	id := st.ContextID
+	if q.Instance != "" {
+		if !contains(st.Contexts, q.Instance) {
+			return nil, errdefs.NotFound("instance %s is not one of this cluster's", q.Instance)
+		}
+		id = q.Instance
+	}
+	in, err := r.input(ctx, Header{Name: provider + "+" + name}, st, id)
+	if err != nil {
+		return nil, err
+	}
+	return Build(in, q), nil
+}
+
+// InstanceStatus is GET /v1/instance/{id}/status (k8splugin's shape).
+type InstanceStatus struct {
+	Request         catalog.InstanceRequest `json:"request"`
+	Ready           bool                    `json:"ready"`
+	ResourceCount   int                     `json:"resourceCount"`
+	ResourcesStatus []ResourceStatus        `json:"resourcesStatus"`
+}
+
+// ResourceStatus is one resource of an instance.
+type ResourceStatus struct {
+	Name        string          `json:"name"`
+	GVK         GVK             `json:"GVK"`
+	Status      json.RawMessage `json:"status"`
+	ReadyStatus string          `json:"ready-status"`
+	Reason      string          `json:"reason,omitempty"`
+}
+
+func (r *Reader) instance(ctx context.Context, id string) (catalog.InstanceSpec, Input, error) {
+	inst, err := catalog.For[catalog.InstanceSpec](r.Catalog, catalog.Instances).Get(ctx, catalog.Key{id})
+	if err != nil {
+		return catalog.InstanceSpec{}, Input{}, err
+	}
+	in, err := r.input(ctx, Header{Name: id}, catalog.DIGState{}, id)
+	return inst.Spec, in, err
+}
+
+// Instance answers a v1 instance's status. A resource the cluster side
+// cannot tell about is reported Unknown with the reason, never as an error
+// for the whole call.
+func (r *Reader) Instance(ctx context.Context, id string) (InstanceStatus, error) {
+	spec, in, err := r.instance(ctx, id)
+	if err != nil {
+		return InstanceStatus{}, err
+	}
+	resp := Build(in, Query{Type: TypeCluster, Output: OutputDetail})
+	out := InstanceStatus{Request: spec.Request, ResourcesStatus: []ResourceStatus{}}
+	var statuses []health.Status
+	for _, a := range resp.Apps {
+		for _, c := range a.Clusters {
+			for _, res := range c.Resources {
+				obj := res.Detail
+				if obj == nil {
+					obj = json.RawMessage(`{}`)
+				}
+				out.ResourcesStatus = append(out.ResourcesStatus, ResourceStatus{Name: res.Name, GVK: res.GVK, Status: obj,
+					ReadyStatus: res.ReadyStatus, Reason: res.Reason})
+				statuses = append(statuses, health.Status(res.ReadyStatus))
+			}
+		}
+	}
+	out.ResourceCount = len(out.ResourcesStatus)
+	out.Ready = out.ResourceCount > 0 && health.Aggregate(statuses...) == health.Ready
+	return out, nil
+}
+
+// Query answers GET /v1/instance/{id}/query?ApiVersion=&Kind=&Name=&Labels=
+// from the objects the monitor reported for the instance.
+func (r *Reader) Query(ctx context.Context, id string, v url.Values) (InstanceStatus, error) {
+	spec, in, err := r.instance(ctx, id)
+	if err != nil {
+		return InstanceStatus{}, err
+	}
+	sel := labels.Everything()
+	if l := v.Get("Labels"); l != "" {
+		if sel, err = labels.Parse(l); err != nil {
+			return InstanceStatus{}, errdefs.InvalidWrap(err, "Labels")
+		}
+	}
+	out := InstanceStatus{Request: spec.Request, ResourcesStatus: []ResourceStatus{}}
+	if in.Context == nil {
+		return out, nil
+	}
+	var statuses []health.Status
+	for _, p := range in.Context.Placements {
+		if p.Bundle == nil || p.Bundle.Deleted {
+			continue
+		}
+		var b v1alpha1.ResourceBundleStateStatus
+		if err := json.Unmarshal(p.Bundle.Status, &b); err != nil {
+			continue
+		}
+		for _, list := range typedLists(&b) {
+			for _, e := range list {
+				var meta struct {
+					Name   string            `json:"name"`
+					Labels map[string]string `json:"labels"`
+				}
+				_ = json.Unmarshal(e.Metadata.Raw, &meta)
+				if (v.Get("ApiVersion") != "" && v.Get("ApiVersion") != e.APIVersion) || (v.Get("Kind") != "" && v.Get("Kind") != e.Kind) ||
+					(v.Get("Name") != "" && v.Get("Name") != meta.Name) || !sel.Matches(labels.Set(meta.Labels)) {
+					continue
+				}
+				group, version, _ := strings.Cut(e.APIVersion, "/")
+				if version == "" {
+					group, version = "", e.APIVersion
+				}
+				out.ResourcesStatus = append(out.ResourcesStatus, ResourceStatus{Name: meta.Name, GVK: GVK{group, version, e.Kind},
+					Status: objectOf(e), ReadyStatus: e.ReadyStatus, Reason: e.Reason})
+				statuses = append(statuses, health.Status(e.ReadyStatus))
+			}
+		}
+	}
+	out.ResourceCount = len(out.ResourcesStatus)
+	out.Ready = out.ResourceCount > 0 && health.Aggregate(statuses...) == health.Ready
+	return out, nil
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

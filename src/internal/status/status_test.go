@@ -1,0 +1,196 @@
+package status
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/errdefs"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+var now = time.Date(2026, 1, 1, 10, 0, 30, 0, time.UTC)
+
+func res(group, version, kind, name string) appcontext.Resource {
+	gv := version
+	if group != "" {
+		gv = group + "/" + version
+	}
+	return appcontext.Resource{GVK: schema.GroupVersionKind{Group: group, Version: version, Kind: kind}, Name: name, Namespace: "default",
+		Manifest: json.RawMessage(`{"apiVersion":"` + gv + `","kind":"` + kind + `","metadata":{"name":"` + name + `"}}`)}
+}
+
+// fixture: app "sink" on a healthy edge01 (one pod not ready, a ConfigMap
+// missing from the cluster) and on an unreachable edge02; app "db" on
+// edge01 with no bundle received yet.
+func fixture() Input {
+	edge1 := appcontext.ClusterRef{Provider: "cp", Name: "edge01"}
+	edge2 := appcontext.ClusterRef{Provider: "cp", Name: "edge02"}
+	sinkRes := []appcontext.Resource{res("apps", "v1", "Deployment", "fw0-sink"), res("", "v1", "Service", "fw0-sink"), res("", "v1", "ConfigMap", "fw0-sink-config")}
+	applied := func(rs []appcontext.Resource) map[string]appcontext.ResourceStatus {
+		m := map[string]appcontext.ResourceStatus{}
+		for _, r := range rs {
+			m[r.Key()] = appcontext.ResourceStatus{Status: appcontext.RsyncApplied}
+		}
+		return m
+	}
+	bundle := `{"ready":false,"resourceCount":4,"reason":"pod fw0-sink-1: containers not ready: sink","trimmed":false,"observedGeneration":1,"unwatchedKinds":[],
+	 "deploymentStatuses":[{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"fw0-sink","namespace":"default"},"spec":{"replicas":2},"status":{"readyReplicas":1},"readyStatus":"Pending","reason":"1 of 2 replicas ready"}],
+	 "serviceStatuses":[{"apiVersion":"v1","kind":"Service","metadata":{"name":"fw0-sink","namespace":"default"},"readyStatus":"Ready"}],
+	 "podStatuses":[{"apiVersion":"v1","kind":"Pod","metadata":{"name":"fw0-sink-0","namespace":"default"},"status":{"phase":"Running"},"readyStatus":"Ready"},
+	                {"apiVersion":"v1","kind":"Pod","metadata":{"name":"fw0-sink-1","namespace":"default"},"status":{"phase":"Running"},"readyStatus":"Pending","reason":"containers not ready: sink"}]}`
+	dbRes := []appcontext.Resource{res("apps", "v1", "StatefulSet", "db")}
+	return Input{
+		Header: Header{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", Name: "dig"},
+		State:  []catalog.StateAction{{State: "Instantiated", ContextID: "2755581958183303505", TimeStamp: now.Add(-time.Hour)}},
+		Context: &appcontext.Context{
+			Meta:   appcontext.Meta{ID: "2755581958183303505", Namespace: "default"},
+			Status: appcontext.Status{Status: appcontext.Instantiated},
+			Placements: []*appcontext.Placement{
+				{App: "db", Cluster: edge1, Resources: dbRes, Statuses: applied(dbRes)},
+				{App: "sink", Cluster: edge1, Resources: sinkRes, Statuses: applied(sinkRes),
+					Bundle: &appcontext.BundleSnapshot{ResourceVersion: "7", Status: json.RawMessage(bundle)}},
+				{App: "sink", Cluster: edge2, Resources: sinkRes, Statuses: map[string]appcontext.ResourceStatus{
+					sinkRes[0].Key(): {Status: appcontext.RsyncRetrying}}},
+			},
+		},
+		Clusters: map[appcontext.ClusterRef]appcontext.ClusterState{
+			edge1: {Connectivity: appcontext.Available, Monitor: appcontext.MonitorRunning, LastSeen: now.Add(-5 * time.Second)},
+			edge2: {Connectivity: appcontext.Unreachable, UnreachableSince: now.Add(-time.Minute), Monitor: appcontext.MonitorRunning, LastSeen: now.Add(-2 * time.Minute)},
+		},
+		Now: now, SilentAfter: 30 * time.Second,
+	}
+}
+
+func TestGolden(t *testing.T) {
+	for _, typ := range []string{TypeRsync, TypeCluster} {
+		for _, out := range []string{OutputSummary, OutputAll, OutputDetail} {
+			name := typ + "-" + out
+			t.Run(name, func(t *testing.T) {
+				got, err := json.MarshalIndent(Build(fixture(), Query{Type: typ, Output: out}), "", "  ")
+				if err != nil {
+					t.Fatal(err)
+				}
+				path := filepath.Join("testdata", name+".json")
+				if *update {
+					if err := os.WriteFile(path, append(got, '\n'), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.TrimSpace(string(want)) != string(got) {
+					t.Fatalf("%s differs (go test -update rewrites it):\n%s", path, got)
+				}
+			})
+		}
+	}
+}
+
+func TestSemantics(t *testing.T) {
+	r := Build(fixture(), Query{Type: TypeCluster, Output: OutputAll})
+	if *r.Ready {
+		t.Fatal("ready with a pending deployment")
+	}
+	// Counts: sink/edge01 has 3 applied resources + 2 pods; edge02's 3 are
+	// Unknown (unreachable); db's 1 is Unknown (no bundle yet).
+	wantReady := map[string]int{"Pending": 2, "Ready": 2, "NotPresent": 1, "Unknown": 4}
+	wantPresence := map[string]int{"Present": 4, "NotPresent": 1, "Unknown": 4}
+	for k, v := range wantReady {
+		if r.ReadyStatus[k] != v {
+			t.Errorf("ready-status = %v, want %v", r.ReadyStatus, wantReady)
+		}
+	}
+	for k, v := range wantPresence {
+		if r.ClusterStatus[k] != v {
+			t.Errorf("cluster-status = %v, want %v", r.ClusterStatus, wantPresence)
+		}
+	}
+	reasons := map[string]string{}
+	for _, a := range r.Apps {
+		for _, c := range a.Clusters {
+			for _, res := range c.Resources {
+				reasons[a.Name+"/"+c.Cluster+"/"+res.GVK.Kind+"/"+res.Name] = res.Reason
+			}
+		}
+	}
+	for key, want := range map[string]string{
+		"sink/edge02/Deployment/fw0-sink":       "cluster unreachable since 2026-01-01T09:59:30Z",
+		"db/edge01/StatefulSet/db":              "no ResourceBundleState received yet",
+		"sink/edge01/ConfigMap/fw0-sink-config": "not found in the cluster",
+		"sink/edge01/Pod/fw0-sink-1":            "containers not ready: sink",
+	} {
+		if reasons[key] != want {
+			t.Errorf("%s: reason %q, want %q", key, reasons[key], want)
+		}
+	}
+
+	// A monitor whose Lease stopped moving is Silent even if the stored
+	// state still says Running.
+	in := fixture()
+	in.Now = now.Add(time.Minute)
+	r = Build(in, Query{Type: TypeCluster, Output: OutputAll, Apps: []string{"sink"}, Clusters: []appcontext.ClusterRef{{Provider: "cp", Name: "edge01"}}})
+	c := r.Apps[0].Clusters[0]
+	if c.Monitor != "Silent" || !strings.HasPrefix(c.Resources[0].Reason, "monitor silent since") || c.Resources[0].ReadyStatus != "Unknown" {
+		t.Fatalf("silent monitor: %+v", c)
+	}
+
+	// Filters: resource by name and Kind/name, ORed; counts follow.
+	r = Build(fixture(), Query{Type: TypeRsync, Output: OutputAll, Resources: []string{"db", "Service/fw0-sink"}})
+	if r.RsyncStatus["Applied"] != 2 || r.RsyncStatus["Pending"] != 1 || len(r.Apps) != 2 {
+		t.Fatalf("resource filter: %v, %d apps", r.RsyncStatus, len(r.Apps))
+	}
+	r = Build(fixture(), Query{Type: TypeRsync, Output: OutputAll, Apps: []string{"nope"}})
+	if len(r.RsyncStatus) != 0 || len(r.Apps) != 0 {
+		t.Fatalf("filter matching nothing: %+v", r)
+	}
+
+	// A terminated context reports Unknown for the cluster side.
+	in = fixture()
+	in.Context.Status.Status = appcontext.Terminated
+	r = Build(in, Query{Type: TypeCluster, Output: OutputSummary})
+	if r.ClusterStatus["Unknown"] != 7 || *r.Ready || r.Apps != nil {
+		t.Fatalf("terminated: %+v", r)
+	}
+}
+
+func TestParseQuery(t *testing.T) {
+	q, err := ParseQuery(url.Values{"type": {"cluster"}, "output": {"summary"}, "cluster": {"cp+edge01", "cp edge02"},
+		"app": {"a", "b"}, "resource": {"Deployment/x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Type != TypeCluster || q.Output != OutputSummary || len(q.Clusters) != 2 || q.Clusters[1].Name != "edge02" || len(q.Apps) != 2 {
+		t.Fatalf("query = %+v", q)
+	}
+	if q, _ := ParseQuery(url.Values{"status": {"ready"}}); q.Type != TypeCluster {
+		t.Fatal("status=ready means type=cluster")
+	}
+	if q, _ := ParseQuery(url.Values{"instance": {""}}); !q.ListInstances {
+		t.Fatal("bare instance lists instances")
+	}
+	for vals, want := range map[string]string{
+		"type=nope":      "rsync, cluster",
+		"output=full":    "summary, all, detail",
+		"cluster=edge01": "<provider>+<cluster>",
+		"status=maybe":   "deployed, ready",
+	} {
+		v, _ := url.ParseQuery(vals)
+		if _, err := ParseQuery(v); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want ErrInvalid naming %q", vals, err, want)
+		}
+	}
+}

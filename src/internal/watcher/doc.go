@@ -1,0 +1,13 @@
+// Package watcher runs one watcher per cluster that has live contexts. A
+// watcher watches the cluster's ResourceBundleStates (labelled
+// argus.io/context-id) and its monitor's Lease, stores each bundle's status
+// into its AppContext, and keeps the cluster's state — connectivity
+// (Available/Unreachable) and monitor (Running/Silent/NotInstalled) with
+// last-seen — in etcd for the status engine.
+//
+// The Manager learns which clusters need a watcher from a watch on the
+// contexts' status keys: a watcher starts when the first live context lands
+// on its cluster and stops when the last one is terminated. Everything is
+// event-driven; the only timer is the one that declares a monitor Silent
+// when its Lease stops moving.
+package watcher

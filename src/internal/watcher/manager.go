@@ -1,0 +1,206 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/cluster"
+	"github.com/argus-mc/argus/src/internal/logging"
+)
+
+// Clusters gives a watcher its cluster's client.
+type Clusters interface {
+	Client(ctx context.Context, ref appcontext.ClusterRef) (*cluster.Client, error)
+}
+
+// Options configures a Manager; Store and Clusters are required.
+type Options struct {
+	Store    *appcontext.Store
+	Clusters Clusters
+	// SilentAfter is how long the monitor's Lease may stay unrenewed before
+	// the monitor is Silent; 0 means 30s.
+	SilentAfter time.Duration
+	// LeaseNamespace and LeaseName locate the monitor's Lease; "" means
+	// kube-system and argus-monitor.
+	LeaseNamespace, LeaseName string
+	// ProbeInterval is how often a watcher checks that its cluster's API
+	// server answers; 0 means 5s. Informers cannot tell: client-go retries a
+	// refused watch quietly, so a dead API server produces no event.
+	ProbeInterval time.Duration
+	Logger        *logrus.Entry
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Manager owns the per-cluster watchers.
+type Manager struct {
+	opts Options
+	log  *logrus.Entry
+
+	mu       sync.Mutex
+	watchers map[appcontext.ClusterRef]*clusterWatcher
+	users    map[appcontext.ClusterRef]map[string]bool // cluster → live context ids
+	wg       sync.WaitGroup
+}
+
+// New returns a Manager.
+func New(opts Options) (*Manager, error) {
+	if opts.Store == nil || opts.Clusters == nil {
+		return nil, errors.New("watcher: Store and Clusters are required")
+	}
+	if opts.SilentAfter == 0 {
+		opts.SilentAfter = 30 * time.Second
+	}
+	if opts.LeaseNamespace == "" {
+		opts.LeaseNamespace = "kube-system"
+	}
+	if opts.LeaseName == "" {
+		opts.LeaseName = "argus-monitor"
+	}
+	if opts.ProbeInterval == 0 {
+		opts.ProbeInterval = 5 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = logrus.NewEntry(logging.Discard())
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Manager{opts: opts, log: opts.Logger, watchers: map[appcontext.ClusterRef]*clusterWatcher{},
+		users: map[appcontext.ClusterRef]map[string]bool{}}, nil
+}
+
+// Run starts watchers for the live contexts and follows context changes
+// until ctx ends; then it stops every watcher and waits for them.
+func (m *Manager) Run(ctx context.Context) error {
+	defer m.stopAll()
+	list, err := m.opts.Store.List(ctx)
+	if err != nil {
+		return err
+	}
+	// Watch from just after the listing, so no change falls in between.
+	rev := int64(0)
+	if resp, err := m.opts.Store.Client().Get(ctx, m.opts.Store.StatusPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()); err == nil {
+		rev = resp.Header.Revision
+	}
+	for _, c := range list {
+		m.contextChanged(ctx, c.Meta.ID, c.Status.Status)
+	}
+	w := m.opts.Store.Client().Watch(clientv3.WithRequireLeader(ctx), m.opts.Store.StatusPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	for resp := range w {
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		for _, ev := range resp.Events {
+			id := strings.TrimPrefix(string(ev.Kv.Key), m.opts.Store.StatusPrefix())
+			var st appcontext.Status
+			if ev.Type == clientv3.EventTypePut {
+				_ = jsonUnmarshal(ev.Kv.Value, &st)
+			}
+			m.contextChanged(ctx, id, st.Status)
+		}
+	}
+	return ctx.Err()
+}
+
+// live reports whether a context in this status still needs its clusters watched.
+func live(status string) bool {
+	return status != "" && status != appcontext.Terminated
+}
+
+func (m *Manager) contextChanged(ctx context.Context, id, status string) {
+	var clusters []appcontext.ClusterRef
+	if live(status) {
+		c, err := m.opts.Store.Get(ctx, id)
+		if err != nil {
+			m.log.WithError(err).WithField("context", id).Warn("cannot read context")
+			return
+		}
+		seen := map[appcontext.ClusterRef]bool{}
+		for _, p := range c.Placements {
+			if !seen[p.Cluster] {
+				seen[p.Cluster] = true
+				clusters = append(clusters, p.Cluster)
+			}
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keep := map[appcontext.ClusterRef]bool{}
+	for _, ref := range clusters {
+		keep[ref] = true
+		if m.users[ref] == nil {
+			m.users[ref] = map[string]bool{}
+		}
+		m.users[ref][id] = true
+		if _, ok := m.watchers[ref]; !ok {
+			m.startLocked(ctx, ref)
+		}
+	}
+	for ref, ids := range m.users {
+		if ids[id] && !keep[ref] {
+			delete(ids, id)
+			if len(ids) == 0 {
+				delete(m.users, ref)
+				if w := m.watchers[ref]; w != nil {
+					w.stop()
+					delete(m.watchers, ref)
+					m.log.WithField("cluster", ref.String()).Info("watcher stopped: no live contexts")
+				}
+			}
+		}
+	}
+}
+
+func (m *Manager) startLocked(ctx context.Context, ref appcontext.ClusterRef) {
+	wctx, cancel := context.WithCancel(ctx)
+	w := &clusterWatcher{m: m, ref: ref, cancel: cancel, done: make(chan struct{}),
+		log: m.log.WithField("cluster", ref.String())}
+	m.watchers[ref] = w
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer close(w.done)
+		w.run(wctx)
+	}()
+	w.log.Info("watcher started")
+}
+
+// Forget stops a deleted cluster's watcher.
+func (m *Manager) Forget(ref appcontext.ClusterRef) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w := m.watchers[ref]; w != nil {
+		w.stop()
+		delete(m.watchers, ref)
+	}
+	delete(m.users, ref)
+}
+
+// Watching lists the clusters being watched.
+func (m *Manager) Watching() []appcontext.ClusterRef {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]appcontext.ClusterRef, 0, len(m.watchers))
+	for ref := range m.watchers {
+		out = append(out, ref)
+	}
+	return out
+}
+
+func (m *Manager) stopAll() {
+	m.mu.Lock()
+	for ref, w := range m.watchers {
+		w.cancel()
+		delete(m.watchers, ref)
+	}
+	m.mu.Unlock()
+	m.wg.Wait()
+}

@@ -1,0 +1,324 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
+	"github.com/argus-mc/argus/src/internal/appcontext"
+)
+
+func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+
+// clusterWatcher watches one cluster; its goroutines end with its context.
+type clusterWatcher struct {
+	m      *Manager
+	ref    appcontext.ClusterRef
+	cancel context.CancelFunc
+	done   chan struct{}
+	log    *logrus.Entry
+
+	mu        sync.Mutex
+	writeMu   sync.Mutex // orders state writes: a newer state is never overwritten by an older one
+	state     appcontext.ClusterState
+	renewTime string
+	silence   *time.Timer
+	// bundles remembers which context and app each bundle key belongs to,
+	// so a delete can be recorded after the object left the cache.
+	bundles map[string][2]string
+	written map[string]string // bundle key → resourceVersion last stored
+}
+
+func (w *clusterWatcher) stop() {
+	w.cancel()
+	<-w.done
+}
+
+func (w *clusterWatcher) run(ctx context.Context) {
+	w.bundles, w.written = map[string][2]string{}, map[string]string{}
+	defer func() {
+		w.mu.Lock()
+		if w.silence != nil {
+			w.silence.Stop()
+		}
+		w.mu.Unlock()
+	}()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+
+	client, err := w.m.opts.Clusters.Client(ctx, w.ref)
+	for attempt := 1; err != nil; attempt++ {
+		w.unreachable(fmt.Errorf("no client: %w", err))
+		if !sleep(ctx, backoff(attempt)) {
+			return
+		}
+		client, err = w.m.opts.Clusters.Client(ctx, w.ref)
+	}
+	kube, err := kubernetes.NewForConfig(client.Config)
+	if err != nil {
+		w.log.WithError(err).Error("cannot build a client")
+		return
+	}
+
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "bundles-" + w.ref.String()})
+	defer queue.ShutDown()
+	bundles := dynamicinformer.NewFilteredDynamicInformer(client.Dynamic, v1alpha1.GVR(), "", 0, cache.Indexers{},
+		func(lo *metav1.ListOptions) { lo.LabelSelector = v1alpha1.LabelContextID }).Informer()
+	enqueue := func(obj any) {
+		w.available()
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			queue.Add(key)
+		}
+	}
+	_, _ = bundles.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue,
+	})
+	_ = bundles.SetWatchErrorHandler(func(_ *cache.Reflector, err error) { w.watchError(ctx, err) })
+
+	leaseFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
+		informers.WithNamespace(w.m.opts.LeaseNamespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.m.opts.LeaseName).String()
+		}))
+	leases := leaseFactory.Coordination().V1().Leases().Informer()
+	_, _ = leases.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    w.onLease,
+		UpdateFunc: func(_, o any) { w.onLease(o) },
+		DeleteFunc: func(any) { w.monitorGone("the monitor's Lease was deleted") },
+	})
+	_ = leases.SetWatchErrorHandler(func(_ *cache.Reflector, err error) { w.watchError(ctx, err) })
+	defer leaseFactory.Shutdown()
+
+	wg.Add(3)
+	go func() { defer wg.Done(); bundles.Run(ctx.Done()) }()
+	go func() { defer wg.Done(); w.probe(ctx, kube) }()
+	go func() {
+		defer wg.Done()
+		for w.processNext(ctx, queue, bundles) {
+		}
+	}()
+	leaseFactory.Start(ctx.Done())
+	if cache.WaitForCacheSync(ctx.Done(), leases.HasSynced) {
+		w.available()
+		if len(leases.GetStore().ListKeys()) == 0 {
+			w.monitorGone("no monitor Lease " + w.m.opts.LeaseNamespace + "/" + w.m.opts.LeaseName)
+		}
+	}
+	<-ctx.Done()
+}
+
+func (w *clusterWatcher) processNext(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], inf cache.SharedIndexInformer) bool {
+	key, shutdown := queue.Get()
+	if shutdown {
+		return false
+	}
+	defer queue.Done(key)
+	if err := w.syncBundle(ctx, key, inf); err != nil {
+		if ctx.Err() == nil {
+			w.log.WithError(err).WithField("bundle", key).Warn("cannot store bundle snapshot; retrying")
+			queue.AddRateLimited(key)
+		}
+		return true
+	}
+	queue.Forget(key)
+	return true
+}
+
+// syncBundle stores the cached bundle's status into its context.
+func (w *clusterWatcher) syncBundle(ctx context.Context, key string, inf cache.SharedIndexInformer) error {
+	obj, exists, err := inf.GetStore().GetByKey(key)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	owner, known := w.bundles[key]
+	w.mu.Unlock()
+	if !exists {
+		if !known {
+			return nil
+		}
+		err := w.m.opts.Store.PutBundle(ctx, owner[0], owner[1], w.ref, appcontext.BundleSnapshot{Deleted: true, Received: w.m.opts.Now().UTC()})
+		if err == nil {
+			w.mu.Lock()
+			delete(w.bundles, key)
+			delete(w.written, key)
+			w.mu.Unlock()
+		}
+		return err
+	}
+	u := obj.(*unstructured.Unstructured)
+	id, app := u.GetLabels()[v1alpha1.LabelContextID], u.GetLabels()[v1alpha1.LabelApp]
+	if id == "" || app == "" {
+		return nil
+	}
+	w.mu.Lock()
+	w.bundles[key] = [2]string{id, app}
+	same := w.written[key] == u.GetResourceVersion()
+	w.mu.Unlock()
+	if same {
+		return nil
+	}
+	status, err := json.Marshal(u.Object["status"])
+	if err != nil {
+		return err
+	}
+	if err := w.m.opts.Store.PutBundle(ctx, id, app, w.ref, appcontext.BundleSnapshot{
+		ResourceVersion: u.GetResourceVersion(), Status: status, Received: w.m.opts.Now().UTC()}); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.written[key] = u.GetResourceVersion()
+	w.mu.Unlock()
+	return nil
+}
+
+// onLease records a renewal: a renewTime different from the last one seen.
+func (w *clusterWatcher) onLease(obj any) {
+	w.available()
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok || l.Spec.RenewTime == nil {
+		return
+	}
+	renew := l.Spec.RenewTime.String()
+	w.mu.Lock()
+	changed := renew != w.renewTime
+	w.renewTime = renew
+	if changed {
+		if w.silence != nil {
+			w.silence.Stop()
+		}
+		w.silence = time.AfterFunc(w.m.opts.SilentAfter, w.silent)
+	}
+	w.mu.Unlock()
+	if changed {
+		w.update(func(s *appcontext.ClusterState) {
+			s.Monitor, s.Reason, s.LastSeen = appcontext.MonitorRunning, "", w.m.opts.Now().UTC()
+		})
+	}
+}
+
+func (w *clusterWatcher) silent() {
+	w.update(func(s *appcontext.ClusterState) {
+		if s.Monitor == appcontext.MonitorRunning {
+			s.Monitor = appcontext.MonitorSilent
+			s.Reason = "monitor silent since " + s.LastSeen.Format(time.RFC3339)
+		}
+	})
+}
+
+func (w *clusterWatcher) monitorGone(reason string) {
+	w.update(func(s *appcontext.ClusterState) { s.Monitor, s.Reason = appcontext.MonitorNotInstalled, reason })
+}
+
+// watchError handles a list failure: a missing resource means the monitor
+// (its CRD) is not installed; anything else that the cluster cannot be
+// reached.
+func (w *clusterWatcher) watchError(ctx context.Context, err error) {
+	if apierrors.IsNotFound(err) {
+		w.monitorGone("the ResourceBundleState CRD is not installed")
+		return
+	}
+	if ctx.Err() == nil {
+		w.unreachable(err)
+	}
+}
+
+// probe checks every ProbeInterval that the API server answers /readyz.
+func (w *clusterWatcher) probe(ctx context.Context, kube kubernetes.Interface) {
+	t := time.NewTicker(w.m.opts.ProbeInterval)
+	defer t.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, w.m.opts.ProbeInterval)
+		_, err := kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(rctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			w.unreachable(err)
+		default:
+			w.available()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (w *clusterWatcher) unreachable(err error) {
+	w.update(func(s *appcontext.ClusterState) {
+		if s.Connectivity != appcontext.Unreachable {
+			s.Connectivity, s.UnreachableSince = appcontext.Unreachable, w.m.opts.Now().UTC()
+			w.log.WithError(err).Warn("cluster unreachable")
+		}
+	})
+}
+
+func (w *clusterWatcher) available() {
+	w.update(func(s *appcontext.ClusterState) {
+		if s.Connectivity != appcontext.Available {
+			s.Connectivity, s.UnreachableSince = appcontext.Available, time.Time{}
+		}
+	})
+}
+
+// update changes the state and stores it when it changed.
+func (w *clusterWatcher) update(f func(*appcontext.ClusterState)) {
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	w.mu.Lock()
+	before := w.state
+	f(&w.state)
+	changed := w.state != before
+	if changed {
+		w.state.Updated = w.m.opts.Now().UTC()
+	}
+	st := w.state
+	w.mu.Unlock()
+	if !changed {
+		return
+	}
+	if st.Monitor == "" {
+		st.Monitor = appcontext.MonitorNotInstalled
+		st.Reason = "no monitor Lease seen yet"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.m.opts.Store.PutClusterState(ctx, w.ref, st); err != nil {
+		w.log.WithError(err).Error("cannot store cluster state")
+	}
+}
+
+func backoff(attempt int) time.Duration {
+	d := 500 * time.Millisecond << min(attempt-1, 6)
+	return min(d, 30*time.Second)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
