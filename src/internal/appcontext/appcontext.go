@@ -286,76 +286,21 @@ func (s *Store) Get(ctx context.Context, id string) (*Context, error) {
 	if len(metaKVs) == 0 {
 		return nil, errdefs.NotFound("context %s not found", id)
 	}
-	c := &Context{}
-	if err := json.Unmarshal(metaKVs[0].Value, &c.Meta); err != nil {
-		return nil, fmt.Errorf("context %s meta: %w", id, err)
+	b := newBuilder()
+	if err := b.applyMeta(metaKVs[0].Value); err != nil {
+		return nil, fmt.Errorf("context %s: %w", id, err)
 	}
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-		if err := json.Unmarshal(kvs[0].Value, &c.Status); err != nil {
-			return nil, fmt.Errorf("context %s status: %w", id, err)
+		if err := b.applyStatus(kvs[0].Value); err != nil {
+			return nil, fmt.Errorf("context %s: %w", id, err)
 		}
 	}
-	byPlacement := map[string]*Placement{}
 	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
-		rest := strings.TrimPrefix(string(kv.Key), s.ctxPrefix(id))
-		switch {
-		case strings.HasPrefix(rest, "app/"):
-			// app/<app>/cluster/<ref>/res/<Kind>/<ns>/<name>/<leaf>, or
-			// app/<app>/cluster/<ref>/bundle
-			parts := strings.Split(rest, "/")
-			if len(parts) < 5 || parts[2] != "cluster" {
-				continue
-			}
-			ref, err := ParseClusterRef(parts[3])
-			if err != nil {
-				continue
-			}
-			pk := parts[1] + "\x00" + parts[3]
-			p := byPlacement[pk]
-			if p == nil {
-				p = &Placement{App: parts[1], Cluster: ref, Statuses: map[string]ResourceStatus{}}
-				byPlacement[pk] = p
-			}
-			if len(parts) == 5 && parts[4] == "bundle" {
-				var b BundleSnapshot
-				if err := json.Unmarshal(kv.Value, &b); err != nil {
-					return nil, fmt.Errorf("context %s bundle of %s on %s: %w", id, parts[1], parts[3], err)
-				}
-				p.Bundle = &b
-				continue
-			}
-			if len(parts) != 9 || parts[4] != "res" {
-				continue
-			}
-			key := strings.Join(parts[5:8], "/")
-			switch parts[8] {
-			case "manifest":
-				var r Resource
-				if err := json.Unmarshal(kv.Value, &r); err != nil {
-					return nil, fmt.Errorf("context %s resource %s: %w", id, key, err)
-				}
-				p.Resources = append(p.Resources, r)
-			case "status":
-				var st ResourceStatus
-				if err := json.Unmarshal(kv.Value, &st); err != nil {
-					return nil, fmt.Errorf("context %s resource %s status: %w", id, key, err)
-				}
-				p.Statuses[key] = st
-			}
+		if err := b.applyPlacementKey(strings.TrimPrefix(string(kv.Key), s.ctxPrefix(id)), kv.Value, false); err != nil {
+			return nil, fmt.Errorf("context %s: %w", id, err)
 		}
 	}
-	for _, p := range byPlacement {
-		sort.Slice(p.Resources, func(i, j int) bool { return p.Resources[i].Order < p.Resources[j].Order })
-		c.Placements = append(c.Placements, p)
-	}
-	sort.Slice(c.Placements, func(i, j int) bool {
-		a, b := c.Placements[i], c.Placements[j]
-		if a.App != b.App {
-			return a.App < b.App
-		}
-		return a.Cluster.String() < b.Cluster.String()
-	})
-	return c, nil
+	return b.ctx, nil
 }
 
 // StatusOf returns a resource's status, Pending when none was recorded.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 )
 
 // BundleSnapshot is the last ResourceBundleState status a watcher received
@@ -22,6 +24,57 @@ type BundleSnapshot struct {
 	Deleted bool `json:"deleted,omitempty"`
 	// Received is the orchestrator's time of receipt.
 	Received time.Time `json:"received"`
+	// Parsed is Status decoded, and Index its entries by
+	// group/kind/namespace/name; both filled when the snapshot is read.
+	Parsed *v1alpha1.ResourceBundleStateStatus `json:"-"`
+	Index  map[EntryRef]*BundleEntry           `json:"-"`
+}
+
+// BundleEntry is one object a bundle reports.
+type BundleEntry struct {
+	Group, Kind, Name, Namespace string
+	ReadyStatus, Reason          string
+	// Labels of the object (for v1 queries).
+	Labels map[string]string
+	// Typed or Custom is the entry itself.
+	Typed  *v1alpha1.ResourceStatus
+	Custom *v1alpha1.CustomResourceStatus
+}
+
+// EntryRef identifies a bundle entry; a struct, so lookups allocate nothing.
+type EntryRef struct{ Group, Kind, Namespace, Name string }
+
+// IndexBundle indexes a bundle status's entries.
+func IndexBundle(st *v1alpha1.ResourceBundleStateStatus) map[EntryRef]*BundleEntry {
+	out := map[EntryRef]*BundleEntry{}
+	if st == nil {
+		return out
+	}
+	for _, list := range [][]v1alpha1.ResourceStatus{st.PodStatuses, st.DeploymentStatuses, st.ServiceStatuses, st.ConfigMapStatuses,
+		st.SecretStatuses, st.DaemonSetStatuses, st.IngressStatuses, st.JobStatuses, st.StatefulSetStatuses,
+		st.ReplicaSetStatuses, st.PersistentVolumeClaimStatuses, st.CronJobStatuses} {
+		for i := range list {
+			e := &list[i]
+			var meta struct {
+				Name      string            `json:"name"`
+				Namespace string            `json:"namespace"`
+				Labels    map[string]string `json:"labels"`
+			}
+			_ = json.Unmarshal(e.Metadata.Raw, &meta)
+			group, _, found := strings.Cut(e.APIVersion, "/")
+			if !found {
+				group = ""
+			}
+			out[EntryRef{group, e.Kind, meta.Namespace, meta.Name}] = &BundleEntry{Group: group, Kind: e.Kind, Name: meta.Name,
+				Namespace: meta.Namespace, ReadyStatus: e.ReadyStatus, Reason: e.Reason, Labels: meta.Labels, Typed: e}
+		}
+	}
+	for i := range st.ResourceStatuses {
+		e := &st.ResourceStatuses[i]
+		out[EntryRef{e.Group, e.Kind, e.Namespace, e.Name}] = &BundleEntry{Group: e.Group, Kind: e.Kind, Name: e.Name,
+			Namespace: e.Namespace, ReadyStatus: e.ReadyStatus, Reason: e.Reason, Custom: e}
+	}
+	return out
 }
 
 // PutBundle stores a bundle snapshot.

@@ -151,7 +151,9 @@ func BenchmarkStatus20k(b *testing.B) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
+	// The orchestrator runs in the test process: its heap, with the
+	// 20,000-resource context cached, is this process's live heap.
+	b.Logf("heap in use with the context cached: %.0f MiB", float64(ms.HeapInuse)/(1<<20))
 }
 
 func reportPercentiles(b *testing.B, lat []time.Duration) {

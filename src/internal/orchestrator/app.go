@@ -140,20 +140,24 @@ func (a *App) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	cache := appcontext.NewCache(contexts)
 	watchCtx, stopWatchers := context.WithCancel(ctx)
-	watchDone := make(chan error, 1)
+	watchDone, cacheDone := make(chan error, 1), make(chan error, 1)
 	go func() { watchDone <- watchers.Run(watchCtx) }()
+	go func() { cacheDone <- cache.Run(watchCtx) }()
 	defer func() {
 		stopWatchers()
-		if werr := <-watchDone; werr != nil && !errors.Is(werr, context.Canceled) {
-			a.log.WithError(werr).Error("watchers stopped")
+		for name, done := range map[string]chan error{"watchers": watchDone, "context cache": cacheDone} {
+			if werr := <-done; werr != nil && !errors.Is(werr, context.Canceled) {
+				a.log.WithError(werr).Errorf("%s stopped", name)
+			}
 		}
 	}()
 	handler, err := api.New(api.Options{
 		Catalog:   cat,
 		Deploy:    deployer,
 		Instances: deployer,
-		Status:    &status.Reader{Catalog: cat, Contexts: contexts, SilentAfter: a.opts.MonitorSilentAfter},
+		Status:    &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter},
 		Checks: map[string]api.Check{
 			"etcd":  etcd.Ping,
 			"mongo": mongo.Ping,

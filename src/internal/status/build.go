@@ -93,10 +93,13 @@ type Input struct {
 	// the replica watching it died before saying so.
 	Now         time.Time
 	SilentAfter time.Duration
+	// formatTimes is false for summaries, which drop the clusters anyway.
+	formatTimes bool
 }
 
 // Build computes the answer to q.
 func Build(in Input, q Query) Response {
+	in.formatTimes = q.Output != OutputSummary
 	resp := Response{Header: in.Header, State: State{Actions: in.State}}
 	if resp.State.Actions == nil {
 		resp.State.Actions = []catalog.StateAction{}
@@ -163,20 +166,15 @@ func Build(in Input, q Query) Response {
 }
 
 func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
-	c := Cluster{ClusterProvider: p.Cluster.Provider, Cluster: p.Cluster.Name, Resources: []Resource{}}
+	c := Cluster{ClusterProvider: p.Cluster.Provider, Cluster: p.Cluster.Name, Resources: make([]Resource, 0, len(p.Resources))}
 	var bundle *v1alpha1.ResourceBundleStateStatus
-	if p.Bundle != nil && !p.Bundle.Deleted && len(p.Bundle.Status) > 0 {
-		var st v1alpha1.ResourceBundleStateStatus
-		if json.Unmarshal(p.Bundle.Status, &st) == nil {
-			bundle = &st
-		}
-	}
-	entries := entriesOf(bundle)
+	var index map[appcontext.EntryRef]*appcontext.BundleEntry
 	unknownWhy := ""
 	if q.Type == TypeCluster {
+		bundle, index = bundleOf(p)
 		unknownWhy = clusterUnknown(in, p, bundle, &c)
 	}
-	var statuses []health.Status
+	statuses := make([]health.Status, 0, len(p.Resources))
 	for _, r := range p.Resources {
 		rs := p.StatusOf(r.Key())
 		if r.Removed && rs.Status == appcontext.RsyncDeleted {
@@ -197,33 +195,33 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			c.Resources = append(c.Resources, res)
 			continue
 		}
-		e, found := entries[entryKey(r.GVK.Group, r.GVK.Kind, res.Namespace, r.Name)]
+		e, found := index[appcontext.EntryRef{Group: r.GVK.Group, Kind: r.GVK.Kind, Namespace: res.Namespace, Name: r.Name}]
 		switch {
 		case unknownWhy != "":
 			res.ClusterStatus, res.ReadyStatus, res.Reason = Unknown, string(health.Unknown), unknownWhy
 		case found:
-			res.ClusterStatus, res.ReadyStatus, res.Reason = Present, e.readyStatus, e.reason
+			res.ClusterStatus, res.ReadyStatus, res.Reason = Present, e.ReadyStatus, e.Reason
 		case unwatched(bundle, r.GVK.Group, r.GVK.Kind) != "":
 			res.ClusterStatus, res.ReadyStatus, res.Reason = Unknown, string(health.Unknown), unwatched(bundle, r.GVK.Group, r.GVK.Kind)
 		default:
 			res.ClusterStatus, res.ReadyStatus, res.Reason = NotPresent, string(health.NotPresent), "not found in the cluster"
 		}
 		if q.Output == OutputDetail && found && unknownWhy == "" {
-			res.Detail = e.object
+			res.Detail = entryObject(e)
 		}
 		statuses = append(statuses, health.Status(res.ReadyStatus))
 		c.Resources = append(c.Resources, res)
 	}
 	if q.Type == TypeCluster && unknownWhy == "" && bundle != nil {
 		// The pods of the app's workloads appear as resources of their own.
-		for _, e := range podEntries(bundle) {
-			if !matchResource(q.Resources, "Pod", e.name) {
+		for _, e := range podEntries(index) {
+			if !matchResource(q.Resources, "Pod", e.Name) {
 				continue
 			}
-			res := Resource{GVK: GVK{"", "v1", "Pod"}, Name: e.name, Namespace: e.namespace,
-				ClusterStatus: Present, ReadyStatus: e.readyStatus, Reason: e.reason}
+			res := Resource{GVK: GVK{"", "v1", "Pod"}, Name: e.Name, Namespace: e.Namespace,
+				ClusterStatus: Present, ReadyStatus: e.ReadyStatus, Reason: e.Reason}
 			if q.Output == OutputDetail {
-				res.Detail = e.object
+				res.Detail = entryObject(e)
 			}
 			statuses = append(statuses, health.Status(res.ReadyStatus))
 			c.Resources = append(c.Resources, res)
@@ -248,7 +246,7 @@ func clusterUnknown(in Input, p *appcontext.Placement, bundle *v1alpha1.Resource
 		return "the cluster's state is not known yet"
 	}
 	c.Connectivity, c.Monitor = st.Connectivity, st.Monitor
-	if !st.LastSeen.IsZero() {
+	if !st.LastSeen.IsZero() && in.formatTimes {
 		c.LastSeen = st.LastSeen.UTC().Format(time.RFC3339)
 	}
 	if st.Monitor == appcontext.MonitorRunning && in.SilentAfter > 0 && in.Now.Sub(st.LastSeen) > in.SilentAfter {
@@ -271,46 +269,45 @@ func clusterUnknown(in Input, p *appcontext.Placement, bundle *v1alpha1.Resource
 	return ""
 }
 
-// entry is what the status engine needs of a bundle entry.
-type entry struct {
-	name, namespace     string
-	readyStatus, reason string
-	object              json.RawMessage
+// bundleOf returns a placement's bundle status and entry index, from the
+// snapshot's pre-parsed copy when the cache made one.
+func bundleOf(p *appcontext.Placement) (*v1alpha1.ResourceBundleStateStatus, map[appcontext.EntryRef]*appcontext.BundleEntry) {
+	if p.Bundle == nil || p.Bundle.Deleted {
+		return nil, nil
+	}
+	if p.Bundle.Parsed != nil && p.Bundle.Index != nil {
+		return p.Bundle.Parsed, p.Bundle.Index
+	}
+	var st v1alpha1.ResourceBundleStateStatus
+	if len(p.Bundle.Status) == 0 || json.Unmarshal(p.Bundle.Status, &st) != nil {
+		return nil, nil
+	}
+	return &st, appcontext.IndexBundle(&st)
 }
 
-func entryKey(group, kind, ns, name string) string { return group + "/" + kind + "/" + ns + "/" + name }
-
-// entriesOf indexes a bundle's entries by group/kind/namespace/name.
-func entriesOf(b *v1alpha1.ResourceBundleStateStatus) map[string]entry {
-	out := map[string]entry{}
-	if b == nil {
-		return out
-	}
-	for _, list := range typedLists(b) {
-		for _, e := range list {
-			var meta struct{ Name, Namespace string }
-			_ = json.Unmarshal(e.Metadata.Raw, &meta)
-			group := ""
-			if i := strings.Index(e.APIVersion, "/"); i >= 0 {
-				group = e.APIVersion[:i]
-			}
-			out[entryKey(group, e.Kind, meta.Namespace, meta.Name)] = entry{meta.Name, meta.Namespace, e.ReadyStatus, e.Reason, objectOf(e)}
+// podEntries lists the bundle's pods, in the bundle's order.
+func podEntries(index map[appcontext.EntryRef]*appcontext.BundleEntry) []*appcontext.BundleEntry {
+	var out []*appcontext.BundleEntry
+	for _, e := range index {
+		if e.Typed != nil && e.Kind == "Pod" && e.Group == "" {
+			out = append(out, e)
 		}
 	}
-	for _, e := range b.ResourceStatuses {
-		out[entryKey(e.Group, e.Kind, e.Namespace, e.Name)] = entry{e.Name, e.Namespace, e.ReadyStatus, e.Reason, json.RawMessage(e.Object.Raw)}
-	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
 	return out
 }
 
-func podEntries(b *v1alpha1.ResourceBundleStateStatus) []entry {
-	var out []entry
-	for _, e := range b.PodStatuses {
-		var meta struct{ Name, Namespace string }
-		_ = json.Unmarshal(e.Metadata.Raw, &meta)
-		out = append(out, entry{meta.Name, meta.Namespace, e.ReadyStatus, e.Reason, objectOf(e)})
+// entryObject is the object an entry reports.
+func entryObject(e *appcontext.BundleEntry) json.RawMessage {
+	if e.Custom != nil {
+		return json.RawMessage(e.Custom.Object.Raw)
 	}
-	return out
+	return objectOf(*e.Typed)
 }
 
 // objectOf rebuilds an object from a typed entry.
@@ -326,12 +323,6 @@ func objectOf(e v1alpha1.ResourceStatus) json.RawMessage {
 	}
 	data, _ := json.Marshal(obj)
 	return data
-}
-
-func typedLists(b *v1alpha1.ResourceBundleStateStatus) [][]v1alpha1.ResourceStatus {
-	return [][]v1alpha1.ResourceStatus{b.PodStatuses, b.DeploymentStatuses, b.ServiceStatuses, b.ConfigMapStatuses,
-		b.SecretStatuses, b.DaemonSetStatuses, b.IngressStatuses, b.JobStatuses, b.StatefulSetStatuses,
-		b.ReplicaSetStatuses, b.PersistentVolumeClaimStatuses, b.CronJobStatuses}
 }
 
 func unwatched(b *v1alpha1.ResourceBundleStateStatus, group, kind string) string {

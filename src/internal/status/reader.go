@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/url"
+	"sort"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
@@ -23,6 +23,9 @@ import (
 type Reader struct {
 	Catalog  *catalog.Catalog
 	Contexts *appcontext.Store
+	// Cache, when set, answers DIG and cluster queries from memory; a
+	// context it has not seen yet (just created) is read from etcd.
+	Cache *appcontext.Cache
 	// SilentAfter as the watchers use it; 0 means 30s.
 	SilentAfter time.Duration
 	Now         func() time.Time
@@ -83,9 +86,30 @@ func (r *Reader) DIG(ctx context.Context, dig catalog.Key, v url.Values) (any, e
 		id = q.Instance
 	}
 	header := Header{Project: dig[0], CompositeApp: dig[1], Version: dig[2], CompositeProfile: obj.Spec.CompositeProfile, Name: dig[3]}
+	return r.build(ctx, header, st, id, q)
+}
+
+// build answers from the cache when it has the context, else from etcd.
+func (r *Reader) build(ctx context.Context, header Header, st catalog.DIGState, id string, q Query) (Response, error) {
+	if r.Cache != nil && id != "" {
+		var resp Response
+		found := false
+		err := r.Cache.View(ctx, id, func(cx *appcontext.Context, clusters map[appcontext.ClusterRef]appcontext.ClusterState) {
+			if cx == nil {
+				return
+			}
+			found = true
+			in, _ := r.input(ctx, header, st, "")
+			in.Context, in.Clusters = cx, clusters
+			resp = Build(in, q)
+		})
+		if err != nil || found {
+			return resp, err
+		}
+	}
 	in, err := r.input(ctx, header, st, id)
 	if err != nil {
-		return nil, err
+		return Response{}, err
 	}
 	return Build(in, q), nil
 }
@@ -114,11 +138,7 @@ func (r *Reader) Cluster(ctx context.Context, provider, name string, v url.Value
 		}
 		id = q.Instance
 	}
-	in, err := r.input(ctx, Header{Name: provider + "+" + name}, st, id)
-	if err != nil {
-		return nil, err
-	}
-	return Build(in, q), nil
+	return r.build(ctx, Header{Name: provider + "+" + name}, st, id, q)
 }
 
 // InstanceStatus is GET /v1/instance/{id}/status (k8splugin's shape).
@@ -198,31 +218,28 @@ func (r *Reader) Query(ctx context.Context, id string, v url.Values) (InstanceSt
 		if p.Bundle == nil || p.Bundle.Deleted {
 			continue
 		}
-		var b v1alpha1.ResourceBundleStateStatus
-		if err := json.Unmarshal(p.Bundle.Status, &b); err != nil {
-			continue
-		}
-		for _, list := range typedLists(&b) {
-			for _, e := range list {
-				var meta struct {
-					Name   string            `json:"name"`
-					Labels map[string]string `json:"labels"`
-				}
-				_ = json.Unmarshal(e.Metadata.Raw, &meta)
-				if (v.Get("ApiVersion") != "" && v.Get("ApiVersion") != e.APIVersion) || (v.Get("Kind") != "" && v.Get("Kind") != e.Kind) ||
-					(v.Get("Name") != "" && v.Get("Name") != meta.Name) || !sel.Matches(labels.Set(meta.Labels)) {
-					continue
-				}
-				group, version, _ := strings.Cut(e.APIVersion, "/")
-				if version == "" {
-					group, version = "", e.APIVersion
-				}
-				out.ResourcesStatus = append(out.ResourcesStatus, ResourceStatus{Name: meta.Name, GVK: GVK{group, version, e.Kind},
-					Status: objectOf(e), ReadyStatus: e.ReadyStatus, Reason: e.Reason})
-				statuses = append(statuses, health.Status(e.ReadyStatus))
+		_, index := bundleOf(p)
+		for _, e := range index {
+			if e.Typed == nil {
+				continue
 			}
+			if (v.Get("ApiVersion") != "" && v.Get("ApiVersion") != e.Typed.APIVersion) || (v.Get("Kind") != "" && v.Get("Kind") != e.Kind) ||
+				(v.Get("Name") != "" && v.Get("Name") != e.Name) || !sel.Matches(labels.Set(e.Labels)) {
+				continue
+			}
+			_, version, found := strings.Cut(e.Typed.APIVersion, "/")
+			if !found {
+				version = e.Typed.APIVersion
+			}
+			out.ResourcesStatus = append(out.ResourcesStatus, ResourceStatus{Name: e.Name, GVK: GVK{e.Group, version, e.Kind},
+				Status: objectOf(*e.Typed), ReadyStatus: e.ReadyStatus, Reason: e.Reason})
+			statuses = append(statuses, health.Status(e.ReadyStatus))
 		}
 	}
+	sort.Slice(out.ResourcesStatus, func(i, j int) bool {
+		a, b := out.ResourcesStatus[i], out.ResourcesStatus[j]
+		return a.GVK.Kind+"/"+a.Name < b.GVK.Kind+"/"+b.Name
+	})
 	out.ResourceCount = len(out.ResourcesStatus)
 	out.Ready = out.ResourceCount > 0 && health.Aggregate(statuses...) == health.Ready
 	return out, nil

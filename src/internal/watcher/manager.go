@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -102,7 +103,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			id := strings.TrimPrefix(string(ev.Kv.Key), m.opts.Store.StatusPrefix())
 			var st appcontext.Status
 			if ev.Type == clientv3.EventTypePut {
-				_ = jsonUnmarshal(ev.Kv.Value, &st)
+				_ = json.Unmarshal(ev.Kv.Value, &st) // a malformed status reads as not live
 			}
 			m.contextChanged(ctx, id, st.Status)
 		}

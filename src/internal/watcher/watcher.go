@@ -23,8 +23,6 @@ import (
 	"github.com/argus-mc/argus/src/internal/appcontext"
 )
 
-func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
-
 // clusterWatcher watches one cluster; its goroutines end with its context.
 type clusterWatcher struct {
 	m      *Manager

@@ -1,0 +1,134 @@
+package appcontext
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
+)
+
+// builder assembles a Context from its keys, in any order and
+// incrementally: Store.Get feeds it one range read, the Cache feeds it a
+// watch. Placements stay sorted by app and cluster, resources by Order.
+type builder struct {
+	ctx         *Context
+	byPlacement map[string]*Placement
+}
+
+func newBuilder() *builder {
+	return &builder{ctx: &Context{}, byPlacement: map[string]*Placement{}}
+}
+
+func (b *builder) applyMeta(v []byte) error {
+	if err := json.Unmarshal(v, &b.ctx.Meta); err != nil {
+		return fmt.Errorf("meta: %w", err)
+	}
+	return nil
+}
+
+func (b *builder) applyStatus(v []byte) error {
+	if err := json.Unmarshal(v, &b.ctx.Status); err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	return nil
+}
+
+// applyPlacementKey applies one key below /ctx/<id>/:
+// app/<app>/cluster/<ref>/res/<Kind>/<ns>/<name>/{manifest,status} or
+// app/<app>/cluster/<ref>/bundle. Unknown keys are ignored.
+func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
+	parts := strings.Split(rest, "/")
+	if len(parts) < 5 || parts[0] != "app" || parts[2] != "cluster" {
+		return nil
+	}
+	ref, err := ParseClusterRef(parts[3])
+	if err != nil {
+		return nil
+	}
+	p := b.placement(parts[1], ref)
+	switch {
+	case len(parts) == 5 && parts[4] == "bundle":
+		if deleted {
+			p.Bundle = nil
+			return nil
+		}
+		var snap BundleSnapshot
+		if err := json.Unmarshal(v, &snap); err != nil {
+			return fmt.Errorf("bundle of %s on %s: %w", parts[1], parts[3], err)
+		}
+		if len(snap.Status) > 0 && !snap.Deleted {
+			var st v1alpha1.ResourceBundleStateStatus
+			if json.Unmarshal(snap.Status, &st) == nil {
+				snap.Parsed, snap.Index = &st, IndexBundle(&st)
+			}
+		}
+		p.Bundle = &snap
+	case len(parts) == 9 && parts[4] == "res":
+		key := strings.Join(parts[5:8], "/")
+		switch parts[8] {
+		case "manifest":
+			if deleted {
+				p.removeResource(key)
+				return nil
+			}
+			var r Resource
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("resource %s: %w", key, err)
+			}
+			p.putResource(r)
+		case "status":
+			if deleted {
+				delete(p.Statuses, key)
+				return nil
+			}
+			var st ResourceStatus
+			if err := json.Unmarshal(v, &st); err != nil {
+				return fmt.Errorf("resource %s status: %w", key, err)
+			}
+			p.Statuses[key] = st
+		}
+	}
+	return nil
+}
+
+func (b *builder) placement(app string, ref ClusterRef) *Placement {
+	pk := app + "\x00" + ref.String()
+	if p := b.byPlacement[pk]; p != nil {
+		return p
+	}
+	p := &Placement{App: app, Cluster: ref, Statuses: map[string]ResourceStatus{}}
+	b.byPlacement[pk] = p
+	i := sort.Search(len(b.ctx.Placements), func(i int) bool {
+		q := b.ctx.Placements[i]
+		return q.App > app || q.App == app && q.Cluster.String() >= ref.String()
+	})
+	b.ctx.Placements = append(b.ctx.Placements, nil)
+	copy(b.ctx.Placements[i+1:], b.ctx.Placements[i:])
+	b.ctx.Placements[i] = p
+	return p
+}
+
+// putResource inserts or replaces a resource, keeping apply order.
+func (p *Placement) putResource(r Resource) {
+	for i := range p.Resources {
+		if p.Resources[i].Key() == r.Key() {
+			p.Resources = append(p.Resources[:i], p.Resources[i+1:]...)
+			break
+		}
+	}
+	i := sort.Search(len(p.Resources), func(i int) bool { return p.Resources[i].Order > r.Order })
+	p.Resources = append(p.Resources, Resource{})
+	copy(p.Resources[i+1:], p.Resources[i:])
+	p.Resources[i] = r
+}
+
+func (p *Placement) removeResource(key string) {
+	for i := range p.Resources {
+		if p.Resources[i].Key() == key {
+			p.Resources = append(p.Resources[:i], p.Resources[i+1:]...)
+			return
+		}
+	}
+}

@@ -1,0 +1,143 @@
+package appcontext
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Cache is an in-memory mirror of every context and cluster state, loaded
+// with one range read and then fed by an etcd watch, so status queries cost
+// no etcd reads at all. Readers look at it under a read lock through View.
+type Cache struct {
+	store *Store
+
+	mu       sync.RWMutex
+	contexts map[string]*builder
+	clusters map[ClusterRef]ClusterState
+	ready    chan struct{}
+	once     sync.Once
+}
+
+// NewCache returns a cache over store's keys; Run fills and follows it.
+func NewCache(store *Store) *Cache {
+	return &Cache{store: store, contexts: map[string]*builder{}, clusters: map[ClusterRef]ClusterState{}, ready: make(chan struct{})}
+}
+
+// Ready is closed once the cache holds a complete copy.
+func (c *Cache) Ready() <-chan struct{} { return c.ready }
+
+// Run loads the cache and follows changes until ctx ends. After a
+// compaction overtakes the watch it reloads.
+func (c *Cache) Run(ctx context.Context) error {
+	for {
+		rev, err := c.load(ctx)
+		if err != nil {
+			return err
+		}
+		c.once.Do(func() { close(c.ready) })
+		err = c.follow(ctx, rev)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !errors.Is(err, rpctypes.ErrCompacted) {
+			return err
+		}
+	}
+}
+
+func (c *Cache) load(ctx context.Context) (int64, error) {
+	resp, err := c.store.cli.Get(ctx, c.store.prefix+"/", clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("load contexts: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.contexts = map[string]*builder{}
+	c.clusters = map[ClusterRef]ClusterState{}
+	for _, kv := range resp.Kvs {
+		c.applyLocked(string(kv.Key), kv.Value, false)
+	}
+	return resp.Header.Revision, nil
+}
+
+func (c *Cache) follow(ctx context.Context, rev int64) error {
+	w := c.store.cli.Watch(clientv3.WithRequireLeader(ctx), c.store.prefix+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	for resp := range w {
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		for _, ev := range resp.Events {
+			c.applyLocked(string(ev.Kv.Key), ev.Kv.Value, ev.Type == clientv3.EventTypeDelete)
+		}
+		c.mu.Unlock()
+	}
+	return ctx.Err()
+}
+
+func (c *Cache) applyLocked(key string, value []byte, deleted bool) {
+	rest := strings.TrimPrefix(key, c.store.prefix+"/")
+	kind, tail, _ := strings.Cut(rest, "/")
+	var err error
+	switch kind {
+	case "meta":
+		if !deleted {
+			err = c.builder(tail).applyMeta(value)
+		}
+	case "status":
+		if !deleted {
+			err = c.builder(tail).applyStatus(value)
+		}
+	case "ctx":
+		id, sub, _ := strings.Cut(tail, "/")
+		err = c.builder(id).applyPlacementKey(sub, value, deleted)
+	case "clusters":
+		ref, perr := ParseClusterRef(tail)
+		if perr != nil {
+			return
+		}
+		if deleted {
+			delete(c.clusters, ref)
+			return
+		}
+		var st ClusterState
+		if err = json.Unmarshal(value, &st); err == nil {
+			c.clusters[ref] = st
+		}
+	}
+	_ = err // a malformed value is skipped; Store.Get reports it to whoever reads the context directly
+}
+
+func (c *Cache) builder(id string) *builder {
+	b := c.contexts[id]
+	if b == nil {
+		b = newBuilder()
+		c.contexts[id] = b
+	}
+	return b
+}
+
+// View calls f with the context (nil if unknown) and every cluster's state,
+// under the cache's read lock: f must not keep or change them.
+func (c *Cache) View(ctx context.Context, id string, f func(*Context, map[ClusterRef]ClusterState)) error {
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var cx *Context
+	if b := c.contexts[id]; b != nil && b.ctx.Meta.ID != "" {
+		cx = b.ctx
+	}
+	f(cx, c.clusters)
+	return nil
+}
