@@ -31,6 +31,9 @@ type Options struct {
 	Instances Instances
 	// Status answers status queries; nil leaves the status routes out.
 	Status StatusReader
+	// ClusterDeleted, when set, is told about a deleted cluster so its
+	// watcher and cached client go too.
+	ClusterDeleted func(provider, cluster string)
 	// Checks run by /readyz, by name ("etcd", "mongo").
 	Checks map[string]Check
 	// Logger for access and error logs; nil discards.

@@ -54,7 +54,13 @@ func (s *server) v2Routes(r *mux.Router) {
 		collection: pProviders, item: pProvider, itemVars: vProvider})
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.Clusters),
 		collection: pClusters, item: pCluster, parentVars: vProvider, itemVars: []string{"cluster"},
-		upload: func(b []byte) error { _, err := cluster.RESTConfig(b); return err }, noPut: true})
+		upload: func(b []byte) error { _, err := cluster.RESTConfig(b); return err }, noPut: true,
+		afterDelete: func(_ context.Context, key catalog.Key) error {
+			if s.opts.ClusterDeleted != nil {
+				s.opts.ClusterDeleted(key[0], key[1])
+			}
+			return nil
+		}})
 	registerLabels(r, s)
 	for _, n := range []struct {
 		kind *catalog.Kind

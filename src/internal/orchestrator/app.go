@@ -158,6 +158,11 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Deploy:    deployer,
 		Instances: deployer,
 		Status:    &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter},
+		ClusterDeleted: func(provider, name string) {
+			ref := appcontext.ClusterRef{Provider: provider, Name: name}
+			watchers.Forget(ref)
+			clusters.Forget(ref)
+		},
 		Checks: map[string]api.Check{
 			"etcd":  etcd.Ping,
 			"mongo": mongo.Ping,
