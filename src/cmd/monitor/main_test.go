@@ -831,23 +831,5 @@ var update = flag.Bool("update", false, "rewrite generated docs")
 // The monitor's flag reference in docs/operations.md is generated from its
 // flags; `make docs` runs this with -update.
 func TestConfigReferenceIsCurrent(t *testing.T) {
-	const path = "../../../docs/operations.md"
-	const begin, end = "<!-- BEGIN monitor flags (generated) -->\n", "<!-- END monitor flags -->"
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	i, j := strings.Index(string(doc), begin), strings.Index(string(doc), end)
-	if i < 0 || j < i {
-		t.Fatalf("%s lacks the generated-reference markers", path)
-	}
-	want := config.Reference(Flags(&settings{}))
-	if got := string(doc[i+len(begin) : j]); got != want {
-		if !*update {
-			t.Fatalf("%s is out of date; run `make docs`", path)
-		}
-		if err := os.WriteFile(path, []byte(string(doc[:i+len(begin)])+want+string(doc[j:])), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testenv.CheckGenerated(t, "../../../docs/operations.md", "monitor flags", config.Reference(Flags(&settings{})), *update)
 }

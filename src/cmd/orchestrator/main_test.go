@@ -182,24 +182,5 @@ var update = flag.Bool("update", false, "rewrite generated docs")
 // The configuration reference in docs/operations.md is generated from the
 // flags; this keeps the two in step (`make docs` runs it with -update).
 func TestConfigReferenceIsCurrent(t *testing.T) {
-	const path = "../../../docs/operations.md"
-	const begin, end = "<!-- BEGIN orchestrator flags (generated) -->\n", "<!-- END orchestrator flags -->"
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	i, j := strings.Index(string(doc), begin), strings.Index(string(doc), end)
-	if i < 0 || j < i {
-		t.Fatalf("%s lacks the generated-reference markers", path)
-	}
-	want := config.Reference(Flags(&settings{}))
-	if got := string(doc[i+len(begin) : j]); got != want {
-		if !*update {
-			t.Fatalf("%s is out of date; run `make docs`", path)
-		}
-		fixed := string(doc[:i+len(begin)]) + want + string(doc[j:])
-		if err := os.WriteFile(path, []byte(fixed), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testenv.CheckGenerated(t, "../../../docs/operations.md", "orchestrator flags", config.Reference(Flags(&settings{})), *update)
 }

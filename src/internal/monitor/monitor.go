@@ -302,8 +302,9 @@ func (m *Monitor) enqueueAllBundles() {
 
 // ---- kinds ----
 
-// wantedKinds is every kind some bundle or configuration asks for.
-func (m *Monitor) wantedKinds() map[schema.GroupVersionKind]bool {
+// baseKinds are the kinds every bundle is built from: the built-in ones and
+// the extra ones from the flag and the ConfigMap.
+func (m *Monitor) baseKinds() map[schema.GroupVersionKind]bool {
 	want := map[schema.GroupVersionKind]bool{}
 	for gvk := range builtinKinds() {
 		want[gvk] = true
@@ -316,6 +317,12 @@ func (m *Monitor) wantedKinds() map[schema.GroupVersionKind]bool {
 		want[gvk] = true
 	}
 	m.mu.RUnlock()
+	return want
+}
+
+// wantedKinds is every kind some bundle or configuration asks for.
+func (m *Monitor) wantedKinds() map[schema.GroupVersionKind]bool {
+	want := m.baseKinds()
 	for _, obj := range m.bundleInformer.GetStore().List() {
 		for _, gvk := range bundleKinds(obj.(*unstructured.Unstructured)) {
 			want[gvk] = true
@@ -599,18 +606,7 @@ func (m *Monitor) writeStatus(ctx context.Context, b *unstructured.Unstructured,
 // bundleWantedKinds is what one bundle is built from: the built-in and extra
 // kinds plus its own spec.kinds, in a stable order.
 func (m *Monitor) bundleWantedKinds(b *unstructured.Unstructured) []schema.GroupVersionKind {
-	set := map[schema.GroupVersionKind]bool{}
-	for gvk := range builtinKinds() {
-		set[gvk] = true
-	}
-	for _, gvk := range m.opts.ExtraGVKs {
-		set[gvk] = true
-	}
-	m.mu.RLock()
-	for _, gvk := range m.configKinds {
-		set[gvk] = true
-	}
-	m.mu.RUnlock()
+	set := m.baseKinds()
 	for _, gvk := range bundleKinds(b) {
 		set[gvk] = true
 	}

@@ -130,16 +130,9 @@ func (e *Engine) Terminate(group, id string) { e.start(group, actionDelete, id, 
 // Stop cancels the action in flight on the group and waits for it; it
 // reports whether one was running.
 func (e *Engine) Stop(group string) bool {
-	e.mu.Lock()
-	r := e.groups[group]
-	e.mu.Unlock()
+	r := e.running(group)
 	if r == nil {
 		return false
-	}
-	select {
-	case <-r.done:
-		return false
-	default:
 	}
 	r.cancel()
 	<-r.done
@@ -147,26 +140,11 @@ func (e *Engine) Stop(group string) bool {
 }
 
 // Busy reports whether an action is running on the group.
-func (e *Engine) Busy(group string) bool {
-	e.mu.Lock()
-	r := e.groups[group]
-	e.mu.Unlock()
-	if r == nil {
-		return false
-	}
-	select {
-	case <-r.done:
-		return false
-	default:
-		return true
-	}
-}
+func (e *Engine) Busy(group string) bool { return e.running(group) != nil }
 
 // Wait blocks until the group's last action has finished or ctx ends.
 func (e *Engine) Wait(ctx context.Context, group string) error {
-	e.mu.Lock()
-	r := e.groups[group]
-	e.mu.Unlock()
+	r := e.running(group)
 	if r == nil {
 		return nil
 	}
@@ -175,6 +153,22 @@ func (e *Engine) Wait(ctx context.Context, group string) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// running returns the group's action if it has not finished, else nil.
+func (e *Engine) running(group string) *run {
+	e.mu.Lock()
+	r := e.groups[group]
+	e.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	select {
+	case <-r.done:
+		return nil
+	default:
+		return r
 	}
 }
 
