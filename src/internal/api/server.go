@@ -34,6 +34,9 @@ type Options struct {
 	// ClusterDeleted, when set, is told about a deleted cluster so its
 	// watcher and cached client go too.
 	ClusterDeleted func(provider, cluster string)
+	// ClusterInUse, when set, lists the live contexts on a cluster; a
+	// cluster with any cannot be deleted.
+	ClusterInUse func(ctx context.Context, provider, cluster string) ([]string, error)
 	// Checks run by /readyz, by name ("etcd", "mongo").
 	Checks map[string]Check
 	// Logger for access and error logs; nil discards.

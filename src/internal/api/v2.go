@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"github.com/gorilla/mux"
 
@@ -55,6 +56,19 @@ func (s *server) v2Routes(r *mux.Router) {
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.Clusters),
 		collection: pClusters, item: pCluster, parentVars: vProvider, itemVars: []string{"cluster"},
 		upload: func(b []byte) error { _, err := cluster.RESTConfig(b); return err }, noPut: true,
+		beforeDelete: func(ctx context.Context, key catalog.Key) error {
+			if s.opts.ClusterInUse == nil {
+				return nil
+			}
+			ids, err := s.opts.ClusterInUse(ctx, key[0], key[1])
+			if err != nil {
+				return err
+			}
+			if len(ids) > 0 {
+				return errdefs.Conflict("cluster %s+%s is in use by deployed contexts %s; terminate them first", key[0], key[1], strings.Join(ids, ", "))
+			}
+			return nil
+		},
 		afterDelete: func(_ context.Context, key catalog.Key) error {
 			if s.opts.ClusterDeleted != nil {
 				s.opts.ClusterDeleted(key[0], key[1])

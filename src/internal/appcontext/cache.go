@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 
@@ -140,4 +141,30 @@ func (c *Cache) View(ctx context.Context, id string, f func(*Context, map[Cluste
 	}
 	f(cx, c.clusters)
 	return nil
+}
+
+// LiveOn lists the contexts not yet Terminated that place anything on the
+// cluster, so a cluster still in use is not deleted from under them.
+func (c *Cache) LiveOn(ctx context.Context, ref ClusterRef) ([]string, error) {
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var ids []string
+	for id, b := range c.contexts {
+		if b.ctx.Status.Status == Terminated || b.ctx.Meta.ID == "" {
+			continue
+		}
+		for _, p := range b.ctx.Placements {
+			if p.Cluster == ref {
+				ids = append(ids, id)
+				break
+			}
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
 }

@@ -350,6 +350,13 @@ func TestInstantiateTerminateReinstantiate(t *testing.T) {
 		}
 	}
 
+	// A cluster in use cannot be deleted (its labels go first, as children).
+	o.must(204, "DELETE", "/v2/cluster-providers/cp/clusters/cluster2/labels/edge", nil)
+	if code, body := o.call("DELETE", "/v2/cluster-providers/cp/clusters/cluster2", nil); code != 409 || !strings.Contains(body, id) {
+		t.Fatalf("delete a cluster in use: %d %s", code, body)
+	}
+	o.must(201, "POST", "/v2/cluster-providers/cp/clusters/cluster2/labels", map[string]string{"clusterLabel": "edge"})
+
 	// Terminate: everything Deleted and gone from the clusters.
 	o.must(202, "POST", digPath+"/terminate", nil)
 	o.waitContext(id, "every resource Deleted", allResources(appcontext.RsyncDeleted))

@@ -158,6 +158,9 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Deploy:    deployer,
 		Instances: deployer,
 		Status:    &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter},
+		ClusterInUse: func(ctx context.Context, provider, name string) ([]string, error) {
+			return cache.LiveOn(ctx, appcontext.ClusterRef{Provider: provider, Name: name})
+		},
 		ClusterDeleted: func(provider, name string) {
 			ref := appcontext.ClusterRef{Provider: provider, Name: name}
 			watchers.Forget(ref)

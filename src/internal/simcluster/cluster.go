@@ -46,6 +46,7 @@ type Cluster struct {
 	Server string
 
 	port        int
+	pickPort    func() (int, error)
 	nodes       int
 	binDir      string
 	etcdServers string
@@ -182,9 +183,13 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.prepare(); err != nil {
 		return err
 	}
+	pick := c.pickPort
+	if pick == nil {
+		pick = freePort
+	}
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
-		if c.port, err = freePort(); err != nil {
+		if c.port, err = pick(); err != nil {
 			return err
 		}
 		if err = c.writeKubeconfig(); err != nil {

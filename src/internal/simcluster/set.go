@@ -76,6 +76,10 @@ type Options struct {
 	BinDir string
 	// Logger; nil discards.
 	Logger *logrus.Entry
+
+	// pickPort chooses API server ports; nil means a free loopback port.
+	// Tests set it to hand out a busy one.
+	pickPort func() (int, error)
 }
 
 // ErrInvalid marks bad options (as opposed to a failure while starting).
@@ -142,6 +146,7 @@ func Start(ctx context.Context, opts Options) (*Set, error) {
 			binDir:      opts.BinDir,
 			etcdServers: strings.Join(etcd.Endpoints(), ","),
 			log:         opts.Logger.WithField("cluster", name),
+			pickPort:    opts.pickPort,
 		})
 	}
 	errs := make([]error, len(s.Clusters))
