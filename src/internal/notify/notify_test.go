@@ -12,12 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+var env *testenv.Stores
+
+func TestMain(m *testing.M) { testenv.Main(m, func(s *testenv.Stores) { env = s }) }
 
 func TestDigestIgnoresChurn(t *testing.T) {
 	a := Digest("Ready", "", "Applied", "Present", json.RawMessage(`{"readyReplicas":2,"replicas":2}`))

@@ -1,0 +1,286 @@
+package notify
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/argus-mc/argus/src/internal/logging"
+)
+
+// Source computes a subscription's current view: one Entry per resource and
+// the rest of the payload (instance id, ready, status fields...).
+type Source func(ctx context.Context) (entries []Entry, envelope map[string]any, err error)
+
+// State is a subscription's durable delivery state.
+type State struct {
+	// Sequence is the last sequence number given to a payload.
+	Sequence int64 `json:"sequence"`
+	// Delivered are the digests of the last state the subscriber received:
+	// deltas are computed against it, never against an unsent one.
+	Delivered map[string]string `json:"delivered"`
+	// Pending is the frozen payload awaiting a 2xx, resent unchanged.
+	Pending *Pending `json:"pending,omitempty"`
+
+	LastUpdate time.Time `json:"lastUpdate,omitzero"`
+	LastNotify time.Time `json:"lastNotify,omitzero"`
+	LastStatus string    `json:"lastStatus,omitempty"`
+	Attempts   int       `json:"attempts"`
+	LastError  string    `json:"lastError,omitempty"`
+}
+
+// Pending is one frozen delivery and the digests it brings the subscriber to.
+type Pending struct {
+	ID        string            `json:"id"`
+	Sequence  int64             `json:"sequence"`
+	Timestamp time.Time         `json:"timestamp"`
+	Body      json.RawMessage   `json:"body"`
+	Next      map[string]string `json:"next"`
+}
+
+// States keeps delivery states in etcd under a prefix, so a restart resumes
+// every pending delivery.
+type States struct {
+	cli    *clientv3.Client
+	prefix string
+}
+
+// NewStates returns a state store; prefix "" means "/argus/notify/".
+func NewStates(cli *clientv3.Client, prefix string) *States {
+	if prefix == "" {
+		prefix = "/argus/notify/"
+	}
+	return &States{cli: cli, prefix: prefix}
+}
+
+// Load returns a subscription's state and whether it existed.
+func (s *States) Load(ctx context.Context, key string) (State, bool, error) {
+	resp, err := s.cli.Get(ctx, s.prefix+key)
+	if err != nil {
+		return State{}, false, fmt.Errorf("load delivery state: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return State{}, false, nil
+	}
+	var st State
+	if err := json.Unmarshal(resp.Kvs[0].Value, &st); err != nil {
+		return State{}, false, fmt.Errorf("delivery state of %s: %w", key, err)
+	}
+	return st, true, nil
+}
+
+// Save stores a subscription's state.
+func (s *States) Save(ctx context.Context, key string, st State) error {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cli.Put(ctx, s.prefix+key, string(data)); err != nil {
+		return fmt.Errorf("save delivery state: %w", err)
+	}
+	return nil
+}
+
+// Delete removes a subscription's state.
+func (s *States) Delete(ctx context.Context, key string) error {
+	_, err := s.cli.Delete(ctx, s.prefix+key)
+	return err
+}
+
+// WorkerOptions configures one subscription's worker.
+type WorkerOptions struct {
+	// Key identifies the subscription in the state store.
+	Key string
+	// URL and Secret of the callback.
+	URL, Secret string
+	// MinInterval is the least time between two POSTs; changes in between
+	// are coalesced into the next one.
+	MinInterval time.Duration
+	Source      Source
+	States      *States
+	Deliverer   *Deliverer
+	// BackoffBase scales the retry backoff for tests; 0 means Backoff as is.
+	BackoffBase time.Duration
+	Logger      *logrus.Entry
+	Now         func() time.Time
+}
+
+// Worker delivers one subscription's changes. It is woken by Notify and
+// does nothing on its own: there is no polling loop.
+type Worker struct {
+	opts    WorkerOptions
+	log     *logrus.Entry
+	trigger chan struct{}
+	ready   chan struct{}
+}
+
+// NewWorker returns a worker; Run starts it.
+func NewWorker(opts WorkerOptions) (*Worker, error) {
+	if opts.Key == "" || opts.Source == nil || opts.States == nil || opts.Deliverer == nil {
+		return nil, errors.New("notify: Key, Source, States and Deliverer are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = logrus.NewEntry(logging.Discard())
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Worker{opts: opts, log: opts.Logger.WithField("subscription", opts.Key),
+		trigger: make(chan struct{}, 1), ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once the worker knows its baseline: changes after that
+// are delivered.
+func (w *Worker) Ready() <-chan struct{} { return w.ready }
+
+// Notify says something may have changed. It never blocks: a wake-up
+// already queued stands for any number of changes.
+func (w *Worker) Notify() {
+	select {
+	case w.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers until ctx ends. A new subscription's baseline is the current
+// state (no initial POST); a pending delivery left by an earlier process is
+// resent first.
+func (w *Worker) Run(ctx context.Context) error {
+	st, found, err := w.opts.States.Load(ctx, w.opts.Key)
+	if err != nil {
+		return err
+	}
+	if !found {
+		entries, _, err := w.opts.Source(ctx)
+		if err != nil {
+			return err
+		}
+		_, st.Delivered = Diff(nil, entries, nil)
+		if err := w.opts.States.Save(ctx, w.opts.Key, st); err != nil {
+			return err
+		}
+	}
+	close(w.ready)
+	for {
+		if st.Pending != nil {
+			if err := w.deliver(ctx, &st); err != nil {
+				return nil // ctx ended; the pending delivery stays for the next process
+			}
+		}
+		if wait := st.LastNotify.Add(w.opts.MinInterval).Sub(w.opts.Now()); wait > 0 {
+			if !sleep(ctx, wait) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.trigger:
+		}
+		if err := w.freeze(ctx, &st); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			w.log.WithError(err).Warn("cannot compute the subscription's changes; waiting for the next change")
+		}
+	}
+}
+
+// freeze computes the changes since the last delivered state and, if
+// there are any, stores them as the pending payload under a new sequence
+// number before anything is sent.
+func (w *Worker) freeze(ctx context.Context, st *State) error {
+	entries, envelope, err := w.opts.Source(ctx)
+	if err != nil {
+		return err
+	}
+	changes, next := Diff(st.Delivered, entries, nil)
+	if changes.Empty() {
+		return nil
+	}
+	payload := map[string]any{}
+	for k, v := range envelope {
+		payload[k] = v
+	}
+	payload["resource-changes"] = changes
+	body, err := json.Marshal(payload)
+	if err != nil {
+		return err
+	}
+	st.Sequence++
+	st.Pending = &Pending{ID: newID(), Sequence: st.Sequence, Timestamp: w.opts.Now().UTC(), Body: body, Next: next}
+	st.LastUpdate = w.opts.Now().UTC()
+	st.Attempts, st.LastError = 0, ""
+	return w.opts.States.Save(ctx, w.opts.Key, *st)
+}
+
+// deliver sends the pending payload until it is answered: 2xx moves the
+// delivered state forward; another 4xx is recorded and the payload dropped
+// (the delivered state stays, so its changes come again with the next);
+// anything else is retried with backoff. It returns an error only when ctx
+// ended.
+func (w *Worker) deliver(ctx context.Context, st *State) error {
+	p := st.Pending
+	for {
+		res := w.opts.Deliverer.Deliver(ctx, Delivery{URL: w.opts.URL, ID: p.ID, Sequence: p.Sequence,
+			Timestamp: p.Timestamp, Body: p.Body, Secret: w.opts.Secret})
+		st.Attempts++
+		st.LastStatus = strconv.Itoa(res.Status)
+		if res.Status == 0 {
+			st.LastStatus = "error"
+		}
+		st.LastError = ""
+		if res.Err != nil {
+			st.LastError = res.Err.Error()
+		} else if res.Outcome != Delivered {
+			st.LastError = "callback answered " + strconv.Itoa(res.Status)
+		}
+		switch res.Outcome {
+		case Delivered:
+			st.Delivered, st.Pending = p.Next, nil
+			st.LastNotify = w.opts.Now().UTC()
+		case Failed:
+			st.Pending = nil
+			st.LastNotify = w.opts.Now().UTC()
+			w.log.WithField("status", res.Status).Warn("callback refused the notification")
+		}
+		if err := w.opts.States.Save(context.WithoutCancel(ctx), w.opts.Key, *st); err != nil {
+			w.log.WithError(err).Error("cannot save delivery state")
+		}
+		if st.Pending == nil {
+			return nil
+		}
+		wait := Backoff(st.Attempts)
+		if w.opts.BackoffBase > 0 {
+			wait = wait * w.opts.BackoffBase / time.Second
+		}
+		if !sleep(ctx, wait) {
+			return ctx.Err()
+		}
+	}
+}
+
+func newID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,263 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/argus-mc/argus/src/internal/testenv"
+)
+
+// world is a subscription's changing view, as a Source.
+type world struct {
+	mu      sync.Mutex
+	entries map[string]string // key → digest
+}
+
+func (w *world) set(key, digest string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if digest == "" {
+		delete(w.entries, key)
+	} else {
+		w.entries[key] = digest
+	}
+}
+
+func (w *world) source(context.Context) ([]Entry, map[string]any, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []Entry
+	for k, d := range w.entries {
+		out = append(out, Entry{Key: k, Digest: d, Payload: map[string]any{"name": k, "digest": d}})
+	}
+	return out, map[string]any{"instance-id": "42", "ready": true}, nil
+}
+
+// receiver records POSTs; answer decides each status.
+type receiver struct {
+	srv    *httptest.Server
+	answer atomic.Int64
+	got    chan post
+}
+
+type post struct {
+	id       string
+	sequence int
+	changes  Changes
+	answered int
+}
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{got: make(chan post, 100)}
+	r.answer.Store(200)
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var body struct {
+			Changes Changes `json:"resource-changes"`
+		}
+		_ = json.NewDecoder(req.Body).Decode(&body)
+		seq, _ := strconv.Atoi(req.Header.Get(HeaderSequence))
+		code := int(r.answer.Load())
+		p := post{id: req.Header.Get(HeaderDelivery), sequence: seq, changes: body.Changes, answered: code}
+		w.WriteHeader(code)
+		r.got <- p
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) next(t *testing.T) post {
+	t.Helper()
+	select {
+	case p := <-r.got:
+		return p
+	case <-time.After(30 * time.Second):
+		t.Fatal("no POST within 30s")
+		return post{}
+	}
+}
+
+type running struct {
+	w      *Worker
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// statesFor returns one test's state store; the prefix is chosen once, so a
+// restarted worker finds what the first one saved.
+func statesFor(t *testing.T) *States { return NewStates(env.Etcd.Client, env.EtcdPrefix()+"notify/") }
+
+func startWorker(t *testing.T, states *States, key string, src Source, url string, minInterval time.Duration) *running {
+	t.Helper()
+	d, err := NewDeliverer(DelivererOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWorker(WorkerOptions{Key: key, URL: url, Secret: "s", MinInterval: minInterval, Source: src,
+		States: states, Deliverer: d, BackoffBase: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{w: w, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- w.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t); d.client.CloseIdleConnections() })
+	select {
+	case <-w.Ready():
+	case err := <-r.done:
+		t.Fatalf("worker stopped before its baseline: %v", err)
+	}
+	return r
+}
+
+// nextDelivered skips refused attempts and returns the first POST answered 200.
+func (r *receiver) nextDelivered(t *testing.T) post {
+	t.Helper()
+	for {
+		if p := r.next(t); p.answered == 200 {
+			return p
+		}
+	}
+}
+
+func (r *running) stop(t *testing.T) {
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	r.cancel = nil
+	if err := <-r.done; err != nil {
+		t.Errorf("worker: %v", err)
+	}
+}
+
+func TestChangesAreDeliveredInSequence(t *testing.T) {
+	states := statesFor(t)
+	rcv := newReceiver(t)
+	w := &world{entries: map[string]string{"a": "1", "b": "1"}}
+	r := startWorker(t, states, testenv.UniqueName("sub"), w.source, rcv.srv.URL, 0)
+
+	w.set("a", "2")
+	r.w.Notify()
+	p := rcv.next(t)
+	if p.sequence != 1 || len(p.changes.Modified) != 1 || p.changes.Modified[0]["name"] != "a" || len(p.changes.Created)+len(p.changes.Deleted) != 0 {
+		t.Fatalf("first POST (the baseline is not sent) = %+v", p)
+	}
+	w.set("c", "1")
+	r.w.Notify()
+	if p := rcv.next(t); p.sequence != 2 || len(p.changes.Created) != 1 || p.changes.Created[0]["name"] != "c" {
+		t.Fatalf("second POST = %+v", p)
+	}
+	w.set("b", "")
+	r.w.Notify()
+	if p := rcv.next(t); p.sequence != 3 || len(p.changes.Deleted) != 1 {
+		t.Fatalf("third POST = %+v", p)
+	}
+}
+
+func TestServerErrorsAreRetriedWithoutLossOrGap(t *testing.T) {
+	states := statesFor(t)
+	rcv := newReceiver(t)
+	rcv.answer.Store(500)
+	w := &world{entries: map[string]string{"a": "1"}}
+	r := startWorker(t, states, testenv.UniqueName("sub"), w.source, rcv.srv.URL, 0)
+	w.set("a", "2")
+	r.w.Notify()
+	first := rcv.next(t)
+	for range 3 { // the same frozen delivery, again and again
+		if p := rcv.next(t); p.id != first.id || p.sequence != 1 {
+			t.Fatalf("retry changed the delivery: %+v vs %+v", p, first)
+		}
+	}
+	w.set("b", "1") // a change while retrying waits for the next payload
+	rcv.answer.Store(200)
+	if p := rcv.nextDelivered(t); p.id != first.id || p.sequence != 1 {
+		t.Fatalf("the retried delivery changed: %+v", p)
+	}
+	r.w.Notify()
+	p := rcv.next(t)
+	if p.sequence != 2 || len(p.changes.Created) != 1 || p.changes.Created[0]["name"] != "b" {
+		t.Fatalf("after recovery: %+v", p)
+	}
+}
+
+func TestClientErrorIsRecordedAndChangesComeAgain(t *testing.T) {
+	states := statesFor(t)
+	rcv := newReceiver(t)
+	rcv.answer.Store(400)
+	key := testenv.UniqueName("sub")
+	w := &world{entries: map[string]string{"a": "1"}}
+	r := startWorker(t, states, key, w.source, rcv.srv.URL, 0)
+	w.set("a", "2")
+	r.w.Notify()
+	rcv.next(t)
+	deadline := time.Now().Add(30 * time.Second)
+	var st State
+	for time.Now().Before(deadline) {
+		st, _, _ = states.Load(context.Background(), key)
+		if st.LastStatus == "400" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
+	}
+	if st.LastStatus != "400" || st.LastError != "callback answered 400" || st.Pending != nil {
+		t.Fatalf("state after a 400: %+v", st)
+	}
+	rcv.answer.Store(200)
+	w.set("c", "1")
+	r.w.Notify()
+	p := rcv.next(t)
+	if p.sequence != 2 || len(p.changes.Modified) != 1 || len(p.changes.Created) != 1 {
+		t.Fatalf("the refused change must come again with the next: %+v", p)
+	}
+}
+
+func TestMinIntervalCoalesces(t *testing.T) {
+	states := statesFor(t)
+	rcv := newReceiver(t)
+	w := &world{entries: map[string]string{"a": "1"}}
+	r := startWorker(t, states, testenv.UniqueName("sub"), w.source, rcv.srv.URL, time.Second)
+	w.set("a", "2")
+	r.w.Notify()
+	first := rcv.next(t)
+	start := time.Now()
+	for i := range 5 { // a burst, inside the interval
+		w.set(fmt.Sprint("n", i), "1")
+		w.set("a", fmt.Sprint(3+i))
+		r.w.Notify()
+	}
+	w.set("n0", "") // net: n0 came and went
+	p := rcv.next(t)
+	if took := time.Since(start); took < 800*time.Millisecond {
+		t.Fatalf("second POST after %s, inside the 1s interval", took)
+	}
+	if p.sequence != first.sequence+1 || len(p.changes.Created) != 4 || len(p.changes.Modified) != 1 || len(p.changes.Deleted) != 0 {
+		t.Fatalf("coalesced POST = %+v", p)
+	}
+}
+
+func TestPendingDeliverySurvivesRestart(t *testing.T) {
+	states := statesFor(t)
+	rcv := newReceiver(t)
+	rcv.answer.Store(503)
+	key := testenv.UniqueName("sub")
+	w := &world{entries: map[string]string{"a": "1"}}
+	r := startWorker(t, states, key, w.source, rcv.srv.URL, 0)
+	w.set("a", "2")
+	r.w.Notify()
+	first := rcv.next(t)
+	r.stop(t) // the orchestrator goes away with the delivery pending
+	rcv.answer.Store(200)
+	startWorker(t, states, key, w.source, rcv.srv.URL, 0)
+	p := rcv.nextDelivered(t)
+	if p.id != first.id || p.sequence != 1 || len(p.changes.Modified) != 1 {
+		t.Fatalf("after restart: %+v, want the pending delivery %+v", p, first)
+	}
+}
