@@ -9,8 +9,11 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/argus-mc/argus/src/internal/logging"
 )
 
 // Cache is an in-memory mirror of every context and cluster state, loaded
@@ -18,6 +21,7 @@ import (
 // no etcd reads at all. Readers look at it under a read lock through View.
 type Cache struct {
 	store *Store
+	log   *logrus.Entry
 
 	mu       sync.RWMutex
 	contexts map[string]*builder
@@ -27,8 +31,12 @@ type Cache struct {
 }
 
 // NewCache returns a cache over store's keys; Run fills and follows it.
-func NewCache(store *Store) *Cache {
-	return &Cache{store: store, contexts: map[string]*builder{}, clusters: map[ClusterRef]ClusterState{}, ready: make(chan struct{})}
+// log receives malformed values, which are skipped; nil discards.
+func NewCache(store *Store, log *logrus.Entry) *Cache {
+	if log == nil {
+		log = logrus.NewEntry(logging.Discard())
+	}
+	return &Cache{store: store, log: log, contexts: map[string]*builder{}, clusters: map[ClusterRef]ClusterState{}, ready: make(chan struct{})}
 }
 
 // Ready is closed once the cache holds a complete copy.
@@ -113,7 +121,9 @@ func (c *Cache) applyLocked(key string, value []byte, deleted bool) {
 			c.clusters[ref] = st
 		}
 	}
-	_ = err // a malformed value is skipped; Store.Get reports it to whoever reads the context directly
+	if err != nil {
+		c.log.WithError(err).WithField("key", key).Warn("skipping a malformed value")
+	}
 }
 
 func (c *Cache) builder(id string) *builder {

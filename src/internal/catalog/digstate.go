@@ -95,22 +95,19 @@ func (c *Catalog) getState(ctx context.Context, group string) (DIGState, bool, e
 // empty, become the DIG's current ones. The check and the write are one
 // conditional update, so two concurrent actions cannot both pass.
 func (c *Catalog) TransitionDIG(ctx context.Context, key Key, from []string, next StateAction, statusID string) (DIGState, error) {
-	st, err := c.Transition(ctx, DIGGroup(key), from, next, statusID)
-	if errors.Is(err, errdefs.ErrConflict) && !strings.Contains(err.Error(), "concurrently") {
-		return st, errdefs.Conflict("the deployment intent group is %s; this action needs it to be %s", st.Current, strings.Join(from, " or "))
-	}
-	return st, err
+	return c.Transition(ctx, DIGGroup(key), "the deployment intent group", from, next, statusID)
 }
 
-// Transition is TransitionDIG for any lifecycle group.
-func (c *Catalog) Transition(ctx context.Context, group string, from []string, next StateAction, statusID string) (DIGState, error) {
+// Transition is TransitionDIG for any lifecycle group; subject names what
+// the group is in a refusal ("the deployment intent group is Created; ...").
+func (c *Catalog) Transition(ctx context.Context, group, subject string, from []string, next StateAction, statusID string) (DIGState, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		cur, exists, err := c.getState(ctx, group)
 		if err != nil {
 			return cur, err
 		}
 		if !contains(from, cur.Current) {
-			return cur, errdefs.Conflict("the state is %s; this action needs it to be %s", cur.Current, strings.Join(from, " or "))
+			return cur, errdefs.Conflict("%s is %s; this action needs it to be %s", subject, cur.Current, strings.Join(from, " or "))
 		}
 		set := bson.D{{Key: "current", Value: next.State}}
 		if next.ContextID != "" {
@@ -150,7 +147,7 @@ func (c *Catalog) Transition(ctx context.Context, group string, from []string, n
 			return c.GetState(ctx, group)
 		}
 	}
-	return DIGState{}, errdefs.Conflict("the state changed concurrently; try again")
+	return DIGState{}, errdefs.Conflict("%s changed concurrently; try again", subject)
 }
 
 // DeleteDIGState removes a DIG's state with the DIG.

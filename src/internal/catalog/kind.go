@@ -41,10 +41,6 @@ func (k *Kind) KeyFields() []string {
 // Key identifies an object by the values of its kind's key fields.
 type Key []string
 
-// Parent drops the object's own name. For kinds with several own key fields
-// use Kind.ParentKey.
-func (k Key) Parent() Key { return k[:len(k)-1] }
-
 // ParentKey is the part of key that identifies the parent object.
 func (k *Kind) ParentKey(key Key) Key { return key[:len(key)-len(k.OwnFields())] }
 

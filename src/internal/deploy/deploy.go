@@ -226,7 +226,9 @@ func (s *Service) Stop(ctx context.Context, dig catalog.Key) error {
 		s.action(next, state.ContextID), ""); err != nil {
 		return err
 	}
-	s.opts.Rsync.Stop(Group(dig))
+	if !s.opts.Rsync.Stop(Group(dig)) {
+		return nil // the action finished meanwhile; its own status stands
+	}
 	status := appcontext.InstantiateFailed
 	if next == catalog.StateTerminateStopped {
 		status = appcontext.TerminateFailed

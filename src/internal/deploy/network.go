@@ -54,7 +54,7 @@ func (s *Service) ApplyNetworks(ctx context.Context, provider, clusterName strin
 	group := catalog.ClusterGroup(provider, clusterName)
 	from := []string{catalog.StateCreated, catalog.StateTerminated}
 	id := appcontext.NewID()
-	if _, err := cat.Transition(ctx, group, from, s.action(catalog.StateApplied, id), id); err != nil {
+	if _, err := cat.Transition(ctx, group, "the cluster's network intents", from, s.action(catalog.StateApplied, id), id); err != nil {
 		return "", err
 	}
 	meta := appcontext.Meta{ID: id, Kind: "network", Group: group, Namespace: Namespace, StatusID: id, Created: s.opts.Now()}
@@ -76,7 +76,7 @@ func (s *Service) TerminateNetworks(ctx context.Context, provider, clusterName s
 	if err != nil {
 		return err
 	}
-	st, err := s.opts.Catalog.Transition(ctx, group, []string{catalog.StateApplied}, s.action(catalog.StateTerminated, cur.ContextID), "")
+	st, err := s.opts.Catalog.Transition(ctx, group, "the cluster's network intents", []string{catalog.StateApplied}, s.action(catalog.StateTerminated, cur.ContextID), "")
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -102,4 +103,31 @@ func TestStopCancelsTheActionInFlight(t *testing.T) {
 	startAPIServer(t, set, "cluster2")
 	o.must(202, "POST", digPath+"/terminate", nil)
 	o.waitContext(id, "terminated after stop", allResources(appcontext.RsyncDeleted))
+}
+
+// Without the monitor's CRD the bundles cannot be applied, and the
+// deployment still succeeds, promptly.
+func TestDeploysWithoutTheMonitorCRD(t *testing.T) {
+	set := testenv.Clusters(t, 2) // no CRD installed
+	o := startOrchestrator(t, testenv.UniqueName("nocrd"), "/"+testenv.UniqueName("nocrd"))
+	onboardOn(t, o, set, nil)
+	o.must(202, "POST", digPath+"/approve", nil)
+	o.must(202, "POST", digPath+"/instantiate", nil)
+	id := o.digState().ContextID
+	took := o.waitContext(id, "Instantiated without bundles", func(c *appcontext.Context) (bool, string) {
+		return c.Status.Status == appcontext.Instantiated, c.Status.Status
+	})
+	t.Logf("instantiated without the ResourceBundleState CRD in %s", took.Round(time.Millisecond))
+	if ok, state := allResources(appcontext.RsyncApplied)(mustContext(t, o, id)); !ok {
+		t.Fatalf("resources: %s", state)
+	}
+}
+
+func mustContext(t *testing.T, o *orch, id string) *appcontext.Context {
+	t.Helper()
+	c, err := o.contexts.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -21,9 +21,6 @@ const (
 	Unknown     Status = "Unknown"
 )
 
-// Statuses lists every Status, in order of increasing badness for aggregation.
-func Statuses() []Status { return []Status{Ready, Terminating, NotPresent, Pending, Unknown, Failed} }
-
 // Result is a status with the human reason for it; Reason is empty for a
 // plain Ready.
 type Result struct {

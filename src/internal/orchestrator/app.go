@@ -140,7 +140,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	cache := appcontext.NewCache(contexts)
+	cache := appcontext.NewCache(contexts, a.log.WithField("component", "cache"))
 	watchCtx, stopWatchers := context.WithCancel(ctx)
 	watchDone, cacheDone := make(chan error, 1), make(chan error, 1)
 	go func() { watchDone <- watchers.Run(watchCtx) }()

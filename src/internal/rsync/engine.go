@@ -142,20 +142,6 @@ func (e *Engine) Stop(group string) bool {
 // Busy reports whether an action is running on the group.
 func (e *Engine) Busy(group string) bool { return e.running(group) != nil }
 
-// Wait blocks until the group's last action has finished or ctx ends.
-func (e *Engine) Wait(ctx context.Context, group string) error {
-	r := e.running(group)
-	if r == nil {
-		return nil
-	}
-	select {
-	case <-r.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // running returns the group's action if it has not finished, else nil.
 func (e *Engine) running(group string) *run {
 	e.mu.Lock()
@@ -478,6 +464,15 @@ func (e *Engine) applyBundle(ctx context.Context, c *appcontext.Context, p *appc
 			"kinds":    kindList,
 		},
 	}}
+	// The CRD is the monitor's, never applied just before: one rediscovery
+	// tells whether it is installed, without resourceFor's patience.
+	if _, err := client.Mapper.RESTMapping(v1alpha1.GVK().GroupKind(), v1alpha1.Version); meta.IsNoMatchError(err) {
+		client.Mapper.Reset()
+		if _, err := client.Mapper.RESTMapping(v1alpha1.GVK().GroupKind(), v1alpha1.Version); meta.IsNoMatchError(err) {
+			log.Warn("the ResourceBundleState CRD is not installed (is the monitor?); the deployment goes on without it")
+			return
+		}
+	}
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		ri, status, err := e.resourceFor(ctx, client, v1alpha1.GVK(), rbs, c.Meta.Namespace)
 		if err == nil {

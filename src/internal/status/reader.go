@@ -31,7 +31,8 @@ type Reader struct {
 	Now         func() time.Time
 }
 
-func (r *Reader) input(ctx context.Context, header Header, st catalog.DIGState, contextID string) (Input, error) {
+// base is an Input without a context.
+func (r *Reader) base(header Header, st catalog.DIGState) Input {
 	in := Input{Header: header, State: st.Actions, Now: time.Now(), SilentAfter: r.SilentAfter}
 	if r.Now != nil {
 		in.Now = r.Now()
@@ -39,6 +40,12 @@ func (r *Reader) input(ctx context.Context, header Header, st catalog.DIGState, 
 	if in.SilentAfter == 0 {
 		in.SilentAfter = 30 * time.Second
 	}
+	return in
+}
+
+// input reads a context and the cluster states from etcd.
+func (r *Reader) input(ctx context.Context, header Header, st catalog.DIGState, contextID string) (Input, error) {
+	in := r.base(header, st)
 	if contextID == "" {
 		return in, nil
 	}
@@ -99,7 +106,7 @@ func (r *Reader) build(ctx context.Context, header Header, st catalog.DIGState, 
 				return
 			}
 			found = true
-			in, _ := r.input(ctx, header, st, "")
+			in := r.base(header, st)
 			in.Context, in.Clusters = cx, clusters
 			resp = Build(in, q)
 		})

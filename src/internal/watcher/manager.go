@@ -82,14 +82,16 @@ func New(opts Options) (*Manager, error) {
 // until ctx ends; then it stops every watcher and waits for them.
 func (m *Manager) Run(ctx context.Context) error {
 	defer m.stopAll()
-	list, err := m.opts.Store.List(ctx)
+	// Take the revision before listing and watch from just after it: a
+	// change in between is seen twice, which is harmless, never not at all.
+	resp, err := m.opts.Store.Client().Get(ctx, m.opts.Store.StatusPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return err
 	}
-	// Watch from just after the listing, so no change falls in between.
-	rev := int64(0)
-	if resp, err := m.opts.Store.Client().Get(ctx, m.opts.Store.StatusPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()); err == nil {
-		rev = resp.Header.Revision
+	rev := resp.Header.Revision
+	list, err := m.opts.Store.List(ctx)
+	if err != nil {
+		return err
 	}
 	for _, c := range list {
 		m.contextChanged(ctx, c.Meta.ID, c.Status.Status)
@@ -183,17 +185,6 @@ func (m *Manager) Forget(ref appcontext.ClusterRef) {
 		delete(m.watchers, ref)
 	}
 	delete(m.users, ref)
-}
-
-// Watching lists the clusters being watched.
-func (m *Manager) Watching() []appcontext.ClusterRef {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]appcontext.ClusterRef, 0, len(m.watchers))
-	for ref := range m.watchers {
-		out = append(out, ref)
-	}
-	return out
 }
 
 func (m *Manager) stopAll() {
