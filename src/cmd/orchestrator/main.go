@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,6 +27,8 @@ func main() {
 type settings struct {
 	opts      orchestrator.Options
 	endpoints config.StringList
+	allow     config.StringList
+	tenants   config.StringList
 	logFormat string
 	logLevel  string
 	config    string
@@ -43,6 +46,12 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.opts.MongoDatabase, "mongo-database", "argus", "MongoDB database name")
 	fs.StringVar(&s.opts.EtcdPrefix, "etcd-prefix", "/argus", "prefix of every etcd key Argus writes")
 	fs.DurationVar(&s.opts.ShutdownTimeout, "shutdown-timeout", 4*time.Second, "how long SIGTERM waits for in-flight requests")
+	fs.Var(&s.allow, "callback-allow", "comma-separated host names and CIDRs subscription callbacks may reach; empty allows every address")
+	fs.StringVar(&s.opts.AAI.URL, "aai-url", "", "ONAP AAI base URL (e.g. https://aai:8443/aai/v24); empty turns the AAI sink off")
+	fs.StringVar(&s.opts.AAI.Username, "aai-username", "", "AAI user name")
+	fs.StringVar(&s.opts.AAI.PasswordFile, "aai-password-file", "", "file holding the AAI password")
+	fs.Var(&s.tenants, "aai-tenants", "comma-separated cloud-region=tenant-id pairs: the AAI tenant of each region's instances")
+	fs.StringVar(&s.opts.AAI.SelfLink, "aai-selflink-url", "", "this API's external base URL, for the selflink of AAI objects; empty leaves selflink out")
 	s.logFormat, s.logLevel = "json", "info"
 	fs.Var(config.OneOf{Value: &s.logFormat, Allowed: logging.Formats}, "log-format", "log format: json or text")
 	fs.Var(config.OneOf{Value: &s.logLevel, Allowed: logging.Levels}, "log-level", "log level: debug, info, warn or error")
@@ -66,6 +75,18 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 2
 	}
 	s.opts.EtcdEndpoints = s.endpoints
+	s.opts.CallbackAllow = s.allow
+	if len(s.tenants) > 0 {
+		s.opts.AAI.Tenants = map[string]string{}
+		for _, pair := range s.tenants {
+			region, tenant, ok := strings.Cut(pair, "=")
+			if !ok || region == "" || tenant == "" {
+				fmt.Fprintf(stderr, "orchestrator: --aai-tenants: %q is not cloud-region=tenant-id\n", pair)
+				return 2
+			}
+			s.opts.AAI.Tenants[region] = tenant
+		}
+	}
 	s.opts.Logger = log
 	app, err := orchestrator.New(s.opts)
 	if err != nil {

@@ -31,6 +31,11 @@ type Options struct {
 	Instances Instances
 	// Status answers status queries; nil leaves the status routes out.
 	Status StatusReader
+	// Subscriptions serves status subscriptions and ?watch=true; nil
+	// leaves them out.
+	Subscriptions Subscriptions
+	// HeartbeatInterval is the comment heartbeat of a watch; 0 means 15s.
+	HeartbeatInterval time.Duration
 	// ClusterDeleted, when set, is told about a deleted cluster so its
 	// watcher and cached client go too.
 	ClusterDeleted func(provider, cluster string)
@@ -76,6 +81,9 @@ func New(opts Options) (http.Handler, error) {
 	if opts.MaxUploadBody == 0 {
 		opts.MaxUploadBody = DefaultMaxUploadBody
 	}
+	if opts.HeartbeatInterval == 0 {
+		opts.HeartbeatInterval = 15 * time.Second
+	}
 	if opts.CheckTimeout == 0 {
 		opts.CheckTimeout = 2 * time.Second
 	}
@@ -108,6 +116,7 @@ func (s *server) routes() {
 	// Status routes first: /v1/instance/{id}/status must not be taken for
 	// an instance route.
 	s.statusRoutes(r)
+	s.subscriptionRoutes(r)
 	s.v2Routes(r)
 	s.v1Routes(r)
 }

@@ -24,6 +24,11 @@ func (s *server) statusRoutes(r *mux.Router) {
 		return
 	}
 	r.HandleFunc(pDIG+"/status", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		if watchRequested(r) {
+			return s.stream(w, r, digSubject(r), func(ctx context.Context) (any, error) {
+				return s.opts.Status.DIG(ctx, varsKey(r, vDIG), r.URL.Query())
+			})
+		}
 		resp, err := s.opts.Status.DIG(r.Context(), varsKey(r, vDIG), r.URL.Query())
 		return answer(w, resp, err)
 	})).Methods(http.MethodGet)
@@ -33,6 +38,11 @@ func (s *server) statusRoutes(r *mux.Router) {
 		return answer(w, resp, err)
 	})).Methods(http.MethodGet)
 	r.HandleFunc("/v1/instance/{instanceID}/status", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		if watchRequested(r) {
+			return s.stream(w, r, instanceSubject(r), func(ctx context.Context) (any, error) {
+				return s.opts.Status.Instance(ctx, mux.Vars(r)["instanceID"])
+			})
+		}
 		resp, err := s.opts.Status.Instance(r.Context(), mux.Vars(r)["instanceID"])
 		return answer(w, resp, err)
 	})).Methods(http.MethodGet)

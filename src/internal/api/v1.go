@@ -12,6 +12,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/render"
 )
 
@@ -195,9 +196,11 @@ func (s *server) v1Routes(r *mux.Router) {
 		return getSpec(w, r, instances, varsKey(r, []string{"instanceID"}))
 	})).Methods(http.MethodGet)
 	r.HandleFunc("/v1/instance/{instanceID}", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
-		if err := s.opts.Instances.DeleteInstance(r.Context(), mux.Vars(r)["instanceID"]); err != nil {
+		id := mux.Vars(r)["instanceID"]
+		if err := s.opts.Instances.DeleteInstance(r.Context(), id); err != nil {
 			return err
 		}
+		s.forget(r.Context(), notify.InstanceSubject(id))
 		w.WriteHeader(http.StatusAccepted)
 		return nil
 	})).Methods(http.MethodDelete)

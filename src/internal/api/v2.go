@@ -127,7 +127,7 @@ func (s *server) v2Routes(r *mux.Router) {
 			return nil
 		},
 		beforeDelete: s.digDeletable,
-		afterDelete:  cat.DeleteDIGState})
+		afterDelete:  s.digDeleted(cat)})
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.GenericPlacementIntents),
 		collection: pGPIs, item: pGPIs + "/{genericPlacementIntent}", parentVars: vDIG, itemVars: []string{"genericPlacementIntent"}})
 	registerCRUD(r, s, crud[catalog.AppIntentSpec]{res: catalog.For[catalog.AppIntentSpec](cat, catalog.AppIntents),

@@ -28,6 +28,8 @@ type Cache struct {
 	clusters map[ClusterRef]ClusterState
 	ready    chan struct{}
 	once     sync.Once
+	// onChange are told which groups a batch of watch events touched.
+	onChange []func(groups []string)
 }
 
 // NewCache returns a cache over store's keys; Run fills and follows it.
@@ -37,6 +39,16 @@ func NewCache(store *Store, log *logrus.Entry) *Cache {
 		log = logrus.NewEntry(logging.Discard())
 	}
 	return &Cache{store: store, log: log, contexts: map[string]*builder{}, clusters: map[ClusterRef]ClusterState{}, ready: make(chan struct{})}
+}
+
+// OnChange registers f to be told, after every batch of changes the watch
+// brings, the groups (Meta.Group) whose status answer may have changed: a
+// context's own keys, or the state of a cluster it places on. f runs on the
+// watch goroutine and must not block. Register before Run.
+func (c *Cache) OnChange(f func(groups []string)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onChange = append(c.onChange, f)
 }
 
 // Ready is closed once the cache holds a complete copy.
@@ -82,48 +94,99 @@ func (c *Cache) follow(ctx context.Context, rev int64) error {
 		if err := resp.Err(); err != nil {
 			return err
 		}
+		groups := map[string]struct{}{}
 		c.mu.Lock()
 		for _, ev := range resp.Events {
-			c.applyLocked(string(ev.Kv.Key), ev.Kv.Value, ev.Type == clientv3.EventTypeDelete)
+			for _, g := range c.applyLocked(string(ev.Kv.Key), ev.Kv.Value, ev.Type == clientv3.EventTypeDelete) {
+				groups[g] = struct{}{}
+			}
 		}
+		listeners := c.onChange
 		c.mu.Unlock()
+		if len(groups) > 0 && len(listeners) > 0 {
+			list := make([]string, 0, len(groups))
+			for g := range groups {
+				list = append(list, g)
+			}
+			for _, f := range listeners {
+				f(list)
+			}
+		}
 	}
 	return ctx.Err()
 }
 
-func (c *Cache) applyLocked(key string, value []byte, deleted bool) {
+// applyLocked applies one key and returns the groups it may change.
+func (c *Cache) applyLocked(key string, value []byte, deleted bool) []string {
 	rest := strings.TrimPrefix(key, c.store.prefix+"/")
 	kind, tail, _ := strings.Cut(rest, "/")
 	var err error
+	var id string
 	switch kind {
 	case "meta":
+		id = tail
 		if !deleted {
 			err = c.builder(tail).applyMeta(value)
 		}
 	case "status":
+		id = tail
 		if !deleted {
 			err = c.builder(tail).applyStatus(value)
 		}
 	case "ctx":
-		id, sub, _ := strings.Cut(tail, "/")
+		var sub string
+		id, sub, _ = strings.Cut(tail, "/")
 		err = c.builder(id).applyPlacementKey(sub, value, deleted)
 	case "clusters":
 		ref, perr := ParseClusterRef(tail)
 		if perr != nil {
-			return
+			return nil
 		}
+		old, known := c.clusters[ref]
 		if deleted {
 			delete(c.clusters, ref)
-			return
+			return c.groupsOnLocked(ref)
 		}
 		var st ClusterState
 		if err = json.Unmarshal(value, &st); err == nil {
 			c.clusters[ref] = st
+			if !known || visiblyDifferent(old, st) {
+				return c.groupsOnLocked(ref)
+			}
 		}
 	}
 	if err != nil {
 		c.log.WithError(err).WithField("key", key).Warn("skipping a malformed value")
+		return nil
 	}
+	if b := c.contexts[id]; b != nil && b.ctx.Meta.Group != "" {
+		return []string{b.ctx.Meta.Group}
+	}
+	return nil
+}
+
+// visiblyDifferent reports a cluster state change a status answer shows: a
+// renewed Lease alone (LastSeen) is not one.
+func visiblyDifferent(a, b ClusterState) bool {
+	return a.Connectivity != b.Connectivity || a.Monitor != b.Monitor || a.Reason != b.Reason ||
+		!a.UnreachableSince.Equal(b.UnreachableSince)
+}
+
+// groupsOnLocked lists the groups of the contexts placing on a cluster.
+func (c *Cache) groupsOnLocked(ref ClusterRef) []string {
+	var out []string
+	for _, b := range c.contexts {
+		if b.ctx.Meta.Group == "" {
+			continue
+		}
+		for _, p := range b.ctx.Placements {
+			if p.Cluster == ref {
+				out = append(out, b.ctx.Meta.Group)
+				break
+			}
+		}
+	}
+	return out
 }
 
 func (c *Cache) builder(id string) *builder {

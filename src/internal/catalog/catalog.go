@@ -172,17 +172,29 @@ func (r *Resource[S]) List(ctx context.Context, parent Key) ([]Object[S], error)
 	return out, nil
 }
 
-// Delete removes an object. It refuses with errdefs.ErrConflict while objects
-// of a child kind exist under it.
+// Delete removes an object and its children of Cascade kinds. It refuses
+// with errdefs.ErrConflict while objects of another child kind exist under it.
 func (r *Resource[S]) Delete(ctx context.Context, key Key) error {
 	r.checkKey(key)
+	var cascade []*Kind
 	for _, child := range r.cat.children[r.kind] {
+		if child.Cascade {
+			cascade = append(cascade, child)
+			continue
+		}
 		n, err := r.cat.db.Collection(child.Collection).CountDocuments(ctx, r.filter(key), options.Count().SetLimit(1))
 		if err != nil {
 			return fmt.Errorf("delete %s: check %ss: %w", r.kind.describe(key), child.Name, err)
 		}
 		if n > 0 {
 			return errdefs.Conflict("%s is in use: it still has %ss", r.kind.describe(key), child.Name)
+		}
+	}
+	// Cascading children go first: were the process to die in between, an
+	// orphan would be left without a parent to reach it.
+	for _, child := range cascade {
+		if _, err := r.cat.db.Collection(child.Collection).DeleteMany(ctx, r.filter(key)); err != nil {
+			return fmt.Errorf("delete %s: delete its %ss: %w", r.kind.describe(key), child.Name, err)
 		}
 	}
 	res, err := r.coll.DeleteOne(ctx, r.filter(key))
@@ -244,4 +256,36 @@ func (r *Resource[S]) CountWhere(ctx context.Context, filter bson.M) (int64, err
 		return 0, fmt.Errorf("count %ss: %w", r.kind.Name, err)
 	}
 	return n, nil
+}
+
+// Each calls f with every object of the kind, whatever its parent, and its
+// key; used to resume work for all of them at start-up.
+func (r *Resource[S]) Each(ctx context.Context, f func(Key, Object[S]) error) error {
+	cur, err := r.coll.Find(ctx, bson.D{})
+	if err != nil {
+		return fmt.Errorf("list %ss: %w", r.kind.Name, err)
+	}
+	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	fields := r.kind.KeyFields()
+	for cur.Next(ctx) {
+		key := make(Key, len(fields))
+		for i, fld := range fields {
+			v, ok := cur.Current.Lookup(fld).StringValueOK()
+			if !ok {
+				return fmt.Errorf("list %ss: document without key field %s", r.kind.Name, fld)
+			}
+			key[i] = v
+		}
+		var obj Object[S]
+		if err := cur.Decode(&obj); err != nil {
+			return fmt.Errorf("list %ss: %w", r.kind.Name, err)
+		}
+		if err := f(key, obj); err != nil {
+			return err
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("list %ss: %w", r.kind.Name, err)
+	}
+	return nil
 }

@@ -17,6 +17,9 @@ type Kind struct {
 	// Own lists this level's key fields when there is more than the name
 	// (a composite app is keyed by name and version); nil means [Field()].
 	Own []string
+	// Cascade makes objects of this kind go with their parent instead of
+	// keeping it from being deleted (subscriptions belong to what they watch).
+	Cascade bool
 }
 
 // Field is the document field holding this level's name.

@@ -12,7 +12,9 @@ var (
 func V1Kinds() []*Kind { return []*Kind{ConnectivityInfos, RBDefinitions, RBProfiles, Instances} }
 
 // AllKinds is every kind of the catalogue.
-func AllKinds() []*Kind { return append(V2Kinds(), V1Kinds()...) }
+func AllKinds() []*Kind {
+	return append(append(V2Kinds(), V1Kinds()...), SubscriptionKinds()...)
+}
 
 // ConnectivitySpec is a cloud region's connectivity info (the kubeconfig is
 // its uploaded content).
@@ -75,3 +77,6 @@ type InstanceSpec struct {
 	ReleaseName string          `json:"release-name" bson:"releaseName"`
 	Resources   []ResourceRef   `json:"resources" bson:"resources"`
 }
+
+// InstanceGroup is the lifecycle and change-routing group of a v1 instance.
+func InstanceGroup(id string) string { return "instance:" + id }

@@ -23,7 +23,7 @@ const V1Provider = "_v1"
 const MaxAppName = 42
 
 // InstanceGroup is the rsync group of a v1 instance.
-func InstanceGroup(id string) string { return "instance:" + id }
+func InstanceGroup(id string) string { return catalog.InstanceGroup(id) }
 
 func (s *Service) instances() *catalog.Resource[catalog.InstanceSpec] {
 	return catalog.For[catalog.InstanceSpec](s.opts.Catalog, catalog.Instances)

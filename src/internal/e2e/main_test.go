@@ -81,15 +81,18 @@ type orch struct {
 	catalog  *catalog.Catalog
 }
 
-func startOrchestrator(t *testing.T, db, prefix string) *orch {
-	return startOrchestratorTB(t, db, prefix)
+func startOrchestrator(t *testing.T, db, prefix string, mods ...func(*orchestrator.Options)) *orch {
+	return startOrchestratorTB(t, db, prefix, mods...)
 }
 
-func startOrchestratorTB(t testing.TB, db, prefix string) *orch {
+func startOrchestratorTB(t testing.TB, db, prefix string, mods ...func(*orchestrator.Options)) *orch {
 	t.Helper()
 	opts := orchestrator.Options{
 		Listen: "127.0.0.1:0", EtcdEndpoints: stores.EtcdEndpoints(), MongoURI: stores.MongoURI(),
 		MongoDatabase: db, EtcdPrefix: prefix,
+	}
+	for _, mod := range mods {
+		mod(&opts)
 	}
 	if os.Getenv("ARGUS_TEST_LOG") != "" { // the orchestrator's log on stderr, for debugging
 		opts.Logger, _ = logging.New(os.Stderr, "text", "debug")

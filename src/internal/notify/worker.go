@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -17,8 +20,14 @@ import (
 )
 
 // Source computes a subscription's current view: one Entry per resource and
-// the rest of the payload (instance id, ready, status fields...).
-type Source func(ctx context.Context) (entries []Entry, envelope map[string]any, err error)
+// the rest of the payload (instance id, ready, status fields...), a value
+// that marshals to a JSON object.
+type Source func(ctx context.Context) (entries []Entry, envelope any, err error)
+
+// Sender delivers one frozen payload; *Deliverer POSTs it to a callback.
+type Sender interface {
+	Deliver(ctx context.Context, d Delivery) Result
+}
 
 // State is a subscription's durable delivery state.
 type State struct {
@@ -39,9 +48,12 @@ type State struct {
 
 // Pending is one frozen delivery and the digests it brings the subscriber to.
 type Pending struct {
-	ID        string            `json:"id"`
-	Sequence  int64             `json:"sequence"`
-	Timestamp time.Time         `json:"timestamp"`
+	ID        string    `json:"id"`
+	Sequence  int64     `json:"sequence"`
+	Timestamp time.Time `json:"timestamp"`
+	// ChangedAt is when the first change it carries was seen, for the
+	// change-to-delivery latency.
+	ChangedAt time.Time         `json:"changedAt,omitzero"`
 	Body      json.RawMessage   `json:"body"`
 	Next      map[string]string `json:"next"`
 }
@@ -106,7 +118,13 @@ type WorkerOptions struct {
 	MinInterval time.Duration
 	Source      Source
 	States      *States
-	Deliverer   *Deliverer
+	Deliverer   Sender
+	// EmptyBaseline makes a new subscription start from nothing, so its
+	// first delivery carries everything (a mirror such as AAI wants that);
+	// by default the baseline is the current state and nothing is sent.
+	EmptyBaseline bool
+	// Metrics, when set, counts attempts and deliveries.
+	Metrics *Metrics
 	// BackoffBase scales the retry backoff for tests; 0 means Backoff as is.
 	BackoffBase time.Duration
 	Logger      *logrus.Entry
@@ -120,6 +138,18 @@ type Worker struct {
 	log     *logrus.Entry
 	trigger chan struct{}
 	ready   chan struct{}
+	// changed is when the first change not yet frozen was signalled
+	// (UnixNano; 0 when none).
+	changed atomic.Int64
+	// pendingOn is what this worker adds to the pending gauge.
+	pendingOn bool
+}
+
+func (w *Worker) setPending(on bool) {
+	if on != w.pendingOn {
+		w.pendingOn = on
+		w.opts.Metrics.pending(on)
+	}
 }
 
 // NewWorker returns a worker; Run starts it.
@@ -144,6 +174,7 @@ func (w *Worker) Ready() <-chan struct{} { return w.ready }
 // Notify says something may have changed. It never blocks: a wake-up
 // already queued stands for any number of changes.
 func (w *Worker) Notify() {
+	w.changed.CompareAndSwap(0, w.opts.Now().UnixNano())
 	select {
 	case w.trigger <- struct{}{}:
 	default:
@@ -154,20 +185,24 @@ func (w *Worker) Notify() {
 // state (no initial POST); a pending delivery left by an earlier process is
 // resent first.
 func (w *Worker) Run(ctx context.Context) error {
-	st, found, err := w.opts.States.Load(ctx, w.opts.Key)
-	if err != nil {
-		return err
-	}
-	if !found {
-		entries, _, err := w.opts.Source(ctx)
-		if err != nil {
-			return err
+	var st State
+	for attempt := 1; ; attempt++ {
+		var err error
+		if st, err = w.start(ctx); err == nil {
+			break
 		}
-		_, st.Delivered = Diff(nil, entries, nil)
-		if err := w.opts.States.Save(ctx, w.opts.Key, st); err != nil {
-			return err
+		if ctx.Err() != nil {
+			return nil
+		}
+		// The stores or the subject may be briefly unavailable; a worker
+		// that gave up would silently drop the subscription.
+		w.log.WithError(err).Warn("cannot start the subscription's worker; retrying")
+		if !sleep(ctx, w.backoff(attempt)) {
+			return nil
 		}
 	}
+	w.setPending(st.Pending != nil)
+	defer w.setPending(false) // the gauge counts this process's work
 	close(w.ready)
 	for {
 		if st.Pending != nil {
@@ -194,32 +229,88 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
+// start loads the delivery state, or makes a new subscription's baseline.
+func (w *Worker) start(ctx context.Context) (State, error) {
+	st, found, err := w.opts.States.Load(ctx, w.opts.Key)
+	if err != nil || found {
+		return st, err
+	}
+	st.Delivered = map[string]string{}
+	if !w.opts.EmptyBaseline {
+		entries, _, err := w.opts.Source(ctx)
+		if err != nil {
+			return st, err
+		}
+		_, st.Delivered = Diff(nil, entries, nil)
+	}
+	if err := w.opts.States.Save(ctx, w.opts.Key, st); err != nil {
+		return st, err
+	}
+	if w.opts.EmptyBaseline {
+		w.Notify()
+	}
+	return st, nil
+}
+
+func (w *Worker) backoff(attempt int) time.Duration {
+	wait := Backoff(attempt)
+	if w.opts.BackoffBase > 0 {
+		wait = wait * w.opts.BackoffBase / time.Second
+	}
+	return wait
+}
+
 // freeze computes the changes since the last delivered state and, if
 // there are any, stores them as the pending payload under a new sequence
 // number before anything is sent.
 func (w *Worker) freeze(ctx context.Context, st *State) error {
+	changedAt := time.Unix(0, w.changed.Swap(0))
 	entries, envelope, err := w.opts.Source(ctx)
 	if err != nil {
 		return err
 	}
-	changes, next := Diff(st.Delivered, entries, nil)
+	changes, next := Diff(st.Delivered, entries, DeletedPayload)
 	if changes.Empty() {
 		return nil
 	}
-	payload := map[string]any{}
-	for k, v := range envelope {
-		payload[k] = v
-	}
-	payload["resource-changes"] = changes
-	body, err := json.Marshal(payload)
+	body, err := payload(envelope, changes)
 	if err != nil {
 		return err
 	}
 	st.Sequence++
-	st.Pending = &Pending{ID: newID(), Sequence: st.Sequence, Timestamp: w.opts.Now().UTC(), Body: body, Next: next}
-	st.LastUpdate = w.opts.Now().UTC()
+	now := w.opts.Now().UTC()
+	st.Pending = &Pending{ID: newID(), Sequence: st.Sequence, Timestamp: now, ChangedAt: changedAt.UTC(), Body: body, Next: next}
+	st.LastUpdate = now
 	st.Attempts, st.LastError = 0, ""
+	w.setPending(true)
 	return w.opts.States.Save(ctx, w.opts.Key, *st)
+}
+
+// payload is the envelope's JSON object with "resource-changes" added.
+func payload(envelope any, changes Changes) ([]byte, error) {
+	if envelope == nil {
+		envelope = struct{}{}
+	}
+	env, err := json.Marshal(envelope)
+	if err != nil {
+		return nil, err
+	}
+	env = bytes.TrimSpace(env)
+	if len(env) < 2 || env[0] != '{' {
+		return nil, fmt.Errorf("notify: envelope is not a JSON object")
+	}
+	ch, err := json.Marshal(changes)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(env)+len(ch)+24)
+	out = append(out, env[:len(env)-1]...)
+	if len(bytes.TrimSpace(env[1:len(env)-1])) > 0 {
+		out = append(out, ',')
+	}
+	out = append(out, `"resource-changes":`...)
+	out = append(out, ch...)
+	return append(out, '}'), nil
 }
 
 // deliver sends the pending payload until it is answered: 2xx moves the
@@ -243,10 +334,14 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 		} else if res.Outcome != Delivered {
 			st.LastError = "callback answered " + strconv.Itoa(res.Status)
 		}
+		w.opts.Metrics.attempt(res.Outcome)
 		switch res.Outcome {
 		case Delivered:
 			st.Delivered, st.Pending = p.Next, nil
 			st.LastNotify = w.opts.Now().UTC()
+			if !p.ChangedAt.IsZero() && p.ChangedAt.Unix() > 0 {
+				w.opts.Metrics.latency(w.opts.Now().Sub(p.ChangedAt))
+			}
 		case Failed:
 			st.Pending = nil
 			st.LastNotify = w.opts.Now().UTC()
@@ -256,13 +351,10 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 			w.log.WithError(err).Error("cannot save delivery state")
 		}
 		if st.Pending == nil {
+			w.setPending(false)
 			return nil
 		}
-		wait := Backoff(st.Attempts)
-		if w.opts.BackoffBase > 0 {
-			wait = wait * w.opts.BackoffBase / time.Second
-		}
-		if !sleep(ctx, wait) {
+		if !sleep(ctx, w.backoff(st.Attempts)) {
 			return ctx.Err()
 		}
 	}
@@ -283,4 +375,29 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// LoadPrefix returns the states whose keys start with prefix, by key.
+func (s *States) LoadPrefix(ctx context.Context, prefix string) (map[string]State, error) {
+	resp, err := s.cli.Get(ctx, s.prefix+prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("load delivery states: %w", err)
+	}
+	out := make(map[string]State, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var st State
+		if err := json.Unmarshal(kv.Value, &st); err != nil {
+			return nil, fmt.Errorf("delivery state of %s: %w", kv.Key, err)
+		}
+		out[strings.TrimPrefix(string(kv.Key), s.prefix)] = st
+	}
+	return out, nil
+}
+
+// DeletePrefix removes the states whose keys start with prefix.
+func (s *States) DeletePrefix(ctx context.Context, prefix string) error {
+	if _, err := s.cli.Delete(ctx, s.prefix+prefix, clientv3.WithPrefix()); err != nil {
+		return fmt.Errorf("delete delivery states: %w", err)
+	}
+	return nil
 }

@@ -31,7 +31,7 @@ func (w *world) set(key, digest string) {
 	}
 }
 
-func (w *world) source(context.Context) ([]Entry, map[string]any, error) {
+func (w *world) source(context.Context) ([]Entry, any, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []Entry

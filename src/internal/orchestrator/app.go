@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/rsync"
 	"github.com/argus-mc/argus/src/internal/status"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
@@ -47,10 +50,31 @@ type Options struct {
 	// ShutdownTimeout bounds the graceful drain of HTTP requests; 0 means 4s,
 	// which keeps the whole exit under 5 s.
 	ShutdownTimeout time.Duration
+	// CallbackAllow restricts subscription callbacks to these host names
+	// and CIDRs; empty allows every address.
+	CallbackAllow []string
+	// AAI configures the optional AAI inventory sink; off without a URL.
+	AAI AAIOptions
+	// NotifyBackoffBase scales notification retry backoff (tests); 0 is
+	// the documented 1 s base capped at 60 s.
+	NotifyBackoffBase time.Duration
 	// Logger; nil discards.
 	Logger *logrus.Logger
 	// Registry for metrics; nil means a fresh one with Go and process collectors.
 	Registry *prometheus.Registry
+}
+
+// AAIOptions configures the AAI sink.
+type AAIOptions struct {
+	// URL is AAI's versioned base URL, e.g. https://aai:8443/aai/v24.
+	URL      string
+	Username string
+	// Password is read from a file, so it shows in no process listing.
+	PasswordFile string
+	// Tenants maps cloud regions to AAI tenant ids.
+	Tenants map[string]string
+	// SelfLink is this API's external base URL, for objects' selflink.
+	SelfLink string
 }
 
 // App is one orchestrator process.
@@ -141,23 +165,40 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	cache := appcontext.NewCache(contexts, a.log.WithField("component", "cache"))
+	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter}
+	notifier, err := a.notifier(cat, etcd, reader)
+	if err != nil {
+		return err
+	}
+	cache.OnChange(notifier.Changed)
 	watchCtx, stopWatchers := context.WithCancel(ctx)
-	watchDone, cacheDone := make(chan error, 1), make(chan error, 1)
+	watchDone, cacheDone, notifyDone := make(chan error, 1), make(chan error, 1), make(chan error, 1)
 	go func() { watchDone <- watchers.Run(watchCtx) }()
 	go func() { cacheDone <- cache.Run(watchCtx) }()
+	go func() { notifyDone <- notifier.Run(watchCtx) }()
 	defer func() {
 		stopWatchers()
-		for name, done := range map[string]chan error{"watchers": watchDone, "context cache": cacheDone} {
+		for name, done := range map[string]chan error{"watchers": watchDone, "context cache": cacheDone, "notifier": notifyDone} {
 			if werr := <-done; werr != nil && !errors.Is(werr, context.Canceled) {
 				a.log.WithError(werr).Errorf("%s stopped", name)
 			}
 		}
 	}()
+	// Subscriptions resume before the API serves, so none is missing from it.
+	select {
+	case <-notifier.Ready():
+	case err := <-notifyDone:
+		notifyDone <- err // for the deferred wait
+		return fmt.Errorf("orchestrator: notifier: %w", err)
+	case <-ctx.Done():
+		return nil
+	}
 	handler, err := api.New(api.Options{
-		Catalog:   cat,
-		Deploy:    deployer,
-		Instances: deployer,
-		Status:    &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter},
+		Catalog:       cat,
+		Deploy:        deployer,
+		Instances:     deployer,
+		Status:        reader,
+		Subscriptions: notifier,
 		ClusterInUse: func(ctx context.Context, provider, name string) ([]string, error) {
 			return cache.LiveOn(ctx, appcontext.ClusterRef{Provider: provider, Name: name})
 		},
@@ -213,6 +254,54 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("orchestrator: serve: %w", err)
 	}
 	return nil
+}
+
+// notifier builds the subscription manager and, when configured, the AAI
+// sink.
+func (a *App) notifier(cat *catalog.Catalog, etcd *etcdstore.Store, reader *status.Reader) (*notify.Manager, error) {
+	deliverer, err := notify.NewDeliverer(notify.DelivererOptions{Allow: a.opts.CallbackAllow})
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: callback allow-list: %w", err)
+	}
+	metrics, err := notify.NewMetrics(a.opts.Registry)
+	if err != nil {
+		return nil, err
+	}
+	prefix := a.opts.EtcdPrefix
+	if prefix == "" {
+		prefix = "/argus"
+	}
+	var sink *notify.AAISink
+	if a.opts.AAI.URL != "" {
+		password := ""
+		if a.opts.AAI.PasswordFile != "" {
+			data, err := os.ReadFile(a.opts.AAI.PasswordFile)
+			if err != nil {
+				return nil, fmt.Errorf("orchestrator: AAI password: %w", err)
+			}
+			password = strings.TrimSpace(string(data))
+		}
+		sink, err = notify.NewAAISink(notify.AAIOptions{URL: a.opts.AAI.URL, Username: a.opts.AAI.Username, Password: password,
+			Tenants: a.opts.AAI.Tenants, SelfLink: a.opts.AAI.SelfLink,
+			Region: func(ctx context.Context, id string) (string, string, error) {
+				inst, err := catalog.For[catalog.InstanceSpec](cat, catalog.Instances).Get(ctx, catalog.Key{id})
+				if err != nil {
+					return "", "", err
+				}
+				region := inst.Spec.Request.CloudRegion
+				conn, err := catalog.For[catalog.ConnectivitySpec](cat, catalog.ConnectivityInfos).Get(ctx, catalog.Key{region})
+				if err != nil {
+					return "", "", err
+				}
+				return conn.Spec.CloudOwner, region, nil
+			}})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return notify.NewManager(notify.ManagerOptions{Catalog: cat, States: notify.NewStates(etcd.Client, prefix+"/notify/"),
+		Deliverer: deliverer, Feeds: reader, CheckQuery: status.CheckQuery, AAI: sink, Metrics: metrics,
+		BackoffBase: a.opts.NotifyBackoffBase, Logger: a.log.WithField("component", "notify")})
 }
 
 // openStores opens etcd and MongoDB concurrently: embedded, each takes a

@@ -73,11 +73,7 @@ func (r *Reader) DIG(ctx context.Context, dig catalog.Key, v url.Values) (any, e
 	if err != nil {
 		return nil, err
 	}
-	obj, err := catalog.For[catalog.DIGSpec](r.Catalog, catalog.DeploymentIntentGroups).Get(ctx, dig)
-	if err != nil {
-		return nil, err
-	}
-	st, err := r.Catalog.GetDIGState(ctx, dig)
+	header, st, err := r.digHeader(ctx, dig)
 	if err != nil {
 		return nil, err
 	}
@@ -85,21 +81,49 @@ func (r *Reader) DIG(ctx context.Context, dig catalog.Key, v url.Values) (any, e
 		ids := append([]string{}, st.Contexts...)
 		return Instances{Name: dig[3], Project: dig[0], CompositeApp: dig[1], Version: dig[2], Instances: ids}, nil
 	}
-	id := st.ContextID
-	if q.Instance != "" {
-		if !contains(st.Contexts, q.Instance) {
-			return nil, errdefs.NotFound("instance %s is not one of this deployment intent group's", q.Instance)
-		}
-		id = q.Instance
+	id, err := pickInstance(st, q, "deployment intent group")
+	if err != nil {
+		return nil, err
 	}
-	header := Header{Project: dig[0], CompositeApp: dig[1], Version: dig[2], CompositeProfile: obj.Spec.CompositeProfile, Name: dig[3]}
 	return r.build(ctx, header, st, id, q)
+}
+
+func (r *Reader) digHeader(ctx context.Context, dig catalog.Key) (Header, catalog.DIGState, error) {
+	obj, err := catalog.For[catalog.DIGSpec](r.Catalog, catalog.DeploymentIntentGroups).Get(ctx, dig)
+	if err != nil {
+		return Header{}, catalog.DIGState{}, err
+	}
+	st, err := r.Catalog.GetDIGState(ctx, dig)
+	if err != nil {
+		return Header{}, catalog.DIGState{}, err
+	}
+	return Header{Project: dig[0], CompositeApp: dig[1], Version: dig[2], CompositeProfile: obj.Spec.CompositeProfile, Name: dig[3]}, st, nil
+}
+
+// pickInstance is the context a query is about: ?instance=<id>, which
+// must be one of the group's, or the current one.
+func pickInstance(st catalog.DIGState, q Query, what string) (string, error) {
+	if q.Instance == "" {
+		return st.ContextID, nil
+	}
+	if !contains(st.Contexts, q.Instance) {
+		return "", errdefs.NotFound("instance %s is not one of this %s's", q.Instance, what)
+	}
+	return q.Instance, nil
 }
 
 // build answers from the cache when it has the context, else from etcd.
 func (r *Reader) build(ctx context.Context, header Header, st catalog.DIGState, id string, q Query) (Response, error) {
+	var resp Response
+	err := r.withInput(ctx, header, st, id, func(in Input) { resp = Build(in, q) })
+	return resp, err
+}
+
+// withInput calls f with the input of context id (none when id is ""):
+// from the cache when it has the context, else read from etcd. f must not
+// keep the input.
+func (r *Reader) withInput(ctx context.Context, header Header, st catalog.DIGState, id string, f func(Input)) error {
 	if r.Cache != nil && id != "" {
-		var resp Response
 		found := false
 		err := r.Cache.View(ctx, id, func(cx *appcontext.Context, clusters map[appcontext.ClusterRef]appcontext.ClusterState) {
 			if cx == nil {
@@ -108,17 +132,18 @@ func (r *Reader) build(ctx context.Context, header Header, st catalog.DIGState, 
 			found = true
 			in := r.base(header, st)
 			in.Context, in.Clusters = cx, clusters
-			resp = Build(in, q)
+			f(in)
 		})
 		if err != nil || found {
-			return resp, err
+			return err
 		}
 	}
 	in, err := r.input(ctx, header, st, id)
 	if err != nil {
-		return Response{}, err
+		return err
 	}
-	return Build(in, q), nil
+	f(in)
+	return nil
 }
 
 // Cluster answers GET /v2/cluster-providers/{cp}/clusters/{c}/status: the
@@ -138,12 +163,9 @@ func (r *Reader) Cluster(ctx context.Context, provider, name string, v url.Value
 	if q.ListInstances {
 		return Instances{Name: provider + "+" + name, Instances: append([]string{}, st.Contexts...)}, nil
 	}
-	id := st.ContextID
-	if q.Instance != "" {
-		if !contains(st.Contexts, q.Instance) {
-			return nil, errdefs.NotFound("instance %s is not one of this cluster's", q.Instance)
-		}
-		id = q.Instance
+	id, err := pickInstance(st, q, "cluster")
+	if err != nil {
+		return nil, err
 	}
 	return r.build(ctx, Header{Name: provider + "+" + name}, st, id, q)
 }

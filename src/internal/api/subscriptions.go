@@ -1,0 +1,208 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/notify"
+)
+
+// Subscriptions serves status subscriptions (SPEC section 8) and watches.
+type Subscriptions interface {
+	Create(ctx context.Context, subj notify.Subject, sub notify.Subscription) (notify.View, error)
+	Put(ctx context.Context, subj notify.Subject, name string, sub notify.Subscription) (notify.View, bool, error)
+	Get(ctx context.Context, subj notify.Subject, name string) (notify.View, error)
+	List(ctx context.Context, subj notify.Subject) ([]notify.View, error)
+	Delete(ctx context.Context, subj notify.Subject, name string) error
+	// Forget is told that a subject was deleted with its subscriptions.
+	Forget(ctx context.Context, subj notify.Subject) error
+	Watch(subj notify.Subject, sub notify.Subscription, lastSeq int64) *notify.Watch
+	CheckWatch(subj notify.Subject, sub notify.Subscription) error
+}
+
+const (
+	pInstanceSubs = "/v1/instance/{instanceID}/status/subscription"
+	pDIGSubs      = pDIG + "/status/subscriptions"
+)
+
+func instanceSubject(r *http.Request) notify.Subject {
+	return notify.InstanceSubject(mux.Vars(r)["instanceID"])
+}
+
+func digSubject(r *http.Request) notify.Subject { return notify.DIGSubject(varsKey(r, vDIG)) }
+
+func (s *server) subscriptionRoutes(r *mux.Router) {
+	if s.opts.Subscriptions == nil {
+		return
+	}
+	for _, c := range []struct {
+		collection string
+		subject    func(*http.Request) notify.Subject
+	}{{pInstanceSubs, instanceSubject}, {pDIGSubs, digSubject}} {
+		subject := c.subject
+		item := c.collection + "/{subscriptionName}"
+		r.HandleFunc(c.collection, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+			var sub notify.Subscription
+			if err := s.decodeJSON(w, r, &sub); err != nil {
+				return err
+			}
+			v, err := s.opts.Subscriptions.Create(r.Context(), subject(r), sub)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusCreated, v)
+			return nil
+		})).Methods(http.MethodPost)
+		r.HandleFunc(c.collection, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+			l, err := s.opts.Subscriptions.List(r.Context(), subject(r))
+			return answer(w, l, err)
+		})).Methods(http.MethodGet)
+		r.HandleFunc(item, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+			v, err := s.opts.Subscriptions.Get(r.Context(), subject(r), mux.Vars(r)["subscriptionName"])
+			return answer(w, v, err)
+		})).Methods(http.MethodGet)
+		r.HandleFunc(item, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+			var sub notify.Subscription
+			if err := s.decodeJSON(w, r, &sub); err != nil {
+				return err
+			}
+			v, created, err := s.opts.Subscriptions.Put(r.Context(), subject(r), mux.Vars(r)["subscriptionName"], sub)
+			if err != nil {
+				return err
+			}
+			code := http.StatusOK
+			if created {
+				code = http.StatusCreated
+			}
+			writeJSON(w, code, v)
+			return nil
+		})).Methods(http.MethodPut)
+		r.HandleFunc(item, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+			if err := s.opts.Subscriptions.Delete(r.Context(), subject(r), mux.Vars(r)["subscriptionName"]); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusAccepted) // as k8splugin answers
+			return nil
+		})).Methods(http.MethodDelete)
+	}
+}
+
+// forget tells the notifier a subject is gone. The delete itself
+// succeeded, so a failure here is logged, not answered.
+func (s *server) forget(ctx context.Context, subj notify.Subject) {
+	if s.opts.Subscriptions == nil {
+		return
+	}
+	if err := s.opts.Subscriptions.Forget(context.WithoutCancel(ctx), subj); err != nil {
+		loggerFrom(ctx).WithError(err).Warn("cannot stop the deleted subject's subscriptions")
+	}
+}
+
+// watchRequested reports ?watch=true (or 1).
+func watchRequested(r *http.Request) bool {
+	w, _ := strconv.ParseBool(r.URL.Query().Get("watch"))
+	return w
+}
+
+// filtersOf reads a watch's status filters from the query.
+func filtersOf(r *http.Request) notify.Subscription {
+	q := r.URL.Query()
+	return notify.Subscription{Type: q.Get("type"), Output: q.Get("output"), App: q["app"], Cluster: q["cluster"], Resource: q["resource"]}
+}
+
+// stream serves GET .../status?watch=true as Server-Sent Events: the
+// current status first, then one event per change, ids being sequence
+// numbers. A client that reconnects with Last-Event-ID continues the
+// numbering and gets a fresh snapshot, which carries everything it missed.
+func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subject, snapshot func(context.Context) (any, error)) error {
+	if s.opts.Subscriptions == nil {
+		return fmt.Errorf("watch is not available")
+	}
+	sub := filtersOf(r)
+	if err := s.opts.Subscriptions.CheckWatch(subj, sub); err != nil {
+		return err
+	}
+	last, _ := strconv.ParseInt(r.Header.Get("Last-Event-ID"), 10, 64)
+	watch := s.opts.Subscriptions.Watch(subj, sub, max(last, 0))
+	defer watch.Close()
+	ctx := r.Context()
+	// The baseline comes before the snapshot: a change in between is then
+	// sent again rather than lost.
+	seq, err := watch.Baseline(ctx)
+	if err != nil {
+		return err
+	}
+	snap, err := snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // proxies must not hold events back
+	w.WriteHeader(http.StatusOK)
+	if err := writeEvent(w, rc, seq, "snapshot", snap); err != nil {
+		return nil // the client went away
+	}
+	heartbeat := time.NewTicker(s.opts.HeartbeatInterval)
+	defer heartbeat.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-heartbeat.C:
+			if _, err := fmt.Fprint(w, ": heartbeat\n\n"); err != nil || rc.Flush() != nil {
+				return nil
+			}
+		case <-watch.Changed():
+			seq, data, ok, err := watch.Next(ctx)
+			if err != nil {
+				// The subject went away, or the stores failed: say so and end;
+				// the client reconnects and learns which.
+				_ = writeEvent(w, rc, 0, "error", map[string]string{"error": err.Error()})
+				return nil
+			}
+			if ok {
+				if err := writeEvent(w, rc, seq, "change", rawJSON(data)); err != nil {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+type rawJSON []byte
+
+func (r rawJSON) MarshalJSON() ([]byte, error) { return r, nil }
+
+func writeEvent(w http.ResponseWriter, rc *http.ResponseController, id int64, event string, v any) error {
+	data, err := json.Marshal(v) // compact: one line, as a data field needs
+	if err != nil {
+		return err
+	}
+	if id > 0 {
+		if _, err := fmt.Fprintf(w, "id: %d\n", id); err != nil {
+			return err
+		}
+	}
+	if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data); err != nil {
+		return err
+	}
+	return rc.Flush()
+}
+
+// subjectDeleted is the afterDelete of a DIG.
+func (s *server) digDeleted(cat *catalog.Catalog) func(ctx context.Context, key catalog.Key) error {
+	return func(ctx context.Context, key catalog.Key) error {
+		s.forget(ctx, notify.DIGSubject(key))
+		return cat.DeleteDIGState(ctx, key)
+	}
+}

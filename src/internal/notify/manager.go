@@ -1,0 +1,639 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/logging"
+)
+
+// Subject kinds: what a subscription watches.
+const (
+	SubjectInstance = "instance"
+	SubjectDIG      = "dig"
+)
+
+// Subject is the instance or deployment intent group a subscription is on.
+type Subject struct {
+	Kind string
+	// Key is {instance id} or the DIG's catalogue key.
+	Key catalog.Key
+}
+
+// InstanceSubject is a v1 instance.
+func InstanceSubject(id string) Subject { return Subject{Kind: SubjectInstance, Key: catalog.Key{id}} }
+
+// DIGSubject is a deployment intent group.
+func DIGSubject(dig catalog.Key) Subject { return Subject{Kind: SubjectDIG, Key: dig} }
+
+// Group is the change-routing group of the subject's contexts.
+func (s Subject) Group() string {
+	if s.Kind == SubjectInstance {
+		return catalog.InstanceGroup(s.Key[0])
+	}
+	return catalog.DIGGroup(s.Key)
+}
+
+func (s Subject) kind() *catalog.Kind {
+	if s.Kind == SubjectInstance {
+		return catalog.InstanceSubscriptions
+	}
+	return catalog.DIGSubscriptions
+}
+
+func (s Subject) prefix() string { return s.Kind + "/" + strings.Join(s.Key, "/") + "/" }
+
+func (s Subject) stateKey(name string) string { return s.prefix() + name }
+
+// Subscription is a subscription as clients write it (SPEC section 8).
+type Subscription struct {
+	Name              string         `json:"name"`
+	MinNotifyInterval int64          `json:"min-notify-interval"`
+	CallbackURL       string         `json:"callback-url"`
+	Metadata          map[string]any `json:"metadata,omitempty"`
+	// Secret signs deliveries; write-only.
+	Secret string `json:"secret,omitempty"`
+	// Status query filters, DIG subscriptions only.
+	Type     string   `json:"type,omitempty"`
+	Output   string   `json:"output,omitempty"`
+	App      []string `json:"app,omitempty"`
+	Cluster  []string `json:"cluster,omitempty"`
+	Resource []string `json:"resource,omitempty"`
+}
+
+// query is the status query of the filters.
+func (s Subscription) query() url.Values {
+	v := url.Values{}
+	if s.Type != "" {
+		v.Set("type", s.Type)
+	}
+	if s.Output != "" {
+		v.Set("output", s.Output)
+	}
+	v["app"], v["cluster"], v["resource"] = s.App, s.Cluster, s.Resource
+	for k, l := range v {
+		if len(l) == 0 {
+			delete(v, k)
+		}
+	}
+	return v
+}
+
+func (s Subscription) hasFilters() bool { return len(s.query()) > 0 }
+
+func (s Subscription) spec() catalog.SubscriptionSpec {
+	return catalog.SubscriptionSpec{MinNotifyInterval: s.MinNotifyInterval, CallbackURL: s.CallbackURL, Metadata: s.Metadata,
+		Secret: s.Secret, Type: s.Type, Output: s.Output, App: s.App, Cluster: s.Cluster, Resource: s.Resource}
+}
+
+func fromSpec(name string, sp catalog.SubscriptionSpec) Subscription {
+	return Subscription{Name: name, MinNotifyInterval: sp.MinNotifyInterval, CallbackURL: sp.CallbackURL, Metadata: sp.Metadata,
+		Secret: sp.Secret, Type: sp.Type, Output: sp.Output, App: sp.App, Cluster: sp.Cluster, Resource: sp.Resource}
+}
+
+// View is a subscription as GET answers it: never the secret, and its
+// delivery state.
+type View struct {
+	Subscription
+	LastUpdateTime   string       `json:"last-update-time"`
+	LastNotifyTime   string       `json:"last-notify-time"`
+	LastNotifyStatus string       `json:"last-notify-status"`
+	Delivery         DeliveryView `json:"delivery"`
+}
+
+// DeliveryView is the delivery part of a View.
+type DeliveryView struct {
+	Pending   bool   `json:"pending"`
+	Sequence  int64  `json:"sequence"`
+	Attempts  int    `json:"attempts"`
+	LastError string `json:"last-error"`
+}
+
+func view(sub Subscription, st State) View {
+	sub.Secret = ""
+	v := View{Subscription: sub, LastNotifyStatus: st.LastStatus,
+		Delivery: DeliveryView{Pending: st.Pending != nil, Sequence: st.Sequence, Attempts: st.Attempts, LastError: st.LastError}}
+	if !st.LastUpdate.IsZero() {
+		v.LastUpdateTime = st.LastUpdate.UTC().Format(time.RFC3339)
+	}
+	if !st.LastNotify.IsZero() {
+		v.LastNotifyTime = st.LastNotify.UTC().Format(time.RFC3339)
+	}
+	return v
+}
+
+// Feeds compute subjects' current views; the status engine implements it.
+type Feeds interface {
+	InstanceFeed(ctx context.Context, id string) (entries []Entry, ready bool, err error)
+	DIGFeed(ctx context.Context, dig catalog.Key, q url.Values) (entries []Entry, response any, err error)
+}
+
+// ManagerOptions configures a Manager.
+type ManagerOptions struct {
+	Catalog   *catalog.Catalog
+	States    *States
+	Deliverer *Deliverer
+	Feeds     Feeds
+	// CheckQuery validates a DIG subscription's filters.
+	CheckQuery func(url.Values) error
+	// AAI, when set, mirrors every instance into AAI.
+	AAI     *AAISink
+	Metrics *Metrics
+	Logger  *logrus.Entry
+	// BackoffBase scales retry backoff (tests); 0 means as documented.
+	BackoffBase time.Duration
+}
+
+// Manager owns one worker per subscription (and per instance for the AAI
+// sink), routes every change to the workers of the group it touches, and
+// serves the subscription API. Workers compute views through a memo shared
+// by every subscription to the same subject and filters, so one change
+// costs one status computation however many subscribe.
+type Manager struct {
+	opts  ManagerOptions
+	log   *logrus.Entry
+	ready chan struct{}
+
+	// ops serialises subscription changes, so a worker is never started
+	// and stopped concurrently for one key.
+	ops sync.Mutex
+
+	mu        sync.Mutex
+	runCtx    context.Context
+	stopping  bool // set once Run waits for the goroutines; none may start after
+	wg        sync.WaitGroup
+	workers   map[string]*handle           // by state key
+	listeners map[string]map[uint64]func() // by group
+	gens      map[string]uint64            // change generation by group
+	memo      map[string]*memoEntry        // by group + query
+	nextID    uint64
+}
+
+type handle struct {
+	subj   Subject
+	w      *Worker
+	cancel context.CancelFunc
+	done   chan struct{}
+	unlist func()
+}
+
+// NewManager returns a Manager; Run starts it.
+func NewManager(opts ManagerOptions) (*Manager, error) {
+	if opts.Catalog == nil || opts.States == nil || opts.Deliverer == nil || opts.Feeds == nil {
+		return nil, errors.New("notify: Catalog, States, Deliverer and Feeds are required")
+	}
+	if opts.CheckQuery == nil {
+		opts.CheckQuery = func(url.Values) error { return nil }
+	}
+	if opts.Logger == nil {
+		opts.Logger = logrus.NewEntry(logging.Discard())
+	}
+	return &Manager{opts: opts, log: opts.Logger, ready: make(chan struct{}), workers: map[string]*handle{},
+		listeners: map[string]map[uint64]func(){}, gens: map[string]uint64{}, memo: map[string]*memoEntry{}}, nil
+}
+
+// Ready is closed once every stored subscription has its worker.
+func (m *Manager) Ready() <-chan struct{} { return m.ready }
+
+// Run starts a worker for every stored subscription (each resumes its
+// pending delivery) and keeps them until ctx ends, then stops and waits
+// for all of them.
+func (m *Manager) Run(ctx context.Context) error {
+	m.mu.Lock()
+	m.runCtx = ctx
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.stopping = true
+		m.mu.Unlock()
+		m.wg.Wait()
+	}()
+	for _, kind := range []string{SubjectInstance, SubjectDIG} {
+		subj := Subject{Kind: kind}
+		err := catalog.For[catalog.SubscriptionSpec](m.opts.Catalog, subj.kind()).Each(ctx, func(key catalog.Key, obj catalog.Object[catalog.SubscriptionSpec]) error {
+			s := Subject{Kind: kind, Key: key[:len(key)-1]}
+			m.start(s, fromSpec(key.Name(), obj.Spec))
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("notify: resume subscriptions: %w", err)
+		}
+	}
+	if m.opts.AAI != nil {
+		if err := m.resumePurges(ctx); err != nil {
+			return fmt.Errorf("notify: resume AAI purges: %w", err)
+		}
+		err := catalog.For[catalog.InstanceSpec](m.opts.Catalog, catalog.Instances).Each(ctx, func(key catalog.Key, _ catalog.Object[catalog.InstanceSpec]) error {
+			m.ensureAAI(key[0])
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("notify: resume AAI mirroring: %w", err)
+		}
+	}
+	close(m.ready)
+	<-ctx.Done()
+	return nil
+}
+
+// Changed is told the groups whose status may have changed; it wakes their
+// workers and watches and never blocks.
+func (m *Manager) Changed(groups []string) {
+	var wake []func()
+	m.mu.Lock()
+	for _, g := range groups {
+		m.gens[g]++
+		for _, f := range m.listeners[g] {
+			wake = append(wake, f)
+		}
+	}
+	m.mu.Unlock()
+	for _, g := range groups {
+		if id, ok := strings.CutPrefix(g, "instance:"); ok && m.opts.AAI != nil {
+			m.ensureAAI(id)
+		}
+	}
+	for _, f := range wake {
+		f()
+	}
+}
+
+// listen registers f for a group's changes and returns its removal.
+func (m *Manager) listen(group string, f func()) func() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.nextID++
+	id := m.nextID
+	if m.listeners[group] == nil {
+		m.listeners[group] = map[uint64]func(){}
+	}
+	m.listeners[group][id] = f
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.listeners[group], id)
+		if len(m.listeners[group]) == 0 {
+			delete(m.listeners, group)
+			delete(m.gens, group)
+			for k := range m.memo {
+				if strings.HasPrefix(k, group+"?") {
+					delete(m.memo, k)
+				}
+			}
+		}
+	}
+}
+
+// memoEntry is one computed view, valid while its group's generation is.
+type memoEntry struct {
+	gen      uint64
+	done     chan struct{}
+	entries  []Entry
+	response any
+	ready    bool
+	err      error
+}
+
+// feed computes a subject's view once per change, whoever asks.
+func (m *Manager) feed(ctx context.Context, subj Subject, q url.Values) (*memoEntry, error) {
+	key := subj.Group() + "?" + q.Encode()
+	m.mu.Lock()
+	gen := m.gens[subj.Group()]
+	e := m.memo[key]
+	if e == nil || e.gen != gen {
+		e = &memoEntry{gen: gen, done: make(chan struct{})}
+		m.memo[key] = e
+		m.mu.Unlock()
+		if subj.Kind == SubjectInstance {
+			e.entries, e.ready, e.err = m.opts.Feeds.InstanceFeed(ctx, subj.Key[0])
+		} else {
+			e.entries, e.response, e.err = m.opts.Feeds.DIGFeed(ctx, subj.Key, q)
+		}
+		close(e.done)
+		if e.err != nil { // never keep a failure
+			m.mu.Lock()
+			if m.memo[key] == e {
+				delete(m.memo, key)
+			}
+			m.mu.Unlock()
+		}
+	} else {
+		m.mu.Unlock()
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return e, e.err
+}
+
+// instanceEnvelope is an instance notification without its changes.
+type instanceEnvelope struct {
+	InstanceID       string         `json:"instance-id"`
+	SubscriptionName string         `json:"subscription-name,omitempty"`
+	Metadata         map[string]any `json:"metadata,omitempty"`
+	Ready            bool           `json:"ready"`
+}
+
+// digEnvelope is the status response with the subscription's name and
+// metadata first.
+type digEnvelope struct {
+	name     string
+	metadata map[string]any
+	response any
+}
+
+func (d digEnvelope) MarshalJSON() ([]byte, error) {
+	head, err := json.Marshal(struct {
+		SubscriptionName string         `json:"subscription-name,omitempty"`
+		Metadata         map[string]any `json:"metadata,omitempty"`
+	}{d.name, d.metadata})
+	if err != nil {
+		return nil, err
+	}
+	return mergeObjects(head, d.response)
+}
+
+// mergeObjects appends the fields of obj's JSON object to head's.
+func mergeObjects(head []byte, obj any) ([]byte, error) {
+	body, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	if len(body) < 2 || body[0] != '{' {
+		return nil, errors.New("notify: status response is not a JSON object")
+	}
+	if len(body) == 2 {
+		return head, nil
+	}
+	if len(head) == 2 {
+		return body, nil
+	}
+	out := append(head[:len(head)-1:len(head)-1], ',')
+	return append(out, body[1:]...), nil
+}
+
+func (m *Manager) source(subj Subject, sub Subscription) Source {
+	q := sub.query()
+	return func(ctx context.Context) ([]Entry, any, error) {
+		e, err := m.feed(ctx, subj, q)
+		if err != nil {
+			return nil, nil, err
+		}
+		if subj.Kind == SubjectInstance {
+			return e.entries, instanceEnvelope{InstanceID: subj.Key[0], SubscriptionName: sub.Name, Metadata: sub.Metadata, Ready: e.ready}, nil
+		}
+		return e.entries, digEnvelope{name: sub.Name, metadata: sub.Metadata, response: e.response}, nil
+	}
+}
+
+// start runs a subscription's worker under the manager's context.
+func (m *Manager) start(subj Subject, sub Subscription) *handle {
+	w, err := NewWorker(WorkerOptions{Key: subj.stateKey(sub.Name), URL: sub.CallbackURL, Secret: sub.Secret,
+		MinInterval: time.Duration(sub.MinNotifyInterval) * time.Second, Source: m.source(subj, sub),
+		States: m.opts.States, Deliverer: m.opts.Deliverer, Metrics: m.opts.Metrics, BackoffBase: m.opts.BackoffBase,
+		Logger: m.log.WithField("subject", subj.Kind+":"+strings.Join(subj.Key, "/"))})
+	if err != nil {
+		panic(err) // every required option is set above
+	}
+	return m.run(subj, w)
+}
+
+func (m *Manager) run(subj Subject, w *Worker) *handle {
+	m.mu.Lock()
+	ctx := m.runCtx
+	m.mu.Unlock()
+	if ctx == nil {
+		panic("notify: Manager used before Run")
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	h := &handle{subj: subj, w: w, cancel: cancel, done: make(chan struct{})}
+	h.unlist = m.listen(subj.Group(), w.Notify)
+	m.mu.Lock()
+	m.workers[w.opts.Key] = h
+	m.mu.Unlock()
+	started := m.goOwned(func() {
+		defer close(h.done)
+		if err := w.Run(wctx); err != nil {
+			m.log.WithError(err).WithField("subscription", w.opts.Key).Error("subscription worker stopped")
+		}
+	})
+	if !started {
+		close(h.done)
+	}
+	return h
+}
+
+// goOwned runs f on a goroutine Run waits for, unless Run is already
+// stopping.
+func (m *Manager) goOwned(f func()) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopping {
+		return false
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// stop ends a worker and waits for it; an in-flight POST is abandoned.
+func (m *Manager) stop(key string) {
+	m.mu.Lock()
+	h := m.workers[key]
+	delete(m.workers, key)
+	m.mu.Unlock()
+	if h == nil {
+		return
+	}
+	h.unlist()
+	h.cancel()
+	<-h.done
+}
+
+func (m *Manager) resource(subj Subject) *catalog.Resource[catalog.SubscriptionSpec] {
+	return catalog.For[catalog.SubscriptionSpec](m.opts.Catalog, subj.kind())
+}
+
+func (m *Manager) key(subj Subject, name string) catalog.Key {
+	return append(append(catalog.Key{}, subj.Key...), name)
+}
+
+// validate applies SPEC section 8's rules; violations are ErrInvalid.
+func (m *Manager) validate(ctx context.Context, subj Subject, sub Subscription) error {
+	if err := catalog.ValidateName("subscription", sub.Name); err != nil {
+		return err
+	}
+	if sub.CallbackURL == "" {
+		return errdefs.Invalid("callback-url is missing")
+	}
+	if sub.MinNotifyInterval < 0 {
+		return errdefs.Invalid("min-notify-interval must be 0 or more seconds, not %d", sub.MinNotifyInterval)
+	}
+	if err := m.opts.Deliverer.CheckURL(ctx, sub.CallbackURL); err != nil {
+		return err
+	}
+	if subj.Kind == SubjectInstance && sub.hasFilters() {
+		return errdefs.Invalid("type, output, app, cluster and resource filters are for deployment intent group subscriptions")
+	}
+	if err := m.opts.CheckQuery(sub.query()); err != nil {
+		return err
+	}
+	return nil
+}
+
+// waitReady returns once the worker has its baseline, so a change made
+// after the API answered is one the subscriber hears of.
+func waitReady(ctx context.Context, h *handle) error {
+	select {
+	case <-h.w.Ready():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-h.done:
+		return errdefs.Unavailable(nil, "the subscription's worker stopped")
+	}
+}
+
+// Create stores a new subscription and starts its worker.
+func (m *Manager) Create(ctx context.Context, subj Subject, sub Subscription) (View, error) {
+	if err := m.validate(ctx, subj, sub); err != nil {
+		return View{}, err
+	}
+	m.ops.Lock()
+	defer m.ops.Unlock()
+	key := m.key(subj, sub.Name)
+	obj := catalog.Object[catalog.SubscriptionSpec]{Metadata: catalog.Metadata{Name: sub.Name}, Spec: sub.spec()}
+	if err := m.resource(subj).Create(ctx, key, obj); err != nil {
+		return View{}, err
+	}
+	// A state left by an earlier subscription of the same name is not this one's.
+	if err := m.opts.States.Delete(ctx, subj.stateKey(sub.Name)); err != nil {
+		return View{}, err
+	}
+	h := m.start(subj, sub)
+	if err := waitReady(ctx, h); err != nil {
+		return View{}, err
+	}
+	return m.Get(ctx, subj, sub.Name)
+}
+
+// Put creates or replaces a subscription; the URL's name wins. Changed
+// filters start a new baseline; otherwise the delivery state carries on.
+func (m *Manager) Put(ctx context.Context, subj Subject, name string, sub Subscription) (View, bool, error) {
+	if sub.Name == "" {
+		sub.Name = name
+	}
+	if sub.Name != name {
+		return View{}, false, errdefs.Invalid("name %q does not match the name in the URL, %q", sub.Name, name)
+	}
+	if err := m.validate(ctx, subj, sub); err != nil {
+		return View{}, false, err
+	}
+	m.ops.Lock()
+	defer m.ops.Unlock()
+	key := m.key(subj, name)
+	old, getErr := m.resource(subj).Get(ctx, key)
+	if getErr != nil && !errors.Is(getErr, errdefs.ErrNotFound) {
+		return View{}, false, getErr
+	}
+	obj := catalog.Object[catalog.SubscriptionSpec]{Metadata: catalog.Metadata{Name: name}, Spec: sub.spec()}
+	created, err := m.resource(subj).Put(ctx, key, obj)
+	if err != nil {
+		return View{}, false, err
+	}
+	m.stop(subj.stateKey(name))
+	if created || fromSpec(name, old.Spec).query().Encode() != sub.query().Encode() {
+		if err := m.opts.States.Delete(ctx, subj.stateKey(name)); err != nil {
+			return View{}, false, err
+		}
+	}
+	h := m.start(subj, sub)
+	if err := waitReady(ctx, h); err != nil {
+		return View{}, false, err
+	}
+	v, err := m.Get(ctx, subj, name)
+	return v, created, err
+}
+
+// Get returns one subscription with its delivery state.
+func (m *Manager) Get(ctx context.Context, subj Subject, name string) (View, error) {
+	obj, err := m.resource(subj).Get(ctx, m.key(subj, name))
+	if err != nil {
+		return View{}, err
+	}
+	st, _, err := m.opts.States.Load(ctx, subj.stateKey(name))
+	if err != nil {
+		return View{}, err
+	}
+	return view(fromSpec(name, obj.Spec), st), nil
+}
+
+// List returns the subject's subscriptions; a missing subject is NotFound.
+func (m *Manager) List(ctx context.Context, subj Subject) ([]View, error) {
+	objs, err := m.resource(subj).List(ctx, subj.Key)
+	if err != nil {
+		return nil, err
+	}
+	states, err := m.opts.States.LoadPrefix(ctx, subj.prefix())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]View, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, view(fromSpec(o.Metadata.Name, o.Spec), states[subj.stateKey(o.Metadata.Name)]))
+	}
+	return out, nil
+}
+
+// Delete removes a subscription; its worker stops before it returns, so no
+// POST follows.
+func (m *Manager) Delete(ctx context.Context, subj Subject, name string) error {
+	m.ops.Lock()
+	defer m.ops.Unlock()
+	if err := m.resource(subj).Delete(ctx, m.key(subj, name)); err != nil {
+		return err
+	}
+	m.stop(subj.stateKey(name))
+	return m.opts.States.Delete(ctx, subj.stateKey(name))
+}
+
+// Forget is told that a subject was deleted (its subscriptions went with
+// it in the catalogue): it stops their workers and drops their states; an
+// instance's AAI objects are removed.
+func (m *Manager) Forget(ctx context.Context, subj Subject) error {
+	m.ops.Lock()
+	defer m.ops.Unlock()
+	m.mu.Lock()
+	var keys []string
+	for key, h := range m.workers {
+		if h.subj.Kind == subj.Kind && strings.Join(h.subj.Key, "/") == strings.Join(subj.Key, "/") {
+			keys = append(keys, key)
+		}
+	}
+	m.mu.Unlock()
+	for _, k := range keys {
+		m.stop(k)
+	}
+	if err := m.opts.States.DeletePrefix(ctx, subj.prefix()); err != nil {
+		return err
+	}
+	if subj.Kind == SubjectInstance && m.opts.AAI != nil {
+		return m.purgeAAI(ctx, subj.Key[0])
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/health"
+	"github.com/argus-mc/argus/src/internal/notify"
+)
+
+// Entries flattens a context's status into notification entries, one per
+// resource (pods included), each carrying both the rsync and the cluster
+// view, whatever q.Type says: a subscriber hears of any change that alters
+// either. The filters of q (apps, clusters, resources) apply.
+func Entries(in Input, q Query) []notify.Entry {
+	if in.Context == nil {
+		return nil
+	}
+	cq := q
+	cq.Type, cq.Output = TypeCluster, OutputDetail
+	rq := q
+	rq.Type, rq.Output = TypeRsync, OutputAll
+	byKey := map[string]int{}
+	var out []notify.Entry
+	var rows []row
+	for _, a := range Build(in, cq).Apps {
+		for _, c := range a.Clusters {
+			for _, r := range c.Resources {
+				k := keyOf(a.Name, c, r)
+				byKey[k.String()] = len(rows)
+				rows = append(rows, row{key: k, cluster: r})
+			}
+		}
+	}
+	for _, a := range Build(in, rq).Apps {
+		for _, c := range a.Clusters {
+			for _, r := range c.Resources {
+				k := keyOf(a.Name, c, r)
+				if i, ok := byKey[k.String()]; ok {
+					rows[i].rsync = r.RsyncStatus
+					continue
+				}
+				byKey[k.String()] = len(rows)
+				rows = append(rows, row{key: k, rsync: r.RsyncStatus, cluster: Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace}})
+			}
+		}
+	}
+	out = make([]notify.Entry, 0, len(rows))
+	for _, rw := range rows {
+		out = append(out, rw.entry())
+	}
+	return out
+}
+
+type row struct {
+	key     notify.ResourceKey
+	rsync   string
+	cluster Resource
+}
+
+func keyOf(app string, c Cluster, r Resource) notify.ResourceKey {
+	return notify.ResourceKey{App: app, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
+		Group: r.GVK.Group, Version: r.GVK.Version, Kind: r.GVK.Kind, Namespace: r.Namespace, Name: r.Name}
+}
+
+// entry is a resourcesStatus-shaped payload (k8splugin: the whole object
+// under "status") plus the placement and both status views. Only the
+// object's .status enters the digest: metadata churn is not a change.
+func (rw row) entry() notify.Entry {
+	p := rw.key.Payload()
+	r := rw.cluster
+	if rw.rsync != "" {
+		p["rsync-status"] = rw.rsync
+	}
+	if r.ClusterStatus != "" {
+		p["cluster-status"] = r.ClusterStatus
+	}
+	if r.ReadyStatus != "" {
+		p["ready-status"] = r.ReadyStatus
+	}
+	if r.Reason != "" {
+		p["reason"] = r.Reason
+	}
+	var objStatus json.RawMessage
+	if len(r.Detail) > 0 {
+		p["status"] = r.Detail
+		var obj struct {
+			Status json.RawMessage `json:"status"`
+		}
+		if json.Unmarshal(r.Detail, &obj) == nil {
+			objStatus = obj.Status
+		}
+	}
+	return notify.Entry{Key: rw.key.String(), Payload: p,
+		Digest: notify.Digest(r.ReadyStatus, r.Reason, rw.rsync, r.ClusterStatus, objStatus)}
+}
+
+// InstanceFeed is a v1 instance's entries and whether it is ready, as
+// GET /v1/instance/{id}/status would say.
+func (r *Reader) InstanceFeed(ctx context.Context, id string) ([]notify.Entry, bool, error) {
+	if _, err := catalog.For[catalog.InstanceSpec](r.Catalog, catalog.Instances).Get(ctx, catalog.Key{id}); err != nil {
+		return nil, false, err
+	}
+	var entries []notify.Entry
+	ready := false
+	err := r.withInput(ctx, Header{Name: id}, catalog.DIGState{}, id, func(in Input) {
+		entries = Entries(in, Query{})
+		ready = instanceReady(entries)
+	})
+	return entries, ready, err
+}
+
+func instanceReady(entries []notify.Entry) bool {
+	var statuses []health.Status
+	for _, e := range entries {
+		if rs, ok := e.Payload["ready-status"].(string); ok {
+			statuses = append(statuses, health.Status(rs))
+		}
+	}
+	return len(statuses) > 0 && health.Aggregate(statuses...) == health.Ready
+}
+
+// DIGFeed is a DIG's entries for a subscription's filters and the status
+// response those filters give.
+func (r *Reader) DIGFeed(ctx context.Context, dig catalog.Key, v url.Values) ([]notify.Entry, any, error) {
+	q, err := ParseQuery(v)
+	if err != nil {
+		return nil, nil, err
+	}
+	header, st, err := r.digHeader(ctx, dig)
+	if err != nil {
+		return nil, nil, err
+	}
+	id, err := pickInstance(st, q, "deployment intent group")
+	if err != nil {
+		return nil, nil, err
+	}
+	var entries []notify.Entry
+	var resp Response
+	err = r.withInput(ctx, header, st, id, func(in Input) {
+		resp = Build(in, q)
+		entries = Entries(in, q)
+	})
+	return entries, resp, err
+}
+
+// CheckQuery validates a subscription's filters as a status query would.
+func CheckQuery(v url.Values) error {
+	_, err := ParseQuery(v)
+	return err
+}
