@@ -87,12 +87,12 @@ func AAIID(instanceID, key string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// sender is the sink for one instance.
-func (a *AAISink) sender(instanceID string) Sender { return aaiSender{a, instanceID} }
+// sender is the sink for one instance, whose objects live under base.
+func (a *AAISink) sender(instanceID, base string) Sender { return aaiSender{a, instanceID, base} }
 
 type aaiSender struct {
-	a  *AAISink
-	id string
+	a        *AAISink
+	id, base string
 }
 
 // Deliver applies one frozen payload's changes to AAI.
@@ -109,18 +109,11 @@ func (s aaiSender) Deliver(ctx context.Context, d Delivery) Result {
 	for _, p := range body.Changes.Deleted {
 		deletes = append(deletes, keyOfPayload(p).String())
 	}
-	return s.a.apply(ctx, s.id, d.ID, upserts, deletes)
+	return s.a.apply(ctx, s.base, s.id, d.ID, upserts, deletes)
 }
 
 // apply makes AAI hold upserts and not hold deletes, for one instance.
-func (a *AAISink) apply(ctx context.Context, instanceID, txID string, upserts []map[string]any, deletes []string) Result {
-	base, err := a.tenantURL(ctx, instanceID)
-	if err != nil {
-		if errors.Is(err, errdefs.ErrInvalid) {
-			return Result{Outcome: Failed, Err: err}
-		}
-		return Result{Outcome: Retry, Err: err}
-	}
+func (a *AAISink) apply(ctx context.Context, base, instanceID, txID string, upserts []map[string]any, deletes []string) Result {
 	for _, p := range upserts {
 		k := keyOfPayload(p)
 		obj := AAIResource{ID: AAIID(instanceID, k.String()), Name: k.Name, Group: k.Group, Version: k.Version, Kind: k.Kind,
@@ -287,15 +280,32 @@ func (m *Manager) ensureAAI(id string) {
 		if _, err := catalog.For[catalog.InstanceSpec](m.opts.Catalog, catalog.Instances).Get(ctx, catalog.Key{id}); err != nil {
 			return
 		}
+		// Where the instance's objects live is kept with the state: the
+		// purge after a delete can no longer look the instance up.
+		base, err := m.opts.AAI.tenantURL(ctx, id)
+		if err != nil {
+			m.log.WithError(err).WithField("instance", id).Warn("instance not mirrored into AAI")
+			return
+		}
+		st, _, err := m.opts.States.Load(ctx, aaiKey(id))
+		if err == nil && st.Target != base {
+			st.Target = base
+			err = m.opts.States.Save(ctx, aaiKey(id), st)
+		}
+		if err != nil {
+			m.log.WithError(err).WithField("instance", id).Error("cannot start AAI mirroring")
+			return
+		}
 		subj := InstanceSubject(id)
 		w, err := NewWorker(WorkerOptions{Key: aaiKey(id), Source: m.source(subj, Subscription{}), States: m.opts.States,
-			Deliverer: m.opts.AAI.sender(id), EmptyBaseline: true, BackoffBase: m.opts.BackoffBase,
+			Deliverer: m.opts.AAI.sender(id, base), BackoffBase: m.opts.BackoffBase,
 			Logger: m.log.WithField("sink", "aai")})
 		if err != nil {
 			m.log.WithError(err).Error("cannot start AAI mirroring")
 			return
 		}
 		m.run(subj, w)
+		w.Notify() // catch up with whatever changed while not mirrored
 	})
 }
 
@@ -344,10 +354,10 @@ func (m *Manager) purgeOnce(ctx context.Context, id string) error {
 		deletes = append(deletes, k)
 	}
 	sort.Strings(deletes)
-	if res := m.opts.AAI.apply(ctx, id, newID(), nil, deletes); res.Outcome != Delivered {
-		if res.Outcome == Failed && errors.Is(res.Err, errdefs.ErrInvalid) {
-			return m.opts.States.Delete(ctx, aaiKey(id)) // nowhere to remove from
-		}
+	if st.Target == "" { // never mirrored
+		return m.opts.States.Delete(ctx, aaiKey(id))
+	}
+	if res := m.opts.AAI.apply(ctx, st.Target, id, newID(), nil, deletes); res.Outcome != Delivered {
 		return fmt.Errorf("purge: %w", res.Err)
 	}
 	return m.opts.States.Delete(ctx, aaiKey(id))

@@ -44,6 +44,9 @@ type State struct {
 	LastStatus string    `json:"lastStatus,omitempty"`
 	Attempts   int       `json:"attempts"`
 	LastError  string    `json:"lastError,omitempty"`
+	// Target is where a sink delivers (the AAI tenant URL), kept so work
+	// for a deleted subject can still be finished.
+	Target string `json:"target,omitempty"`
 }
 
 // Pending is one frozen delivery and the digests it brings the subscriber to.
@@ -119,10 +122,6 @@ type WorkerOptions struct {
 	Source      Source
 	States      *States
 	Deliverer   Sender
-	// EmptyBaseline makes a new subscription start from nothing, so its
-	// first delivery carries everything (a mirror such as AAI wants that);
-	// by default the baseline is the current state and nothing is sent.
-	EmptyBaseline bool
 	// Metrics, when set, counts attempts and deliveries.
 	Metrics *Metrics
 	// BackoffBase scales the retry backoff for tests; 0 means Backoff as is.
@@ -235,19 +234,13 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 	if err != nil || found {
 		return st, err
 	}
-	st.Delivered = map[string]string{}
-	if !w.opts.EmptyBaseline {
-		entries, _, err := w.opts.Source(ctx)
-		if err != nil {
-			return st, err
-		}
-		_, st.Delivered = Diff(nil, entries, nil)
-	}
-	if err := w.opts.States.Save(ctx, w.opts.Key, st); err != nil {
+	entries, _, err := w.opts.Source(ctx)
+	if err != nil {
 		return st, err
 	}
-	if w.opts.EmptyBaseline {
-		w.Notify()
+	_, st.Delivered = Diff(nil, entries, nil)
+	if err := w.opts.States.Save(ctx, w.opts.Key, st); err != nil {
+		return st, err
 	}
 	return st, nil
 }
