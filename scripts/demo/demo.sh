@@ -65,7 +65,11 @@ step() {
 reported=0
 serving=0 # set once every step is done and the demo waits for Ctrl-C
 fail() {
-    echo "demo: FAILED at step [$step_no/$total_steps] $step_name: $1" >&2
+    if [ "$serving" = 1 ]; then
+        echo "demo: FAILED while running: $1" >&2
+    else
+        echo "demo: FAILED at step [$step_no/$total_steps] $step_name: $1" >&2
+    fi
     if [ -n "${2:-}" ] && [ -s "$2" ]; then
         echo "---- last lines of $2:" >&2
         tail -n 25 "$2" >&2
