@@ -302,7 +302,8 @@ pod=$("$sc" pod-state --kubeconfig "$DEMO_DIR/clusters/cluster1/kubeconfig" --na
     --selector app=backend --state not-ready)
 echo "  cluster1: pod default/$pod annotated; kwok marks it Running but not Ready"
 if [ "$DEMO_SKIP_SUBSCRIPTION" != 1 ]; then
-    pattern="^  modified +Pod default/$pod( |\$)"
+    # The receiver writes one line per change: "  modified  Pod default/NAME  app=...".
+    pattern="^  modified +Pod (default/)?$pod( |\$)"
     wait_until "$DEMO_TIMEOUT" "a notification with a 'modified' entry for pod $pod in $notifications" "$orchestrator" \
         grep -Eq "$pattern" "$notifications"
     echo "  the notification (headers and changes; the full body is in $notifications):"
