@@ -16,7 +16,7 @@ GOLANGCI := $(CACHE)/tools/golangci-lint-$(GOLANGCI_VERSION)
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 FUZZTIME   ?= 60s
 
-.PHONY: all build run sim test bench fuzz lint docs generate clean
+.PHONY: all build run demo sim test bench fuzz lint docs generate clean
 
 all: build
 
@@ -34,6 +34,13 @@ sim:
 # Runs the orchestrator on embedded stores, data kept under .argus/.
 run: build
 	./$(BIN)/orchestrator --data-dir .argus/data --log-format text
+
+# Builds everything, starts two simulated clusters with a monitor each and
+# the orchestrator, onboards the sample app (scripts/demo/app), shows its
+# status and a notification, and stays up until Ctrl-C. DEMO_EXIT=1 checks
+# every step and exits; docs/demo.md lists the other settings.
+demo:
+	@MAKE="$(MAKE)" ./scripts/demo/demo.sh
 
 # Integration tests run on simulated clusters, so their binaries come first.
 test: sim

@@ -5,8 +5,18 @@
 //
 // It writes DIR/<cluster>/kubeconfig per cluster and DIR/ready once every
 // cluster serves, then stays in the foreground until SIGINT or SIGTERM and
-// stops every process it started. Exit codes: 0 after a clean stop, 1 when
-// start-up failed, 2 for invalid arguments.
+// stops every process it started.
+//
+// It is also the demo's toolbox, so that `make demo` needs nothing but Go,
+// curl and tar on the machine (no kubectl, jq or Python):
+//
+//	simcluster apply --kubeconfig K deployments/kubernetes/monitor/*.yaml
+//	simcluster pod-state --kubeconfig K --selector app=backend --state not-ready
+//	simcluster receive --listen 127.0.0.1:9018 --out notifications.log
+//	curl -s localhost:9015/v2/... | simcluster json ready-status
+//
+// Exit codes: 0 on success (or after a clean stop), 1 when the work failed,
+// 2 for invalid arguments.
 package main
 
 import (
@@ -32,10 +42,37 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-const usage = `usage: simcluster up --clusters N [--nodes M] --dir DIR [--bin-dir DIR]`
+const usage = `usage:
+  simcluster up --clusters N [--nodes M] --dir DIR [--bin-dir DIR]
+  simcluster apply --kubeconfig FILE [--timeout D] MANIFEST...
+  simcluster pod-state --kubeconfig FILE [--namespace NS] --selector SELECTOR --state not-ready|crashloop|failed|ready
+  simcluster receive [--listen ADDR] [--out FILE]
+  simcluster json [PATH] < DOCUMENT`
+
+// run dispatches to a subcommand and returns the exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "up":
+		return up(ctx, args[1:], stdout, stderr)
+	case "apply":
+		return apply(ctx, args[1:], stdout, stderr)
+	case "pod-state":
+		return podState(ctx, args[1:], stdout, stderr)
+	case "receive":
+		return receive(ctx, args[1:], stdout, stderr)
+	case "json":
+		return jsonCmd(args[1:], stdin, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "simcluster: unknown subcommand %q\n%s\n", args[0], usage)
+	return 2
+}
 
 // readyInfo is written to DIR/ready, for scripts that wait for it.
 type readyInfo struct {
@@ -48,11 +85,7 @@ type readyCluster struct {
 	Kubeconfig string `json:"kubeconfig"`
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "up" {
-		fmt.Fprintln(stderr, usage)
-		return 2
-	}
+func up(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("simcluster up", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var opts simcluster.Options
@@ -60,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&opts.Nodes, "nodes", 3, "fake nodes per cluster")
 	fs.StringVar(&opts.Dir, "dir", "", "directory for kubeconfigs, logs and etcd data (required)")
 	fs.StringVar(&opts.BinDir, "bin-dir", simcluster.DefaultBinDir(), "directory holding the Kubernetes binaries (make sim)")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() > 0 {

@@ -139,15 +139,24 @@ func TestUpServesThenSIGTERMLeavesNoProcess(t *testing.T) {
 
 func TestBadInputExits2(t *testing.T) {
 	for name, args := range map[string][]string{
-		"no subcommand":  {},
-		"zero clusters":  {"up", "--clusters", "0", "--dir", t.TempDir()},
-		"no dir":         {"up", "--clusters", "1"},
-		"unwritable dir": {"up", "--clusters", "1", "--dir", "/proc/argus-cannot-write"},
-		"unknown flag":   {"up", "--clusterz", "1"},
-		"stray argument": {"up", "--dir", t.TempDir(), "extra"},
+		"no subcommand":           {},
+		"zero clusters":           {"up", "--clusters", "0", "--dir", t.TempDir()},
+		"no dir":                  {"up", "--clusters", "1"},
+		"unwritable dir":          {"up", "--clusters", "1", "--dir", "/proc/argus-cannot-write"},
+		"unknown flag":            {"up", "--clusterz", "1"},
+		"stray argument":          {"up", "--dir", t.TempDir(), "extra"},
+		"unknown subcommand":      {"down"},
+		"apply without files":     {"apply", "--kubeconfig", "k"},
+		"apply without config":    {"apply", "x.yaml"},
+		"apply, bad kubeconfig":   {"apply", "--kubeconfig", "/proc/argus-no-such-file", "x.yaml"},
+		"pod-state, bad state":    {"pod-state", "--kubeconfig", "k", "--selector", "app=x", "--state", "sleepy"},
+		"pod-state, no selector":  {"pod-state", "--kubeconfig", "k", "--state", "ready"},
+		"receive, stray argument": {"receive", "extra"},
+		"receive, bad address":    {"receive", "--listen", "not-an-address"},
+		"json, two paths":         {"json", "a", "b"},
 	} {
 		var out, errOut strings.Builder
-		code := run(context.Background(), args, &out, &errOut)
+		code := run(context.Background(), args, strings.NewReader(""), &out, &errOut)
 		if code != 2 {
 			t.Errorf("%s: exit %d, want 2; stderr: %s", name, code, errOut.String())
 		}

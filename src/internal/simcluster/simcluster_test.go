@@ -260,6 +260,46 @@ func TestPodStateCanBeDrivenAndStays(t *testing.T) {
 	})
 }
 
+// SetPodState (the demo's `simcluster pod-state`) picks the first scheduled
+// pod by name among those the selector matches, and kwok follows.
+func TestSetPodStatePicksTheFirstMatchingPod(t *testing.T) {
+	ctx := ctxFor(t)
+	cs := set.Clusters[0].Clientset()
+	for _, name := range []string{"setstate-b", "setstate-a"} {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": "setstate"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		}
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "both pods scheduled", func() (bool, error) {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=setstate"})
+		scheduled := 0
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" {
+				scheduled++
+			}
+		}
+		return err == nil && scheduled == 2, err
+	})
+	name, err := simcluster.SetPodState(ctx, cs, "default", "app=setstate", "not-ready")
+	if err != nil || name != "setstate-a" {
+		t.Fatalf("SetPodState = %q, %v; want setstate-a", name, err)
+	}
+	eventually(t, 30*time.Second, "setstate-a not ready", func() (bool, error) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning && !podReady(p), err
+	})
+	if _, err := simcluster.SetPodState(ctx, cs, "default", "app=setstate", "sleepy"); !errors.Is(err, simcluster.ErrInvalid) {
+		t.Errorf("unknown state: %v, want ErrInvalid", err)
+	}
+	if _, err := simcluster.SetPodState(ctx, cs, "default", "app=nothing", "ready"); err == nil {
+		t.Error("no matching pod: no error")
+	}
+}
+
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {

@@ -1,0 +1,371 @@
+#!/usr/bin/env bash
+# make demo: builds Argus, starts two simulated clusters with a monitor each
+# and the orchestrator on embedded stores, onboards the sample composite app
+# (scripts/demo/app) through the v2 API, subscribes a local receiver to its
+# status, shows the status, makes one pod not ready and shows the
+# notification and the new status. Then it leaves everything running until
+# Ctrl-C and stops every process it started. See docs/demo.md.
+#
+# Environment (defaults in brackets):
+#   DEMO_EXIT=1               run every step, check each result, stop, exit 0
+#                             or non-zero naming the failed step [0]
+#   DEMO_DIR                  logs, kubeconfigs, data [.argus/demo]
+#   DEMO_PORT                 orchestrator API port [9015]
+#   DEMO_MONITOR_PORT         first monitor's health port; the second gets
+#                             the next one [9016]
+#   DEMO_RECEIVER_PORT        notification receiver port [9018]
+#   DEMO_NODES                fake nodes per cluster [2]
+#   DEMO_TIMEOUT              seconds any one wait may take [120]
+#   DEMO_SKIP_SUBSCRIPTION=1  skip subscribing and waiting for the
+#                             notification (for testing on a branch without
+#                             the subscription API) [0]
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+
+DEMO_EXIT=${DEMO_EXIT:-0}
+DEMO_DIR=${DEMO_DIR:-$root/.argus/demo}
+DEMO_PORT=${DEMO_PORT:-9015}
+DEMO_MONITOR_PORT=${DEMO_MONITOR_PORT:-9016}
+DEMO_RECEIVER_PORT=${DEMO_RECEIVER_PORT:-9018}
+DEMO_NODES=${DEMO_NODES:-2}
+DEMO_TIMEOUT=${DEMO_TIMEOUT:-120}
+DEMO_SKIP_SUBSCRIPTION=${DEMO_SKIP_SUBSCRIPTION:-0}
+MAKE=${MAKE:-make}
+
+clusters=(cluster1 cluster2)
+bin=$root/bin
+sc=$bin/simcluster
+logs=$DEMO_DIR/logs
+notifications=$DEMO_DIR/notifications.log
+argus=http://127.0.0.1:$DEMO_PORT
+receiver=http://127.0.0.1:$DEMO_RECEIVER_PORT
+# Names onboard.sh uses by default.
+provider=demo-provider
+dig_path=/v2/projects/demo/composite-apps/shop/v1/deployment-intent-groups/shop
+dig=$argus$dig_path
+# 2 clusters x (frontend: Deployment, Service, ConfigMap, 2 Pods;
+# backend: Deployment, Service, ConfigMap, 1 Pod; db: StatefulSet, Service,
+# ConfigMap, 1 Pod).
+expected_resources=26
+
+# ---- steps and failure reports ----------------------------------------
+
+total_steps=9
+step_no=0
+step_name="starting"
+step() {
+    step_no=$((step_no + 1))
+    step_name=$1
+    printf '\n[%d/%d] %s  (at %ss)\n' "$step_no" "$total_steps" "$1" "$SECONDS"
+}
+
+# fail MESSAGE [LOG]: names the step, shows the log's tail, exits non-zero.
+reported=0
+serving=0 # set once every step is done and the demo waits for Ctrl-C
+fail() {
+    if [ "$serving" = 1 ]; then
+        echo "demo: FAILED while running: $1" >&2
+    else
+        echo "demo: FAILED at step [$step_no/$total_steps] $step_name: $1" >&2
+    fi
+    if [ -n "${2:-}" ] && [ -s "$2" ]; then
+        echo "---- last lines of $2:" >&2
+        tail -n 25 "$2" >&2
+        echo "----" >&2
+    fi
+    reported=1
+    exit 1
+}
+
+# ---- processes ------------------------------------------------------------
+
+# Every process runs in a process group of its own (setsid), so that stopping
+# it reaches everything it started and a Ctrl-C in the terminal reaches only
+# this script, which then stops them in order.
+pids=()
+names=()
+plogs=()
+# start NAME LOG COMMAND...: starts COMMAND in the background; sets $proc to
+# its index in pids.
+start() {
+    local name=$1 log=$2
+    shift 2
+    setsid "$@" >>"$log" 2>&1 </dev/null &
+    pids+=("$!")
+    names+=("$name")
+    plogs+=("$log")
+    proc=$((${#pids[@]} - 1))
+}
+
+# stop_procs INDEX...: SIGTERM to each group, then SIGKILL to what is left
+# after 20 s, then reap.
+stop_procs() {
+    local i deadline=$((SECONDS + 20))
+    for i in "$@"; do kill -TERM -- "-${pids[i]}" 2>/dev/null || true; done
+    for i in "$@"; do
+        while kill -0 "${pids[i]}" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+        if kill -0 "${pids[i]}" 2>/dev/null; then
+            echo "demo: ${names[i]} did not stop in time; killing it" >&2
+            kill -KILL -- "-${pids[i]}" 2>/dev/null || true
+        fi
+        wait "${pids[i]}" 2>/dev/null || true
+    done
+}
+
+cleanup() {
+    local code=$?
+    trap - EXIT
+    trap '' INT TERM # a second Ctrl-C must not leave processes behind
+    if [ "$serving" = 1 ] && { [ "$code" = 130 ] || [ "$code" = 143 ]; }; then
+        code=0 # Ctrl-C is how the running demo is meant to end
+    fi
+    case $code in
+    0) ;;
+    130 | 143) echo; echo "demo: interrupted at step [$step_no/$total_steps] $step_name" ;;
+    *) if [ "$reported" = 0 ]; then
+        # A command failed under set -e; its own message is above.
+        echo "demo: FAILED at step [$step_no/$total_steps] $step_name (exit $code; see the messages above)" >&2
+    fi ;;
+    esac
+    if [ ${#pids[@]} -gt 0 ]; then
+        local began=$SECONDS
+        echo
+        echo "demo: stopping ${#pids[@]} processes..."
+        # The clusters (index 0) go last, so nothing watching them complains.
+        local rest=()
+        for ((i = ${#pids[@]} - 1; i >= 1; i--)); do rest+=("$i"); done
+        if [ ${#rest[@]} -gt 0 ]; then stop_procs "${rest[@]}"; fi
+        stop_procs 0
+        echo "demo: stopped everything in $((SECONDS - began))s; logs are kept in $logs"
+    fi
+    exit "$code"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# wait_until SECONDS WHAT PROC COMMAND...: polls COMMAND until it succeeds;
+# fails the step when process PROC (an index, or -1) exits or time is up.
+wait_until() {
+    local limit=$1 what=$2 p=$3
+    shift 3
+    local deadline=$((SECONDS + limit)) log=""
+    if [ "$p" -ge 0 ]; then log=${plogs[p]}; fi
+    until "$@" >/dev/null 2>&1; do
+        if [ "$p" -ge 0 ] && ! kill -0 "${pids[p]}" 2>/dev/null; then
+            fail "${names[p]} exited while waiting for $what" "$log"
+        fi
+        if [ $SECONDS -ge $deadline ]; then
+            fail "$what: not so after ${limit}s" "$log"
+        fi
+        sleep 0.25
+    done
+}
+
+http_ok() { curl -sf -o /dev/null --max-time 2 "$1"; }
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# status QUERY: the DIG status for the query string; fails unless 200.
+status() { curl -sf --max-time 10 "$dig/status?$1"; }
+
+# field PATH: a value of the JSON document on stdin.
+field() { "$sc" json "$1"; }
+
+summary_ready() { [ "$(status 'type=cluster&output=summary' | field ready)" = "$1" ]; }
+
+# ---- 1: build ---------------------------------------------------------------
+
+step "checking ports and building (make build sim)"
+for port in "$DEMO_PORT" "$DEMO_MONITOR_PORT" "$((DEMO_MONITOR_PORT + 1))" "$DEMO_RECEIVER_PORT"; do
+    if port_in_use "$port"; then
+        fail "port $port is already in use (another demo or orchestrator?); stop it, or choose other ports with DEMO_PORT, DEMO_MONITOR_PORT (two ports) and DEMO_RECEIVER_PORT"
+    fi
+done
+if [ ! -x "${ARGUS_CACHE_DIR:-$HOME/.cache/argus}/k8s-v1.34.4/bin/kube-apiserver" ]; then
+    echo "  first run: building the simulated clusters' Kubernetes binaries (about 10 minutes on 2 cores, cached afterwards)"
+fi
+"$MAKE" --no-print-directory build sim
+
+# A fresh directory each run; refuse to empty one the demo did not make.
+if [ -e "$DEMO_DIR" ] && [ ! -e "$DEMO_DIR/.argus-demo" ]; then
+    fail "$DEMO_DIR exists and was not made by the demo; remove it or set DEMO_DIR"
+fi
+rm -rf "$DEMO_DIR"
+mkdir -p "$logs"
+touch "$DEMO_DIR/.argus-demo"
+
+# ---- 2: clusters --------------------------------------------------------------
+
+step "starting ${#clusters[@]} simulated clusters"
+start simcluster "$logs/simcluster.log" "$sc" up --clusters "${#clusters[@]}" --nodes "$DEMO_NODES" --dir "$DEMO_DIR/clusters"
+wait_until 240 "the clusters serve (file $DEMO_DIR/clusters/ready)" "$proc" test -e "$DEMO_DIR/clusters/ready"
+for c in "${clusters[@]}"; do
+    echo "  $c: kubeconfig $DEMO_DIR/clusters/$c/kubeconfig, $DEMO_NODES fake nodes"
+done
+echo "  logs: $logs/simcluster.log, $DEMO_DIR/clusters/<cluster>/*.log"
+
+# ---- 3: monitors ----------------------------------------------------------------
+
+step "installing the monitor's CRD and RBAC and starting one monitor per cluster"
+manifests=deployments/kubernetes/monitor
+for i in "${!clusters[@]}"; do
+    c=${clusters[i]}
+    kc=$DEMO_DIR/clusters/$c/kubeconfig
+    # The Deployment is left out: the monitor runs here, as a process.
+    "$sc" apply --kubeconfig "$kc" "$manifests/k8splugin.io_resourcebundlestates.yaml" \
+        "$manifests/namespace.yaml" "$manifests/rbac.yaml" >"$logs/install-$c.log" 2>&1 ||
+        fail "applying $manifests to $c" "$logs/install-$c.log"
+    echo "  $c: $(grep -c '^applied' "$logs/install-$c.log") objects applied (CRD resourcebundlestates.k8splugin.io established)"
+    port=$((DEMO_MONITOR_PORT + i))
+    start "monitor-$c" "$logs/monitor-$c.log" "$bin/monitor" --kubeconfig "$kc" --namespace default \
+        --listen "127.0.0.1:$port" --log-format text
+    wait_until "$DEMO_TIMEOUT" "monitor of $c ready (http://127.0.0.1:$port/readyz)" "$proc" http_ok "http://127.0.0.1:$port/readyz"
+    echo "  $c: monitor running, health and metrics on http://127.0.0.1:$port, log $logs/monitor-$c.log"
+done
+
+# ---- 4: orchestrator --------------------------------------------------------------
+
+step "starting the orchestrator on embedded etcd and MongoDB-wire stores"
+start orchestrator "$logs/orchestrator.log" "$bin/orchestrator" --data-dir "$DEMO_DIR/argus-data" \
+    --listen "127.0.0.1:$DEMO_PORT" --log-format text
+orchestrator=$proc
+wait_until "$DEMO_TIMEOUT" "orchestrator ready ($argus/readyz)" "$proc" http_ok "$argus/readyz"
+echo "  API on $argus, data in $DEMO_DIR/argus-data, log $logs/orchestrator.log"
+
+# ---- 5: onboard -------------------------------------------------------------------
+
+step "onboarding the sample app through the v2 API (scripts/demo/onboard.sh)"
+onboard_args=()
+for c in "${clusters[@]}"; do onboard_args+=("$c=$DEMO_DIR/clusters/$c/kubeconfig"); done
+ARGUS_URL=$argus PROVIDER=$provider scripts/demo/onboard.sh "${onboard_args[@]}" ||
+    fail "onboarding (the failing call is named above)" "${plogs[orchestrator]}"
+
+# ---- 6: ready -------------------------------------------------------------------
+
+step "waiting until every resource is ready on both clusters"
+deadline=$((SECONDS + DEMO_TIMEOUT))
+last=""
+until summary_ready true 2>/dev/null; do
+    counts=$(status 'type=cluster&output=summary' 2>/dev/null | field ready-status 2>/dev/null | tr -d ' \n' || true)
+    if [ -n "$counts" ] && [ "$counts" != "$last" ]; then
+        echo "  ready-status: $counts"
+        last=$counts
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+        fail "the app is not ready after ${DEMO_TIMEOUT}s (last ready-status: ${last:-none})" "${plogs[orchestrator]}"
+    fi
+    sleep 0.5
+done
+ready_count=$(status 'type=cluster&output=summary' | field ready-status.Ready)
+echo "  ready: $ready_count resources Ready"
+if [ "$ready_count" != "$expected_resources" ]; then
+    fail "$ready_count resources Ready, want $expected_resources" "${plogs[orchestrator]}"
+fi
+
+# ---- 7: subscribe ---------------------------------------------------------------------
+
+step "subscribing a local receiver to the DIG's status"
+start receiver "$logs/receiver.log" "$sc" receive --listen "127.0.0.1:$DEMO_RECEIVER_PORT" --out "$notifications"
+wait_until "$DEMO_TIMEOUT" "receiver ready ($receiver/healthz)" "$proc" http_ok "$receiver/healthz"
+echo "  receiver on $receiver/notify appends every notification to $notifications"
+if [ "$DEMO_SKIP_SUBSCRIPTION" = 1 ]; then
+    echo "  DEMO_SKIP_SUBSCRIPTION=1: not subscribing"
+else
+    subscription='{"name":"demo","callback-url":"'$receiver'/notify","min-notify-interval":0,"metadata":{"demo":"true"},"type":"cluster","output":"all"}'
+    echo "  POST $dig_path/status/subscriptions"
+    echo "    $subscription"
+    code=$(curl -sS --max-time 10 -o "$DEMO_DIR/subscription.json" -w '%{http_code}' \
+        -H 'Content-Type: application/json' --data-binary "$subscription" "$dig/status/subscriptions") || code=000
+    if [ "$code" != 201 ]; then
+        fail "creating the subscription answered $code, want 201: $(cat "$DEMO_DIR/subscription.json" 2>/dev/null)" "${plogs[orchestrator]}"
+    fi
+    echo "  -> 201"
+    field "" <"$DEMO_DIR/subscription.json" | sed 's/^/    /'
+fi
+
+# ---- 8: status ----------------------------------------------------------------------------
+
+step "the status: GET $dig_path/status"
+echo "  ?type=cluster&output=summary"
+status 'type=cluster&output=summary' | field "" | sed 's/^/    /'
+echo
+echo "  ?type=cluster&output=all"
+status 'type=cluster&output=all' | field "" | sed 's/^/    /'
+
+# ---- 9: a pod goes not ready --------------------------------------------------------------------
+
+step "making one pod not ready (annotation sim.argus.io/state=not-ready)"
+pod=$("$sc" pod-state --kubeconfig "$DEMO_DIR/clusters/cluster1/kubeconfig" --namespace default \
+    --selector app=backend --state not-ready)
+echo "  cluster1: pod default/$pod annotated; kwok marks it Running but not Ready"
+if [ "$DEMO_SKIP_SUBSCRIPTION" != 1 ]; then
+    # The receiver writes one line per change: "  modified  Pod default/NAME  app=...".
+    pattern="^  modified +Pod (default/)?$pod( |\$)"
+    wait_until "$DEMO_TIMEOUT" "a notification with a 'modified' entry for pod $pod in $notifications" "$orchestrator" \
+        grep -Eq "$pattern" "$notifications"
+    echo "  the notification (headers and changes; the full body is in $notifications):"
+    # Print the head of the last record that names the pod, up to its body.
+    awk -v pat="$pattern" '
+        function flush() { if (matched) out = rec; rec = ""; matched = 0; body = 0 }
+        /^=== notification/ { flush() }
+        !body && /^[{[]/ { body = 1 }
+        !body { rec = rec $0 "\n"; if ($0 ~ pat) matched = 1 }
+        END { flush(); printf "%s", out }' "$notifications" | sed 's/^/    /'
+fi
+wait_until "$DEMO_TIMEOUT" "the status summary reports not ready" "$orchestrator" summary_ready false
+echo "  ?type=cluster&output=summary"
+status 'type=cluster&output=summary' | field "" | sed 's/^/    /'
+pending=$(status 'type=cluster&output=summary' | field ready-status.Pending 2>/dev/null || echo 0)
+if [ "$pending" -lt 1 ]; then
+    fail "ready is false but ready-status counts no Pending resource" "${plogs[orchestrator]}"
+fi
+echo "  backend on cluster1 (the pod and its Deployment):"
+status 'type=cluster&app=backend&cluster=demo-provider%2Bcluster1' | field apps.0.clusters.0.resources |
+    grep -E '"(Kind|name|ready-status|reason)"' | sed 's/^ */    /'
+
+# ---- done ------------------------------------------------------------------------------------
+
+if [ "$DEMO_EXIT" = 1 ]; then
+    if [ "$DEMO_SKIP_SUBSCRIPTION" = 1 ]; then
+        echo
+        echo "demo: every step passed in ${SECONDS}s (subscription and notification skipped: DEMO_SKIP_SUBSCRIPTION=1)"
+    else
+        echo
+        echo "demo: every step passed in ${SECONDS}s"
+    fi
+    exit 0
+fi
+
+cat <<EOF
+
+The demo is running (ready in ${SECONDS}s). Try, from $root:
+
+  DIG=$dig
+  curl -s "\$DIG/status?type=cluster&output=summary" | bin/simcluster json
+  curl -s "\$DIG/status?type=cluster&app=backend&cluster=$provider%2Bcluster1" | bin/simcluster json
+  curl -s "\$DIG/status?type=rsync&output=summary" | bin/simcluster json
+  curl -s "\$DIG/status?type=cluster&resource=Pod/$pod&output=detail" | bin/simcluster json
+  curl -s "\$DIG/status?instance" | bin/simcluster json
+  curl -s "\$DIG/status/subscriptions" | bin/simcluster json
+
+  # bring the pod back (a notification follows), or break another one:
+  bin/simcluster pod-state --kubeconfig $DEMO_DIR/clusters/cluster1/kubeconfig --selector app=backend --state ready
+  bin/simcluster pod-state --kubeconfig $DEMO_DIR/clusters/cluster2/kubeconfig --selector app=db --state crashloop
+  tail -f $notifications
+
+Logs: $logs (clusters: $DEMO_DIR/clusters/<cluster>/*.log)
+Ctrl-C stops everything.
+EOF
+
+# Wait for Ctrl-C (the INT trap exits, and cleanup runs) or for a process to
+# die, which is a failure worth reporting.
+serving=1
+wait -n "${pids[@]}" || true
+for i in "${!pids[@]}"; do
+    if ! kill -0 "${pids[i]}" 2>/dev/null; then
+        fail "${names[i]} exited unexpectedly" "${plogs[i]}"
+    fi
+done
