@@ -249,9 +249,11 @@ var _ rest.WarningHandler = (*warnings)(nil)
 // TestOrchestratorManifestsDryRun server-side dry-runs every object of the
 // orchestrator's kustomization, and the example Secret, on a real
 // kube-apiserver: schema, defaulting and admission all apply; nothing is
-// stored but the namespace.
+// stored but the namespace. The monitor's Deployment joins the Pod Security
+// check (the monitor's own tests dry-run the rest of its manifests).
 func TestOrchestratorManifestsDryRun(t *testing.T) {
 	objs := append(kustomize(t, "orchestrator"), decodeFile(t, "deployments", "kubernetes", "orchestrator", "mongo-secret.example.yaml")...)
+	objs = append(objs, find(t, kustomize(t, "monitor"), "Deployment", "argus-monitor"))
 	set := testenv.Clusters(t, 1)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
