@@ -208,10 +208,10 @@ const (
 
 // onboard registers both clusters (labelled "edge"), a project, a 3-app
 // composite app with profiles, and a DIG placing every app on both clusters.
-func onboard(t *testing.T, o *orch, overrides []any) { onboardOn(t, o, sim, overrides) }
+func onboard(t testing.TB, o *orch, overrides []any) { onboardOn(t, o, sim, overrides) }
 
 // onboardOn is onboard with the clusters of set.
-func onboardOn(t *testing.T, o *orch, set *simcluster.Set, overrides []any) {
+func onboardOn(t testing.TB, o *orch, set *simcluster.Set, overrides []any) {
 	o.must(201, "POST", "/v2/cluster-providers", meta("cp"))
 	for _, c := range set.Clusters {
 		if code, body := o.upload("/v2/cluster-providers/cp/clusters", meta(c.Name), c.Kubeconfig); code != 201 {

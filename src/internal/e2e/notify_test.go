@@ -28,7 +28,7 @@ import (
 // hook is a callback receiver: a real HTTP server that answers as told
 // ("ok", "500", "400" or "hang") and records every POST.
 type hook struct {
-	t        *testing.T
+	t        testing.TB
 	srv      *httptest.Server
 	mode     atomic.Value
 	mu       sync.Mutex
@@ -55,7 +55,7 @@ type notification struct {
 	Changes          notify.Changes `json:"resource-changes"`
 }
 
-func newHook(t *testing.T, mode string) *hook {
+func newHook(t testing.TB, mode string) *hook {
 	h := &hook{t: t, release: make(chan struct{})}
 	h.mode.Store(mode)
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -133,7 +133,7 @@ func entry(l []map[string]any, kind, cluster, namePrefix string) map[string]any 
 	return nil
 }
 
-func scale(t *testing.T, cluster, ns, name string, replicas int) time.Time {
+func scale(t testing.TB, cluster, ns, name string, replicas int) time.Time {
 	t.Helper()
 	start := time.Now()
 	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)

@@ -21,12 +21,12 @@ import (
 
 // monitors runs a monitor per cluster, in-process, for one test.
 type monitors struct {
-	t       *testing.T
+	t       testing.TB
 	set     *simcluster.Set
 	running map[string]func()
 }
 
-func startMonitors(t *testing.T, set *simcluster.Set) *monitors {
+func startMonitors(t testing.TB, set *simcluster.Set) *monitors {
 	m := &monitors{t: t, set: set, running: map[string]func(){}}
 	for _, c := range set.Clusters {
 		m.start(c.Name)

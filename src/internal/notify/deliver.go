@@ -112,6 +112,9 @@ func NewDeliverer(opts DelivererOptions) (*Deliverer, error) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.DialContext = dialer.DialContext
 	transport.Proxy = nil // a proxy would hide the real destination from the allow-list
+	// Many subscriptions commonly share one receiver (an SO, an inventory):
+	// keep enough connections to it warm that a fan-out does not redial.
+	transport.MaxIdleConnsPerHost = 64
 	return &Deliverer{
 		client: &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse // a redirect could lead outside the allow-list
