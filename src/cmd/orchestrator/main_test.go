@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -169,7 +170,9 @@ func TestProcessWithExternalStoresFromEnv(t *testing.T) {
 }
 
 func TestBadFlagsExit2(t *testing.T) {
-	for _, args := range [][]string{{"--log-level", "loud"}, {"--no-such-flag"}, {"extra-arg"}} {
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, args := range [][]string{{"--log-level", "loud"}, {"--no-such-flag"}, {"extra-arg"},
+		{"--tls-cert-file", missing}, {"--tls-key-file", missing}, {"--auth-token-file", missing}} {
 		var stderr strings.Builder
 		if code := run(args, func(string) string { return "" }, &stderr); code != 2 {
 			t.Errorf("run(%v) = %d, want 2; stderr: %s", args, code, stderr.String())
