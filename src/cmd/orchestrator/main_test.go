@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/config"
 	"github.com/argus-mc/argus/src/internal/testenv"
+	"github.com/argus-mc/argus/src/internal/testenv/testcert"
 )
 
 // The test binary doubles as the orchestrator: with ARGUS_TEST_RUN_MAIN set it
@@ -186,4 +188,59 @@ var update = flag.Bool("update", false, "rewrite generated docs")
 // flags; this keeps the two in step (`make docs` runs it with -update).
 func TestConfigReferenceIsCurrent(t *testing.T) {
 	testenv.CheckGenerated(t, "../../../docs/operations.md", "orchestrator flags", config.Reference(Flags(&settings{})), *update)
+}
+
+// Tokens and TLS configured through the environment, as a container is:
+// the API needs the token, serves HTTPS only, and the token never reaches
+// the log, even at debug level.
+func TestProcessWithTokensAndTLSFromEnv(t *testing.T) {
+	secrets := t.TempDir()
+	pair := testcert.New(t, "argus")
+	certFile, keyFile := pair.Write(t, secrets)
+	const token = "s3cret-token-value"
+	tokenFile := filepath.Join(secrets, "tokens")
+	testcert.WriteFile(t, tokenFile, []byte("# test\n"+token+"\n"))
+	p := startProc(t, []string{
+		"ARGUS_AUTH_TOKEN_FILE=" + tokenFile,
+		"ARGUS_TLS_CERT_FILE=" + certFile,
+		"ARGUS_TLS_KEY_FILE=" + keyFile,
+	}, "--data-dir", t.TempDir(), "--log-level", "debug")
+
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: pair.Pool()}}}
+	for _, c := range []struct {
+		url, token string
+		code       int
+	}{
+		{"https://" + p.addr + "/v2/projects", token, 200},
+		{"https://" + p.addr + "/v2/projects", "", 401},
+		{"https://" + p.addr + "/v2/projects", token + "x", 401},
+		{"https://" + p.addr + "/healthz", "", 200},
+		{"http://" + p.addr + "/healthz", "", 400}, // net/http's answer to plain HTTP on a TLS port
+	} {
+		req, err := http.NewRequest("GET", c.url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", c.url, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code {
+			t.Fatalf("GET %s with token %v: %d, want %d", c.url, c.token != "", resp.StatusCode, c.code)
+		}
+	}
+	_, lines := p.terminate(t)
+	logs := strings.Join(lines, "\n")
+	if strings.Contains(logs, "s3cret") {
+		t.Fatalf("the token reached the log:\n%s", logs)
+	}
+	if !strings.Contains(logs, `"status":401`) {
+		t.Fatalf("refused requests were not logged:\n%s", logs)
+	}
 }
