@@ -3,12 +3,14 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/config"
 	"github.com/argus-mc/argus/src/internal/testenv"
+	"github.com/argus-mc/argus/src/internal/testenv/testcert"
 )
 
 // The test binary doubles as the orchestrator: with ARGUS_TEST_RUN_MAIN set it
@@ -169,7 +172,9 @@ func TestProcessWithExternalStoresFromEnv(t *testing.T) {
 }
 
 func TestBadFlagsExit2(t *testing.T) {
-	for _, args := range [][]string{{"--log-level", "loud"}, {"--no-such-flag"}, {"extra-arg"}} {
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, args := range [][]string{{"--log-level", "loud"}, {"--no-such-flag"}, {"extra-arg"},
+		{"--tls-cert-file", missing}, {"--tls-key-file", missing}, {"--auth-token-file", missing}} {
 		var stderr strings.Builder
 		if code := run(args, func(string) string { return "" }, &stderr); code != 2 {
 			t.Errorf("run(%v) = %d, want 2; stderr: %s", args, code, stderr.String())
@@ -183,4 +188,59 @@ var update = flag.Bool("update", false, "rewrite generated docs")
 // flags; this keeps the two in step (`make docs` runs it with -update).
 func TestConfigReferenceIsCurrent(t *testing.T) {
 	testenv.CheckGenerated(t, "../../../docs/operations.md", "orchestrator flags", config.Reference(Flags(&settings{})), *update)
+}
+
+// Tokens and TLS configured through the environment, as a container is:
+// the API needs the token, serves HTTPS only, and the token never reaches
+// the log, even at debug level.
+func TestProcessWithTokensAndTLSFromEnv(t *testing.T) {
+	secrets := t.TempDir()
+	pair := testcert.New(t, "argus")
+	certFile, keyFile := pair.Write(t, secrets)
+	const token = "s3cret-token-value"
+	tokenFile := filepath.Join(secrets, "tokens")
+	testcert.WriteFile(t, tokenFile, []byte("# test\n"+token+"\n"))
+	p := startProc(t, []string{
+		"ARGUS_AUTH_TOKEN_FILE=" + tokenFile,
+		"ARGUS_TLS_CERT_FILE=" + certFile,
+		"ARGUS_TLS_KEY_FILE=" + keyFile,
+	}, "--data-dir", t.TempDir(), "--log-level", "debug")
+
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: pair.Pool()}}}
+	for _, c := range []struct {
+		url, token string
+		code       int
+	}{
+		{"https://" + p.addr + "/v2/projects", token, 200},
+		{"https://" + p.addr + "/v2/projects", "", 401},
+		{"https://" + p.addr + "/v2/projects", token + "x", 401},
+		{"https://" + p.addr + "/healthz", "", 200},
+		{"http://" + p.addr + "/healthz", "", 400}, // net/http's answer to plain HTTP on a TLS port
+	} {
+		req, err := http.NewRequest("GET", c.url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", c.url, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code {
+			t.Fatalf("GET %s with token %v: %d, want %d", c.url, c.token != "", resp.StatusCode, c.code)
+		}
+	}
+	_, lines := p.terminate(t)
+	logs := strings.Join(lines, "\n")
+	if strings.Contains(logs, "s3cret") {
+		t.Fatalf("the token reached the log:\n%s", logs)
+	}
+	if !strings.Contains(logs, `"status":401`) {
+		t.Fatalf("refused requests were not logged:\n%s", logs)
+	}
 }

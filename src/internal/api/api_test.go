@@ -26,7 +26,10 @@ type fixture struct {
 	checks map[string]Check
 }
 
-func newFixture(t testing.TB) *fixture {
+func newFixture(t testing.TB) *fixture { t.Helper(); return newFixtureWith(t, nil) }
+
+// newFixtureWith lets a test adjust the Options before the server is built.
+func newFixtureWith(t testing.TB, adjust func(*Options)) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -38,7 +41,11 @@ func newFixture(t testing.TB) *fixture {
 		"etcd":  env.Etcd.Ping,
 		"mongo": env.Mongo.Ping,
 	}}
-	h, err := New(Options{Catalog: cat, Checks: f.checks, Registerer: f.reg, Gatherer: f.reg})
+	opts := Options{Catalog: cat, Checks: f.checks, Registerer: f.reg, Gatherer: f.reg}
+	if adjust != nil {
+		adjust(&opts)
+	}
+	h, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,9 @@ type Options struct {
 	// ClusterInUse, when set, lists the live contexts on a cluster; a
 	// cluster with any cannot be deleted.
 	ClusterInUse func(ctx context.Context, provider, cluster string) ([]string, error)
+	// Tokens, when set, requires a valid bearer token on every route but
+	// /healthz and /readyz; nil leaves the API open.
+	Tokens TokenChecker
 	// Checks run by /readyz, by name ("etcd", "mongo").
 	Checks map[string]Check
 	// Logger for access and error logs; nil discards.
@@ -65,6 +68,15 @@ type server struct {
 
 // New builds the complete handler: routes behind the middleware chain.
 func New(opts Options) (http.Handler, error) {
+	s, err := newServer(opts)
+	if err != nil {
+		return nil, err
+	}
+	return s.observe(s.recovery(s.authenticate(s.router))), nil
+}
+
+// newServer builds the server with its routes registered.
+func newServer(opts Options) (*server, error) {
 	if opts.Catalog == nil {
 		return nil, errors.New("api: Catalog is required")
 	}
@@ -93,7 +105,7 @@ func New(opts Options) (http.Handler, error) {
 	}
 	s := &server{opts: opts, metrics: m, router: mux.NewRouter()}
 	s.routes()
-	return s.observe(s.recovery(s.router)), nil
+	return s, nil
 }
 
 func (s *server) routes() {

@@ -65,6 +65,11 @@ func Unprocessable(cause error, format string, args ...any) error {
 // TooLarge reports a body over its size limit.
 func TooLarge(format string, args ...any) error { return newf(ErrTooLarge, nil, format, args...) }
 
+// Unauthorized reports a request without valid credentials.
+func Unauthorized(format string, args ...any) error {
+	return newf(ErrUnauthorized, nil, format, args...)
+}
+
 // Unavailable reports a dependency (a store, a cluster) that cannot be reached now.
 func Unavailable(cause error, format string, args ...any) error {
 	return newf(ErrUnavailable, cause, format, args...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -17,11 +18,13 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/api"
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/authn"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/notify"
+	"github.com/argus-mc/argus/src/internal/reload"
 	"github.com/argus-mc/argus/src/internal/rsync"
 	"github.com/argus-mc/argus/src/internal/status"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
@@ -58,6 +61,15 @@ type Options struct {
 	// NotifyBackoffBase scales notification retry backoff (tests); 0 is
 	// the documented 1 s base capped at 60 s.
 	NotifyBackoffBase time.Duration
+	// AuthTokenFile names the API bearer token file (one token a line, '#'
+	// comments); "" leaves the API open. /healthz and /readyz are always open.
+	AuthTokenFile string
+	// TLSCertFile and TLSKeyFile, both or neither, make the API serve HTTPS
+	// (TLS 1.2 or later); "" serves plain HTTP.
+	TLSCertFile, TLSKeyFile string
+	// FileCheckInterval is how often the token and certificate files are
+	// checked for changes while in use; 0 means 2s.
+	FileCheckInterval time.Duration
 	// Logger; nil discards.
 	Logger *logrus.Logger
 	// Registry for metrics; nil means a fresh one with Go and process collectors.
@@ -82,6 +94,10 @@ type App struct {
 	opts  Options
 	log   *logrus.Entry
 	ready chan struct{}
+	// tokens and cert are loaded by New, so a bad file is a configuration
+	// error found before any store is opened; nil when not configured.
+	tokens *authn.TokenFile
+	cert   *reload.Certificate
 
 	mu   sync.Mutex
 	addr net.Addr
@@ -108,7 +124,27 @@ func New(opts Options) (*App, error) {
 	if opts.DataDir == "" && (len(opts.EtcdEndpoints) == 0 || opts.MongoURI == "") {
 		return nil, errors.New("orchestrator: --data-dir is required for the embedded stores")
 	}
-	return &App{opts: opts, log: logrus.NewEntry(opts.Logger), ready: make(chan struct{})}, nil
+	if (opts.TLSCertFile == "") != (opts.TLSKeyFile == "") {
+		return nil, errors.New("orchestrator: --tls-cert-file and --tls-key-file go together: give both or neither")
+	}
+	a := &App{opts: opts, log: logrus.NewEntry(opts.Logger), ready: make(chan struct{})}
+	if opts.AuthTokenFile != "" {
+		tokens, err := authn.NewTokenFile(authn.Options{Path: opts.AuthTokenFile, Interval: opts.FileCheckInterval,
+			Logger: a.log.WithField("component", "authn")})
+		if err != nil {
+			return nil, fmt.Errorf("orchestrator: --auth-token-file: %w", err)
+		}
+		a.tokens = tokens
+	}
+	if opts.TLSCertFile != "" {
+		cert, err := reload.NewCertificate(reload.CertificateOptions{CertFile: opts.TLSCertFile, KeyFile: opts.TLSKeyFile,
+			Interval: opts.FileCheckInterval, Logger: a.log.WithField("component", "tls")})
+		if err != nil {
+			return nil, fmt.Errorf("orchestrator: --tls-cert-file/--tls-key-file: %w", err)
+		}
+		a.cert = cert
+	}
+	return a, nil
 }
 
 // Ready is closed once the API serves and the stores are open.
@@ -193,7 +229,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	case <-ctx.Done():
 		return nil
 	}
-	handler, err := api.New(api.Options{
+	apiOpts := api.Options{
 		Catalog:       cat,
 		Deploy:        deployer,
 		Instances:     deployer,
@@ -214,7 +250,11 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Logger:     a.log.WithField("component", "api"),
 		Registerer: a.opts.Registry,
 		Gatherer:   a.opts.Registry,
-	})
+	}
+	if a.tokens != nil { // never a typed nil in the interface
+		apiOpts.Tokens = a.tokens
+	}
+	handler, err := api.New(apiOpts)
 	if err != nil {
 		return err
 	}
@@ -228,15 +268,22 @@ func (a *App) Run(ctx context.Context) (err error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          log.New(serverLog{a.log.WithField("component", "http")}, "", 0),
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	if a.cert != nil {
+		srv.TLSConfig = a.cert.ServerConfig()
+		go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { serveErr <- srv.Serve(ln) }()
+	}
 
 	a.mu.Lock()
 	a.addr = ln.Addr()
 	a.mu.Unlock()
 	close(a.ready)
-	a.log.WithFields(logrus.Fields{"addr": ln.Addr().String(), "startup_ms": time.Since(start).Milliseconds()}).Info("orchestrator serving")
+	a.log.WithFields(logrus.Fields{"addr": ln.Addr().String(), "tls": a.cert != nil, "auth": a.tokens != nil,
+		"startup_ms": time.Since(start).Milliseconds()}).Info("orchestrator serving")
 
 	select {
 	case err := <-serveErr:
@@ -302,6 +349,21 @@ func (a *App) notifier(cat *catalog.Catalog, etcd *etcdstore.Store, reader *stat
 	return notify.NewManager(notify.ManagerOptions{Catalog: cat, States: notify.NewStates(etcd.Client, prefix+"/notify/"),
 		Deliverer: deliverer, Feeds: reader, CheckQuery: status.CheckQuery, AAI: sink, Metrics: metrics,
 		BackoffBase: a.opts.NotifyBackoffBase, Logger: a.log.WithField("component", "notify")})
+}
+
+// serverLog carries net/http's own messages into the structured log. TLS
+// handshake failures are what port scanners and plain-HTTP clients cause,
+// so they are debug noise; anything else is worth a warning.
+type serverLog struct{ e *logrus.Entry }
+
+func (l serverLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if strings.Contains(msg, "TLS handshake error") {
+		l.e.Debug(msg)
+	} else {
+		l.e.Warn(msg)
+	}
+	return len(p), nil
 }
 
 // openStores opens etcd and MongoDB concurrently: embedded, each takes a

@@ -1,0 +1,302 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/gorilla/mux"
+
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/notify"
+	"github.com/argus-mc/argus/src/internal/status"
+)
+
+const openAPIPath = "../../../docs/api/openapi.yaml"
+
+// Stubs that make New register every optional route; none is called.
+type (
+	stubDeployer  struct{ Deployer }
+	stubSubs      struct{ Subscriptions }
+	stubInstances struct{ Instances }
+	stubStatus    struct{}
+)
+
+func (stubStatus) DIG(context.Context, catalog.Key, url.Values) (any, error) { return nil, nil }
+func (stubStatus) Cluster(context.Context, string, string, url.Values) (any, error) {
+	return nil, nil
+}
+func (stubStatus) Instance(context.Context, string) (status.InstanceStatus, error) {
+	return status.InstanceStatus{}, nil
+}
+func (stubStatus) Query(context.Context, string, url.Values) (status.InstanceStatus, error) {
+	return status.InstanceStatus{}, nil
+}
+
+var _ StatusReader = stubStatus{}
+
+// pathVar matches a path variable, gorilla ({name} or {name:regexp}) or
+// OpenAPI; variables are compared by position, not name.
+var pathVar = regexp.MustCompile(`\{[^}]*\}`)
+
+func operation(method, template string) string {
+	return strings.ToUpper(method) + " " + pathVar.ReplaceAllString(template, "{}")
+}
+
+// routerOperations lists every (method, path template) the server serves
+// with every optional part configured.
+func routerOperations(t *testing.T) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cat, err := catalog.New(ctx, env.Database(t), catalog.AllKinds()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newServer(Options{Catalog: cat, Deploy: stubDeployer{}, Instances: stubInstances{}, Status: stubStatus{}, Subscriptions: stubSubs{},
+		Tokens: tokenFunc(func(string) bool { return true })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	err = s.router.Walk(func(r *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		tmpl, err := r.GetPathTemplate()
+		if err != nil {
+			return err
+		}
+		methods, err := r.GetMethods()
+		if err != nil {
+			t.Errorf("route %s has no method matcher: every route must name its methods", tmpl)
+			return nil
+		}
+		for _, m := range methods {
+			ops = append(ops, operation(m, tmpl))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ops
+}
+
+type tokenFunc func(string) bool
+
+func (f tokenFunc) Valid(token string) bool { return f(token) }
+
+func loadOpenAPI(t *testing.T) *openapi3.T {
+	t.Helper()
+	doc, err := openapi3.NewLoader().LoadFromFile(openAPIPath)
+	if err != nil {
+		t.Fatalf("load %s: %v", openAPIPath, err)
+	}
+	return doc
+}
+
+// The document validates as OpenAPI 3.0, examples against their schemas.
+func TestOpenAPIDocumentIsValid(t *testing.T) {
+	doc := loadOpenAPI(t)
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("%s is not a valid OpenAPI document: %v", openAPIPath, err)
+	}
+}
+
+// The document describes exactly the routes the server serves.
+func TestOpenAPIDocumentMatchesRouter(t *testing.T) {
+	doc := loadOpenAPI(t)
+	documented := map[string]bool{}
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			op := operation(method, path)
+			if documented[op] {
+				t.Errorf("%s is documented twice (paths differing only in variable names)", op)
+			}
+			documented[op] = true
+		}
+	}
+	served := map[string]bool{}
+	for _, op := range routerOperations(t) {
+		if served[op] {
+			t.Errorf("%s is routed twice", op)
+		}
+		served[op] = true
+	}
+
+	var undocumented, unserved []string
+	for op := range served {
+		if !documented[op] {
+			undocumented = append(undocumented, op)
+		}
+	}
+	for op := range documented {
+		if !served[op] {
+			unserved = append(unserved, op)
+		}
+	}
+	sort.Strings(undocumented)
+	sort.Strings(unserved)
+	if len(undocumented) > 0 {
+		t.Errorf("routes missing from %s:\n  %s", openAPIPath, strings.Join(undocumented, "\n  "))
+	}
+	if len(unserved) > 0 {
+		t.Errorf("documented in %s but not routed:\n  %s", openAPIPath, strings.Join(unserved, "\n  "))
+	}
+	if len(served) < 90 {
+		t.Errorf("only %d routes found: the stubs no longer register every optional route", len(served))
+	}
+}
+
+// Security in the document matches the server: the probes are open, every
+// other operation inherits the global bearer requirement.
+func TestOpenAPISecurityMatchesServer(t *testing.T) {
+	doc := loadOpenAPI(t)
+	if doc.Components == nil || doc.Components.SecuritySchemes["bearerAuth"] == nil {
+		t.Fatal("no bearerAuth security scheme")
+	}
+	if len(doc.Security) != 1 || doc.Security[0]["bearerAuth"] == nil {
+		t.Fatalf("global security = %v, want bearerAuth", doc.Security)
+	}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			open := op.Security != nil && len(*op.Security) == 0
+			if open != isOpenPath(path) {
+				t.Errorf("%s %s: documented open = %v, served open = %v", method, path, open, isOpenPath(path))
+			}
+			if !open && op.Responses.Status(http.StatusUnauthorized) == nil {
+				t.Errorf("%s %s: needs a token but documents no 401", method, path)
+			}
+		}
+	}
+}
+
+// The schemas describe what the handlers really send: a fully populated
+// value of each Go type, marshalled, must validate against its schema and
+// use no property the schema does not declare (so a renamed JSON field
+// fails here rather than in a client).
+func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	yes := true
+	meta := catalog.Metadata{Name: "n1", Description: "d", UserData1: "u1", UserData2: "u2"}
+	gvk := catalog.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}
+	req := catalog.InstanceRequest{RBName: "rb", RBVersion: "v1", ProfileName: "p", CloudRegion: "r", ReleaseName: "rel",
+		Labels: map[string]string{"a": "b"}, OverrideValues: map[string]string{"image.tag": "1"}}
+	samples := map[string]any{
+		"Project":          catalog.Object[catalog.Empty]{Metadata: meta},
+		"ClusterProvider":  catalog.Object[catalog.Empty]{Metadata: meta},
+		"CompositeApp":     catalog.Object[catalog.CompositeAppSpec]{Metadata: meta, Spec: catalog.CompositeAppSpec{Version: "v1"}},
+		"AppProfile":       catalog.Object[catalog.AppProfileSpec]{Metadata: meta, Spec: catalog.AppProfileSpec{App: "a"}},
+		"Network":          catalog.Object[catalog.NetworkSpec]{Metadata: meta, Spec: catalog.NetworkSpec{"cniType": "ovn4nfv"}},
+		"DeploymentIntent": catalog.Object[catalog.DIGIntentSpec]{Metadata: meta, Spec: catalog.DIGIntentSpec{Intent: map[string]string{"genericPlacementIntent": "g"}}},
+		"DeploymentIntentGroup": catalog.Object[catalog.DIGSpec]{Metadata: meta, Spec: catalog.DIGSpec{CompositeProfile: "cp", Version: "r1",
+			LogicalCloud: "lc", OverrideValues: []catalog.OverrideValue{{App: "a", Values: map[string]string{"x.y": "z"}}}}},
+		"AppIntent": catalog.Object[catalog.AppIntentSpec]{Metadata: meta, Spec: catalog.AppIntentSpec{App: "a", Intent: catalog.PlacementIntent{
+			AllOf: []catalog.ClusterSelector{{ClusterProvider: "cp", Cluster: "c1"}},
+			AnyOf: []catalog.ClusterSelector{{ClusterProvider: "cp", ClusterLabel: "edge"}}}}},
+		"ClusterLabel":     labelBody{ClusterLabel: "edge"},
+		"ConnectivityInfo": catalog.ConnectivitySpec{CloudRegion: "r", CloudOwner: "o", Other: map[string]any{"k": "v"}},
+		"RBDefinition": catalog.RBDefinitionSpec{RBName: "rb", RBVersion: "v1", ChartName: "c", Description: "d",
+			Labels: map[string]string{"a": "b"}},
+		"RBProfile": catalog.RBProfileSpec{RBName: "rb", RBVersion: "v1", ProfileName: "p", ReleaseName: "rel", Namespace: "ns",
+			KubernetesVersion: "1.34", Labels: map[string]string{"a": "b"}, ExtraResourceTypes: []catalog.GVK{gvk}},
+		"InstanceRequest": req,
+		"Instance": catalog.InstanceSpec{ID: "123", Request: req, Namespace: "ns", ReleaseName: "rel",
+			Resources: []catalog.ResourceRef{{GVK: gvk, Name: "web"}}},
+		"StatusResponse": status.Response{
+			Header: status.Header{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", Name: "dig"},
+			State:  status.State{Actions: []catalog.StateAction{{State: "Instantiated", ContextID: "1", TimeStamp: time.Unix(1e9, 0).UTC()}}},
+			Status: "Instantiated", RsyncStatus: map[string]int{"Applied": 1}, ClusterStatus: map[string]int{"Present": 1},
+			Ready: &yes, ReadyStatus: map[string]int{"Ready": 1},
+			Apps: []status.App{{Name: "a", Ready: &yes, Clusters: []status.Cluster{{ClusterProvider: "cp", Cluster: "c1", Ready: &yes,
+				Connectivity: "Available", Monitor: "Running", LastSeen: "2026-01-01T10:00:00Z",
+				Resources: []status.Resource{{GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Name: "web",
+					Namespace: "ns", RsyncStatus: "Applied", ClusterStatus: "Present", ReadyStatus: "Ready", Reason: "r",
+					Detail: []byte(`{"kind":"Deployment"}`)}}}}}}},
+		"InstanceSubscription": notify.View{Subscription: notify.Subscription{Name: "s1", MinNotifyInterval: 5,
+			CallbackURL: "http://so.example/cb", Metadata: map[string]any{"k": "v"}}, LastUpdateTime: "2026-01-01T10:00:00Z",
+			LastNotifyTime: "2026-01-01T10:00:01Z", LastNotifyStatus: "204",
+			Delivery: notify.DeliveryView{Pending: true, Sequence: 3, Attempts: 2, LastError: "callback answered 500"}},
+		"DIGSubscription": notify.View{Subscription: notify.Subscription{Name: "s1", CallbackURL: "http://so.example/cb",
+			Type: "cluster", Output: "all", App: []string{"a"}, Cluster: []string{"cp+c1"}, Resource: []string{"Deployment/web"}}},
+		"InstanceList": status.Instances{Name: "dig", Project: "p", CompositeApp: "ca", Version: "v1", Instances: []string{"1", "2"}},
+		"InstanceStatus": status.InstanceStatus{Request: req, Ready: true, ResourceCount: 1, ResourcesStatus: []status.ResourceStatus{{
+			Name: "web", GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Status: []byte(`{"replicas":1}`),
+			ReadyStatus: "Ready", Reason: "r"}}},
+	}
+	for name, v := range samples {
+		t.Run(name, func(t *testing.T) {
+			ref := doc.Components.Schemas[name]
+			if ref == nil || ref.Value == nil {
+				t.Fatalf("no schema %s", name)
+			}
+			data, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var generic any
+			if err := json.Unmarshal(data, &generic); err != nil {
+				t.Fatal(err)
+			}
+			if err := ref.Value.VisitJSON(generic); err != nil {
+				t.Errorf("%s does not validate against its schema: %v", data, err)
+			}
+			if extra := undeclared(ref.Value, generic, ""); len(extra) > 0 {
+				t.Errorf("properties the schema does not declare: %v in %s", extra, data)
+			}
+		})
+	}
+}
+
+// undeclared lists the object keys in v that schema neither declares nor
+// admits through additionalProperties.
+func undeclared(schema *openapi3.Schema, v any, at string) []string {
+	var out []string
+	switch v := v.(type) {
+	case map[string]any:
+		props := map[string]*openapi3.Schema{}
+		var additional *openapi3.Schema
+		open := false
+		collect(schema, props, &additional, &open)
+		for k, child := range v {
+			switch {
+			case props[k] != nil:
+				out = append(out, undeclared(props[k], child, at+"/"+k)...)
+			case additional != nil:
+				out = append(out, undeclared(additional, child, at+"/"+k)...)
+			case !open:
+				out = append(out, at+"/"+k)
+			}
+		}
+	case []any:
+		if schema.Items != nil && schema.Items.Value != nil {
+			for i, child := range v {
+				out = append(out, undeclared(schema.Items.Value, child, fmt.Sprintf("%s/%d", at, i))...)
+			}
+		}
+	}
+	return out
+}
+
+// collect gathers properties through allOf; open is set by
+// additionalProperties: true, additional by an additionalProperties schema.
+func collect(s *openapi3.Schema, props map[string]*openapi3.Schema, additional **openapi3.Schema, open *bool) {
+	for k, p := range s.Properties {
+		props[k] = p.Value
+	}
+	if s.AdditionalProperties.Has != nil && *s.AdditionalProperties.Has {
+		*open = true
+	}
+	if s.AdditionalProperties.Schema != nil {
+		*additional = s.AdditionalProperties.Schema.Value
+	}
+	for _, sub := range s.AllOf {
+		collect(sub.Value, props, additional, open)
+	}
+}
