@@ -56,9 +56,18 @@ func newFixtureWith(t testing.TB, adjust func(*Options)) *fixture {
 
 func (f *fixture) do(t testing.TB, method, path, body string) (int, string, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+	return f.send(t, method, path, strings.NewReader(body), nil)
+}
+
+// send makes one request with the given headers and reads the whole answer.
+func (f *fixture) send(t testing.TB, method, path string, body io.Reader, header map[string]string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, f.srv.URL+path, body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
 	}
 	resp, err := f.srv.Client().Do(req)
 	if err != nil {

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -28,23 +27,11 @@ func authFixture(t *testing.T, tokens string) (*fixture, string) {
 
 func (f *fixture) doAuth(t testing.TB, method, path, authorization string) (int, string, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(method, f.srv.URL+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	header := map[string]string{}
 	if authorization != "" {
-		req.Header.Set("Authorization", authorization)
+		header["Authorization"] = authorization
 	}
-	resp, err := f.srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b), resp.Header
+	return f.send(t, method, path, nil, header)
 }
 
 func TestBearerTokens(t *testing.T) {

@@ -168,6 +168,12 @@ func (c crud[S]) put(s *server, w http.ResponseWriter, r *http.Request) error {
 		return errdefs.Invalid("the body's %s %q does not match the URL's %q", c.res.Kind().OwnFields()[1], got[1], own[1])
 	}
 	created, err := c.res.Put(r.Context(), key, obj)
+	return putAnswer(w, obj, created, err)
+}
+
+// putAnswer answers a PUT: 201 when it created the object, 200 when it
+// replaced one.
+func putAnswer(w http.ResponseWriter, v any, created bool, err error) error {
 	if err != nil {
 		return err
 	}
@@ -175,7 +181,7 @@ func (c crud[S]) put(s *server, w http.ResponseWriter, r *http.Request) error {
 	if created {
 		code = http.StatusCreated
 	}
-	writeJSON(w, code, obj)
+	writeJSON(w, code, v)
 	return nil
 }
 

@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"io"
 	"mime/multipart"
 	"net/http"
 	"strings"
@@ -44,21 +43,8 @@ func multipartUpload(t *testing.T, size int) (contentType string, body []byte) {
 
 func (f *fixture) post(t *testing.T, path, contentType string, body []byte) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest("POST", f.srv.URL+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", contentType)
-	resp, err := f.srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	code, b, _ := f.send(t, "POST", path, bytes.NewReader(body), map[string]string{"Content-Type": contentType})
+	return code, b
 }
 
 // SPEC section 9: uploads up to 64 MiB, 413 beyond. (JSON bodies over

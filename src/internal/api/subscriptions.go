@@ -74,15 +74,7 @@ func (s *server) subscriptionRoutes(r *mux.Router) {
 				return err
 			}
 			v, created, err := s.opts.Subscriptions.Put(r.Context(), subject(r), mux.Vars(r)["subscriptionName"], sub)
-			if err != nil {
-				return err
-			}
-			code := http.StatusOK
-			if created {
-				code = http.StatusCreated
-			}
-			writeJSON(w, code, v)
-			return nil
+			return putAnswer(w, v, created, err)
 		})).Methods(http.MethodPut)
 		r.HandleFunc(item, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 			if err := s.opts.Subscriptions.Delete(r.Context(), subject(r), mux.Vars(r)["subscriptionName"]); err != nil {
