@@ -59,7 +59,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.opts.LeaseNamespace, "lease-namespace", "kube-system", "namespace of the heartbeat Lease")
 	fs.StringVar(&s.opts.LeaseName, "lease-name", "argus-monitor", "name of the heartbeat Lease")
 	fs.DurationVar(&s.opts.RenewInterval, "lease-renew-interval", 10*time.Second, "how often the Lease is renewed")
-	fs.DurationVar(&s.opts.CoalesceWindow, "coalesce-window", 200*time.Millisecond, "events for one bundle within this window become one status sync")
+	fs.DurationVar(&s.opts.CoalesceWindow, "coalesce-window", 100*time.Millisecond, "events for one bundle within this window become one status sync")
 	fs.DurationVar(&s.opts.MinWriteInterval, "min-write-interval", 500*time.Millisecond, "least time between two status writes of one bundle")
 	fs.IntVar(&s.opts.Workers, "workers", 2, "bundles synced in parallel")
 	fs.StringVar(&s.listen, "listen", ":8080", "address serving /healthz, /readyz and /metrics")

@@ -35,7 +35,7 @@ type Options struct {
 	RenewInterval time.Duration
 	LeaseDuration time.Duration
 	// CoalesceWindow is how long events for one bundle are gathered before
-	// a sync; 0 means 200ms.
+	// a sync; 0 means 100ms.
 	CoalesceWindow time.Duration
 	// MinWriteInterval is the least time between two writes of one bundle's
 	// status, bounding the write rate during churn; 0 means 500ms.
@@ -76,7 +76,7 @@ func (o *Options) defaults() error {
 		o.LeaseDuration = 30 * time.Second
 	}
 	if o.CoalesceWindow == 0 {
-		o.CoalesceWindow = 200 * time.Millisecond
+		o.CoalesceWindow = 100 * time.Millisecond
 	}
 	if o.MinWriteInterval == 0 {
 		o.MinWriteInterval = 500 * time.Millisecond
