@@ -153,6 +153,7 @@ func TestInstanceSubscriptionAndAAI(t *testing.T) {
 	}
 	o := startOrchestrator(t, testenv.UniqueName("aai"), "/"+testenv.UniqueName("aai"), func(opts *orchestrator.Options) {
 		opts.NotifyBackoffBase = 100 * time.Millisecond
+		opts.CallbackAllow = []string{"127.0.0.0/8"} // the test's receivers
 		opts.AAI = orchestrator.AAIOptions{URL: aai.srv.URL + "/aai/v24", Username: "argus", PasswordFile: pw,
 			Tenants: map[string]string{"region2": "tenant-7"}, SelfLink: "https://argus.example"}
 	})
@@ -188,6 +189,9 @@ func TestInstanceSubscriptionAndAAI(t *testing.T) {
 	h := newHook(t, "ok")
 	o.must(201, "POST", subs, map[string]any{"name": "so", "callback-url": h.url(), "metadata": map[string]any{"order": "42"}})
 	o.must(400, "POST", subs, map[string]any{"name": "bad", "callback-url": h.url(), "app": []string{"x"}})
+	if code, body := o.call("POST", subs, map[string]any{"name": "out", "callback-url": "http://10.9.9.9/cb"}); code != 400 || !strings.Contains(body, "outside") {
+		t.Fatalf("callback outside the allow-list: %d %s", code, body)
+	}
 	start := scale(t, "cluster2", "v1aai", "aw", 2)
 	p := h.waitPost(0, "the scaled Deployment", func(p post) bool { return entry(p.doc.Changes.Modified, "Deployment", "region2", "aw") != nil })
 	t.Logf("instance: scale → callback %s", p.at.Sub(start).Round(time.Millisecond))
