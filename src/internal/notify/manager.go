@@ -523,6 +523,9 @@ func (m *Manager) Create(ctx context.Context, subj Subject, sub Subscription) (V
 	}
 	// A state left by an earlier subscription of the same name is not this one's.
 	if err := m.opts.States.Delete(ctx, subj.stateKey(sub.Name)); err != nil {
+		if rerr := m.resource(subj).Delete(context.WithoutCancel(ctx), key); rerr != nil {
+			m.log.WithError(rerr).Error("cannot roll back a subscription that could not start")
+		}
 		return View{}, err
 	}
 	h := m.start(subj, sub)

@@ -203,6 +203,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.setPending(st.Pending != nil)
 	defer w.setPending(false) // the gauge counts this process's work
 	close(w.ready)
+	failures := 0
 	for {
 		if st.Pending != nil {
 			if err := w.deliver(ctx, &st); err != nil {
@@ -223,8 +224,17 @@ func (w *Worker) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			w.log.WithError(err).Warn("cannot compute the subscription's changes; waiting for the next change")
+			// A store hiccup must not lose the change: try again after a
+			// backoff, as if it had just been signalled.
+			failures++
+			w.log.WithError(err).Warn("cannot compute the subscription's changes; retrying")
+			if !sleep(ctx, w.backoff(failures)) {
+				return nil
+			}
+			w.Notify()
+			continue
 		}
+		failures = 0
 	}
 }
 
