@@ -16,9 +16,6 @@
 #   DEMO_RECEIVER_PORT        notification receiver port [9018]
 #   DEMO_NODES                fake nodes per cluster [2]
 #   DEMO_TIMEOUT              seconds any one wait may take [120]
-#   DEMO_SKIP_SUBSCRIPTION=1  skip subscribing and waiting for the
-#                             notification (for testing on a branch without
-#                             the subscription API) [0]
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -31,7 +28,6 @@ DEMO_MONITOR_PORT=${DEMO_MONITOR_PORT:-9016}
 DEMO_RECEIVER_PORT=${DEMO_RECEIVER_PORT:-9018}
 DEMO_NODES=${DEMO_NODES:-2}
 DEMO_TIMEOUT=${DEMO_TIMEOUT:-120}
-DEMO_SKIP_SUBSCRIPTION=${DEMO_SKIP_SUBSCRIPTION:-0}
 MAKE=${MAKE:-make}
 
 clusters=(cluster1 cluster2)
@@ -271,20 +267,16 @@ step "subscribing a local receiver to the DIG's status"
 start receiver "$logs/receiver.log" "$sc" receive --listen "127.0.0.1:$DEMO_RECEIVER_PORT" --out "$notifications"
 wait_until "$DEMO_TIMEOUT" "receiver ready ($receiver/healthz)" "$proc" http_ok "$receiver/healthz"
 echo "  receiver on $receiver/notify appends every notification to $notifications"
-if [ "$DEMO_SKIP_SUBSCRIPTION" = 1 ]; then
-    echo "  DEMO_SKIP_SUBSCRIPTION=1: not subscribing"
-else
-    subscription='{"name":"demo","callback-url":"'$receiver'/notify","min-notify-interval":0,"metadata":{"demo":"true"},"type":"cluster","output":"all"}'
-    echo "  POST $dig_path/status/subscriptions"
-    echo "    $subscription"
-    code=$(curl -sS --max-time 10 -o "$DEMO_DIR/subscription.json" -w '%{http_code}' \
-        -H 'Content-Type: application/json' --data-binary "$subscription" "$dig/status/subscriptions") || code=000
-    if [ "$code" != 201 ]; then
-        fail "creating the subscription answered $code, want 201: $(cat "$DEMO_DIR/subscription.json" 2>/dev/null)" "${plogs[orchestrator]}"
-    fi
-    echo "  -> 201"
-    field "" <"$DEMO_DIR/subscription.json" | sed 's/^/    /'
+subscription='{"name":"demo","callback-url":"'$receiver'/notify","min-notify-interval":0,"metadata":{"demo":"true"},"type":"cluster","output":"all"}'
+echo "  POST $dig_path/status/subscriptions"
+echo "    $subscription"
+code=$(curl -sS --max-time 10 -o "$DEMO_DIR/subscription.json" -w '%{http_code}' \
+    -H 'Content-Type: application/json' --data-binary "$subscription" "$dig/status/subscriptions") || code=000
+if [ "$code" != 201 ]; then
+    fail "creating the subscription answered $code, want 201: $(cat "$DEMO_DIR/subscription.json" 2>/dev/null)" "${plogs[orchestrator]}"
 fi
+echo "  -> 201"
+field "" <"$DEMO_DIR/subscription.json" | sed 's/^/    /'
 
 # ---- 8: status ----------------------------------------------------------------------------
 
@@ -301,20 +293,18 @@ step "making one pod not ready (annotation sim.argus.io/state=not-ready)"
 pod=$("$sc" pod-state --kubeconfig "$DEMO_DIR/clusters/cluster1/kubeconfig" --namespace default \
     --selector app=backend --state not-ready)
 echo "  cluster1: pod default/$pod annotated; kwok marks it Running but not Ready"
-if [ "$DEMO_SKIP_SUBSCRIPTION" != 1 ]; then
-    # The receiver writes one line per change: "  modified  Pod default/NAME  app=...".
-    pattern="^  modified +Pod (default/)?$pod( |\$)"
-    wait_until "$DEMO_TIMEOUT" "a notification with a 'modified' entry for pod $pod in $notifications" "$orchestrator" \
-        grep -Eq "$pattern" "$notifications"
-    echo "  the notification (headers and changes; the full body is in $notifications):"
-    # Print the head of the last record that names the pod, up to its body.
-    awk -v pat="$pattern" '
-        function flush() { if (matched) out = rec; rec = ""; matched = 0; body = 0 }
-        /^=== notification/ { flush() }
-        !body && /^[{[]/ { body = 1 }
-        !body { rec = rec $0 "\n"; if ($0 ~ pat) matched = 1 }
-        END { flush(); printf "%s", out }' "$notifications" | sed 's/^/    /'
-fi
+# The receiver writes one line per change: "  modified  Pod default/NAME  app=...".
+pattern="^  modified +Pod (default/)?$pod( |\$)"
+wait_until "$DEMO_TIMEOUT" "a notification with a 'modified' entry for pod $pod in $notifications" "$orchestrator" \
+    grep -Eq "$pattern" "$notifications"
+echo "  the notification (headers and changes; the full body is in $notifications):"
+# Print the head of the last record that names the pod, up to its body.
+awk -v pat="$pattern" '
+    function flush() { if (matched) out = rec; rec = ""; matched = 0; body = 0 }
+    /^=== notification/ { flush() }
+    !body && /^[{[]/ { body = 1 }
+    !body { rec = rec $0 "\n"; if ($0 ~ pat) matched = 1 }
+    END { flush(); printf "%s", out }' "$notifications" | sed 's/^/    /'
 wait_until "$DEMO_TIMEOUT" "the status summary reports not ready" "$orchestrator" summary_ready false
 echo "  ?type=cluster&output=summary"
 status 'type=cluster&output=summary' | field "" | sed 's/^/    /'
@@ -329,13 +319,8 @@ status 'type=cluster&app=backend&cluster=demo-provider%2Bcluster1' | field apps.
 # ---- done ------------------------------------------------------------------------------------
 
 if [ "$DEMO_EXIT" = 1 ]; then
-    if [ "$DEMO_SKIP_SUBSCRIPTION" = 1 ]; then
-        echo
-        echo "demo: every step passed in ${SECONDS}s (subscription and notification skipped: DEMO_SKIP_SUBSCRIPTION=1)"
-    else
-        echo
-        echo "demo: every step passed in ${SECONDS}s"
-    fi
+    echo
+    echo "demo: every step passed in ${SECONDS}s"
     exit 0
 fi
 
@@ -350,6 +335,9 @@ The demo is running (ready in ${SECONDS}s). Try, from $root:
   curl -s "\$DIG/status?type=cluster&resource=Pod/$pod&output=detail" | bin/simcluster json
   curl -s "\$DIG/status?instance" | bin/simcluster json
   curl -s "\$DIG/status/subscriptions" | bin/simcluster json
+
+  # follow the status as Server-Sent Events (snapshot first, then each change):
+  curl -sN "\$DIG/status?watch=true&type=cluster&output=summary"
 
   # bring the pod back (a notification follows), or break another one:
   bin/simcluster pod-state --kubeconfig $DEMO_DIR/clusters/cluster1/kubeconfig --selector app=backend --state ready
