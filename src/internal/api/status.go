@@ -25,8 +25,8 @@ func (s *server) statusRoutes(r *mux.Router) {
 	}
 	r.HandleFunc(pDIG+"/status", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		if watchRequested(r) {
-			return s.stream(w, r, digSubject(r), func(ctx context.Context) (any, error) {
-				return s.opts.Status.DIG(ctx, varsKey(r, vDIG), r.URL.Query())
+			return s.stream(w, r, digSubject(r), func(ctx context.Context, q url.Values) (any, error) {
+				return s.opts.Status.DIG(ctx, varsKey(r, vDIG), q)
 			})
 		}
 		resp, err := s.opts.Status.DIG(r.Context(), varsKey(r, vDIG), r.URL.Query())
@@ -39,7 +39,7 @@ func (s *server) statusRoutes(r *mux.Router) {
 	})).Methods(http.MethodGet)
 	r.HandleFunc("/v1/instance/{instanceID}/status", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		if watchRequested(r) {
-			return s.stream(w, r, instanceSubject(r), func(ctx context.Context) (any, error) {
+			return s.stream(w, r, instanceSubject(r), func(ctx context.Context, _ url.Values) (any, error) {
 				return s.opts.Status.Instance(ctx, mux.Vars(r)["instanceID"])
 			})
 		}

@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
 	"github.com/gorilla/mux"
 
 	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/notify"
+	"github.com/argus-mc/argus/src/internal/status"
 )
 
 // Subscriptions serves status subscriptions (SPEC section 8) and watches.
@@ -103,21 +106,36 @@ func watchRequested(r *http.Request) bool {
 	return w
 }
 
-// filtersOf reads a watch's status filters from the query.
-func filtersOf(r *http.Request) notify.Subscription {
-	q := r.URL.Query()
-	return notify.Subscription{Type: q.Get("type"), Output: q.Get("output"), App: q["app"], Cluster: q["cluster"], Resource: q["resource"]}
+// filtersOf reads a watch's status filters from the query, as a status
+// query reads them (EMCO's status= spelling included). A watch follows the
+// current instance, so instance= is refused.
+func filtersOf(r *http.Request) (notify.Subscription, error) {
+	q, err := status.ParseQuery(r.URL.Query())
+	if err != nil {
+		return notify.Subscription{}, err
+	}
+	if q.Instance != "" || q.ListInstances {
+		return notify.Subscription{}, errdefs.Invalid("watch=true follows the current instance; instance= cannot be combined with it")
+	}
+	sub := notify.Subscription{Type: q.Type, Output: q.Output, App: q.Apps, Resource: q.Resources}
+	for _, c := range q.Clusters {
+		sub.Cluster = append(sub.Cluster, c.String())
+	}
+	return sub, nil
 }
 
 // stream serves GET .../status?watch=true as Server-Sent Events: the
 // current status first, then one event per change, ids being sequence
 // numbers. A client that reconnects with Last-Event-ID continues the
 // numbering and gets a fresh snapshot, which carries everything it missed.
-func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subject, snapshot func(context.Context) (any, error)) error {
+func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subject, snapshot func(context.Context, url.Values) (any, error)) error {
 	if s.opts.Subscriptions == nil {
 		return fmt.Errorf("watch is not available")
 	}
-	sub := filtersOf(r)
+	sub, err := filtersOf(r)
+	if err != nil {
+		return err
+	}
 	if err := s.opts.Subscriptions.CheckWatch(subj, sub); err != nil {
 		return err
 	}
@@ -131,7 +149,8 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subj
 	if err != nil {
 		return err
 	}
-	snap, err := snapshot(ctx)
+	// The snapshot answers the very filters the change events follow.
+	snap, err := snapshot(ctx, sub.Query())
 	if err != nil {
 		return err
 	}

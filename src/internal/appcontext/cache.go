@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -54,22 +55,72 @@ func (c *Cache) OnChange(f func(groups []string)) {
 // Ready is closed once the cache holds a complete copy.
 func (c *Cache) Ready() <-chan struct{} { return c.ready }
 
-// Run loads the cache and follows changes until ctx ends. After a
-// compaction overtakes the watch it reloads.
+// Run loads the cache and follows changes until ctx ends. A failure to
+// load at first is returned; afterwards, whatever ends the watch (a
+// compaction overtaking it, a lost leader) leads to a reload, after which
+// every group is reported changed, since what happened in between is not
+// known.
 func (c *Cache) Run(ctx context.Context) error {
-	for {
+	loaded := false
+	for attempt := 0; ; {
 		rev, err := c.load(ctx)
-		if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil && !loaded:
 			return err
+		case err != nil:
+			attempt++
+			c.log.WithError(err).Warn("cannot reload the context cache; retrying")
+			if !sleepCtx(ctx, min(time.Duration(attempt)*time.Second, 10*time.Second)) {
+				return nil
+			}
+			continue
 		}
+		attempt = 0
+		if loaded {
+			c.notifyAll()
+		}
+		loaded = true
 		c.once.Do(func() { close(c.ready) })
 		err = c.follow(ctx, rev)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if !errors.Is(err, rpctypes.ErrCompacted) {
-			return err
+			c.log.WithError(err).Warn("context watch ended; reloading")
 		}
+	}
+}
+
+// notifyAll reports every known group changed.
+func (c *Cache) notifyAll() {
+	c.mu.RLock()
+	groups := map[string]struct{}{}
+	for _, b := range c.contexts {
+		if b.ctx.Meta.Group != "" {
+			groups[b.ctx.Meta.Group] = struct{}{}
+		}
+	}
+	listeners := c.onChange
+	c.mu.RUnlock()
+	list := make([]string, 0, len(groups))
+	for g := range groups {
+		list = append(list, g)
+	}
+	for _, f := range listeners {
+		f(list)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

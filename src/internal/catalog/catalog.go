@@ -207,6 +207,13 @@ func (r *Resource[S]) Delete(ctx context.Context, key Key) error {
 	if _, err := r.contents().DeleteOne(ctx, r.filter(key)); err != nil {
 		return fmt.Errorf("delete content of %s: %w", r.kind.describe(key), err)
 	}
+	// Once more: a child created between the first pass and the parent's
+	// removal (its parent check passed) would otherwise be an orphan.
+	for _, child := range cascade {
+		if _, err := r.cat.db.Collection(child.Collection).DeleteMany(ctx, r.filter(key)); err != nil {
+			return fmt.Errorf("delete %s: delete its %ss: %w", r.kind.describe(key), child.Name, err)
+		}
+	}
 	return nil
 }
 

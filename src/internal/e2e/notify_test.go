@@ -381,6 +381,17 @@ func TestDIGSubscriptions(t *testing.T) {
 	}
 	o2.must(404, "GET", subs+"/hung", nil)
 	o2.must(404, "DELETE", subs+"/hung", nil)
+
+	// A PUT without the secret keeps it; new filters take a new baseline,
+	// and the sequence carries on.
+	o2.must(200, "PUT", subs+"/fast", map[string]any{"callback-url": fast.url(), "type": "cluster", "app": []string{"frontend"}})
+	n = len(mustPosts(fast))
+	scale(t, "cluster2", "default", "frontend", 1)
+	p = fast.waitPost(n, "after the PUT", func(p post) bool { return entry(p.doc.Changes.Modified, "Deployment", "cluster2", "frontend") != nil })
+	ts, _ = strconv.ParseInt(p.ts, 10, 64)
+	if p.sig != notify.Sign("s3cr3t", ts, p.body) || strings.Contains(string(p.body), `"app":"backend"`) {
+		t.Errorf("after the PUT: signature %q, body %s", p.sig, p.body)
+	}
 	checkSequence(t, fast)
 }
 

@@ -219,6 +219,11 @@ func (a *AAISink) do(ctx context.Context, method, u, txID string, body []byte, o
 		_ = resp.Body.Close()
 	}()
 	res := Result{Outcome: classify(resp.StatusCode), Status: resp.StatusCode}
+	if resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusPreconditionFailed {
+		// Someone else changed the object between our GET and write; the
+		// retry reads its new resource-version.
+		res.Outcome = Retry
+	}
 	if res.Outcome != Delivered {
 		res.Err = fmt.Errorf("AAI answered %s %s with %d", method, u, resp.StatusCode)
 		return res
@@ -264,11 +269,23 @@ func (m *Manager) ensureAAI(id string) {
 	m.mu.Lock()
 	_, running := m.workers[aaiKey(id)]
 	ctx := m.runCtx
+	// One check at a time per instance, and none for an instance known not
+	// to be mirrorable (its region has no tenant): a busy instance must not
+	// queue a lookup per change.
+	skip := running || ctx == nil || m.aaiBusy[id] || m.aaiSkip[id]
+	if !skip {
+		m.aaiBusy[id] = true
+	}
 	m.mu.Unlock()
-	if running || ctx == nil {
+	if skip {
 		return
 	}
 	m.goOwned(func() {
+		defer func() {
+			m.mu.Lock()
+			delete(m.aaiBusy, id)
+			m.mu.Unlock()
+		}()
 		m.ops.Lock()
 		defer m.ops.Unlock()
 		m.mu.Lock()
@@ -284,6 +301,11 @@ func (m *Manager) ensureAAI(id string) {
 		// purge after a delete can no longer look the instance up.
 		base, err := m.opts.AAI.tenantURL(ctx, id)
 		if err != nil {
+			if errors.Is(err, errdefs.ErrInvalid) {
+				m.mu.Lock()
+				m.aaiSkip[id] = true
+				m.mu.Unlock()
+			}
 			m.log.WithError(err).WithField("instance", id).Warn("instance not mirrored into AAI")
 			return
 		}
@@ -304,8 +326,7 @@ func (m *Manager) ensureAAI(id string) {
 			m.log.WithError(err).Error("cannot start AAI mirroring")
 			return
 		}
-		m.run(subj, w)
-		w.Notify() // catch up with whatever changed while not mirrored
+		m.run(subj, w) // a resumed worker first catches up with what changed
 	})
 }
 

@@ -109,8 +109,16 @@ func NewDeliverer(opts DelivererOptions) (*Deliverer, error) {
 		}
 		return nil
 	}}
+	plain := &net.Dialer{Timeout: opts.AttemptTimeout}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.DialContext = dialer.DialContext
+	transport.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		// A host the allow-list names is allowed wherever it resolves;
+		// any other host only to addresses inside its networks.
+		if named, _ := ctx.Value(namedHostKey{}).(bool); named {
+			return plain.DialContext(ctx, network, addr)
+		}
+		return dialer.DialContext(ctx, network, addr)
+	}
 	transport.Proxy = nil // a proxy would hide the real destination from the allow-list
 	// Many subscriptions commonly share one receiver (an SO, an inventory):
 	// keep enough connections to it warm that a fan-out does not redial.
@@ -132,6 +140,9 @@ func (d *Deliverer) Deliver(ctx context.Context, del Delivery) Result {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, del.URL, bytes.NewReader(del.Body))
 	if err != nil {
 		return Result{Outcome: Failed, Err: err}
+	}
+	if !d.allow.empty() && d.allow.allowsHost(req.URL.Hostname()) {
+		req = req.WithContext(context.WithValue(ctx, namedHostKey{}, true))
 	}
 	ts := del.Timestamp.Unix()
 	req.Header.Set("Content-Type", "application/json")
@@ -259,6 +270,9 @@ func (d *Deliverer) CheckURL(ctx context.Context, raw string) error {
 	}
 	return nil
 }
+
+// namedHostKey marks a request to a host the allow-list names.
+type namedHostKey struct{}
 
 // ErrNotAllowed marks a delivery refused because its address is outside the
 // allow-list.

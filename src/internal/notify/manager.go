@@ -71,8 +71,8 @@ type Subscription struct {
 	Resource []string `json:"resource,omitempty"`
 }
 
-// query is the status query of the filters.
-func (s Subscription) query() url.Values {
+// Query is the status query of the filters.
+func (s Subscription) Query() url.Values {
 	v := url.Values{}
 	if s.Type != "" {
 		v.Set("type", s.Type)
@@ -89,7 +89,7 @@ func (s Subscription) query() url.Values {
 	return v
 }
 
-func (s Subscription) hasFilters() bool { return len(s.query()) > 0 }
+func (s Subscription) hasFilters() bool { return len(s.Query()) > 0 }
 
 func (s Subscription) spec() catalog.SubscriptionSpec {
 	return catalog.SubscriptionSpec{MinNotifyInterval: s.MinNotifyInterval, CallbackURL: s.CallbackURL, Metadata: s.Metadata,
@@ -135,7 +135,9 @@ func view(sub Subscription, st State) View {
 // Feeds compute subjects' current views; the status engine implements it.
 type Feeds interface {
 	InstanceFeed(ctx context.Context, id string) (entries []Entry, ready bool, err error)
-	DIGFeed(ctx context.Context, dig catalog.Key, q url.Values) (entries []Entry, response any, err error)
+	// DIGFeed also returns the head digest: what of the answer beyond its
+	// resources counts as a change (the lifecycle status, readiness).
+	DIGFeed(ctx context.Context, dig catalog.Key, q url.Values) (entries []Entry, response any, head string, err error)
 }
 
 // ManagerOptions configures a Manager.
@@ -176,6 +178,8 @@ type Manager struct {
 	listeners map[string]map[uint64]func() // by group
 	gens      map[string]uint64            // change generation by group
 	memo      map[string]*memoEntry        // by group + query
+	aaiBusy   map[string]bool              // instances whose AAI mirroring is being checked
+	aaiSkip   map[string]bool              // instances whose region has no AAI tenant
 	nextID    uint64
 }
 
@@ -199,7 +203,8 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 		opts.Logger = logrus.NewEntry(logging.Discard())
 	}
 	return &Manager{opts: opts, log: opts.Logger, ready: make(chan struct{}), workers: map[string]*handle{},
-		listeners: map[string]map[uint64]func(){}, gens: map[string]uint64{}, memo: map[string]*memoEntry{}}, nil
+		listeners: map[string]map[uint64]func(){}, gens: map[string]uint64{}, memo: map[string]*memoEntry{},
+		aaiBusy: map[string]bool{}, aaiSkip: map[string]bool{}}, nil
 }
 
 // Ready is closed once every stored subscription has its worker.
@@ -209,10 +214,14 @@ func (m *Manager) Ready() <-chan struct{} { return m.ready }
 // pending delivery) and keeps them until ctx ends, then stops and waits
 // for all of them.
 func (m *Manager) Run(ctx context.Context) error {
+	// Workers run under a context of Run's own, so a failed start stops
+	// those already started instead of waiting for them forever.
+	ctx, cancel := context.WithCancel(ctx)
 	m.mu.Lock()
 	m.runCtx = ctx
 	m.mu.Unlock()
 	defer func() {
+		cancel()
 		m.mu.Lock()
 		m.stopping = true
 		m.mu.Unlock()
@@ -252,6 +261,9 @@ func (m *Manager) Changed(groups []string) {
 	var wake []func()
 	m.mu.Lock()
 	for _, g := range groups {
+		if len(m.listeners[g]) == 0 {
+			continue // nobody computes views of it, so no generation to keep
+		}
 		m.gens[g]++
 		for _, f := range m.listeners[g] {
 			wake = append(wake, f)
@@ -300,6 +312,7 @@ type memoEntry struct {
 	done     chan struct{}
 	entries  []Entry
 	response any
+	head     string
 	ready    bool
 	err      error
 }
@@ -314,11 +327,15 @@ func (m *Manager) feed(ctx context.Context, subj Subject, q url.Values) (*memoEn
 		e = &memoEntry{gen: gen, done: make(chan struct{})}
 		m.memo[key] = e
 		m.mu.Unlock()
+		// Others wait on this computation: one caller going away must not
+		// fail it for them.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		if subj.Kind == SubjectInstance {
-			e.entries, e.ready, e.err = m.opts.Feeds.InstanceFeed(ctx, subj.Key[0])
+			e.entries, e.ready, e.err = m.opts.Feeds.InstanceFeed(cctx, subj.Key[0])
 		} else {
-			e.entries, e.response, e.err = m.opts.Feeds.DIGFeed(ctx, subj.Key, q)
+			e.entries, e.response, e.head, e.err = m.opts.Feeds.DIGFeed(cctx, subj.Key, q)
 		}
+		cancel()
 		close(e.done)
 		if e.err != nil { // never keep a failure
 			m.mu.Lock()
@@ -352,7 +369,11 @@ type digEnvelope struct {
 	name     string
 	metadata map[string]any
 	response any
+	head     string
 }
+
+// HeadDigest makes a lifecycle or readiness change a change.
+func (d digEnvelope) HeadDigest() string { return d.head }
 
 func (d digEnvelope) MarshalJSON() ([]byte, error) {
 	head, err := json.Marshal(struct {
@@ -385,7 +406,7 @@ func mergeObjects(head []byte, obj any) ([]byte, error) {
 }
 
 func (m *Manager) source(subj Subject, sub Subscription) Source {
-	q := sub.query()
+	q := sub.Query()
 	return func(ctx context.Context) ([]Entry, any, error) {
 		e, err := m.feed(ctx, subj, q)
 		if err != nil {
@@ -394,7 +415,7 @@ func (m *Manager) source(subj Subject, sub Subscription) Source {
 		if subj.Kind == SubjectInstance {
 			return e.entries, instanceEnvelope{InstanceID: subj.Key[0], SubscriptionName: sub.Name, Metadata: sub.Metadata, Ready: e.ready}, nil
 		}
-		return e.entries, digEnvelope{name: sub.Name, metadata: sub.Metadata, response: e.response}, nil
+		return e.entries, digEnvelope{name: sub.Name, metadata: sub.Metadata, response: e.response, head: e.head}, nil
 	}
 }
 
@@ -490,7 +511,7 @@ func (m *Manager) validate(ctx context.Context, subj Subject, sub Subscription) 
 	if subj.Kind == SubjectInstance && sub.hasFilters() {
 		return errdefs.Invalid("type, output, app, cluster and resource filters are for deployment intent group subscriptions")
 	}
-	if err := m.opts.CheckQuery(sub.query()); err != nil {
+	if err := m.opts.CheckQuery(sub.Query()); err != nil {
 		return err
 	}
 	return nil
@@ -509,34 +530,47 @@ func waitReady(ctx context.Context, h *handle) error {
 	}
 }
 
-// Create stores a new subscription and starts its worker.
+// Create stores a new subscription and starts its worker. It answers once
+// the worker has its baseline, so a change made after the answer is one
+// the subscriber hears of.
 func (m *Manager) Create(ctx context.Context, subj Subject, sub Subscription) (View, error) {
 	if err := m.validate(ctx, subj, sub); err != nil {
 		return View{}, err
 	}
-	m.ops.Lock()
-	defer m.ops.Unlock()
-	key := m.key(subj, sub.Name)
-	obj := catalog.Object[catalog.SubscriptionSpec]{Metadata: catalog.Metadata{Name: sub.Name}, Spec: sub.spec()}
-	if err := m.resource(subj).Create(ctx, key, obj); err != nil {
+	h, err := m.create(ctx, subj, sub)
+	if err != nil {
 		return View{}, err
 	}
-	// A state left by an earlier subscription of the same name is not this one's.
-	if err := m.opts.States.Delete(ctx, subj.stateKey(sub.Name)); err != nil {
-		if rerr := m.resource(subj).Delete(context.WithoutCancel(ctx), key); rerr != nil {
-			m.log.WithError(rerr).Error("cannot roll back a subscription that could not start")
-		}
-		return View{}, err
-	}
-	h := m.start(subj, sub)
+	// Waiting holds no lock: a baseline that cannot be taken (its subject
+	// being deleted) delays only this caller.
 	if err := waitReady(ctx, h); err != nil {
 		return View{}, err
 	}
 	return m.Get(ctx, subj, sub.Name)
 }
 
-// Put creates or replaces a subscription; the URL's name wins. Changed
-// filters start a new baseline; otherwise the delivery state carries on.
+func (m *Manager) create(ctx context.Context, subj Subject, sub Subscription) (*handle, error) {
+	m.ops.Lock()
+	defer m.ops.Unlock()
+	key := m.key(subj, sub.Name)
+	obj := catalog.Object[catalog.SubscriptionSpec]{Metadata: catalog.Metadata{Name: sub.Name}, Spec: sub.spec()}
+	if err := m.resource(subj).Create(ctx, key, obj); err != nil {
+		return nil, err
+	}
+	// A state left by an earlier subscription of the same name is not this one's.
+	if err := m.opts.States.Delete(ctx, subj.stateKey(sub.Name)); err != nil {
+		if rerr := m.resource(subj).Delete(context.WithoutCancel(ctx), key); rerr != nil {
+			m.log.WithError(rerr).Error("cannot roll back a subscription that could not start")
+		}
+		return nil, err
+	}
+	return m.start(subj, sub), nil
+}
+
+// Put creates or replaces a subscription; the URL's name wins. A body
+// without a secret keeps the stored one (it is write-only, so a client
+// that read the subscription cannot send it back). Changed filters take a
+// new baseline; the sequence carries on either way.
 func (m *Manager) Put(ctx context.Context, subj Subject, name string, sub Subscription) (View, bool, error) {
 	if sub.Name == "" {
 		sub.Name = name
@@ -547,30 +581,55 @@ func (m *Manager) Put(ctx context.Context, subj Subject, name string, sub Subscr
 	if err := m.validate(ctx, subj, sub); err != nil {
 		return View{}, false, err
 	}
-	m.ops.Lock()
-	defer m.ops.Unlock()
-	key := m.key(subj, name)
-	old, getErr := m.resource(subj).Get(ctx, key)
-	if getErr != nil && !errors.Is(getErr, errdefs.ErrNotFound) {
-		return View{}, false, getErr
-	}
-	obj := catalog.Object[catalog.SubscriptionSpec]{Metadata: catalog.Metadata{Name: name}, Spec: sub.spec()}
-	created, err := m.resource(subj).Put(ctx, key, obj)
+	h, created, err := m.put(ctx, subj, sub)
 	if err != nil {
 		return View{}, false, err
 	}
-	m.stop(subj.stateKey(name))
-	if created || fromSpec(name, old.Spec).query().Encode() != sub.query().Encode() {
-		if err := m.opts.States.Delete(ctx, subj.stateKey(name)); err != nil {
-			return View{}, false, err
-		}
-	}
-	h := m.start(subj, sub)
 	if err := waitReady(ctx, h); err != nil {
 		return View{}, false, err
 	}
 	v, err := m.Get(ctx, subj, name)
 	return v, created, err
+}
+
+func (m *Manager) put(ctx context.Context, subj Subject, sub Subscription) (*handle, bool, error) {
+	m.ops.Lock()
+	defer m.ops.Unlock()
+	key := m.key(subj, sub.Name)
+	old, getErr := m.resource(subj).Get(ctx, key)
+	if getErr != nil && !errors.Is(getErr, errdefs.ErrNotFound) {
+		return nil, false, getErr
+	}
+	if sub.Secret == "" {
+		sub.Secret = old.Spec.Secret
+	}
+	obj := catalog.Object[catalog.SubscriptionSpec]{Metadata: catalog.Metadata{Name: sub.Name}, Spec: sub.spec()}
+	created, err := m.resource(subj).Put(ctx, key, obj)
+	if err != nil {
+		return nil, false, err
+	}
+	m.stop(subj.stateKey(sub.Name))
+	var resetErr error
+	switch {
+	case created:
+		resetErr = m.opts.States.Delete(ctx, subj.stateKey(sub.Name))
+	case fromSpec(sub.Name, old.Spec).Query().Encode() != sub.Query().Encode():
+		resetErr = m.rebaseline(ctx, subj.stateKey(sub.Name))
+	}
+	// The stored subscription always gets its worker, even if the state
+	// could not be reset: better the old baseline than no deliveries.
+	h := m.start(subj, sub)
+	return h, created, resetErr
+}
+
+// rebaseline marks a state to take the current view as delivered.
+func (m *Manager) rebaseline(ctx context.Context, key string) error {
+	st, found, err := m.opts.States.Load(ctx, key)
+	if err != nil || !found {
+		return err
+	}
+	st.Rebaseline = true
+	return m.opts.States.Save(ctx, key, st)
 }
 
 // Get returns one subscription with its delivery state.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -150,7 +151,19 @@ func TestAllowList(t *testing.T) {
 	if res := loop.Deliver(ctx, Delivery{URL: srv.URL, ID: "x", Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")}); res.Outcome != Delivered {
 		t.Fatalf("allowed delivery: %+v", res)
 	}
-	for _, d := range []*Deliverer{open, strict, loop} {
+	// A host the allow-list names is delivered to wherever it resolves.
+	named, _ := NewDeliverer(DelivererOptions{Allow: []string{"localhost"}})
+	local := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)
+	if err := named.CheckURL(ctx, local); err != nil {
+		t.Fatalf("named host refused: %v", err)
+	}
+	if res := named.Deliver(ctx, Delivery{URL: local, ID: "x", Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")}); res.Outcome != Delivered {
+		t.Fatalf("delivery to a named host: %+v", res)
+	}
+	if res := named.Deliver(ctx, Delivery{URL: srv.URL, ID: "x", Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")}); res.Outcome != Failed {
+		t.Fatalf("the same address by another name is not allowed: %+v", res)
+	}
+	for _, d := range []*Deliverer{open, strict, loop, named} {
 		d.client.CloseIdleConnections()
 	}
 }

@@ -36,7 +36,7 @@ func (m *Manager) CheckWatch(subj Subject, sub Subscription) error {
 	if subj.Kind == SubjectInstance && sub.hasFilters() {
 		return nil // an instance's status has no filters; they are ignored as GET ignores them
 	}
-	return m.opts.CheckQuery(sub.query())
+	return m.opts.CheckQuery(sub.Query())
 }
 
 // Baseline takes the current view as what the client has (its snapshot)

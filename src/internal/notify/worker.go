@@ -47,6 +47,26 @@ type State struct {
 	// Target is where a sink delivers (the AAI tenant URL), kept so work
 	// for a deleted subject can still be finished.
 	Target string `json:"target,omitempty"`
+	// Head is the digest of the envelope's own fields (a DIG's lifecycle
+	// status and readiness) last delivered: a change there is a change
+	// even when no resource changed.
+	Head string `json:"head,omitempty"`
+	// Rebaseline asks the next worker to take the current state as
+	// delivered (filters changed) while the sequence carries on.
+	Rebaseline bool `json:"rebaseline,omitempty"`
+}
+
+// Headed is an envelope whose own fields matter: HeadDigest changes when
+// they do.
+type Headed interface {
+	HeadDigest() string
+}
+
+func headOf(envelope any) string {
+	if h, ok := envelope.(Headed); ok {
+		return h.HeadDigest()
+	}
+	return ""
 }
 
 // Pending is one frozen delivery and the digests it brings the subscriber to.
@@ -59,6 +79,7 @@ type Pending struct {
 	ChangedAt time.Time         `json:"changedAt,omitzero"`
 	Body      json.RawMessage   `json:"body"`
 	Next      map[string]string `json:"next"`
+	NextHead  string            `json:"nextHead,omitempty"`
 }
 
 // States keeps delivery states in etcd under a prefix, so a restart resumes
@@ -241,14 +262,21 @@ func (w *Worker) Run(ctx context.Context) error {
 // start loads the delivery state, or makes a new subscription's baseline.
 func (w *Worker) start(ctx context.Context) (State, error) {
 	st, found, err := w.opts.States.Load(ctx, w.opts.Key)
-	if err != nil || found {
+	if err != nil {
 		return st, err
 	}
-	entries, _, err := w.opts.Source(ctx)
+	if found && !st.Rebaseline {
+		// Changes signalled to the previous worker (or process) but not yet
+		// frozen left no trace: look once for anything not delivered.
+		w.Notify()
+		return st, nil
+	}
+	entries, envelope, err := w.opts.Source(ctx)
 	if err != nil {
 		return st, err
 	}
 	_, st.Delivered = Diff(nil, entries, nil)
+	st.Head, st.Pending, st.Rebaseline = headOf(envelope), nil, false
 	if err := w.opts.States.Save(ctx, w.opts.Key, st); err != nil {
 		return st, err
 	}
@@ -273,7 +301,8 @@ func (w *Worker) freeze(ctx context.Context, st *State) error {
 		return err
 	}
 	changes, next := Diff(st.Delivered, entries, DeletedPayload)
-	if changes.Empty() {
+	head := headOf(envelope)
+	if changes.Empty() && head == st.Head {
 		return nil
 	}
 	body, err := payload(envelope, changes)
@@ -282,7 +311,7 @@ func (w *Worker) freeze(ctx context.Context, st *State) error {
 	}
 	st.Sequence++
 	now := w.opts.Now().UTC()
-	st.Pending = &Pending{ID: newID(), Sequence: st.Sequence, Timestamp: now, ChangedAt: changedAt.UTC(), Body: body, Next: next}
+	st.Pending = &Pending{ID: newID(), Sequence: st.Sequence, Timestamp: now, ChangedAt: changedAt.UTC(), Body: body, Next: next, NextHead: head}
 	st.LastUpdate = now
 	st.Attempts, st.LastError = 0, ""
 	w.setPending(true)
@@ -340,7 +369,7 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 		w.opts.Metrics.attempt(res.Outcome)
 		switch res.Outcome {
 		case Delivered:
-			st.Delivered, st.Pending = p.Next, nil
+			st.Delivered, st.Head, st.Pending = p.Next, p.NextHead, nil
 			st.LastNotify = w.opts.Now().UTC()
 			if !p.ChangedAt.IsZero() && p.ChangedAt.Unix() > 0 {
 				w.opts.Metrics.latency(w.opts.Now().Sub(p.ChangedAt))
@@ -350,7 +379,12 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 			st.LastNotify = w.opts.Now().UTC()
 			w.log.WithField("status", res.Status).Warn("callback refused the notification")
 		}
-		if err := w.opts.States.Save(context.WithoutCancel(ctx), w.opts.Key, *st); err != nil {
+		// The answer must be recorded even when the worker is being stopped,
+		// but an etcd outage must not hold the stop forever.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err := w.opts.States.Save(sctx, w.opts.Key, *st)
+		cancel()
+		if err != nil {
 			w.log.WithError(err).Error("cannot save delivery state")
 		}
 		if st.Pending == nil {

@@ -261,3 +261,33 @@ func TestPendingDeliverySurvivesRestart(t *testing.T) {
 		t.Fatalf("after restart: %+v, want the pending delivery %+v", p, first)
 	}
 }
+
+// A change signalled to a worker that stopped before freezing it (a PUT
+// restarting the worker, a process restart inside min-notify-interval)
+// leaves no trace but the world itself: the next worker looks once.
+func TestResumedWorkerCatchesUp(t *testing.T) {
+	states := statesFor(t)
+	rcv := newReceiver(t)
+	w := &world{entries: map[string]string{"a": "1"}}
+	key := testenv.UniqueName("sub")
+	r := startWorker(t, states, key, w.source, rcv.srv.URL, time.Hour)
+	w.set("a", "2")
+	r.w.Notify()
+	if p := rcv.next(t); p.sequence != 1 {
+		t.Fatalf("first POST = %+v", p)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for st, _, _ := states.Load(context.Background(), key); st.Pending != nil; st, _, _ = states.Load(context.Background(), key) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first delivery was never recorded")
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+	w.set("b", "1")
+	r.w.Notify() // never frozen: the hour's interval holds it
+	r.stop(t)
+	startWorker(t, states, key, w.source, rcv.srv.URL, 0)
+	if p := rcv.next(t); p.sequence != 2 || len(p.changes.Created) != 1 || p.changes.Created[0]["name"] != "b" {
+		t.Fatalf("after the restart = %+v", p)
+	}
+}

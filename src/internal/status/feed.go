@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/url"
+	"strconv"
 
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/health"
@@ -124,18 +125,18 @@ func instanceReady(entries []notify.Entry) bool {
 
 // DIGFeed is a DIG's entries for a subscription's filters and the status
 // response those filters give.
-func (r *Reader) DIGFeed(ctx context.Context, dig catalog.Key, v url.Values) ([]notify.Entry, any, error) {
+func (r *Reader) DIGFeed(ctx context.Context, dig catalog.Key, v url.Values) ([]notify.Entry, any, string, error) {
 	q, err := ParseQuery(v)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	header, st, err := r.digHeader(ctx, dig)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	id, err := pickInstance(st, q, "deployment intent group")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	var entries []notify.Entry
 	var resp Response
@@ -143,7 +144,22 @@ func (r *Reader) DIGFeed(ctx context.Context, dig catalog.Key, v url.Values) ([]
 		resp = Build(in, q)
 		entries = Entries(in, q)
 	})
-	return entries, resp, err
+	return entries, resp, headDigest(resp), err
+}
+
+// headDigest covers what a DIG's answer says beyond its resources: the
+// lifecycle (the last action, the context's status) and overall readiness.
+func headDigest(r Response) string {
+	last := ""
+	if n := len(r.State.Actions); n > 0 {
+		a := r.State.Actions[n-1]
+		last = a.State + "/" + a.ContextID
+	}
+	ready := ""
+	if r.Ready != nil {
+		ready = strconv.FormatBool(*r.Ready)
+	}
+	return notify.Digest(ready, last, r.Status, "", nil)
 }
 
 // CheckQuery validates a subscription's filters as a status query would.
