@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/logging"
 )
 
@@ -72,7 +73,7 @@ func (c *Cache) Run(ctx context.Context) error {
 		case err != nil:
 			attempt++
 			c.log.WithError(err).Warn("cannot reload the context cache; retrying")
-			if !sleepCtx(ctx, min(time.Duration(attempt)*time.Second, 10*time.Second)) {
+			if !backoff.Sleep(ctx, min(time.Duration(attempt)*time.Second, 10*time.Second)) {
 				return nil
 			}
 			continue
@@ -110,17 +111,6 @@ func (c *Cache) notifyAll() {
 	}
 	for _, f := range listeners {
 		f(list)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

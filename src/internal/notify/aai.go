@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 )
@@ -348,7 +349,7 @@ func (m *Manager) purgeAAI(_ context.Context, id string) error {
 			if m.opts.BackoffBase > 0 {
 				wait = wait * m.opts.BackoffBase / time.Second
 			}
-			if !sleep(ctx, wait) {
+			if !backoff.Sleep(ctx, wait) {
 				return
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/logging"
 )
 
@@ -217,7 +218,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		// The stores or the subject may be briefly unavailable; a worker
 		// that gave up would silently drop the subscription.
 		w.log.WithError(err).Warn("cannot start the subscription's worker; retrying")
-		if !sleep(ctx, w.backoff(attempt)) {
+		if !backoff.Sleep(ctx, w.backoff(attempt)) {
 			return nil
 		}
 	}
@@ -232,7 +233,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 		}
 		if wait := st.LastNotify.Add(w.opts.MinInterval).Sub(w.opts.Now()); wait > 0 {
-			if !sleep(ctx, wait) {
+			if !backoff.Sleep(ctx, wait) {
 				return nil
 			}
 		}
@@ -249,7 +250,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			// backoff, as if it had just been signalled.
 			failures++
 			w.log.WithError(err).Warn("cannot compute the subscription's changes; retrying")
-			if !sleep(ctx, w.backoff(failures)) {
+			if !backoff.Sleep(ctx, w.backoff(failures)) {
 				return nil
 			}
 			w.Notify()
@@ -391,7 +392,7 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 			w.setPending(false)
 			return nil
 		}
-		if !sleep(ctx, w.backoff(st.Attempts)) {
+		if !backoff.Sleep(ctx, w.backoff(st.Attempts)) {
 			return ctx.Err()
 		}
 	}
@@ -401,17 +402,6 @@ func newID() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // LoadPrefix returns the states whose keys start with prefix, by key.

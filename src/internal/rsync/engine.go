@@ -23,6 +23,7 @@ import (
 
 	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/logging"
 )
@@ -605,14 +606,7 @@ func (e *Engine) sleep(ctx context.Context, attempt int) bool {
 		d = e.opts.BackoffMax
 	}
 	d = time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return backoff.Sleep(ctx, d)
 }
 
 // classify says whether an error means "try again later" (the cluster is

@@ -21,6 +21,7 @@ import (
 
 	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/backoff"
 )
 
 // clusterWatcher watches one cluster; its goroutines end with its context.
@@ -62,7 +63,7 @@ func (w *clusterWatcher) run(ctx context.Context) {
 	client, err := w.m.opts.Clusters.Client(ctx, w.ref)
 	for attempt := 1; err != nil; attempt++ {
 		w.unreachable(fmt.Errorf("no client: %w", err))
-		if !sleep(ctx, backoff(attempt)) {
+		if !backoff.Sleep(ctx, retryDelay(attempt)) {
 			return
 		}
 		client, err = w.m.opts.Clusters.Client(ctx, w.ref)
@@ -305,18 +306,7 @@ func (w *clusterWatcher) update(f func(*appcontext.ClusterState)) {
 	}
 }
 
-func backoff(attempt int) time.Duration {
+func retryDelay(attempt int) time.Duration {
 	d := 500 * time.Millisecond << min(attempt-1, 6)
 	return min(d, 30*time.Second)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
