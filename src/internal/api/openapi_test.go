@@ -219,12 +219,13 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 				Resources: []status.Resource{{GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Name: "web",
 					Namespace: "ns", RsyncStatus: "Applied", ClusterStatus: "Present", ReadyStatus: "Ready", Reason: "r",
 					Detail: []byte(`{"kind":"Deployment"}`)}}}}}}},
-		"InstanceSubscription": notify.View{Subscription: notify.Subscription{Name: "s1", MinNotifyInterval: 5,
-			CallbackURL: "http://so.example/cb", Metadata: map[string]any{"k": "v"}}, LastUpdateTime: "2026-01-01T10:00:00Z",
-			LastNotifyTime: "2026-01-01T10:00:01Z", LastNotifyStatus: "204",
+		"InstanceSubscription": notify.View{Subscription: notify.Subscription{Name: "s1", SubscriptionSpec: catalog.SubscriptionSpec{
+			MinNotifyInterval: 5, CallbackURL: "http://so.example/cb", Metadata: map[string]any{"k": "v"}}},
+			LastUpdateTime: "2026-01-01T10:00:00Z", LastNotifyTime: "2026-01-01T10:00:01Z", LastNotifyStatus: "204",
 			Delivery: notify.DeliveryView{Pending: true, Sequence: 3, Attempts: 2, LastError: "callback answered 500"}},
-		"DIGSubscription": notify.View{Subscription: notify.Subscription{Name: "s1", CallbackURL: "http://so.example/cb",
-			Type: "cluster", Output: "all", App: []string{"a"}, Cluster: []string{"cp+c1"}, Resource: []string{"Deployment/web"}}},
+		"DIGSubscription": notify.View{Subscription: notify.Subscription{Name: "s1", SubscriptionSpec: catalog.SubscriptionSpec{
+			CallbackURL: "http://so.example/cb", Type: "cluster", Output: "all", App: []string{"a"}, Cluster: []string{"cp+c1"},
+			Resource: []string{"Deployment/web"}}}},
 		"InstanceList": status.Instances{Name: "dig", Project: "p", CompositeApp: "ca", Version: "v1", Instances: []string{"1", "2"}},
 		"InstanceStatus": status.InstanceStatus{Request: req, Ready: true, ResourceCount: 1, ResourcesStatus: []status.ResourceStatus{{
 			Name: "web", GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Status: []byte(`{"replicas":1}`),

@@ -27,7 +27,6 @@ type Subscriptions interface {
 	// Forget is told that a subject was deleted with its subscriptions.
 	Forget(ctx context.Context, subj notify.Subject) error
 	Watch(subj notify.Subject, sub notify.Subscription, lastSeq int64) *notify.Watch
-	CheckWatch(subj notify.Subject, sub notify.Subscription) error
 }
 
 const (
@@ -117,11 +116,11 @@ func filtersOf(r *http.Request) (notify.Subscription, error) {
 	if q.Instance != "" || q.ListInstances {
 		return notify.Subscription{}, errdefs.Invalid("watch=true follows the current instance; instance= cannot be combined with it")
 	}
-	sub := notify.Subscription{Type: q.Type, Output: q.Output, App: q.Apps, Resource: q.Resources}
+	spec := catalog.SubscriptionSpec{Type: q.Type, Output: q.Output, App: q.Apps, Resource: q.Resources}
 	for _, c := range q.Clusters {
-		sub.Cluster = append(sub.Cluster, c.String())
+		spec.Cluster = append(spec.Cluster, c.String())
 	}
-	return sub, nil
+	return notify.Subscription{SubscriptionSpec: spec}, nil
 }
 
 // stream serves GET .../status?watch=true as Server-Sent Events: the
@@ -130,13 +129,10 @@ func filtersOf(r *http.Request) (notify.Subscription, error) {
 // numbering and gets a fresh snapshot, which carries everything it missed.
 func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subject, snapshot func(context.Context, url.Values) (any, error)) error {
 	if s.opts.Subscriptions == nil {
-		return fmt.Errorf("watch is not available")
+		return errdefs.Unavailable(nil, "watch is not available: this server has no notifier")
 	}
 	sub, err := filtersOf(r)
 	if err != nil {
-		return err
-	}
-	if err := s.opts.Subscriptions.CheckWatch(subj, sub); err != nil {
 		return err
 	}
 	last, _ := strconv.ParseInt(r.Header.Get("Last-Event-ID"), 10, 64)
@@ -182,17 +178,13 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subj
 				return nil
 			}
 			if ok {
-				if err := writeEvent(w, rc, seq, "change", rawJSON(data)); err != nil {
+				if err := writeEvent(w, rc, seq, "change", json.RawMessage(data)); err != nil {
 					return nil
 				}
 			}
 		}
 	}
 }
-
-type rawJSON []byte
-
-func (r rawJSON) MarshalJSON() ([]byte, error) { return r, nil }
 
 func writeEvent(w http.ResponseWriter, rc *http.ResponseController, id int64, event string, v any) error {
 	data, err := json.Marshal(v) // compact: one line, as a data field needs

@@ -216,18 +216,24 @@ func visiblyDifferent(a, b ClusterState) bool {
 // groupsOnLocked lists the groups of the contexts placing on a cluster.
 func (c *Cache) groupsOnLocked(ref ClusterRef) []string {
 	var out []string
-	for _, b := range c.contexts {
-		if b.ctx.Meta.Group == "" {
-			continue
+	c.onLocked(ref, func(cx *Context) {
+		if cx.Meta.Group != "" {
+			out = append(out, cx.Meta.Group)
 		}
+	})
+	return out
+}
+
+// onLocked calls f with every context that places anything on a cluster.
+func (c *Cache) onLocked(ref ClusterRef, f func(*Context)) {
+	for _, b := range c.contexts {
 		for _, p := range b.ctx.Placements {
 			if p.Cluster == ref {
-				out = append(out, b.ctx.Meta.Group)
+				f(b.ctx)
 				break
 			}
 		}
 	}
-	return out
 }
 
 func (c *Cache) builder(id string) *builder {
@@ -268,17 +274,11 @@ func (c *Cache) LiveOn(ctx context.Context, ref ClusterRef) ([]string, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var ids []string
-	for id, b := range c.contexts {
-		if b.ctx.Status.Status == Terminated || b.ctx.Meta.ID == "" {
-			continue
+	c.onLocked(ref, func(cx *Context) {
+		if cx.Status.Status != Terminated && cx.Meta.ID != "" {
+			ids = append(ids, cx.Meta.ID)
 		}
-		for _, p := range b.ctx.Placements {
-			if p.Cluster == ref {
-				ids = append(ids, id)
-				break
-			}
-		}
-	}
+	})
 	sort.Strings(ids)
 	return ids, nil
 }

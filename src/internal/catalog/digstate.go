@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,7 +107,7 @@ func (c *Catalog) Transition(ctx context.Context, group, subject string, from []
 		if err != nil {
 			return cur, err
 		}
-		if !contains(from, cur.Current) {
+		if !slices.Contains(from, cur.Current) {
 			return cur, errdefs.Conflict("%s is %s; this action needs it to be %s", subject, cur.Current, strings.Join(from, " or "))
 		}
 		set := bson.D{{Key: "current", Value: next.State}}
@@ -117,7 +118,7 @@ func (c *Catalog) Transition(ctx context.Context, group, subject string, from []
 			set = append(set, bson.E{Key: "statusContextId", Value: statusID})
 		}
 		update := bson.D{{Key: "$set", Value: set}, {Key: "$push", Value: bson.D{{Key: "actions", Value: next}}}}
-		if next.ContextID != "" && !contains(cur.Contexts, next.ContextID) {
+		if next.ContextID != "" && !slices.Contains(cur.Contexts, next.ContextID) {
 			update = append(update, bson.E{Key: "$addToSet", Value: bson.D{{Key: "contexts", Value: next.ContextID}}})
 		}
 		if !exists {
@@ -159,15 +160,6 @@ func (c *Catalog) DeleteDIGState(ctx context.Context, key Key) error {
 func (c *Catalog) ensureDIGStateIndex(ctx context.Context) error {
 	_, err := c.digStates().Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "group", Value: 1}}, Options: options.Index().SetUnique(true).SetName("group")})
 	return err
-}
-
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func nonEmpty(s string) []string {

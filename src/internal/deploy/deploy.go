@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -91,7 +92,7 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 		return "", err
 	}
 	from := []string{catalog.StateApproved, catalog.StateTerminated}
-	if !contains(from, state.Current) {
+	if !slices.Contains(from, state.Current) {
 		return "", errdefs.Conflict("the deployment intent group is %s; instantiate needs it to be Approved or Terminated", state.Current)
 	}
 	placements, err := s.plan(ctx, dig, obj.Spec)
@@ -129,7 +130,7 @@ func (s *Service) Update(ctx context.Context, dig catalog.Key) error {
 		return err
 	}
 	from := []string{catalog.StateInstantiated, catalog.StateUpdated}
-	if !contains(from, state.Current) {
+	if !slices.Contains(from, state.Current) {
 		return errdefs.Conflict("the deployment intent group is %s; update needs it to be Instantiated or Updated", state.Current)
 	}
 	if s.opts.Rsync.Busy(Group(dig)) {
@@ -378,13 +379,4 @@ func (s *Service) profiles(ctx context.Context, caKey catalog.Key, compositeProf
 		out[p.Spec.App] = data
 	}
 	return out, nil
-}
-
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -179,7 +179,7 @@ func TestInstanceSubscriptionAndAAI(t *testing.T) {
 		return k["Deployment"] == 1 && k["Service"] == 1 && k["ConfigMap"] == 1 && k["Pod"] == 1, fmt.Sprint(k)
 	})
 	d, _ := aai.find("Deployment", "aw")
-	if d.Group != "apps" || d.Version != "v1" || d.Namespace != "v1aai" || d.ID != notify.AAIID(inst.ID, "aw|_v1|region2|apps|v1|Deployment|v1aai|aw") && d.ID == "" ||
+	if d.Group != "apps" || d.Version != "v1" || d.Namespace != "v1aai" || d.ID != notify.AAIID(inst.ID, "aw|_v1|region2|apps|v1|Deployment|v1aai|aw") ||
 		!strings.Contains(strings.Join(d.Labels, ","), "emco/deployment-id="+inst.ID+"-aw") ||
 		!strings.HasPrefix(d.SelfLink, "https://argus.example/v1/instance/"+inst.ID+"/query?") {
 		t.Fatalf("AAI deployment = %+v", d)

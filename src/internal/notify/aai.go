@@ -345,11 +345,7 @@ func (m *Manager) purgeAAI(_ context.Context, id string) error {
 				return
 			}
 			m.log.WithError(err).WithField("instance", id).Warn("cannot remove a deleted instance from AAI; retrying")
-			wait := Backoff(attempt)
-			if m.opts.BackoffBase > 0 {
-				wait = wait * m.opts.BackoffBase / time.Second
-			}
-			if !backoff.Sleep(ctx, wait) {
+			if !backoff.Sleep(ctx, scaledBackoff(m.opts.BackoffBase, attempt)) {
 				return
 			}
 		}

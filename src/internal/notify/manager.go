@@ -55,20 +55,11 @@ func (s Subject) prefix() string { return s.Kind + "/" + strings.Join(s.Key, "/"
 
 func (s Subject) stateKey(name string) string { return s.prefix() + name }
 
-// Subscription is a subscription as clients write it (SPEC section 8).
+// Subscription is a subscription as clients write it: its name and the
+// stored spec (SPEC section 8).
 type Subscription struct {
-	Name              string         `json:"name"`
-	MinNotifyInterval int64          `json:"min-notify-interval"`
-	CallbackURL       string         `json:"callback-url"`
-	Metadata          map[string]any `json:"metadata,omitempty"`
-	// Secret signs deliveries; write-only.
-	Secret string `json:"secret,omitempty"`
-	// Status query filters, DIG subscriptions only.
-	Type     string   `json:"type,omitempty"`
-	Output   string   `json:"output,omitempty"`
-	App      []string `json:"app,omitempty"`
-	Cluster  []string `json:"cluster,omitempty"`
-	Resource []string `json:"resource,omitempty"`
+	Name string `json:"name"`
+	catalog.SubscriptionSpec
 }
 
 // Query is the status query of the filters.
@@ -90,16 +81,6 @@ func (s Subscription) Query() url.Values {
 }
 
 func (s Subscription) hasFilters() bool { return len(s.Query()) > 0 }
-
-func (s Subscription) spec() catalog.SubscriptionSpec {
-	return catalog.SubscriptionSpec{MinNotifyInterval: s.MinNotifyInterval, CallbackURL: s.CallbackURL, Metadata: s.Metadata,
-		Secret: s.Secret, Type: s.Type, Output: s.Output, App: s.App, Cluster: s.Cluster, Resource: s.Resource}
-}
-
-func fromSpec(name string, sp catalog.SubscriptionSpec) Subscription {
-	return Subscription{Name: name, MinNotifyInterval: sp.MinNotifyInterval, CallbackURL: sp.CallbackURL, Metadata: sp.Metadata,
-		Secret: sp.Secret, Type: sp.Type, Output: sp.Output, App: sp.App, Cluster: sp.Cluster, Resource: sp.Resource}
-}
 
 // View is a subscription as GET answers it: never the secret, and its
 // delivery state.
@@ -231,7 +212,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		subj := Subject{Kind: kind}
 		err := catalog.For[catalog.SubscriptionSpec](m.opts.Catalog, subj.kind()).Each(ctx, func(key catalog.Key, obj catalog.Object[catalog.SubscriptionSpec]) error {
 			s := Subject{Kind: kind, Key: key[:len(key)-1]}
-			m.start(s, fromSpec(key.Name(), obj.Spec))
+			m.start(s, Subscription{Name: key.Name(), SubscriptionSpec: obj.Spec})
 			return nil
 		})
 		if err != nil {
@@ -383,26 +364,11 @@ func (d digEnvelope) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return mergeObjects(head, d.response)
-}
-
-// mergeObjects appends the fields of obj's JSON object to head's.
-func mergeObjects(head []byte, obj any) ([]byte, error) {
-	body, err := json.Marshal(obj)
+	body, err := json.Marshal(d.response)
 	if err != nil {
 		return nil, err
 	}
-	if len(body) < 2 || body[0] != '{' {
-		return nil, errors.New("notify: status response is not a JSON object")
-	}
-	if len(body) == 2 {
-		return head, nil
-	}
-	if len(head) == 2 {
-		return body, nil
-	}
-	out := append(head[:len(head)-1:len(head)-1], ',')
-	return append(out, body[1:]...), nil
+	return mergeObjects(head, body)
 }
 
 func (m *Manager) source(subj Subject, sub Subscription) Source {
@@ -553,7 +519,7 @@ func (m *Manager) create(ctx context.Context, subj Subject, sub Subscription) (*
 	m.ops.Lock()
 	defer m.ops.Unlock()
 	key := m.key(subj, sub.Name)
-	obj := catalog.Object[catalog.SubscriptionSpec]{Metadata: catalog.Metadata{Name: sub.Name}, Spec: sub.spec()}
+	obj := catalog.Object[catalog.SubscriptionSpec]{Metadata: catalog.Metadata{Name: sub.Name}, Spec: sub.SubscriptionSpec}
 	if err := m.resource(subj).Create(ctx, key, obj); err != nil {
 		return nil, err
 	}
@@ -603,7 +569,7 @@ func (m *Manager) put(ctx context.Context, subj Subject, sub Subscription) (*han
 	if sub.Secret == "" {
 		sub.Secret = old.Spec.Secret
 	}
-	obj := catalog.Object[catalog.SubscriptionSpec]{Metadata: catalog.Metadata{Name: sub.Name}, Spec: sub.spec()}
+	obj := catalog.Object[catalog.SubscriptionSpec]{Metadata: catalog.Metadata{Name: sub.Name}, Spec: sub.SubscriptionSpec}
 	created, err := m.resource(subj).Put(ctx, key, obj)
 	if err != nil {
 		return nil, false, err
@@ -613,7 +579,7 @@ func (m *Manager) put(ctx context.Context, subj Subject, sub Subscription) (*han
 	switch {
 	case created:
 		resetErr = m.opts.States.Delete(ctx, subj.stateKey(sub.Name))
-	case fromSpec(sub.Name, old.Spec).Query().Encode() != sub.Query().Encode():
+	case Subscription{SubscriptionSpec: old.Spec}.Query().Encode() != sub.Query().Encode():
 		resetErr = m.rebaseline(ctx, subj.stateKey(sub.Name))
 	}
 	// The stored subscription always gets its worker, even if the state
@@ -642,7 +608,7 @@ func (m *Manager) Get(ctx context.Context, subj Subject, name string) (View, err
 	if err != nil {
 		return View{}, err
 	}
-	return view(fromSpec(name, obj.Spec), st), nil
+	return view(Subscription{Name: name, SubscriptionSpec: obj.Spec}, st), nil
 }
 
 // List returns the subject's subscriptions; a missing subject is NotFound.
@@ -657,7 +623,7 @@ func (m *Manager) List(ctx context.Context, subj Subject) ([]View, error) {
 	}
 	out := make([]View, 0, len(objs))
 	for _, o := range objs {
-		out = append(out, view(fromSpec(o.Metadata.Name, o.Spec), states[subj.stateKey(o.Metadata.Name)]))
+		out = append(out, view(Subscription{Name: o.Metadata.Name, SubscriptionSpec: o.Spec}, states[subj.stateKey(o.Metadata.Name)]))
 	}
 	return out, nil
 }

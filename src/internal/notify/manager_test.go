@@ -74,23 +74,23 @@ func TestValidateFollowsSPEC8(t *testing.T) {
 	m := validator(t, "10.0.0.0/8", "hooks.example")
 	dig := DIGSubject(catalog.Key{"p", "ca", "v1", "d"})
 	inst := InstanceSubject("42")
-	ok := Subscription{Name: "s", CallbackURL: "http://10.1.2.3/cb"}
+	ok := Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: "http://10.1.2.3/cb"}}
 	for name, c := range map[string]struct {
 		subj Subject
 		sub  Subscription
 		want string // "" = valid
 	}{
 		"valid":            {dig, ok, ""},
-		"allowed host":     {dig, Subscription{Name: "s", CallbackURL: "https://hooks.example/x"}, ""},
-		"no name":          {dig, Subscription{CallbackURL: ok.CallbackURL}, "name"},
-		"bad name":         {dig, Subscription{Name: "a/b", CallbackURL: ok.CallbackURL}, "name"},
+		"allowed host":     {dig, Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: "https://hooks.example/x"}}, ""},
+		"no name":          {dig, Subscription{SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: ok.CallbackURL}}, "name"},
+		"bad name":         {dig, Subscription{Name: "a/b", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: ok.CallbackURL}}, "name"},
 		"no callback":      {dig, Subscription{Name: "s"}, "callback-url"},
-		"negative":         {dig, Subscription{Name: "s", CallbackURL: ok.CallbackURL, MinNotifyInterval: -1}, "min-notify-interval"},
-		"not http":         {dig, Subscription{Name: "s", CallbackURL: "ftp://10.1.2.3/x"}, "http(s)"},
-		"relative":         {dig, Subscription{Name: "s", CallbackURL: "/cb"}, "http(s)"},
-		"outside":          {dig, Subscription{Name: "s", CallbackURL: "http://192.168.1.1/cb"}, "outside"},
-		"bad filter":       {dig, Subscription{Name: "s", CallbackURL: ok.CallbackURL, Type: "x"}, "rsync, cluster"},
-		"instance filters": {inst, Subscription{Name: "s", CallbackURL: ok.CallbackURL, App: []string{"a"}}, "deployment intent group"},
+		"negative":         {dig, Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: ok.CallbackURL, MinNotifyInterval: -1}}, "min-notify-interval"},
+		"not http":         {dig, Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: "ftp://10.1.2.3/x"}}, "http(s)"},
+		"relative":         {dig, Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: "/cb"}}, "http(s)"},
+		"outside":          {dig, Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: "http://192.168.1.1/cb"}}, "outside"},
+		"bad filter":       {dig, Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: ok.CallbackURL, Type: "x"}}, "rsync, cluster"},
+		"instance filters": {inst, Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: ok.CallbackURL, App: []string{"a"}}}, "deployment intent group"},
 	} {
 		err := m.validate(context.Background(), c.subj, c.sub)
 		switch {

@@ -31,14 +31,6 @@ func (m *Manager) Watch(subj Subject, sub Subscription, lastSeq int64) *Watch {
 	return w
 }
 
-// CheckWatch validates a watch's filters as a subscription's.
-func (m *Manager) CheckWatch(subj Subject, sub Subscription) error {
-	if subj.Kind == SubjectInstance && sub.hasFilters() {
-		return nil // an instance's status has no filters; they are ignored as GET ignores them
-	}
-	return m.opts.CheckQuery(sub.Query())
-}
-
 // Baseline takes the current view as what the client has (its snapshot)
 // and returns the next sequence number, the snapshot's.
 func (w *Watch) Baseline(ctx context.Context) (int64, error) {

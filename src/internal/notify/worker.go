@@ -285,9 +285,15 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 }
 
 func (w *Worker) backoff(attempt int) time.Duration {
+	return scaledBackoff(w.opts.BackoffBase, attempt)
+}
+
+// scaledBackoff is Backoff with its 1 s base replaced by base (tests); 0
+// keeps it.
+func scaledBackoff(base time.Duration, attempt int) time.Duration {
 	wait := Backoff(attempt)
-	if w.opts.BackoffBase > 0 {
-		wait = wait * w.opts.BackoffBase / time.Second
+	if base > 0 {
+		wait = wait * base / time.Second
 	}
 	return wait
 }
@@ -328,22 +334,34 @@ func payload(envelope any, changes Changes) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	env = bytes.TrimSpace(env)
-	if len(env) < 2 || env[0] != '{' {
-		return nil, fmt.Errorf("notify: envelope is not a JSON object")
-	}
-	ch, err := json.Marshal(changes)
+	ch, err := json.Marshal(struct {
+		Changes Changes `json:"resource-changes"`
+	}{changes})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, len(env)+len(ch)+24)
-	out = append(out, env[:len(env)-1]...)
-	if len(bytes.TrimSpace(env[1:len(env)-1])) > 0 {
-		out = append(out, ',')
+	return mergeObjects(env, ch)
+}
+
+// mergeObjects joins two JSON objects' fields, a's first.
+func mergeObjects(a, b []byte) ([]byte, error) {
+	a, b = bytes.TrimSpace(a), bytes.TrimSpace(b)
+	for _, o := range [][]byte{a, b} {
+		if len(o) < 2 || o[0] != '{' || o[len(o)-1] != '}' {
+			return nil, errors.New("notify: not a JSON object")
+		}
 	}
-	out = append(out, `"resource-changes":`...)
-	out = append(out, ch...)
-	return append(out, '}'), nil
+	emptyA, emptyB := len(bytes.TrimSpace(a[1:len(a)-1])) == 0, len(bytes.TrimSpace(b[1:len(b)-1])) == 0
+	switch {
+	case emptyB:
+		return a, nil
+	case emptyA:
+		return b, nil
+	}
+	out := make([]byte, 0, len(a)+len(b))
+	out = append(out, a[:len(a)-1]...)
+	out = append(out, ',')
+	return append(out, b[1:]...), nil
 }
 
 // deliver sends the pending payload until it is answered: 2xx moves the

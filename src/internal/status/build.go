@@ -95,6 +95,9 @@ type Input struct {
 	SilentAfter time.Duration
 	// formatTimes is false for summaries, which drop the clusters anyway.
 	formatTimes bool
+	// withRsync makes a type=cluster answer carry each resource's rsync
+	// status too, for notification entries, which report both views.
+	withRsync bool
 }
 
 // Build computes the answer to q.
@@ -194,6 +197,9 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			}
 			c.Resources = append(c.Resources, res)
 			continue
+		}
+		if in.withRsync {
+			res.RsyncStatus = rs.Status
 		}
 		e, found := index[appcontext.EntryRef{Group: r.GVK.Group, Kind: r.GVK.Kind, Namespace: res.Namespace, Name: r.Name}]
 		switch {

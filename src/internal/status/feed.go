@@ -19,70 +19,31 @@ func Entries(in Input, q Query) []notify.Entry {
 	if in.Context == nil {
 		return nil
 	}
-	cq := q
-	cq.Type, cq.Output = TypeCluster, OutputDetail
-	rq := q
-	rq.Type, rq.Output = TypeRsync, OutputAll
-	byKey := map[string]int{}
+	q.Type, q.Output = TypeCluster, OutputDetail
+	in.withRsync = true
 	var out []notify.Entry
-	var rows []row
-	for _, a := range Build(in, cq).Apps {
+	for _, a := range Build(in, q).Apps {
 		for _, c := range a.Clusters {
 			for _, r := range c.Resources {
-				k := keyOf(a.Name, c, r)
-				byKey[k.String()] = len(rows)
-				rows = append(rows, row{key: k, cluster: r})
+				out = append(out, entry(a.Name, c, r))
 			}
 		}
-	}
-	for _, a := range Build(in, rq).Apps {
-		for _, c := range a.Clusters {
-			for _, r := range c.Resources {
-				k := keyOf(a.Name, c, r)
-				if i, ok := byKey[k.String()]; ok {
-					rows[i].rsync = r.RsyncStatus
-					continue
-				}
-				byKey[k.String()] = len(rows)
-				rows = append(rows, row{key: k, rsync: r.RsyncStatus, cluster: Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace}})
-			}
-		}
-	}
-	out = make([]notify.Entry, 0, len(rows))
-	for _, rw := range rows {
-		out = append(out, rw.entry())
 	}
 	return out
-}
-
-type row struct {
-	key     notify.ResourceKey
-	rsync   string
-	cluster Resource
-}
-
-func keyOf(app string, c Cluster, r Resource) notify.ResourceKey {
-	return notify.ResourceKey{App: app, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
-		Group: r.GVK.Group, Version: r.GVK.Version, Kind: r.GVK.Kind, Namespace: r.Namespace, Name: r.Name}
 }
 
 // entry is a resourcesStatus-shaped payload (k8splugin: the whole object
 // under "status") plus the placement and both status views. Only the
 // object's .status enters the digest: metadata churn is not a change.
-func (rw row) entry() notify.Entry {
-	p := rw.key.Payload()
-	r := rw.cluster
-	if rw.rsync != "" {
-		p["rsync-status"] = rw.rsync
-	}
-	if r.ClusterStatus != "" {
-		p["cluster-status"] = r.ClusterStatus
-	}
-	if r.ReadyStatus != "" {
-		p["ready-status"] = r.ReadyStatus
-	}
-	if r.Reason != "" {
-		p["reason"] = r.Reason
+func entry(app string, c Cluster, r Resource) notify.Entry {
+	key := notify.ResourceKey{App: app, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
+		Group: r.GVK.Group, Version: r.GVK.Version, Kind: r.GVK.Kind, Namespace: r.Namespace, Name: r.Name}
+	p := key.Payload()
+	for k, v := range map[string]string{"rsync-status": r.RsyncStatus, "cluster-status": r.ClusterStatus,
+		"ready-status": r.ReadyStatus, "reason": r.Reason} {
+		if v != "" {
+			p[k] = v
+		}
 	}
 	var objStatus json.RawMessage
 	if len(r.Detail) > 0 {
@@ -94,8 +55,8 @@ func (rw row) entry() notify.Entry {
 			objStatus = obj.Status
 		}
 	}
-	return notify.Entry{Key: rw.key.String(), Payload: p,
-		Digest: notify.Digest(r.ReadyStatus, r.Reason, rw.rsync, r.ClusterStatus, objStatus)}
+	return notify.Entry{Key: key.String(), Payload: p,
+		Digest: notify.Digest(r.ReadyStatus, r.Reason, r.RsyncStatus, r.ClusterStatus, objStatus)}
 }
 
 // InstanceFeed is a v1 instance's entries and whether it is ready, as
@@ -120,7 +81,7 @@ func instanceReady(entries []notify.Entry) bool {
 			statuses = append(statuses, health.Status(rs))
 		}
 	}
-	return len(statuses) > 0 && health.Aggregate(statuses...) == health.Ready
+	return allReady(statuses)
 }
 
 // DIGFeed is a DIG's entries for a subscription's filters and the status

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -106,7 +107,7 @@ func pickInstance(st catalog.DIGState, q Query, what string) (string, error) {
 	if q.Instance == "" {
 		return st.ContextID, nil
 	}
-	if !contains(st.Contexts, q.Instance) {
+	if !slices.Contains(st.Contexts, q.Instance) {
 		return "", errdefs.NotFound("instance %s is not one of this %s's", q.Instance, what)
 	}
 	return q.Instance, nil
@@ -187,98 +188,99 @@ type ResourceStatus struct {
 	Reason      string          `json:"reason,omitempty"`
 }
 
-func (r *Reader) instance(ctx context.Context, id string) (catalog.InstanceSpec, Input, error) {
+// instance reads a v1 instance and calls f with its input (from the cache
+// when it has the context); f must not keep the input.
+func (r *Reader) instance(ctx context.Context, id string, f func(Input)) (catalog.InstanceSpec, error) {
 	inst, err := catalog.For[catalog.InstanceSpec](r.Catalog, catalog.Instances).Get(ctx, catalog.Key{id})
 	if err != nil {
-		return catalog.InstanceSpec{}, Input{}, err
+		return catalog.InstanceSpec{}, err
 	}
-	in, err := r.input(ctx, Header{Name: id}, catalog.DIGState{}, id)
-	return inst.Spec, in, err
+	return inst.Spec, r.withInput(ctx, Header{Name: id}, catalog.DIGState{}, id, f)
+}
+
+// allReady: something to be ready, and all of it Ready.
+func allReady(statuses []health.Status) bool {
+	return len(statuses) > 0 && health.Aggregate(statuses...) == health.Ready
 }
 
 // Instance answers a v1 instance's status. A resource the cluster side
 // cannot tell about is reported Unknown with the reason, never as an error
 // for the whole call.
 func (r *Reader) Instance(ctx context.Context, id string) (InstanceStatus, error) {
-	spec, in, err := r.instance(ctx, id)
+	out := InstanceStatus{ResourcesStatus: []ResourceStatus{}}
+	var statuses []health.Status
+	spec, err := r.instance(ctx, id, func(in Input) {
+		for _, a := range Build(in, Query{Type: TypeCluster, Output: OutputDetail}).Apps {
+			for _, c := range a.Clusters {
+				for _, res := range c.Resources {
+					obj := res.Detail
+					if obj == nil {
+						obj = json.RawMessage(`{}`)
+					}
+					out.ResourcesStatus = append(out.ResourcesStatus, ResourceStatus{Name: res.Name, GVK: res.GVK, Status: obj,
+						ReadyStatus: res.ReadyStatus, Reason: res.Reason})
+					statuses = append(statuses, health.Status(res.ReadyStatus))
+				}
+			}
+		}
+	})
 	if err != nil {
 		return InstanceStatus{}, err
 	}
-	resp := Build(in, Query{Type: TypeCluster, Output: OutputDetail})
-	out := InstanceStatus{Request: spec.Request, ResourcesStatus: []ResourceStatus{}}
-	var statuses []health.Status
-	for _, a := range resp.Apps {
-		for _, c := range a.Clusters {
-			for _, res := range c.Resources {
-				obj := res.Detail
-				if obj == nil {
-					obj = json.RawMessage(`{}`)
-				}
-				out.ResourcesStatus = append(out.ResourcesStatus, ResourceStatus{Name: res.Name, GVK: res.GVK, Status: obj,
-					ReadyStatus: res.ReadyStatus, Reason: res.Reason})
-				statuses = append(statuses, health.Status(res.ReadyStatus))
-			}
-		}
-	}
+	out.Request = spec.Request
 	out.ResourceCount = len(out.ResourcesStatus)
-	out.Ready = out.ResourceCount > 0 && health.Aggregate(statuses...) == health.Ready
+	out.Ready = allReady(statuses)
 	return out, nil
 }
 
 // Query answers GET /v1/instance/{id}/query?ApiVersion=&Kind=&Name=&Labels=
 // from the objects the monitor reported for the instance.
 func (r *Reader) Query(ctx context.Context, id string, v url.Values) (InstanceStatus, error) {
-	spec, in, err := r.instance(ctx, id)
-	if err != nil {
-		return InstanceStatus{}, err
-	}
 	sel := labels.Everything()
 	if l := v.Get("Labels"); l != "" {
+		var err error
 		if sel, err = labels.Parse(l); err != nil {
 			return InstanceStatus{}, errdefs.InvalidWrap(err, "Labels")
 		}
 	}
-	out := InstanceStatus{Request: spec.Request, ResourcesStatus: []ResourceStatus{}}
-	if in.Context == nil {
-		return out, nil
-	}
+	out := InstanceStatus{ResourcesStatus: []ResourceStatus{}}
 	var statuses []health.Status
-	for _, p := range in.Context.Placements {
-		if p.Bundle == nil || p.Bundle.Deleted {
-			continue
+	spec, err := r.instance(ctx, id, func(in Input) {
+		if in.Context == nil {
+			return
 		}
-		_, index := bundleOf(p)
-		for _, e := range index {
-			if e.Typed == nil {
+		for _, p := range in.Context.Placements {
+			if p.Bundle == nil || p.Bundle.Deleted {
 				continue
 			}
-			if (v.Get("ApiVersion") != "" && v.Get("ApiVersion") != e.Typed.APIVersion) || (v.Get("Kind") != "" && v.Get("Kind") != e.Kind) ||
-				(v.Get("Name") != "" && v.Get("Name") != e.Name) || !sel.Matches(labels.Set(e.Labels)) {
-				continue
+			_, index := bundleOf(p)
+			for _, e := range index {
+				if e.Typed == nil {
+					continue
+				}
+				if (v.Get("ApiVersion") != "" && v.Get("ApiVersion") != e.Typed.APIVersion) || (v.Get("Kind") != "" && v.Get("Kind") != e.Kind) ||
+					(v.Get("Name") != "" && v.Get("Name") != e.Name) || !sel.Matches(labels.Set(e.Labels)) {
+					continue
+				}
+				_, version, found := strings.Cut(e.Typed.APIVersion, "/")
+				if !found {
+					version = e.Typed.APIVersion
+				}
+				out.ResourcesStatus = append(out.ResourcesStatus, ResourceStatus{Name: e.Name, GVK: GVK{e.Group, version, e.Kind},
+					Status: objectOf(*e.Typed), ReadyStatus: e.ReadyStatus, Reason: e.Reason})
+				statuses = append(statuses, health.Status(e.ReadyStatus))
 			}
-			_, version, found := strings.Cut(e.Typed.APIVersion, "/")
-			if !found {
-				version = e.Typed.APIVersion
-			}
-			out.ResourcesStatus = append(out.ResourcesStatus, ResourceStatus{Name: e.Name, GVK: GVK{e.Group, version, e.Kind},
-				Status: objectOf(*e.Typed), ReadyStatus: e.ReadyStatus, Reason: e.Reason})
-			statuses = append(statuses, health.Status(e.ReadyStatus))
 		}
+	})
+	if err != nil {
+		return InstanceStatus{}, err
 	}
+	out.Request = spec.Request
 	sort.Slice(out.ResourcesStatus, func(i, j int) bool {
 		a, b := out.ResourcesStatus[i], out.ResourcesStatus[j]
 		return a.GVK.Kind+"/"+a.Name < b.GVK.Kind+"/"+b.Name
 	})
 	out.ResourceCount = len(out.ResourcesStatus)
-	out.Ready = out.ResourceCount > 0 && health.Aggregate(statuses...) == health.Ready
+	out.Ready = allReady(statuses)
 	return out, nil
-}
-
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

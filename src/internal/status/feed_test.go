@@ -1,0 +1,65 @@
+package status
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/notify"
+)
+
+func TestEntriesCarryBothViewsAndDigestOnlyWhatCounts(t *testing.T) {
+	byKey := map[string]map[string]any{}
+	digests := map[string]string{}
+	for _, e := range Entries(fixture(), Query{}) {
+		byKey[e.Key] = e.Payload
+		digests[e.Key] = e.Digest
+	}
+	// 4 resources on edge01 (db's StatefulSet, sink's 3) + 2 pods + 3 on edge02.
+	if len(byKey) != 9 {
+		t.Fatalf("%d entries: %v", len(byKey), byKey)
+	}
+	dep := byKey["sink|cp|edge01|apps|v1|Deployment|default|fw0-sink"]
+	if dep["rsync-status"] != "Applied" || dep["cluster-status"] != "Present" || dep["ready-status"] != "Pending" ||
+		dep["reason"] != "1 of 2 replicas ready" || dep["app"] != "sink" || dep["status"] == nil {
+		t.Fatalf("deployment entry = %v", dep)
+	}
+	if pod := byKey["sink|cp|edge01||v1|Pod|default|fw0-sink-1"]; pod["rsync-status"] != nil || pod["ready-status"] != "Pending" {
+		t.Fatalf("pod entry = %v", pod)
+	}
+	if retry := byKey["sink|cp|edge02|apps|v1|Deployment|default|fw0-sink"]; retry["rsync-status"] != appcontext.RsyncRetrying || retry["cluster-status"] != Unknown {
+		t.Fatalf("unreachable entry = %v", retry)
+	}
+	if got := Entries(fixture(), Query{Apps: []string{"db"}}); len(got) != 1 {
+		t.Fatalf("app filter: %d entries", len(got))
+	}
+
+	// Metadata churn is no change; a .status change is.
+	churn := fixture()
+	p := churn.Context.Placements[1]
+	var st map[string]any
+	_ = json.Unmarshal(p.Bundle.Status, &st)
+	d := st["deploymentStatuses"].([]any)[0].(map[string]any)
+	d["metadata"].(map[string]any)["resourceVersion"] = "999"
+	b, _ := json.Marshal(st)
+	p.Bundle = &appcontext.BundleSnapshot{ResourceVersion: "8", Status: b}
+	key := "sink|cp|edge01|apps|v1|Deployment|default|fw0-sink"
+	if e := entryByKey(Entries(churn, Query{}), key); e.Digest != digests[key] {
+		t.Fatal("a resourceVersion change changed the digest")
+	}
+	d["status"] = map[string]any{"readyReplicas": 2}
+	b, _ = json.Marshal(st)
+	p.Bundle = &appcontext.BundleSnapshot{ResourceVersion: "9", Status: b}
+	if e := entryByKey(Entries(churn, Query{}), key); e.Digest == digests[key] {
+		t.Fatal("a .status change left the digest alone")
+	}
+}
+
+func entryByKey(l []notify.Entry, key string) notify.Entry {
+	for _, e := range l {
+		if e.Key == key {
+			return e
+		}
+	}
+	return notify.Entry{}
+}
