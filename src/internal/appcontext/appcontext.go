@@ -30,12 +30,18 @@ const (
 	UpdateFailed      = "UpdateFailed"
 )
 
-// Per-resource rsync statuses.
+// Per-resource rsync statuses. Retrying, Waiting and Failed are the three
+// classes of error (docs/status.md): Retrying is transient (the cluster is
+// unreachable, overloaded or timing out; retried with backoff), Waiting
+// needs something the cluster does not have yet (a kind, a namespace;
+// retried as soon as the cluster's API changes), Failed is what the API
+// server refused (retried on the next update).
 const (
 	RsyncPending  = "Pending"
 	RsyncApplied  = "Applied"
 	RsyncFailed   = "Failed"
 	RsyncRetrying = "Retrying"
+	RsyncWaiting  = "Waiting"
 	RsyncDeleted  = "Deleted"
 )
 
@@ -57,12 +63,22 @@ type Meta struct {
 	// instantiation, kept across updates so pods are not relabelled.
 	StatusID string    `json:"statusId"`
 	Created  time.Time `json:"created"`
+	// FieldValidation is how the API servers treat fields their schema
+	// lacks: Strict, Warn or Ignore; "" is rsync's default.
+	FieldValidation string `json:"fieldValidation,omitempty"`
 }
 
 // Status is a context's lifecycle state.
 type Status struct {
-	Status  string    `json:"status"`
-	Error   string    `json:"error,omitempty"`
+	Status string `json:"status"`
+	// Error summarises what went wrong ("2 of 9 resources failed, 1 is
+	// waiting"); Reasons are the first resources' reasons.
+	Error   string   `json:"error,omitempty"`
+	Reasons []string `json:"reasons,omitempty"`
+	// Active is set while rsync still works on a context whose status is
+	// already a failure (resources waiting or retrying besides those that
+	// failed), so a restart resumes it.
+	Active  bool      `json:"active,omitempty"`
 	Updated time.Time `json:"updated"`
 }
 
@@ -89,7 +105,10 @@ type Resource struct {
 	Name      string                  `json:"name"`
 	Namespace string                  `json:"namespace,omitempty"`
 	// Manifest is the object as rendered (JSON), before rsync's labels.
-	Manifest json.RawMessage `json:"manifest"`
+	// It is stored by content (ManifestRef) and filled in when read.
+	Manifest json.RawMessage `json:"manifest,omitempty"`
+	// ManifestRef locates the stored manifest; set by the Store.
+	ManifestRef *BlobRef `json:"manifestRef,omitempty"`
 	// Order is the apply position within its app and cluster.
 	Order int `json:"order"`
 	// Removed marks a resource an update no longer renders: rsync deletes it.
@@ -107,8 +126,12 @@ func (r Resource) Key() string {
 
 // ResourceStatus is rsync's state of one resource.
 type ResourceStatus struct {
-	Status   string    `json:"status"`
-	Error    string    `json:"error,omitempty"`
+	Status string `json:"status"`
+	// Error is the reason of a Failed, Waiting or Retrying resource.
+	Error string `json:"error,omitempty"`
+	// Warnings are what the API server said about an Applied object
+	// (unknown fields dropped, deprecated APIs).
+	Warnings []string  `json:"warnings,omitempty"`
 	Attempts int       `json:"attempts,omitempty"`
 	Updated  time.Time `json:"updated"`
 }
@@ -145,6 +168,7 @@ func (c *Context) Placement(app string, cluster ClusterRef) *Placement {
 type Store struct {
 	cli    *clientv3.Client
 	prefix string
+	lim    limits
 }
 
 // Options configures a Store.
@@ -152,6 +176,10 @@ type Options struct {
 	Client *clientv3.Client
 	// Prefix for every key; "" means "/argus".
 	Prefix string
+	// MaxRequestBytes is etcd's --max-request-bytes; 0 means etcd's
+	// default, 1.5 MiB. Values are chunked to a quarter of it and
+	// transactions kept under half.
+	MaxRequestBytes int
 }
 
 // New returns a Store.
@@ -159,7 +187,7 @@ func New(opts Options) *Store {
 	if opts.Prefix == "" {
 		opts.Prefix = "/argus"
 	}
-	return &Store{cli: opts.Client, prefix: strings.TrimSuffix(opts.Prefix, "/")}
+	return &Store{cli: opts.Client, prefix: strings.TrimSuffix(opts.Prefix, "/"), lim: newLimits(opts.MaxRequestBytes)}
 }
 
 func (s *Store) ctxPrefix(id string) string { return s.prefix + "/ctx/" + id + "/" }
@@ -182,8 +210,10 @@ func NewID() string {
 const maxOps = 100
 
 // Create stores a new context: its meta, a status, and every placement's
-// manifests, in transactions of at most maxOps puts. The meta key is
-// written first and only if absent, so ids never collide.
+// resources, in transactions bounded in operations and bytes. Manifests
+// are stored once per content (an app placed on many clusters costs one
+// copy) and chunked below etcd's request limit. The meta key is written
+// first and only if absent, so ids never collide.
 func (s *Store) Create(ctx context.Context, meta Meta, status Status, placements []*Placement) error {
 	metaJSON, err := json.Marshal(meta)
 	if err != nil {
@@ -199,76 +229,105 @@ func (s *Store) Create(ctx context.Context, meta Meta, status Status, placements
 	if !resp.Succeeded {
 		return errdefs.Conflict("context %s already exists", meta.ID)
 	}
-	ops := []clientv3.Op{}
-	st, err := json.Marshal(status)
+	b := &batch{s: s}
+	if err := s.putResources(b, meta.ID, placements, map[string]bool{}); err != nil {
+		return err
+	}
+	// The status goes last: a context is Instantiating only once all of it
+	// is stored.
+	if err := s.putStatus(b, meta.ID, status); err != nil {
+		return err
+	}
+	return b.commit(ctx)
+}
+
+// Replace writes the resources of placements into an existing context (for
+// updates) and then its status: new and changed manifests are written;
+// resources no longer rendered stay, marked Removed by the caller.
+func (s *Store) Replace(ctx context.Context, id string, placements []*Placement, status Status) error {
+	have, err := s.blobs(ctx, id)
 	if err != nil {
 		return err
 	}
-	ops = append(ops, clientv3.OpPut(s.statusKey(meta.ID), string(st)))
-	for _, p := range placements {
-		for i, r := range p.Resources {
-			r.Order = i
-			data, err := json.Marshal(r)
-			if err != nil {
-				return err
-			}
-			ops = append(ops, clientv3.OpPut(s.resPrefix(meta.ID, p.App, p.Cluster)+r.Key()+"/manifest", string(data)))
-		}
+	b := &batch{s: s}
+	if err := s.putResources(b, id, placements, have); err != nil {
+		return err
 	}
-	return s.commit(ctx, ops)
+	if err := s.putStatus(b, id, status); err != nil {
+		return err
+	}
+	return b.commit(ctx)
 }
 
-func (s *Store) commit(ctx context.Context, ops []clientv3.Op) error {
-	for len(ops) > 0 {
-		n := min(len(ops), maxOps)
-		if _, err := s.cli.Txn(ctx).Then(ops[:n]...).Commit(); err != nil {
-			return fmt.Errorf("write context: %w", err)
-		}
-		ops = ops[n:]
-	}
-	return nil
-}
-
-// ReplacePlacement sets the resources of an app on a cluster (for updates):
-// new and changed manifests are written; manifests no longer rendered stay,
-// marked for deletion by the caller through their status.
+// ReplacePlacement writes one placement's resources (see Replace).
 func (s *Store) ReplacePlacement(ctx context.Context, id string, p *Placement) error {
-	var ops []clientv3.Op
-	for i, r := range p.Resources {
-		r.Order = i
-		data, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		ops = append(ops, clientv3.OpPut(s.resPrefix(id, p.App, p.Cluster)+r.Key()+"/manifest", string(data)))
+	have, err := s.blobs(ctx, id)
+	if err != nil {
+		return err
 	}
-	return s.commit(ctx, ops)
+	b := &batch{s: s}
+	if err := s.putResources(b, id, []*Placement{p}, have); err != nil {
+		return err
+	}
+	return b.commit(ctx)
+}
+
+func (s *Store) putStatus(b *batch, id string, st Status) error {
+	if st.Updated.IsZero() {
+		st.Updated = time.Now().UTC()
+	}
+	data, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	b.put(s.statusKey(id), data)
+	return nil
 }
 
 // SetStatus records a context's status.
 func (s *Store) SetStatus(ctx context.Context, id string, st Status) error {
-	if st.Updated.IsZero() {
-		st.Updated = time.Now().UTC()
-	}
-	data, err := json.Marshal(st)
-	if err != nil {
+	b := &batch{s: s}
+	if err := s.putStatus(b, id, st); err != nil {
 		return err
 	}
-	_, err = s.cli.Put(ctx, s.statusKey(id), string(data))
-	return err
+	return b.commit(ctx)
 }
 
 // SetResourceStatus records rsync's state of one resource.
 func (s *Store) SetResourceStatus(ctx context.Context, id, app string, c ClusterRef, key string, st ResourceStatus) error {
-	if st.Updated.IsZero() {
-		st.Updated = time.Now().UTC()
+	return s.SetResourceStatuses(ctx, id, []StatusUpdate{{App: app, Cluster: c, Key: key, Status: st}}, nil)
+}
+
+// StatusUpdate is one resource's new rsync state.
+type StatusUpdate struct {
+	App     string
+	Cluster ClusterRef
+	Key     string
+	Status  ResourceStatus
+}
+
+// SetResourceStatuses records many resources' states, and then the
+// context's status when ctxStatus is not nil, in as few transactions as
+// etcd's limits allow.
+func (s *Store) SetResourceStatuses(ctx context.Context, id string, updates []StatusUpdate, ctxStatus *Status) error {
+	b := &batch{s: s}
+	now := time.Now().UTC()
+	for _, u := range updates {
+		if u.Status.Updated.IsZero() {
+			u.Status.Updated = now
+		}
+		data, err := json.Marshal(u.Status)
+		if err != nil {
+			return err
+		}
+		b.put(s.resPrefix(id, u.App, u.Cluster)+u.Key+"/status", data)
 	}
-	data, err := json.Marshal(st)
-	if err != nil {
-		return err
+	if ctxStatus != nil {
+		if err := s.putStatus(b, id, *ctxStatus); err != nil {
+			return err
+		}
 	}
-	_, err = s.cli.Put(ctx, s.resPrefix(id, app, c)+key+"/status", string(data))
-	return err
+	return b.commit(ctx)
 }
 
 // Get reads a whole context in one transaction (meta, status, and a range
@@ -299,6 +358,10 @@ func (s *Store) Get(ctx context.Context, id string) (*Context, error) {
 		if err := b.applyPlacementKey(strings.TrimPrefix(string(kv.Key), s.ctxPrefix(id)), kv.Value, false); err != nil {
 			return nil, fmt.Errorf("context %s: %w", id, err)
 		}
+	}
+	b.resolve()
+	if b.unresolved {
+		return nil, fmt.Errorf("context %s: a manifest's stored chunks are incomplete", id)
 	}
 	return b.ctx, nil
 }

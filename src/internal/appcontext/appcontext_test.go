@@ -1,12 +1,17 @@
 package appcontext
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
@@ -87,5 +92,144 @@ func TestIDsAndRefs(t *testing.T) {
 		if _, err := ParseClusterRef(bad); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("ParseClusterRef(%q) = %v", bad, err)
 		}
+	}
+}
+
+// TestEtcdRequestLimit measures the largest value the embedded etcd
+// accepts in one request (its --max-request-bytes, less framing), and
+// checks that the Store's chunks and transactions stay well under it.
+func TestEtcdRequestLimit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key := env.EtcdPrefix() + "limit"
+	lo, hi := 0, 8<<20 // lo fits, hi does not
+	for hi-lo > 1024 {
+		mid := (lo + hi) / 2
+		if _, err := env.Etcd.Client.Put(ctx, key, strings.Repeat("x", mid)); err != nil {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	t.Logf("largest value etcd accepts in one put: %d bytes (≈ %.2f MiB)", lo, float64(lo)/(1<<20))
+	if lo < DefaultMaxRequestBytes-4096 || lo > DefaultMaxRequestBytes {
+		t.Fatalf("measured limit %d is not etcd's default %d: adjust DefaultMaxRequestBytes", lo, DefaultMaxRequestBytes)
+	}
+	lim := newLimits(0)
+	if lim.chunk+1024 > lo/2 || lim.txn+maxOps*opOverhead > lo*3/4 {
+		t.Fatalf("limits %+v are not a safe fraction of the measured %d", lim, lo)
+	}
+	// A transaction of the budget's size goes through.
+	s := New(Options{Client: env.Etcd.Client, Prefix: env.EtcdPrefix()})
+	b := &batch{s: s}
+	for i := range 4 {
+		b.put(env.EtcdPrefix()+"t/"+strconv.Itoa(i), []byte(strings.Repeat("y", lim.chunk-100)))
+	}
+	if err := b.commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An app of 5 MB of manifests, one of them larger than etcd's request
+// limit, is stored and read back whole, through Get and through the cache;
+// the same manifest on two clusters is stored once.
+func TestLargeManifests(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prefix := env.EtcdPrefix()
+	s := New(Options{Client: env.Etcd.Client, Prefix: prefix})
+	cache := NewCache(s, nil)
+	cctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cache.Run(cctx) }()
+	defer func() { stop(); <-done }()
+
+	cm := func(name string, size int) Resource {
+		obj := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name},
+			"data": map[string]any{"blob": strings.Repeat(name[:1], size)}}
+		data, _ := json.Marshal(obj)
+		return Resource{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: name, Namespace: "default", Manifest: data}
+	}
+	var rs []Resource
+	for i := range 4 {
+		rs = append(rs, cm(fmt.Sprintf("c%d", i), 900_000))
+	}
+	rs = append(rs, cm("huge", 2_000_000)) // > 1.5 MiB: chunked
+	id := NewID()
+	meta := Meta{ID: id, Kind: "dig", Group: "g/" + id, StatusID: id, Namespace: "default", Created: time.Now().UTC()}
+	placements := []*Placement{
+		{App: "big", Cluster: ClusterRef{"cp", "c1"}, Resources: rs},
+		{App: "big", Cluster: ClusterRef{"cp", "c2"}, Resources: rs},
+	}
+	if err := s.Create(ctx, meta, Status{Status: Instantiating}, placements); err != nil {
+		t.Fatal(err)
+	}
+	check := func(how string, c *Context) {
+		t.Helper()
+		if c == nil || len(c.Placements) != 2 {
+			t.Fatalf("%s: context %+v", how, c)
+		}
+		for _, p := range c.Placements {
+			for i, r := range p.Resources {
+				if !bytes.Equal(r.Manifest, rs[i].Manifest) {
+					t.Fatalf("%s: %s on %s: manifest of %d bytes, want %d", how, r.Key(), p.Cluster, len(r.Manifest), len(rs[i].Manifest))
+				}
+			}
+		}
+	}
+	got, err := s.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("Get", got)
+	chunks := 0 // each manifest once, though placed on two clusters
+	for _, r := range rs {
+		chunks += (len(r.Manifest) + s.lim.chunk - 1) / s.lim.chunk
+	}
+	resp, err := env.Etcd.Client.Get(ctx, prefix+"ctx/"+id+"/blob/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil || len(resp.Kvs) != chunks {
+		t.Fatalf("blob keys = %d, want %d, %v", len(resp.Kvs), chunks, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var ok bool
+		_ = cache.View(ctx, id, func(c *Context, _ map[ClusterRef]ClusterState) {
+			ok = c != nil && c.Status.Status == Instantiating
+			if ok {
+				check("cache", c)
+			}
+		})
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cache never saw the context")
+		}
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
+	}
+
+	// An update rewrites only new manifests and keeps reading whole.
+	rs2 := append([]Resource{cm("d0", 10)}, rs...)
+	if err := s.Replace(ctx, id, []*Placement{{App: "big", Cluster: ClusterRef{"cp", "c1"}, Resources: rs2}}, Status{Status: Updating}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.Get(ctx, id)
+	if err != nil || got.Status.Status != Updating || len(got.Placement("big", ClusterRef{"cp", "c1"}).Resources) != 6 {
+		t.Fatalf("after replace: %+v %v", got, err)
+	}
+
+	// Statuses are written in one batch, with the context's status.
+	var ups []StatusUpdate
+	for _, r := range rs {
+		ups = append(ups, StatusUpdate{App: "big", Cluster: ClusterRef{"cp", "c2"}, Key: r.Key(),
+			Status: ResourceStatus{Status: RsyncApplied, Warnings: []string{"w"}}})
+	}
+	if err := s.SetResourceStatuses(ctx, id, ups, &Status{Status: Updated}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.Get(ctx, id)
+	p := got.Placement("big", ClusterRef{"cp", "c2"})
+	if got.Status.Status != Updated || p.StatusOf("ConfigMap/default/huge").Status != RsyncApplied || p.StatusOf("ConfigMap/default/c0").Warnings[0] != "w" {
+		t.Fatalf("statuses: %+v %+v", got.Status, p.Statuses)
 	}
 }

@@ -15,10 +15,14 @@ import (
 type builder struct {
 	ctx         *Context
 	byPlacement map[string]*Placement
+	// blobs are the context's manifests by content hash; unresolved is set
+	// while a resource waits for its blob's chunks.
+	blobs      map[string]*blob
+	unresolved bool
 }
 
 func newBuilder() *builder {
-	return &builder{ctx: &Context{}, byPlacement: map[string]*Placement{}}
+	return &builder{ctx: &Context{}, byPlacement: map[string]*Placement{}, blobs: map[string]*blob{}}
 }
 
 func (b *builder) applyMeta(v []byte) error {
@@ -36,9 +40,14 @@ func (b *builder) applyStatus(v []byte) error {
 }
 
 // applyPlacementKey applies one key below /ctx/<id>/:
-// app/<app>/cluster/<ref>/res/<Kind>/<ns>/<name>/{manifest,status} or
-// app/<app>/cluster/<ref>/bundle. Unknown keys are ignored.
+// app/<app>/cluster/<ref>/res/<Kind>/<ns>/<name>/{manifest,status},
+// app/<app>/cluster/<ref>/bundle or blob/<sha256>/<chunk>. Unknown keys
+// are ignored. Call resolve after a batch of keys.
 func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
+	if blobKey, ok := strings.CutPrefix(rest, "blob/"); ok {
+		b.applyBlobKey(blobKey, v, deleted)
+		return nil
+	}
 	parts := strings.Split(rest, "/")
 	if len(parts) < 5 || parts[0] != "app" || parts[2] != "cluster" {
 		return nil
@@ -76,6 +85,9 @@ func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 			var r Resource
 			if err := json.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("resource %s: %w", key, err)
+			}
+			if r.ManifestRef != nil && len(r.Manifest) == 0 {
+				b.unresolved = true
 			}
 			p.putResource(r)
 		case "status":

@@ -126,6 +126,9 @@ func (c *Cache) load(ctx context.Context) (int64, error) {
 	for _, kv := range resp.Kvs {
 		c.applyLocked(string(kv.Key), kv.Value, false)
 	}
+	for _, b := range c.contexts {
+		b.resolve()
+	}
 	return resp.Header.Revision, nil
 }
 
@@ -141,6 +144,9 @@ func (c *Cache) follow(ctx context.Context, rev int64) error {
 			for _, g := range c.applyLocked(string(ev.Kv.Key), ev.Kv.Value, ev.Type == clientv3.EventTypeDelete) {
 				groups[g] = struct{}{}
 			}
+		}
+		for _, b := range c.contexts {
+			b.resolve() // cheap unless a manifest's chunks just arrived
 		}
 		listeners := c.onChange
 		c.mu.Unlock()
