@@ -131,7 +131,10 @@ type ResourceStatus struct {
 	Error string `json:"error,omitempty"`
 	// Warnings are what the API server said about an Applied object
 	// (unknown fields dropped, deprecated APIs).
-	Warnings []string  `json:"warnings,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+	// Manifest is the sha256 of the manifest last Applied: an update
+	// applies only what changed.
+	Manifest string    `json:"manifest,omitempty"`
 	Attempts int       `json:"attempts,omitempty"`
 	Updated  time.Time `json:"updated"`
 }

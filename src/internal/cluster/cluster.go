@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
@@ -22,6 +23,9 @@ type Client struct {
 	Config    *rest.Config
 	Dynamic   dynamic.Interface
 	Discovery discovery.DiscoveryInterface
+	// Metadata reads objects' metadata only (cheap watches of CRDs and
+	// namespaces); nil when not available.
+	Metadata metadata.Interface
 	// Mapper maps kinds to resources; Reset it when a kind is not found,
 	// since a CRD may have been installed since discovery was cached.
 	Mapper *restmapper.DeferredDiscoveryRESTMapper
@@ -70,8 +74,12 @@ func (r *Registry) Client(ctx context.Context, ref appcontext.ClusterRef) (*Clie
 	}
 	// No client-wide Timeout: client-go applies it to watch streams too and
 	// would cut informers' watches. Callers bound requests with contexts.
-	cfg.QPS, cfg.Burst = 100, 200
+	// rsync bounds its own concurrency per cluster; the client-side rate
+	// limit is a safety net that must not pace a large deployment.
+	cfg.QPS, cfg.Burst = 200, 400
 	cfg.UserAgent = "argus-orchestrator"
+	// Warnings go to the requests that asked for them (WithWarnings).
+	cfg.WarningHandlerWithContext = contextWarnings{}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -80,7 +88,11 @@ func (r *Registry) Client(ctx context.Context, ref appcontext.ClusterRef) (*Clie
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{Config: cfg, Dynamic: dyn, Discovery: disc,
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{Config: cfg, Dynamic: dyn, Discovery: disc, Metadata: meta,
 		Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))}
 	r.clients[ref] = cached{sum: sum, client: c}
 	return c, nil

@@ -4,24 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
-	"net/url"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 
-	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/cluster"
@@ -35,28 +24,55 @@ type Clusters interface {
 	Client(ctx context.Context, ref appcontext.ClusterRef) (*cluster.Client, error)
 }
 
+// Field validation modes: how an API server treats fields the kind's
+// schema lacks. Warn (the default, as for Helm and EMCO) drops them and
+// records a warning; Ignore drops them silently; Strict fails the object.
+const (
+	FieldValidationStrict = metav1.FieldValidationStrict
+	FieldValidationWarn   = metav1.FieldValidationWarn
+	FieldValidationIgnore = metav1.FieldValidationIgnore
+)
+
+// ValidFieldValidation reports whether v is a mode ("" means the default).
+func ValidFieldValidation(v string) bool {
+	switch v {
+	case "", FieldValidationStrict, FieldValidationWarn, FieldValidationIgnore:
+		return true
+	}
+	return false
+}
+
 // Options configures the Engine. Zero values are the documented defaults,
 // except Store and Clusters, which are required.
 type Options struct {
 	Store    *appcontext.Store
 	Clusters Clusters
-	// Parallelism is how many app/cluster placements are applied at once; 0 means 16.
-	Parallelism int
-	// BackoffBase and BackoffMax bound the retry delay for an unreachable
-	// cluster; 0 means 500ms and 30s.
+	// ClusterParallelism bounds the requests rsync has in flight to one
+	// cluster, over every action; 0 means 16.
+	ClusterParallelism int
+	// BackoffBase and BackoffMax bound the retry delay of transient errors
+	// (an unreachable or overloaded cluster); 0 means 500ms and 30s.
 	BackoffBase, BackoffMax time.Duration
-	// NoMatchAttempts is how often a kind the cluster does not serve is
-	// retried (a CRD applied just before may still be establishing) before
-	// the resource is Failed; 0 means 10.
-	NoMatchAttempts int
+	// WaitBase and WaitMax bound how often a Waiting resource is tried
+	// again when no change of its cluster's API woke it first (a watch the
+	// credentials forbid, a change the watches do not see); 0 means 1s
+	// and 30s.
+	WaitBase, WaitMax time.Duration
 	// RequestTimeout bounds each request to a cluster, so one that does not
 	// answer is retried like one that refuses; 0 means 15s.
 	RequestTimeout time.Duration
-	Logger         *logrus.Entry
+	// FieldValidation is the default mode for contexts that name none;
+	// "" means Warn.
+	FieldValidation string
+	Logger          *logrus.Entry
 }
 
 // Engine runs rsync actions. It owns every goroutine it starts; Close stops
 // them and waits.
+//
+// The engine acts on contexts handed to it (Instantiate, Update, Terminate)
+// or found in etcd (Resume); everything an action needs is in the context,
+// so deciding which process runs a context's action can happen outside.
 type Engine struct {
 	opts   Options
 	log    *logrus.Entry
@@ -64,15 +80,19 @@ type Engine struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	groups map[string]*run // the last action started per group
+	mu       sync.Mutex
+	groups   map[string]*run // the last action started per group
+	clusters map[appcontext.ClusterRef]*clusterState
 }
 
-// run is one action on one group.
+// run is one action on one group. Runs on a group form a chain: each
+// starts when the one before settled.
 type run struct {
-	kind   string
-	cancel context.CancelFunc
-	done   chan struct{}
+	kind, id string
+	cancel   context.CancelFunc
+	done     chan struct{} // this action stopped working
+	settled  chan struct{} // done, and every earlier action on the group settled
+	prev     *run          // nil once settled
 }
 
 // New returns an Engine.
@@ -80,8 +100,14 @@ func New(opts Options) (*Engine, error) {
 	if opts.Store == nil || opts.Clusters == nil {
 		return nil, errors.New("rsync: Store and Clusters are required")
 	}
-	if opts.Parallelism == 0 {
-		opts.Parallelism = 16
+	if !ValidFieldValidation(opts.FieldValidation) {
+		return nil, fmt.Errorf("rsync: field validation %q is not one of Strict, Warn, Ignore", opts.FieldValidation)
+	}
+	if opts.FieldValidation == "" {
+		opts.FieldValidation = FieldValidationWarn
+	}
+	if opts.ClusterParallelism == 0 {
+		opts.ClusterParallelism = 16
 	}
 	if opts.BackoffBase == 0 {
 		opts.BackoffBase = 500 * time.Millisecond
@@ -89,8 +115,11 @@ func New(opts Options) (*Engine, error) {
 	if opts.BackoffMax == 0 {
 		opts.BackoffMax = 30 * time.Second
 	}
-	if opts.NoMatchAttempts == 0 {
-		opts.NoMatchAttempts = 10
+	if opts.WaitBase == 0 {
+		opts.WaitBase = time.Second
+	}
+	if opts.WaitMax == 0 {
+		opts.WaitMax = 30 * time.Second
 	}
 	if opts.RequestTimeout == 0 {
 		opts.RequestTimeout = 15 * time.Second
@@ -99,7 +128,8 @@ func New(opts Options) (*Engine, error) {
 		opts.Logger = logrus.NewEntry(logging.Discard())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Engine{opts: opts, log: opts.Logger, ctx: ctx, cancel: cancel, groups: map[string]*run{}}, nil
+	return &Engine{opts: opts, log: opts.Logger, ctx: ctx, cancel: cancel, groups: map[string]*run{},
+		clusters: map[appcontext.ClusterRef]*clusterState{}}, nil
 }
 
 // Close cancels every action and waits for them. Their progress is in etcd;
@@ -120,76 +150,107 @@ const (
 // on its group.
 func (e *Engine) Instantiate(group, id string) { e.start(group, actionApply, id, false) }
 
-// Update applies a context's changed resources and deletes those marked
-// removed, after any action in flight on its group.
+// Update applies a context's new and changed resources, retries those not
+// Applied, and deletes those marked removed, after any action in flight on
+// its group.
 func (e *Engine) Update(group, id string) { e.start(group, actionUpdate, id, false) }
 
-// Terminate cancels the action in flight on the group and deletes the
+// Terminate cancels the actions in flight on the group and deletes the
 // context's resources.
 func (e *Engine) Terminate(group, id string) { e.start(group, actionDelete, id, true) }
 
-// Stop cancels the action in flight on the group and waits for it; it
-// reports whether one was running.
+// Stop cancels the actions in flight on the group (other than deletions of
+// earlier contexts) and waits for the latest; it reports whether one was
+// running.
 func (e *Engine) Stop(group string) bool {
-	r := e.running(group)
-	if r == nil {
+	e.mu.Lock()
+	r := e.groups[group]
+	if r == nil || closed(r.done) {
+		e.mu.Unlock()
 		return false
 	}
-	r.cancel()
+	e.cancelChainLocked(r, r.id)
+	e.mu.Unlock()
 	<-r.done
 	return true
 }
 
 // Busy reports whether an action is running on the group.
-func (e *Engine) Busy(group string) bool { return e.running(group) != nil }
-
-// running returns the group's action if it has not finished, else nil.
-func (e *Engine) running(group string) *run {
+func (e *Engine) Busy(group string) bool {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	r := e.groups[group]
-	e.mu.Unlock()
-	if r == nil {
-		return nil
-	}
+	return r != nil && !closed(r.done)
+}
+
+func closed(ch chan struct{}) bool {
 	select {
-	case <-r.done:
-		return nil
+	case <-ch:
+		return true
 	default:
-		return r
+		return false
 	}
 }
 
+// cancelChainLocked cancels r and every unsettled run before it that
+// works on context id or is not a deletion: a deletion of an earlier
+// context goes on, since the new one's objects must not meet the old.
+func (e *Engine) cancelChainLocked(r *run, id string) {
+	for ; r != nil; r = r.prev {
+		if r.kind != actionDelete || r.id == id {
+			r.cancel()
+		}
+	}
+}
+
+// start queues an action on the group. Starting what already runs (the
+// same kind on the same context) does nothing, so Resume is idempotent.
 func (e *Engine) start(group, kind, id string, preempt bool) {
 	e.mu.Lock()
 	prev := e.groups[group]
+	if prev != nil && !preempt && prev.kind == kind && prev.id == id && !closed(prev.done) {
+		e.mu.Unlock()
+		return
+	}
 	if preempt && prev != nil {
-		prev.cancel()
+		e.cancelChainLocked(prev, id)
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
-	r := &run{kind: kind, cancel: cancel, done: make(chan struct{})}
+	r := &run{kind: kind, id: id, cancel: cancel, done: make(chan struct{}), settled: make(chan struct{}), prev: prev}
 	e.groups[group] = r
 	e.mu.Unlock()
 
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
+		defer func() {
+			if prev != nil {
+				<-prev.settled // settle in order, even when cancelled early
+			}
+			e.mu.Lock()
+			r.prev = nil
+			e.mu.Unlock()
+			close(r.settled)
+		}()
 		defer close(r.done)
 		defer cancel()
 		if prev != nil {
 			select { // actions on one group are serialised
-			case <-prev.done:
+			case <-prev.settled:
 			case <-ctx.Done():
 				return
 			}
 		}
 		log := e.log.WithFields(logrus.Fields{"context": id, "action": kind, "group": group})
+		start := time.Now()
 		var err error
 		switch kind {
 		case actionApply, actionUpdate:
-			err = e.apply(ctx, id, kind == actionUpdate)
+			err = e.apply(ctx, id, kind == actionUpdate, log)
 		case actionDelete:
-			err = e.delete(ctx, id)
+			err = e.delete(ctx, id, log)
 		}
+		log = log.WithField("ms", time.Since(start).Milliseconds())
 		switch {
 		case err == nil:
 			log.Info("rsync action finished")
@@ -201,441 +262,45 @@ func (e *Engine) start(group, kind, id string, preempt bool) {
 	}()
 }
 
-// Resume restarts the actions an earlier process left unfinished.
+// Resume starts the actions an earlier process left unfinished: contexts
+// Instantiating, Updating or Terminating, and failed ones rsync was still
+// working on (Active). It may be called again; what runs is not restarted.
 func (e *Engine) Resume(ctx context.Context) error {
 	list, err := e.opts.Store.List(ctx)
 	if err != nil {
 		return err
 	}
-	for _, c := range list {
-		switch c.Status.Status {
-		case appcontext.Instantiating:
-			e.start(c.Meta.Group, actionApply, c.Meta.ID, false)
-		case appcontext.Updating:
-			e.start(c.Meta.Group, actionUpdate, c.Meta.ID, false)
-		case appcontext.Terminating:
-			e.start(c.Meta.Group, actionDelete, c.Meta.ID, false)
+	for _, c := range list { // oldest first: a group's deletion before its next instantiation
+		kind := ""
+		switch st := c.Status; {
+		case st.Status == appcontext.Instantiating, st.Status == appcontext.InstantiateFailed && st.Active:
+			kind = actionApply
+		case st.Status == appcontext.Updating, st.Status == appcontext.UpdateFailed && st.Active:
+			kind = actionUpdate
+		case st.Status == appcontext.Terminating:
+			kind = actionDelete
 		default:
 			continue
 		}
+		e.start(c.Meta.Group, kind, c.Meta.ID, false)
 		e.log.WithFields(logrus.Fields{"context": c.Meta.ID, "status": c.Status.Status}).Info("resuming rsync action")
 	}
 	return nil
 }
 
-// ---- apply ----
-
-func (e *Engine) apply(ctx context.Context, id string, update bool) error {
-	c, err := e.opts.Store.Get(ctx, id)
-	if err != nil {
-		return err
+// backoff is the wait before attempt n (from 1) between base and max:
+// exponential, with ±20% jitter.
+func backoffFor(base, max time.Duration, attempt int) time.Duration {
+	d := base << min(attempt-1, 20)
+	if d > max || d <= 0 {
+		d = max
 	}
-	running, done, failed := appcontext.Instantiating, appcontext.Instantiated, appcontext.InstantiateFailed
-	if update {
-		running, done, failed = appcontext.Updating, appcontext.Updated, appcontext.UpdateFailed
-	}
-	if c.Status.Status != running {
-		if err := e.opts.Store.SetStatus(ctx, id, appcontext.Status{Status: running}); err != nil {
-			return err
-		}
-	}
-	anyFailed := e.eachPlacement(ctx, c, func(ctx context.Context, p *appcontext.Placement) bool {
-		return e.applyPlacement(ctx, c, p, update)
-	})
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	final := done
-	msg := ""
-	if anyFailed {
-		final, msg = failed, "one or more resources failed; see their rsync status"
-	}
-	return e.opts.Store.SetStatus(context.WithoutCancel(ctx), id, appcontext.Status{Status: final, Error: msg})
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-// eachPlacement runs f over the placements, Parallelism at a time, and
-// reports whether any reported a failure.
-func (e *Engine) eachPlacement(ctx context.Context, c *appcontext.Context, f func(context.Context, *appcontext.Placement) bool) bool {
-	sem := make(chan struct{}, e.opts.Parallelism)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	anyFailed := false
-	for _, p := range c.Placements {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			defer func() { <-sem }()
-			if f(ctx, p) {
-				mu.Lock()
-				anyFailed = true
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return anyFailed
-}
-
-// applyPlacement applies one app's resources to one cluster, in order, and
-// then its ResourceBundleState. It returns true if any resource Failed.
-func (e *Engine) applyPlacement(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, update bool) bool {
-	log := e.log.WithFields(logrus.Fields{"context": c.Meta.ID, "app": p.App, "cluster": p.Cluster.String()})
-	labels := bundleLabels(c.Meta.StatusID, p.App)
-	pending := make([]appcontext.Resource, 0, len(p.Resources))
-	var removed []appcontext.Resource
-	for _, r := range orderForApply(p.Resources) {
-		st := p.StatusOf(r.Key()).Status
-		switch {
-		case r.Removed:
-			if st != appcontext.RsyncDeleted {
-				removed = append(removed, r)
-			}
-		case update || st != appcontext.RsyncApplied:
-			pending = append(pending, r)
-		}
-	}
-	anyFailed := false
-	var kinds []schema.GroupVersionKind
-	seen := map[schema.GroupVersionKind]bool{}
-	for _, r := range p.Resources {
-		if !r.Removed && !seen[r.GVK] {
-			seen[r.GVK] = true
-			kinds = append(kinds, r.GVK)
-		}
-	}
-	attempt := 0
-	for len(pending) > 0 {
-		if ctx.Err() != nil {
-			return anyFailed
-		}
-		r := pending[0]
-		status, err := e.applyOne(ctx, c, p, r, labels)
-		switch status {
-		case appcontext.RsyncApplied, appcontext.RsyncFailed:
-			if err != nil {
-				log.WithError(err).WithField("resource", r.Key()).Warn("apply failed")
-			}
-			anyFailed = anyFailed || status == appcontext.RsyncFailed
-			e.record(ctx, c.Meta.ID, p, r.Key(), appcontext.ResourceStatus{Status: status, Error: errString(err)})
-			pending = pending[1:]
-			attempt = 0
-		case appcontext.RsyncRetrying:
-			// The cluster is unreachable: everything still to do waits for it.
-			attempt++
-			for _, w := range pending {
-				e.record(ctx, c.Meta.ID, p, w.Key(), appcontext.ResourceStatus{Status: appcontext.RsyncRetrying, Error: errString(err), Attempts: attempt})
-			}
-			log.WithError(err).WithField("attempt", attempt).Info("cluster unreachable; retrying")
-			if !e.sleep(ctx, attempt) {
-				return anyFailed
-			}
-		}
-	}
-	for _, r := range removed {
-		if e.deleteWithRetry(ctx, c, p, r) {
-			anyFailed = true
-		}
-	}
-	if ctx.Err() == nil {
-		e.applyBundle(ctx, c, p, labels, kinds, log)
-	}
-	return anyFailed
-}
-
-// orderForApply puts CRDs first, then Namespaces, then the rest in render order.
-func orderForApply(rs []appcontext.Resource) []appcontext.Resource {
-	var crds, nss, rest []appcontext.Resource
-	for _, r := range rs {
-		switch {
-		case r.GVK.Kind == "CustomResourceDefinition" && r.GVK.Group == "apiextensions.k8s.io":
-			crds = append(crds, r)
-		case r.GVK.Kind == "Namespace" && r.GVK.Group == "":
-			nss = append(nss, r)
-		default:
-			rest = append(rest, r)
-		}
-	}
-	return append(append(crds, nss...), rest...)
-}
-
-// applyOne applies one resource; it returns Applied, Failed, or Retrying
-// when the cluster cannot be reached.
-func (e *Engine) applyOne(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, r appcontext.Resource, labels map[string]string) (string, error) {
-	client, err := e.opts.Clusters.Client(ctx, p.Cluster)
-	if err != nil {
-		return appcontext.RsyncFailed, err
-	}
-	obj := &unstructured.Unstructured{}
-	if err := obj.UnmarshalJSON(r.Manifest); err != nil {
-		return appcontext.RsyncFailed, fmt.Errorf("decode manifest: %w", err)
-	}
-	decorate(obj, labels)
-	ri, status, err := e.resourceFor(ctx, client, r.GVK, obj, c.Meta.Namespace)
-	if err != nil {
-		return status, err
-	}
-	data, err := obj.MarshalJSON()
-	if err != nil {
-		return appcontext.RsyncFailed, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
-	defer cancel()
-	_, err = ri.Patch(rctx, obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: fieldManager, Force: ptrTrue()})
-	if err == nil {
-		return appcontext.RsyncApplied, nil
-	}
-	if apierrors.IsNotFound(err) && obj.GetNamespace() != "" {
-		// The target namespace does not exist yet: create it, as
-		// helm --create-namespace would, and try again.
-		if nerr := e.ensureNamespace(rctx, client, obj.GetNamespace()); nerr != nil {
-			return classify(ctx, nerr), nerr
-		}
-		if _, err = ri.Patch(rctx, obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: fieldManager, Force: ptrTrue()}); err == nil {
-			return appcontext.RsyncApplied, nil
-		}
-	}
-	return classify(ctx, err), err
-}
-
-// resourceFor maps the kind and picks the namespace: a namespaced object
-// without one goes to the context's namespace.
-func (e *Engine) resourceFor(ctx context.Context, client *cluster.Client, gvk schema.GroupVersionKind, obj *unstructured.Unstructured, defaultNS string) (dynamic.ResourceInterface, string, error) {
-	var mapping *meta.RESTMapping
-	var err error
-	for attempt := 1; ; attempt++ {
-		mapping, err = client.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err == nil {
-			break
-		}
-		if !meta.IsNoMatchError(err) {
-			// Discovery failed: the cluster is unreachable or unwell.
-			return nil, appcontext.RsyncRetrying, fmt.Errorf("discover %s: %w", gvk.Kind, err)
-		}
-		client.Mapper.Reset()
-		if attempt >= e.opts.NoMatchAttempts {
-			return nil, appcontext.RsyncFailed, fmt.Errorf("kind %s is not served by the cluster", gvk)
-		}
-		if !e.sleep(ctx, 1) {
-			return nil, appcontext.RsyncRetrying, ctx.Err()
-		}
-	}
-	if mapping.Scope.Name() != meta.RESTScopeNameNamespace {
-		obj.SetNamespace("")
-		return client.Dynamic.Resource(mapping.Resource), "", nil
-	}
-	if obj.GetNamespace() == "" {
-		obj.SetNamespace(defaultNS)
-	}
-	return client.Dynamic.Resource(mapping.Resource).Namespace(obj.GetNamespace()), "", nil
-}
-
-func (e *Engine) ensureNamespace(ctx context.Context, client *cluster.Client, ns string) error {
-	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}
-	data, _ := obj.MarshalJSON()
-	_, err := client.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).
-		Patch(ctx, ns, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: fieldManager, Force: ptrTrue()})
-	return err
-}
-
-// applyBundle applies the app's ResourceBundleState. The CRD belongs to the
-// monitor's manifests; without it the deployment still succeeds, and the
-// status engine reports the monitor NotInstalled.
-func (e *Engine) applyBundle(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, labels map[string]string, kinds []schema.GroupVersionKind, log *logrus.Entry) {
-	client, err := e.opts.Clusters.Client(ctx, p.Cluster)
-	if err != nil {
-		return
-	}
-	kindList := make([]any, 0, len(kinds))
-	for _, k := range kinds {
-		kindList = append(kindList, map[string]any{"group": k.Group, "version": k.Version, "kind": k.Kind})
-	}
-	rbs := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.Group + "/" + v1alpha1.Version, "kind": v1alpha1.Kind,
-		"metadata": map[string]any{
-			"name": BundleName(p.App, c.Meta.StatusID), "namespace": c.Meta.Namespace,
-			"labels": map[string]any{v1alpha1.LabelContextID: c.Meta.StatusID, v1alpha1.LabelApp: p.App},
-		},
-		"spec": map[string]any{
-			"selector": map[string]any{"matchLabels": map[string]any{v1alpha1.LabelDeploymentID: labels[v1alpha1.LabelDeploymentID]}},
-			"kinds":    kindList,
-		},
-	}}
-	// The CRD is the monitor's, never applied just before: one rediscovery
-	// tells whether it is installed, without resourceFor's patience.
-	if _, err := client.Mapper.RESTMapping(v1alpha1.GVK().GroupKind(), v1alpha1.Version); meta.IsNoMatchError(err) {
-		client.Mapper.Reset()
-		if _, err := client.Mapper.RESTMapping(v1alpha1.GVK().GroupKind(), v1alpha1.Version); meta.IsNoMatchError(err) {
-			log.Warn("the ResourceBundleState CRD is not installed (is the monitor?); the deployment goes on without it")
-			return
-		}
-	}
-	for attempt := 1; ctx.Err() == nil; attempt++ {
-		ri, status, err := e.resourceFor(ctx, client, v1alpha1.GVK(), rbs, c.Meta.Namespace)
-		if err == nil {
-			data, _ := rbs.MarshalJSON()
-			_, err = ri.Patch(ctx, rbs.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: fieldManager, Force: ptrTrue()})
-			status = classify(ctx, err)
-		}
-		if err == nil {
-			return
-		}
-		if status != appcontext.RsyncRetrying {
-			log.WithError(err).Warn("cannot apply the ResourceBundleState (is the monitor installed?)")
-			return
-		}
-		if !e.sleep(ctx, attempt) {
-			return
-		}
-	}
-}
-
-// ---- delete ----
-
-func (e *Engine) delete(ctx context.Context, id string) error {
-	c, err := e.opts.Store.Get(ctx, id)
-	if err != nil {
-		return err
-	}
-	if c.Status.Status != appcontext.Terminating {
-		if err := e.opts.Store.SetStatus(ctx, id, appcontext.Status{Status: appcontext.Terminating}); err != nil {
-			return err
-		}
-	}
-	anyFailed := e.eachPlacement(ctx, c, func(ctx context.Context, p *appcontext.Placement) bool {
-		e.deleteBundle(ctx, c, p)
-		failed := false
-		rs := orderForApply(p.Resources)
-		for i := len(rs) - 1; i >= 0 && ctx.Err() == nil; i-- {
-			if p.StatusOf(rs[i].Key()).Status == appcontext.RsyncDeleted {
-				continue
-			}
-			if e.deleteWithRetry(ctx, c, p, rs[i]) {
-				failed = true
-			}
-		}
-		return failed
-	})
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	final, msg := appcontext.Terminated, ""
-	if anyFailed {
-		final, msg = appcontext.TerminateFailed, "one or more resources could not be deleted; see their rsync status"
-	}
-	return e.opts.Store.SetStatus(context.WithoutCancel(ctx), id, appcontext.Status{Status: final, Error: msg})
-}
-
-// deleteWithRetry deletes one resource, retrying while the cluster is
-// unreachable. It returns true if the resource Failed.
-func (e *Engine) deleteWithRetry(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, r appcontext.Resource) bool {
-	for attempt := 1; ctx.Err() == nil; attempt++ {
-		status, err := e.deleteOne(ctx, c, p, r)
-		if status != appcontext.RsyncRetrying {
-			e.record(ctx, c.Meta.ID, p, r.Key(), appcontext.ResourceStatus{Status: status, Error: errString(err)})
-			return status == appcontext.RsyncFailed
-		}
-		e.record(ctx, c.Meta.ID, p, r.Key(), appcontext.ResourceStatus{Status: appcontext.RsyncRetrying, Error: errString(err), Attempts: attempt})
-		if !e.sleep(ctx, attempt) {
-			break
-		}
-	}
-	return false
-}
-
-func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, r appcontext.Resource) (string, error) {
-	client, err := e.opts.Clusters.Client(ctx, p.Cluster)
-	if err != nil {
-		return appcontext.RsyncFailed, err
-	}
-	obj := &unstructured.Unstructured{}
-	if err := obj.UnmarshalJSON(r.Manifest); err != nil {
-		return appcontext.RsyncFailed, err
-	}
-	ri, status, err := e.resourceFor(ctx, client, r.GVK, obj, c.Meta.Namespace)
-	if err != nil {
-		if status == appcontext.RsyncFailed {
-			return appcontext.RsyncDeleted, nil // the kind is gone, so is the object
-		}
-		return status, err
-	}
-	policy := metav1.DeletePropagationBackground
-	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
-	defer cancel()
-	err = ri.Delete(rctx, obj.GetName(), metav1.DeleteOptions{PropagationPolicy: &policy})
-	if err == nil || apierrors.IsNotFound(err) {
-		return appcontext.RsyncDeleted, nil
-	}
-	return classify(ctx, err), err
-}
-
-func (e *Engine) deleteBundle(ctx context.Context, c *appcontext.Context, p *appcontext.Placement) {
-	client, err := e.opts.Clusters.Client(ctx, p.Cluster)
-	if err != nil {
-		return
-	}
-	for attempt := 1; ctx.Err() == nil; attempt++ {
-		err := client.Dynamic.Resource(v1alpha1.GVR()).Namespace(c.Meta.Namespace).Delete(ctx, BundleName(p.App, c.Meta.StatusID), metav1.DeleteOptions{})
-		if err == nil || apierrors.IsNotFound(err) || classify(ctx, err) != appcontext.RsyncRetrying {
-			return
-		}
-		if !e.sleep(ctx, attempt) {
-			return
-		}
-	}
-}
-
-// ---- helpers ----
-
-func (e *Engine) record(ctx context.Context, id string, p *appcontext.Placement, key string, st appcontext.ResourceStatus) {
-	// Written even when the action is being cancelled: what was done stays known.
-	if err := e.opts.Store.SetResourceStatus(context.WithoutCancel(ctx), id, p.App, p.Cluster, key, st); err != nil {
-		e.log.WithError(err).WithField("resource", key).Error("cannot record rsync status")
-	}
-}
-
-// sleep waits the backoff for attempt (exponential, capped, ±20% jitter);
-// it returns false if ctx ended first.
+// sleep waits the transient backoff for attempt; false if ctx ended first.
 func (e *Engine) sleep(ctx context.Context, attempt int) bool {
-	d := e.opts.BackoffBase << min(attempt-1, 20)
-	if d > e.opts.BackoffMax || d <= 0 {
-		d = e.opts.BackoffMax
-	}
-	d = time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-	return backoff.Sleep(ctx, d)
-}
-
-// classify says whether an error means "try again later" (the cluster is
-// unreachable, overloaded or timing out) or a final failure.
-func classify(ctx context.Context, err error) string {
-	if err == nil {
-		return appcontext.RsyncApplied
-	}
-	if ctx.Err() != nil {
-		return appcontext.RsyncRetrying
-	}
-	var netErr net.Error
-	var urlErr *url.Error
-	switch {
-	case apierrors.IsServerTimeout(err), apierrors.IsTimeout(err), apierrors.IsTooManyRequests(err),
-		apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err), apierrors.IsUnexpectedServerError(err):
-		return appcontext.RsyncRetrying
-	case errors.As(err, &netErr), errors.As(err, &urlErr), errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, context.DeadlineExceeded):
-		return appcontext.RsyncRetrying
-	}
-	return appcontext.RsyncFailed
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
+	return backoff.Sleep(ctx, backoffFor(e.opts.BackoffBase, e.opts.BackoffMax, attempt))
 }
 
 func ptrTrue() *bool { b := true; return &b }

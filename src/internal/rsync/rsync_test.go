@@ -5,16 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/testenv"
 )
+
+var env *testenv.Stores
+
+func TestMain(m *testing.M) { testenv.Main(m, func(s *testenv.Stores) { env = s }) }
 
 func TestDecorateLabelsObjectsAndTemplates(t *testing.T) {
 	labels := bundleLabels("42", "web")
@@ -62,36 +73,72 @@ func TestBundleName(t *testing.T) {
 	}
 }
 
+// TestClassify: every error class, from the errors API servers and the
+// network really produce.
 func TestClassify(t *testing.T) {
 	ctx := context.Background()
 	gr := schema.GroupResource{Resource: "deployments"}
-	retry := []error{
-		&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED},
-		fmt.Errorf("wrapped: %w", syscall.ECONNREFUSED),
-		apierrors.NewServiceUnavailable("overloaded"),
-		apierrors.NewTooManyRequests("slow down", 1),
-		apierrors.NewTimeoutError("timeout", 1),
-		apierrors.NewInternalError(errors.New("boom")),
+	terminating := apierrors.NewForbidden(gr, "web", errors.New("namespace x is being terminated"))
+	terminating.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}
+	schemaMismatch := &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 500,
+		Message: "failed to create typed patch object: .spec.replicas: field not declared in schema"}}
+	cases := map[class][]error{
+		transient: {
+			&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED},
+			&url.Error{Op: "Patch", URL: "https://127.0.0.1:1", Err: errors.New("tls: handshake failure")},
+			fmt.Errorf("wrapped: %w", syscall.ECONNRESET),
+			context.DeadlineExceeded,
+			apierrors.NewServiceUnavailable("overloaded"),
+			apierrors.NewTooManyRequests("slow down", 1),
+			apierrors.NewTimeoutError("timeout", 1),
+			apierrors.NewServerTimeout(gr, "patch", 1),
+			apierrors.NewInternalError(errors.New(`failed calling webhook "w": no endpoints available`)),
+			apierrors.NewConflict(gr, "web", errors.New("the object has been modified")),
+			schemaMismatch, // unless the schema check says otherwise
+			errdefs.Unavailable(errors.New("timeout"), "the catalogue does not answer"),
+			errors.New("an error nobody classified"),
+		},
+		waiting: {
+			&meta.NoKindMatchError{GroupKind: schema.GroupKind{Group: "example.com", Kind: "Widget"}},
+			errNotServed{kind: "example.com/v1 Widget"},
+			errNamespaceUnusable{ns: "x", cause: apierrors.NewForbidden(gr, "x", errors.New("no"))},
+			terminating,
+		},
+		permanent: {
+			apierrors.NewInvalid(schema.GroupKind{Kind: "Deployment"}, "web", nil),
+			apierrors.NewForbidden(gr, "web", errors.New("no")),
+			apierrors.NewBadRequest("bad"),
+			apierrors.NewUnauthorized("who are you"),
+			apierrors.NewMethodNotSupported(gr, "patch"),
+			apierrors.NewRequestEntityTooLargeError("too big"),
+			errdefs.Invalid("the kubeconfig names a refused address"),
+			errdefs.NotFound("cluster cp+gone not found"),
+		},
 	}
-	for _, err := range retry {
-		if got := classify(ctx, err); got != appcontext.RsyncRetrying {
-			t.Errorf("classify(%v) = %s, want Retrying", err, got)
+	for want, errs := range cases {
+		for _, err := range errs {
+			if got := classify(ctx, err); got != want {
+				t.Errorf("classify(%v) = %s, want %s", err, got.status(), want.status())
+			}
 		}
 	}
-	fail := []error{
-		apierrors.NewInvalid(schema.GroupKind{Kind: "Deployment"}, "web", nil),
-		apierrors.NewForbidden(gr, "web", errors.New("no")),
-		apierrors.NewBadRequest("bad"),
-	}
-	for _, err := range fail {
-		if got := classify(ctx, err); got != appcontext.RsyncFailed {
-			t.Errorf("classify(%v) = %s, want Failed", err, got)
-		}
+	if got := classify(ctx, nil); got != done {
+		t.Errorf("classify(nil) = %s", got.status())
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	if got := classify(cancelled, errors.New("anything")); got != appcontext.RsyncRetrying {
-		t.Errorf("an error after cancel must not be final: %s", got)
+	if got := classify(cancelled, apierrors.NewBadRequest("anything")); got != transient {
+		t.Errorf("an error after cancel must not be final: %s", got.status())
+	}
+	// Only a network failure reads "unreachable".
+	if r := reason(transient, apierrors.NewServiceUnavailable("busy")); strings.Contains(r, "unreachable") {
+		t.Errorf("a 503 reads %q", r)
+	}
+	if r := reason(transient, &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}); !strings.HasPrefix(r, "cluster unreachable: ") {
+		t.Errorf("a refused connection reads %q", r)
+	}
+	if !schemaCheckable(schemaMismatch) || schemaCheckable(apierrors.NewInternalError(errors.New("x"))) || schemaCheckable(errors.New("x")) {
+		t.Error("schemaCheckable: only a 500 without a reason may be a schema mismatch")
 	}
 }
 
@@ -106,5 +153,44 @@ func TestOrderForApply(t *testing.T) {
 	}
 	if strings.Join(kinds, ",") != "CustomResourceDefinition,Namespace,Deployment,ConfigMap" {
 		t.Fatalf("order = %v", kinds)
+	}
+}
+
+func TestBackoffIsBoundedAndJittered(t *testing.T) {
+	for attempt := 1; attempt < 100; attempt++ {
+		d := backoffFor(100, 1000, attempt)
+		want := time.Duration(min(100<<min(attempt-1, 20), 1000))
+		if d < want*8/10 || d > want*12/10 {
+			t.Fatalf("attempt %d: %d, want %d ±20%%", attempt, d, want)
+		}
+	}
+}
+
+func TestDeriveContextStatus(t *testing.T) {
+	rec := &recorder{names: applyNames, current: map[string]resState{}}
+	set := func(k, st, why string) { rec.current[k] = resState{status: st, reason: why, where: k} }
+	set("a", appcontext.RsyncApplied, "")
+	set("b", appcontext.RsyncApplied, "")
+	if st := rec.deriveLocked(false); st.Status != appcontext.Instantiated || st.Error != "" || st.Active {
+		t.Fatalf("all applied: %+v", st)
+	}
+	set("c", appcontext.RsyncWaiting, "kind example.com/v1 Widget is not served")
+	st := rec.deriveLocked(false)
+	if st.Status != appcontext.Instantiating || st.Error != "1 waiting" || len(st.Reasons) != 1 || !strings.Contains(st.Reasons[0], "Widget") {
+		t.Fatalf("one waiting: %+v", st)
+	}
+	set("d", appcontext.RsyncFailed, "ConfigMap \"X\" is invalid")
+	st = rec.deriveLocked(false)
+	if st.Status != appcontext.InstantiateFailed || !st.Active || st.Error != "1 of 4 resources failed, 1 waiting" ||
+		!strings.Contains(st.Reasons[0], "invalid") {
+		t.Fatalf("failed while waiting: %+v", st)
+	}
+	set("c", appcontext.RsyncApplied, "")
+	if st := rec.deriveLocked(true); st.Status != appcontext.InstantiateFailed || st.Active {
+		t.Fatalf("failed at the end: %+v", st)
+	}
+	rec = &recorder{names: deleteNames, current: map[string]resState{"a": {status: appcontext.RsyncDeleted}}}
+	if st := rec.deriveLocked(true); st.Status != appcontext.Terminated {
+		t.Fatalf("deleted: %+v", st)
 	}
 }
