@@ -55,6 +55,9 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.opts.AAI.PasswordFile, "aai-password-file", "", "file holding the AAI password")
 	fs.Var(&s.tenants, "aai-tenants", "comma-separated cloud-region=tenant-id pairs: the AAI tenant of each region's instances")
 	fs.StringVar(&s.opts.AAI.SelfLink, "aai-selflink-url", "", "this API's external base URL, for the selflink of AAI objects; empty leaves selflink out")
+	s.opts.FieldValidation = "Warn"
+	fs.Var(config.OneOf{Value: &s.opts.FieldValidation, Allowed: []string{"Strict", "Warn", "Ignore"}}, "field-validation",
+		"how clusters treat manifest fields a kind's schema lacks, unless a DIG or instance says: Warn (drop them, show a warning per field, as Helm and EMCO), Ignore (drop them silently) or Strict (fail the resource)")
 	s.logFormat, s.logLevel = "json", "info"
 	fs.Var(config.OneOf{Value: &s.logFormat, Allowed: logging.Formats}, "log-format", "log format: json or text")
 	fs.Var(config.OneOf{Value: &s.logLevel, Allowed: logging.Levels}, "log-level", "log level: debug, info, warn or error")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/deploy"
@@ -123,6 +124,9 @@ func (s *server) v2Routes(r *mux.Router) {
 		validate: func(o *catalog.Object[catalog.DIGSpec]) error {
 			if o.Spec.CompositeProfile == "" {
 				return errdefs.Invalid("spec.compositeProfile is missing")
+			}
+			if !appcontext.ValidFieldValidation(o.Spec.FieldValidation) {
+				return errdefs.Invalid("spec.fieldValidation %q is not one of Strict, Warn, Ignore", o.Spec.FieldValidation)
 			}
 			return nil
 		},

@@ -45,7 +45,26 @@ const (
 	RsyncDeleted  = "Deleted"
 )
 
-// Meta describes a context; it is written once.
+// Field validation modes: how rsync has API servers treat fields a kind's
+// schema lacks. Warn (the default, as Helm and EMCO get) drops them and
+// records a warning; Ignore drops them silently; Strict fails the object.
+const (
+	FieldValidationStrict = "Strict"
+	FieldValidationWarn   = "Warn"
+	FieldValidationIgnore = "Ignore"
+)
+
+// ValidFieldValidation reports whether v is a mode ("" means the default).
+func ValidFieldValidation(v string) bool {
+	switch v {
+	case "", FieldValidationStrict, FieldValidationWarn, FieldValidationIgnore:
+		return true
+	}
+	return false
+}
+
+// Meta describes a context; it is written once, and again by an update
+// that changes FieldValidation.
 type Meta struct {
 	ID string `json:"id"`
 	// Kind is "dig", "instance" or "network".
@@ -245,14 +264,22 @@ func (s *Store) Create(ctx context.Context, meta Meta, status Status, placements
 }
 
 // Replace writes the resources of placements into an existing context (for
-// updates) and then its status: new and changed manifests are written;
-// resources no longer rendered stay, marked Removed by the caller.
-func (s *Store) Replace(ctx context.Context, id string, placements []*Placement, status Status) error {
+// updates), its meta when not nil, and then its status: new and changed
+// manifests are written; resources no longer rendered stay, marked Removed
+// by the caller.
+func (s *Store) Replace(ctx context.Context, id string, placements []*Placement, meta *Meta, status Status) error {
 	have, err := s.blobs(ctx, id)
 	if err != nil {
 		return err
 	}
 	b := &batch{s: s}
+	if meta != nil {
+		data, err := json.Marshal(meta)
+		if err != nil {
+			return err
+		}
+		b.put(s.metaKey(id), data)
+	}
 	if err := s.putResources(b, id, placements, have); err != nil {
 		return err
 	}

@@ -210,7 +210,7 @@ func TestLargeManifests(t *testing.T) {
 
 	// An update rewrites only new manifests and keeps reading whole.
 	rs2 := append([]Resource{cm("d0", 10)}, rs...)
-	if err := s.Replace(ctx, id, []*Placement{{App: "big", Cluster: ClusterRef{"cp", "c1"}, Resources: rs2}}, Status{Status: Updating}); err != nil {
+	if err := s.Replace(ctx, id, []*Placement{{App: "big", Cluster: ClusterRef{"cp", "c1"}, Resources: rs2}}, nil, Status{Status: Updating}); err != nil {
 		t.Fatal(err)
 	}
 	got, err = s.Get(ctx, id)

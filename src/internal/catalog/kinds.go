@@ -48,6 +48,10 @@ type DIGSpec struct {
 	Version          string          `json:"version" bson:"version"`
 	LogicalCloud     string          `json:"logicalCloud,omitempty" bson:"logicalCloud,omitempty"`
 	OverrideValues   []OverrideValue `json:"overrideValues,omitempty" bson:"overrideValues,omitempty"`
+	// FieldValidation (an Argus addition) is how the clusters treat fields
+	// a kind's schema lacks: Strict, Warn or Ignore; "" is the
+	// orchestrator's --field-validation.
+	FieldValidation string `json:"fieldValidation,omitempty" bson:"fieldValidation,omitempty"`
 }
 
 // OverrideValue sets dotted-key values for one app.

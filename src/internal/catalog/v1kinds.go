@@ -61,6 +61,9 @@ type InstanceRequest struct {
 	ReleaseName    string            `json:"release-name,omitempty" bson:"releaseName,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty" bson:"labels,omitempty"`
 	OverrideValues map[string]string `json:"override-values,omitempty" bson:"overrideValues,omitempty"`
+	// FieldValidation (an Argus addition): Strict, Warn or Ignore; "" is
+	// the orchestrator's --field-validation.
+	FieldValidation string `json:"field-validation,omitempty" bson:"fieldValidation,omitempty"`
 }
 
 // ResourceRef names one resource of an instance.

@@ -95,6 +95,9 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 	if !slices.Contains(from, state.Current) {
 		return "", errdefs.Conflict("the deployment intent group is %s; instantiate needs it to be Approved or Terminated", state.Current)
 	}
+	if !appcontext.ValidFieldValidation(obj.Spec.FieldValidation) {
+		return "", errdefs.Invalid("spec.fieldValidation %q is not one of Strict, Warn, Ignore", obj.Spec.FieldValidation)
+	}
 	placements, err := s.plan(ctx, dig, obj.Spec)
 	if err != nil {
 		return "", err
@@ -107,7 +110,7 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 		ID: id, Kind: "dig", Group: Group(dig),
 		Project: dig[0], CompositeApp: dig[1], Version: dig[2], DIG: dig[3],
 		CompositeProfile: obj.Spec.CompositeProfile, Namespace: Namespace,
-		StatusID: id, Created: s.opts.Now(),
+		StatusID: id, Created: s.opts.Now(), FieldValidation: obj.Spec.FieldValidation,
 	}
 	if err := s.opts.Contexts.Create(ctx, meta, appcontext.Status{Status: appcontext.Instantiating, Updated: s.opts.Now()}, placements); err != nil {
 		return "", fmt.Errorf("record context: %w", err)
@@ -119,7 +122,11 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 
 // Update re-renders the DIG and applies the difference to its current
 // context, under the same status context id: changed objects are applied,
-// objects no longer rendered are deleted.
+// objects no longer rendered are deleted, and whatever is not Applied
+// (Failed, Waiting, Retrying) is tried again. It is also how a failed DIG
+// is retried without terminating it, as in EMCO. An update supersedes the
+// action in flight on the DIG (an instantiation still waiting for a CRD,
+// say): that action is cancelled first.
 func (s *Service) Update(ctx context.Context, dig catalog.Key) error {
 	obj, err := s.digExists(ctx, dig)
 	if err != nil {
@@ -129,31 +136,34 @@ func (s *Service) Update(ctx context.Context, dig catalog.Key) error {
 	if err != nil {
 		return err
 	}
-	from := []string{catalog.StateInstantiated, catalog.StateUpdated}
+	from := []string{catalog.StateInstantiated, catalog.StateUpdated, catalog.StateInstantiateStopped}
 	if !slices.Contains(from, state.Current) {
-		return errdefs.Conflict("the deployment intent group is %s; update needs it to be Instantiated or Updated", state.Current)
+		return errdefs.Conflict("the deployment intent group is %s; update needs it to be Instantiated, Updated or InstantiateStopped", state.Current)
 	}
-	if s.opts.Rsync.Busy(Group(dig)) {
-		// Serialised anyway, but the new plan must be diffed against a settled one.
-		return errdefs.Conflict("an action on the deployment intent group is still in progress; try again when it is done")
+	if !appcontext.ValidFieldValidation(obj.Spec.FieldValidation) {
+		return errdefs.Invalid("spec.fieldValidation %q is not one of Strict, Warn, Ignore", obj.Spec.FieldValidation)
 	}
 	placements, err := s.plan(ctx, dig, obj.Spec)
-	if err != nil {
-		return err
-	}
-	old, err := s.opts.Contexts.Get(ctx, state.ContextID)
 	if err != nil {
 		return err
 	}
 	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, from, s.action(catalog.StateUpdated, state.ContextID), ""); err != nil {
 		return err
 	}
-	for _, p := range mergeForUpdate(old, placements) {
-		if err := s.opts.Contexts.ReplacePlacement(ctx, state.ContextID, p); err != nil {
-			return err
-		}
+	// The new plan is diffed against a settled context.
+	s.opts.Rsync.Stop(Group(dig))
+	old, err := s.opts.Contexts.Get(ctx, state.ContextID)
+	if err != nil {
+		return err
 	}
-	if err := s.opts.Contexts.SetStatus(ctx, state.ContextID, appcontext.Status{Status: appcontext.Updating}); err != nil {
+	var meta *appcontext.Meta
+	if old.Meta.FieldValidation != obj.Spec.FieldValidation {
+		m := old.Meta
+		m.FieldValidation = obj.Spec.FieldValidation
+		meta = &m
+	}
+	if err := s.opts.Contexts.Replace(ctx, state.ContextID, mergeForUpdate(old, placements), meta,
+		appcontext.Status{Status: appcontext.Updating}); err != nil {
 		return err
 	}
 	s.opts.Rsync.Update(Group(dig), state.ContextID)

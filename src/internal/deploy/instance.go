@@ -37,6 +37,9 @@ func (s *Service) renderInstance(ctx context.Context, req catalog.InstanceReques
 			return "", "", nil, errdefs.Invalid("%s is missing", field)
 		}
 	}
+	if !appcontext.ValidFieldValidation(req.FieldValidation) {
+		return "", "", nil, errdefs.Invalid("field-validation %q is not one of Strict, Warn, Ignore", req.FieldValidation)
+	}
 	cat := s.opts.Catalog
 	defKey := catalog.Key{req.RBName, req.RBVersion}
 	defs := catalog.For[catalog.RBDefinitionSpec](cat, catalog.RBDefinitions)
@@ -105,7 +108,8 @@ func (s *Service) CreateInstance(ctx context.Context, req catalog.InstanceReques
 	if err := s.instances().Create(ctx, catalog.Key{id}, catalog.Object[catalog.InstanceSpec]{Metadata: catalog.Metadata{Name: id}, Spec: spec}); err != nil {
 		return spec, err
 	}
-	meta := appcontext.Meta{ID: id, Kind: "instance", Group: InstanceGroup(id), Namespace: ns, StatusID: id, Created: s.opts.Now()}
+	meta := appcontext.Meta{ID: id, Kind: "instance", Group: InstanceGroup(id), Namespace: ns, StatusID: id, Created: s.opts.Now(),
+		FieldValidation: req.FieldValidation}
 	placement := &appcontext.Placement{App: release, Cluster: appcontext.ClusterRef{Provider: V1Provider, Name: req.CloudRegion}, Resources: resources}
 	if err := s.opts.Contexts.Create(ctx, meta, appcontext.Status{Status: appcontext.Instantiating, Updated: s.opts.Now()}, []*appcontext.Placement{placement}); err != nil {
 		_ = s.instances().Delete(context.WithoutCancel(ctx), catalog.Key{id}) // no instance without its context
@@ -129,9 +133,6 @@ func (s *Service) UpgradeInstance(ctx context.Context, id string, req catalog.In
 	if req.CloudRegion == "" {
 		req.CloudRegion = cur.Spec.Request.CloudRegion
 	}
-	if s.opts.Rsync.Busy(InstanceGroup(id)) {
-		return cur.Spec, errdefs.Conflict("instance %s is still being deployed; try again when it is done", id)
-	}
 	release, ns, resources, err := s.renderInstance(ctx, req)
 	if err != nil {
 		return cur.Spec, err
@@ -139,22 +140,26 @@ func (s *Service) UpgradeInstance(ctx context.Context, id string, req catalog.In
 	if release != cur.Spec.ReleaseName || ns != cur.Spec.Namespace {
 		return cur.Spec, errdefs.Invalid("an upgrade cannot change the release name or namespace")
 	}
+	// An upgrade supersedes the action in flight (resources still waiting,
+	// say); the new plan is diffed against the settled context.
+	s.opts.Rsync.Stop(InstanceGroup(id))
 	old, err := s.opts.Contexts.Get(ctx, id)
 	if err != nil {
 		return cur.Spec, err
-	}
-	fresh := []*appcontext.Placement{{App: release, Cluster: appcontext.ClusterRef{Provider: V1Provider, Name: req.CloudRegion}, Resources: resources}}
-	for _, p := range mergeForUpdate(old, fresh) {
-		if err := s.opts.Contexts.ReplacePlacement(ctx, id, p); err != nil {
-			return cur.Spec, err
-		}
 	}
 	spec := cur.Spec
 	spec.Request, spec.Resources = req, refsOf(resources)
 	if _, err := s.instances().Put(ctx, catalog.Key{id}, catalog.Object[catalog.InstanceSpec]{Metadata: cur.Metadata, Spec: spec}); err != nil {
 		return spec, err
 	}
-	if err := s.opts.Contexts.SetStatus(ctx, id, appcontext.Status{Status: appcontext.Updating}); err != nil {
+	var meta *appcontext.Meta
+	if old.Meta.FieldValidation != req.FieldValidation {
+		m := old.Meta
+		m.FieldValidation = req.FieldValidation
+		meta = &m
+	}
+	fresh := []*appcontext.Placement{{App: release, Cluster: appcontext.ClusterRef{Provider: V1Provider, Name: req.CloudRegion}, Resources: resources}}
+	if err := s.opts.Contexts.Replace(ctx, id, mergeForUpdate(old, fresh), meta, appcontext.Status{Status: appcontext.Updating}); err != nil {
 		return spec, err
 	}
 	s.opts.Rsync.Update(InstanceGroup(id), id)

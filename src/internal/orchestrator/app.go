@@ -70,6 +70,10 @@ type Options struct {
 	// FileCheckInterval is how often the token and certificate files are
 	// checked for changes while in use; 0 means 2s.
 	FileCheckInterval time.Duration
+	// FieldValidation is how clusters treat manifest fields a kind's schema
+	// lacks, for DIGs and instances that do not say: Strict, Warn or
+	// Ignore; "" means Warn.
+	FieldValidation string
 	// Logger; nil discards.
 	Logger *logrus.Logger
 	// Registry for metrics; nil means a fresh one with Go and process collectors.
@@ -183,7 +187,8 @@ func (a *App) Run(ctx context.Context) (err error) {
 		}
 		return catalog.For[catalog.Empty](cat, catalog.Clusters).GetContent(ctx, catalog.Key{ref.Provider, ref.Name})
 	}})
-	engine, err := rsync.New(rsync.Options{Store: contexts, Clusters: clusters, Logger: a.log.WithField("component", "rsync")})
+	engine, err := rsync.New(rsync.Options{Store: contexts, Clusters: clusters, FieldValidation: a.opts.FieldValidation,
+		Logger: a.log.WithField("component", "rsync")})
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/backoff"
@@ -24,23 +23,12 @@ type Clusters interface {
 	Client(ctx context.Context, ref appcontext.ClusterRef) (*cluster.Client, error)
 }
 
-// Field validation modes: how an API server treats fields the kind's
-// schema lacks. Warn (the default, as for Helm and EMCO) drops them and
-// records a warning; Ignore drops them silently; Strict fails the object.
+// Field validation modes (see appcontext.Meta.FieldValidation).
 const (
-	FieldValidationStrict = metav1.FieldValidationStrict
-	FieldValidationWarn   = metav1.FieldValidationWarn
-	FieldValidationIgnore = metav1.FieldValidationIgnore
+	FieldValidationStrict = appcontext.FieldValidationStrict
+	FieldValidationWarn   = appcontext.FieldValidationWarn
+	FieldValidationIgnore = appcontext.FieldValidationIgnore
 )
-
-// ValidFieldValidation reports whether v is a mode ("" means the default).
-func ValidFieldValidation(v string) bool {
-	switch v {
-	case "", FieldValidationStrict, FieldValidationWarn, FieldValidationIgnore:
-		return true
-	}
-	return false
-}
 
 // Options configures the Engine. Zero values are the documented defaults,
 // except Store and Clusters, which are required.
@@ -100,7 +88,7 @@ func New(opts Options) (*Engine, error) {
 	if opts.Store == nil || opts.Clusters == nil {
 		return nil, errors.New("rsync: Store and Clusters are required")
 	}
-	if !ValidFieldValidation(opts.FieldValidation) {
+	if !appcontext.ValidFieldValidation(opts.FieldValidation) {
 		return nil, fmt.Errorf("rsync: field validation %q is not one of Strict, Warn, Ignore", opts.FieldValidation)
 	}
 	if opts.FieldValidation == "" {

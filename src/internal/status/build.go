@@ -36,8 +36,13 @@ type State struct {
 // Response is a status answer (SPEC section 6).
 type Response struct {
 	Header
-	State         State          `json:"state"`
-	Status        string         `json:"status,omitempty"`
+	State  State  `json:"state"`
+	Status string `json:"status,omitempty"`
+	// StatusMessage and StatusReasons say what went wrong (or what rsync
+	// still waits for): "1 of 9 resources failed, 1 waiting", and the first
+	// resources' reasons.
+	StatusMessage string         `json:"status-message,omitempty"`
+	StatusReasons []string       `json:"status-reasons,omitempty"`
 	RsyncStatus   map[string]int `json:"rsync-status,omitempty"`
 	ClusterStatus map[string]int `json:"cluster-status,omitempty"`
 	Ready         *bool          `json:"ready,omitempty"`
@@ -72,14 +77,16 @@ type GVK struct {
 
 // Resource is one resource's status.
 type Resource struct {
-	GVK           GVK             `json:"GVK"`
-	Name          string          `json:"name"`
-	Namespace     string          `json:"namespace,omitempty"`
-	RsyncStatus   string          `json:"rsync-status,omitempty"`
-	ClusterStatus string          `json:"cluster-status,omitempty"`
-	ReadyStatus   string          `json:"ready-status,omitempty"`
-	Reason        string          `json:"reason,omitempty"`
-	Detail        json.RawMessage `json:"detail,omitempty"`
+	GVK           GVK    `json:"GVK"`
+	Name          string `json:"name"`
+	Namespace     string `json:"namespace,omitempty"`
+	RsyncStatus   string `json:"rsync-status,omitempty"`
+	ClusterStatus string `json:"cluster-status,omitempty"`
+	ReadyStatus   string `json:"ready-status,omitempty"`
+	Reason        string `json:"reason,omitempty"`
+	// Warnings are the API server's about an applied object (type=rsync).
+	Warnings []string        `json:"warnings,omitempty"`
+	Detail   json.RawMessage `json:"detail,omitempty"`
 }
 
 // Input is everything a status answer is computed from.
@@ -113,6 +120,7 @@ func Build(in Input, q Query) Response {
 	allReady := true
 	if in.Context != nil {
 		resp.Status = in.Context.Status.Status
+		resp.StatusMessage, resp.StatusReasons = in.Context.Status.Error, in.Context.Status.Reasons
 		apps := map[string]*App{}
 		var order []string
 		for _, p := range in.Context.Placements {
@@ -191,7 +199,7 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			res.Namespace = in.Context.Meta.Namespace
 		}
 		if q.Type == TypeRsync {
-			res.RsyncStatus = rs.Status
+			res.RsyncStatus, res.Reason, res.Warnings = rs.Status, rs.Error, rs.Warnings
 			if q.Output == OutputDetail {
 				res.Detail = json.RawMessage(r.Manifest)
 			}
@@ -209,6 +217,9 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			res.ClusterStatus, res.ReadyStatus, res.Reason = Present, e.ReadyStatus, e.Reason
 		case unwatched(bundle, r.GVK.Group, r.GVK.Kind) != "":
 			res.ClusterStatus, res.ReadyStatus, res.Reason = Unknown, string(health.Unknown), unwatched(bundle, r.GVK.Group, r.GVK.Kind)
+		case rs.Status != appcontext.RsyncApplied && rs.Status != appcontext.RsyncDeleted:
+			// Not in the cluster because rsync could not put it there: say why.
+			res.ClusterStatus, res.ReadyStatus, res.Reason = NotPresent, string(health.NotPresent), notApplied(rs)
 		default:
 			res.ClusterStatus, res.ReadyStatus, res.Reason = NotPresent, string(health.NotPresent), "not found in the cluster"
 		}
@@ -329,6 +340,15 @@ func objectOf(e v1alpha1.ResourceStatus) json.RawMessage {
 	}
 	data, _ := json.Marshal(obj)
 	return data
+}
+
+// notApplied is the reason of a resource rsync has not applied.
+func notApplied(rs appcontext.ResourceStatus) string {
+	why := "not applied (rsync: " + rs.Status + ")"
+	if rs.Error != "" {
+		why += ": " + rs.Error
+	}
+	return why
 }
 
 func unwatched(b *v1alpha1.ResourceBundleStateStatus, group, kind string) string {

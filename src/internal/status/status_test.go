@@ -194,3 +194,38 @@ func TestParseQuery(t *testing.T) {
 		}
 	}
 }
+
+// Resources rsync could not apply say why, in both views; the context's
+// status carries the summary and first reasons; Waiting is counted.
+func TestRsyncReasons(t *testing.T) {
+	in := fixture()
+	p := in.Context.Placements[1] // sink on edge01, its bundle lists no ConfigMap
+	cm, dep := p.Resources[2].Key(), p.Resources[0].Key()
+	p.Statuses = map[string]appcontext.ResourceStatus{
+		p.Resources[0].Key(): {Status: appcontext.RsyncApplied, Warnings: []string{`unknown field "spec.replicas"`}},
+		p.Resources[1].Key(): {Status: appcontext.RsyncApplied},
+		cm:                   {Status: appcontext.RsyncWaiting, Error: "kind v1 ConfigMap is not served"},
+	}
+	in.Context.Status = appcontext.Status{Status: appcontext.Instantiating, Error: "1 waiting",
+		Reasons: []string{"sink on cp+edge01: " + cm + ": Waiting: kind v1 ConfigMap is not served"}}
+	r := Build(in, Query{Type: TypeRsync, Output: OutputAll, Apps: []string{"sink"}, Clusters: []appcontext.ClusterRef{p.Cluster}})
+	if r.StatusMessage != "1 waiting" || len(r.StatusReasons) != 1 || r.RsyncStatus[appcontext.RsyncWaiting] != 1 {
+		t.Fatalf("response: %+v", r)
+	}
+	byName := map[string]Resource{}
+	for _, x := range r.Apps[0].Clusters[0].Resources {
+		byName[x.GVK.Kind] = x
+	}
+	if x := byName["ConfigMap"]; x.RsyncStatus != appcontext.RsyncWaiting || x.Reason != "kind v1 ConfigMap is not served" {
+		t.Errorf("rsync view of the waiting ConfigMap: %+v", x)
+	}
+	if x := byName["Deployment"]; len(x.Warnings) != 1 || x.Reason != "" {
+		t.Errorf("rsync view of the Deployment: %+v (%s)", x, dep)
+	}
+	r = Build(in, Query{Type: TypeCluster, Output: OutputAll, Apps: []string{"sink"}, Clusters: []appcontext.ClusterRef{p.Cluster}})
+	for _, x := range r.Apps[0].Clusters[0].Resources {
+		if x.GVK.Kind == "ConfigMap" && (x.ReadyStatus != "NotPresent" || !strings.Contains(x.Reason, "not applied (rsync: Waiting): kind v1 ConfigMap")) {
+			t.Errorf("cluster view of the waiting ConfigMap: %+v", x)
+		}
+	}
+}
