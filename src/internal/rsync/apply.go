@@ -255,27 +255,40 @@ func (pa *placementApply) applyOne(ctx context.Context, r appcontext.Resource, l
 		return outcome{class: classify(ctx, err), err: err}
 	}
 	wctx, warnings := cluster.WithWarnings(ctx)
-	err = pa.e.patch(wctx, cs, ri, obj, pa.mode)
-	if apierrors.IsNotFound(err) && obj.GetNamespace() != "" && missingNamespace(err, obj.GetNamespace()) {
-		// Create the namespace, as helm --create-namespace would, and try again.
-		if nerr := pa.e.ensureNamespace(ctx, cs, client, obj.GetNamespace()); nerr != nil {
-			c := classify(ctx, nerr)
-			if c == permanent {
-				nerr, c = errNamespaceUnusable{ns: obj.GetNamespace(), cause: nerr}, waiting
-			}
-			return outcome{class: c, err: nerr}
-		}
-		err = pa.e.patch(wctx, cs, ri, obj, pa.mode)
-	}
+	// Up to three tries: a missing namespace is created and a field the
+	// schema lacks pruned, in whichever order the API server reports them.
 	var dropped []string
-	if err != nil && schemaCheckable(err) {
-		var o *outcome
-		if dropped, o = pa.checkSchema(ctx, cs, client, r.GVK, obj); o != nil {
-			return *o
+	nsCreated, pruned := false, false
+tries:
+	for {
+		err = pa.e.patch(wctx, cs, ri, obj, pa.mode)
+		switch {
+		case apierrors.IsNotFound(err) && obj.GetNamespace() != "" && missingNamespace(err, obj.GetNamespace()):
+			if nsCreated { // created, but not yet visible to the API server's admission
+				err = errNamespaceUnusable{ns: obj.GetNamespace(), cause: err}
+				break tries
+			}
+			// Create the namespace, as helm --create-namespace would, and try again.
+			nsCreated = true
+			if nerr := pa.e.ensureNamespace(ctx, cs, client, obj.GetNamespace()); nerr != nil {
+				c := classify(ctx, nerr)
+				if c == permanent {
+					nerr, c = errNamespaceUnusable{ns: obj.GetNamespace(), cause: nerr}, waiting
+				}
+				return outcome{class: c, err: nerr}
+			}
+			continue
+		case !pruned && schemaCheckable(err):
+			pruned = true
+			var o *outcome
+			if dropped, o = pa.checkSchema(ctx, cs, client, r.GVK, obj); o != nil {
+				return *o
+			}
+			if len(dropped) > 0 {
+				continue
+			}
 		}
-		if len(dropped) > 0 {
-			err = pa.e.patch(wctx, cs, ri, obj, pa.mode)
-		}
+		break tries
 	}
 	var ws []string
 	if pa.mode == FieldValidationWarn {
