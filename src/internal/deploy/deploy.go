@@ -98,10 +98,12 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 	if !appcontext.ValidFieldValidation(obj.Spec.FieldValidation) {
 		return "", errdefs.Invalid("spec.fieldValidation %q is not one of Strict, Warn, Ignore", obj.Spec.FieldValidation)
 	}
+	start := time.Now()
 	placements, err := s.plan(ctx, dig, obj.Spec)
 	if err != nil {
 		return "", err
 	}
+	planMS := time.Since(start).Milliseconds()
 	id := appcontext.NewID()
 	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, from, s.action(catalog.StateInstantiated, id), id); err != nil {
 		return "", err
@@ -112,11 +114,14 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 		CompositeProfile: obj.Spec.CompositeProfile, Namespace: Namespace,
 		StatusID: id, Created: s.opts.Now(), FieldValidation: obj.Spec.FieldValidation,
 	}
+	start = time.Now()
 	if err := s.opts.Contexts.Create(ctx, meta, appcontext.Status{Status: appcontext.Instantiating, Updated: s.opts.Now()}, placements); err != nil {
 		return "", fmt.Errorf("record context: %w", err)
 	}
+	storeMS := time.Since(start).Milliseconds()
 	s.opts.Rsync.Instantiate(meta.Group, id)
-	s.log.WithFields(logrus.Fields{"dig": strings.Join(dig, "/"), "context": id, "placements": len(placements)}).Info("instantiating")
+	s.log.WithFields(logrus.Fields{"dig": strings.Join(dig, "/"), "context": id, "placements": len(placements),
+		"plan_ms": planMS, "store_ms": storeMS}).Info("instantiating")
 	return id, nil
 }
 

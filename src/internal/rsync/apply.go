@@ -45,14 +45,30 @@ func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.
 	if mode == "" {
 		mode = e.opts.FieldValidation
 	}
+	// Each cluster's bundles wait for the first pass of all its placements:
+	// bookkeeping for the monitor must not slow the apps' own resources.
+	clusterPass := map[appcontext.ClusterRef]*sync.WaitGroup{}
+	for _, p := range c.Placements {
+		if clusterPass[p.Cluster] == nil {
+			clusterPass[p.Cluster] = &sync.WaitGroup{}
+		}
+		clusterPass[p.Cluster].Add(1)
+	}
+	passed := map[appcontext.ClusterRef]chan struct{}{}
+	for ref, wg := range clusterPass {
+		ch := make(chan struct{})
+		passed[ref] = ch
+		go func() { wg.Wait(); close(ch) }() // every placement calls Done, even when cancelled
+	}
 	var first, all sync.WaitGroup
 	for _, p := range c.Placements {
 		first.Add(1)
 		all.Add(1)
 		go func() {
 			defer all.Done()
-			pa := &placementApply{e: e, c: c, p: p, rec: rec, mode: mode, firstDone: first.Done,
-				log: log.WithFields(logrus.Fields{"app": p.App, "cluster": p.Cluster.String()})}
+			pa := &placementApply{e: e, c: c, p: p, rec: rec, mode: mode, clusterPassed: passed[p.Cluster],
+				firstDone: func() { first.Done(); clusterPass[p.Cluster].Done() },
+				log:       log.WithFields(logrus.Fields{"app": p.App, "cluster": p.Cluster.String()})}
 			pa.run(ctx)
 		}()
 	}
@@ -78,6 +94,9 @@ type placementApply struct {
 	mode      string
 	log       *logrus.Entry
 	firstDone func()
+	// clusterPassed is closed once every placement on the cluster made its
+	// first pass.
+	clusterPassed <-chan struct{}
 }
 
 // outcome is one attempt's result for one resource.
@@ -94,7 +113,7 @@ func (pa *placementApply) run(ctx context.Context) {
 	labels := bundleLabels(pa.c.Meta.StatusID, p.App)
 	// What to apply: every resource not Applied with its current manifest.
 	var todo, removed []appcontext.Resource
-	for _, r := range orderForApply(p.Resources) {
+	for _, r := range p.Resources {
 		st := p.StatusOf(r.Key())
 		switch {
 		case r.Removed:
@@ -105,10 +124,11 @@ func (pa *placementApply) run(ctx context.Context) {
 			todo = append(todo, r)
 		}
 	}
+	bundleSettled := false
+
 	classes := map[string]class{}
 	transientAttempt, waitAttempt := 0, 0
 	retryFailed := false
-	bundled := false
 	for pass := 1; ; pass++ {
 		var changed <-chan struct{}
 		release := func() {}
@@ -117,60 +137,26 @@ func (pa *placementApply) run(ctx context.Context) {
 			client, _ := pa.e.opts.Clusters.Client(ctx, p.Cluster)
 			changed, release = pa.e.subscribe(p.Cluster, client)
 		}
-		next := todo[:0:0]
-		for i, r := range todo {
-			if ctx.Err() != nil {
-				release()
-				return
-			}
-			if pass > 1 && classes[r.Key()] == permanent && !retryFailed {
-				next = append(next, r)
-				continue
-			}
-			o := pa.applyOne(ctx, r, labels)
-			if ctx.Err() != nil {
-				release()
-				return
-			}
-			classes[r.Key()] = o.class
-			st := appcontext.ResourceStatus{Status: o.class.status(), Error: reason(o.class, o.err), Warnings: o.warnings}
-			if o.class == done && r.ManifestRef != nil {
-				st.Manifest = r.ManifestRef.SHA256
-			}
-			if o.class == transient {
-				st.Attempts = transientAttempt + 1
-			}
-			pa.rec.record(p, r.Key(), st)
-			if o.class != done {
-				next = append(next, r)
-			}
-			if o.class == transient && unreachable(o.err) {
-				// The cluster cannot be reached: all that is left waits for it.
-				for _, w := range todo[i+1:] {
-					classes[w.Key()] = transient
-					pa.rec.record(p, w.Key(), appcontext.ResourceStatus{Status: appcontext.RsyncRetrying, Error: st.Error, Attempts: st.Attempts})
-					next = append(next, w)
-				}
-				pa.log.WithError(o.err).WithField("attempt", st.Attempts).Info("cluster unreachable; retrying")
-				break
-			}
-			if o.class != done {
-				pa.log.WithError(o.err).WithFields(logrus.Fields{"resource": r.Key(), "status": st.Status}).Info("resource not applied")
-			}
+		todo = pa.pass(ctx, todo, labels, classes, pass > 1 && !retryFailed, transientAttempt+1)
+		if ctx.Err() != nil {
+			release()
+			return
 		}
-		todo = next
 		if pass == 1 {
-			for _, r := range removed {
+			for i := len(removed) - 1; i >= 0; i-- {
+				r := removed[i]
 				if st, err := pa.e.deleteWithRetry(ctx, pa.c, p, r); ctx.Err() == nil {
 					pa.rec.record(p, r.Key(), appcontext.ResourceStatus{Status: st, Error: reason(classify(ctx, err), err)})
 				}
 			}
-		}
-		if !bundled && ctx.Err() == nil {
-			bundled = pa.applyBundle(ctx, labels)
-		}
-		if pass == 1 {
 			firstDone()
+		}
+		if !bundleSettled && ctx.Err() == nil {
+			select { // the bundle follows the resources of every app on the cluster
+			case <-pa.clusterPassed:
+				bundleSettled = pa.applyBundle(ctx, labels)
+			case <-ctx.Done():
+			}
 		}
 		if !needsRetry(classes, todo) {
 			release()
@@ -210,6 +196,68 @@ func (pa *placementApply) run(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// pass tries the resources of todo, wave after wave, those of one wave at
+// once; it records each outcome and returns what is left to do. skipFailed
+// leaves Failed resources alone. Once the cluster proves unreachable, the
+// rest of the pass is not tried: it is Retrying with the same reason.
+func (pa *placementApply) pass(ctx context.Context, todo []appcontext.Resource, labels map[string]string, classes map[string]class,
+	skipFailed bool, attempt int) []appcontext.Resource {
+	p := pa.p
+	var next []appcontext.Resource
+	var down *appcontext.ResourceStatus
+	for _, wave := range waves(todo) {
+		var try []appcontext.Resource
+		for _, r := range wave {
+			switch {
+			case down != nil:
+				classes[r.Key()] = transient
+				pa.rec.record(p, r.Key(), *down)
+				next = append(next, r)
+			case skipFailed && classes[r.Key()] == permanent:
+				next = append(next, r)
+			default:
+				try = append(try, r)
+			}
+		}
+		outcomes := make([]outcome, len(try))
+		var wg sync.WaitGroup
+		for i, r := range try {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				outcomes[i] = pa.applyOne(ctx, r, labels)
+			}()
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			return next
+		}
+		for i, r := range try {
+			o := outcomes[i]
+			classes[r.Key()] = o.class
+			st := appcontext.ResourceStatus{Status: o.class.status(), Error: reason(o.class, o.err), Warnings: o.warnings}
+			if o.class == done && r.ManifestRef != nil {
+				st.Manifest = r.ManifestRef.SHA256
+			}
+			if o.class == transient {
+				st.Attempts = attempt
+			}
+			pa.rec.record(p, r.Key(), st)
+			if o.class == done {
+				continue
+			}
+			next = append(next, r)
+			if o.class == transient && unreachable(o.err) && down == nil {
+				down = &appcontext.ResourceStatus{Status: appcontext.RsyncRetrying, Error: st.Error, Attempts: attempt}
+				pa.log.WithError(o.err).WithField("attempt", attempt).Info("cluster unreachable; retrying")
+			} else {
+				pa.log.WithError(o.err).WithFields(logrus.Fields{"resource": r.Key(), "status": st.Status}).Info("resource not applied")
+			}
+		}
+	}
+	return next
 }
 
 // needsChanges: something on this placement waits for the cluster's API.
@@ -331,14 +379,20 @@ func (e *Engine) patch(ctx context.Context, cs *clusterState, ri dynamic.Resourc
 	if err != nil {
 		return err
 	}
-	if !cs.acquire(ctx) {
+	release, ok := cs.acquireKind(ctx, obj.GroupVersionKind().GroupKind())
+	if !ok {
 		return ctx.Err()
 	}
-	defer cs.release()
+	defer release()
 	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
 	defer cancel()
+	start := time.Now()
 	_, err = ri.Patch(rctx, obj.GetName(), types.ApplyPatchType, data,
 		metav1.PatchOptions{FieldManager: fieldManager, Force: ptrTrue(), FieldValidation: mode})
+	if e.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
+		e.log.WithFields(logrus.Fields{"kind": obj.GetKind(), "name": obj.GetName(), "namespace": obj.GetNamespace(),
+			"ms": time.Since(start).Milliseconds(), "error": err}).Debug("server-side apply")
+	}
 	return err
 }
 
@@ -384,20 +438,45 @@ func (e *Engine) ensureNamespace(ctx context.Context, cs *clusterState, client *
 	return e.patch(ctx, cs, client.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}), obj, FieldValidationStrict)
 }
 
-// orderForApply puts CRDs first, then Namespaces, then the rest in render order.
-func orderForApply(rs []appcontext.Resource) []appcontext.Resource {
-	var crds, nss, rest []appcontext.Resource
+// waves groups resources into what must exist before the next group is
+// applied, in Helm's install order: CRDs; Namespaces; what workloads refer
+// to (accounts, RBAC, secrets, config, storage, quotas, policies); the
+// rest (services, workloads, custom resources); and last what intercepts
+// requests (admission webhooks, aggregated APIs). Within a wave resources
+// are applied at once, in render order.
+func waves(rs []appcontext.Resource) [][]appcontext.Resource {
+	var out [5][]appcontext.Resource
 	for _, r := range rs {
-		switch {
-		case r.GVK.Kind == "CustomResourceDefinition" && r.GVK.Group == "apiextensions.k8s.io":
-			crds = append(crds, r)
-		case r.GVK.Kind == "Namespace" && r.GVK.Group == "":
-			nss = append(nss, r)
-		default:
-			rest = append(rest, r)
+		w := waveOf(r.GVK)
+		out[w] = append(out[w], r)
+	}
+	var nonEmpty [][]appcontext.Resource
+	for _, w := range out {
+		if len(w) > 0 {
+			nonEmpty = append(nonEmpty, w)
 		}
 	}
-	return append(append(crds, nss...), rest...)
+	return nonEmpty
+}
+
+func waveOf(gvk schema.GroupVersionKind) int {
+	switch gvk.Kind {
+	case "CustomResourceDefinition":
+		if gvk.Group == "apiextensions.k8s.io" {
+			return 0
+		}
+	case "Namespace":
+		if gvk.Group == "" {
+			return 1
+		}
+	case "NetworkPolicy", "ResourceQuota", "LimitRange", "PodSecurityPolicy", "PodDisruptionBudget", "ServiceAccount",
+		"Secret", "ConfigMap", "StorageClass", "PersistentVolume", "PersistentVolumeClaim",
+		"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+		return 2
+	case "APIService", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
+		return 4
+	}
+	return 3
 }
 
 // applyBundle applies the app's ResourceBundleState; it reports whether
@@ -430,10 +509,20 @@ func (pa *placementApply) applyBundle(ctx context.Context, labels map[string]str
 		},
 	}}
 	cs := pa.e.cluster(p.Cluster)
+	nsCreated := false
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		ri, err := pa.e.resourceFor(cs, client, v1alpha1.GVK(), rbs, c.Meta.Namespace)
 		if err == nil {
 			err = pa.e.patch(ctx, cs, ri, rbs, FieldValidationStrict)
+		}
+		if apierrors.IsNotFound(err) && missingNamespace(err, c.Meta.Namespace) {
+			// The bundle goes with the app's namespace, which the app's own
+			// resources may not have created yet.
+			if nsCreated || pa.e.ensureNamespace(ctx, cs, client, c.Meta.Namespace) != nil {
+				return false // tried again after the pass
+			}
+			nsCreated = true
+			continue
 		}
 		switch classify(ctx, err) {
 		case done:

@@ -19,7 +19,9 @@ import (
 // waits for its API to change, watches that say when it does.
 type clusterState struct {
 	sem     chan struct{}
+	perKind int // the most requests of one kind in flight
 	schemas schemas
+	kinds   map[schema.GroupKind]chan struct{} // under mu
 
 	mu        sync.Mutex
 	refreshed time.Time     // when discovery was last fetched again
@@ -35,7 +37,8 @@ func (e *Engine) cluster(ref appcontext.ClusterRef) *clusterState {
 	defer e.mu.Unlock()
 	cs := e.clusters[ref]
 	if cs == nil {
-		cs = &clusterState{sem: make(chan struct{}, e.opts.ClusterParallelism), changed: make(chan struct{})}
+		cs = &clusterState{sem: make(chan struct{}, e.opts.ClusterParallelism), changed: make(chan struct{}),
+			perKind: max(1, e.opts.ClusterParallelism/4), kinds: map[schema.GroupKind]chan struct{}{}}
 		e.clusters[ref] = cs
 	}
 	return cs
@@ -52,6 +55,31 @@ func (cs *clusterState) acquire(ctx context.Context) bool {
 }
 
 func (cs *clusterState) release() { <-cs.sem }
+
+// acquireKind takes a slot for a request about kind gk, and then one of the
+// cluster's; false if ctx ended. No kind holds more than a quarter of the
+// cluster's slots: API servers process some kinds one at a time (a Service
+// allocates its ClusterIP under a lock), and twenty of those queued must
+// not hold up every other request.
+func (cs *clusterState) acquireKind(ctx context.Context, gk schema.GroupKind) (release func(), ok bool) {
+	cs.mu.Lock()
+	ks := cs.kinds[gk]
+	if ks == nil {
+		ks = make(chan struct{}, cs.perKind)
+		cs.kinds[gk] = ks
+	}
+	cs.mu.Unlock()
+	select {
+	case ks <- struct{}{}:
+	case <-ctx.Done():
+		return nil, false
+	}
+	if !cs.acquire(ctx) {
+		<-ks
+		return nil, false
+	}
+	return func() { cs.release(); <-ks }, true
+}
 
 // minRefresh is how often a kind the cluster's discovery lacks may make
 // rsync fetch discovery again.

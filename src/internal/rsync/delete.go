@@ -34,19 +34,30 @@ func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error
 		go func() {
 			defer wg.Done()
 			e.deleteBundle(ctx, c, p)
-			rs := orderForApply(p.Resources)
-			for i := len(rs) - 1; i >= 0 && ctx.Err() == nil; i-- {
-				if p.StatusOf(rs[i].Key()).Status == appcontext.RsyncDeleted {
-					continue
+			var left []appcontext.Resource
+			for _, r := range p.Resources {
+				if p.StatusOf(r.Key()).Status != appcontext.RsyncDeleted {
+					left = append(left, r)
 				}
-				st, err := e.deleteWithRetry(ctx, c, p, rs[i])
-				if ctx.Err() != nil {
-					return
+			}
+			ws := waves(left)
+			for i := len(ws) - 1; i >= 0 && ctx.Err() == nil; i-- { // in reverse, a wave at once
+				var wwg sync.WaitGroup
+				for _, r := range ws[i] {
+					wwg.Add(1)
+					go func() {
+						defer wwg.Done()
+						st, err := e.deleteWithRetry(ctx, c, p, r)
+						if ctx.Err() != nil {
+							return
+						}
+						if err != nil {
+							log.WithError(err).WithField("resource", r.Key()).Warn("cannot delete")
+						}
+						rec.record(p, r.Key(), appcontext.ResourceStatus{Status: st, Error: reason(classify(ctx, err), err)})
+					}()
 				}
-				if err != nil {
-					log.WithError(err).WithField("resource", rs[i].Key()).Warn("cannot delete")
-				}
-				rec.record(p, rs[i].Key(), appcontext.ResourceStatus{Status: st, Error: reason(classify(ctx, err), err)})
+				wwg.Wait()
 			}
 		}()
 	}

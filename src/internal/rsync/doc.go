@@ -1,17 +1,44 @@
 // Package rsync applies an AppContext's resources to its clusters and deletes
 // them again, recording each resource's state (Pending → Applied / Failed /
-// Retrying → Deleted) in the AppContext.
+// Waiting / Retrying → Deleted) and the context's status in the AppContext.
 //
-// Objects are applied with server-side apply (field manager "argus"), CRDs
-// and Namespaces first, each labelled emco/deployment-id,
-// argus.io/context-id and argus.io/app (pod templates and volume claim
-// templates too), followed by one ResourceBundleState per app per cluster
-// for the monitor. A cluster that cannot be reached makes its resources
-// Retrying: rsync retries with capped exponential backoff and jitter until it
-// succeeds or the action is cancelled.
+// Objects are applied with server-side apply (field manager "argus"), each
+// labelled emco/deployment-id, argus.io/context-id and argus.io/app (pod
+// templates and volume claim templates too), in waves that follow Helm's
+// install order (CRDs; Namespaces; accounts, RBAC, config and storage; the
+// rest; admission webhooks), the resources of a wave at once; then one
+// ResourceBundleState per app per cluster for the monitor. Every app and
+// cluster is worked on at once, each cluster's requests bounded by
+// ClusterParallelism (and a quarter of that per kind, so kinds an API
+// server handles one at a time, like Services, never hold every slot).
+//
+// Server-side apply refuses fields a kind's schema lacks whatever
+// fieldValidation says, where create and update (what Helm and EMCO use)
+// drop them with a warning. rsync does as they do: when an apply fails so,
+// it prunes what the cluster's published OpenAPI schema does not declare,
+// records a warning per field (Warn, the default), says nothing (Ignore) or
+// fails the resource (Strict), and applies again.
+//
+// Every error is classified from the API status, typed errors and network
+// errors, never from its text (classify): transient errors (unreachable,
+// 429, 5xx, timeouts, conflicts) make the resource Retrying with capped
+// exponential backoff and jitter; a missing kind or namespace makes it
+// Waiting until the cluster's API changes (metadata watches on CRDs,
+// APIServices and Namespaces, while anything waits) or a slower timer
+// fires; what the API server refuses (400, 403, 422 ...) is Failed with its
+// message and not retried until the deployment is updated. The context's
+// status shows a failure as soon as one resource Failed, with the first
+// reasons, while rsync goes on with the rest; the action ends when nothing
+// is Retrying or Waiting.
+//
+// Statuses are written in batches (a recorder per action): the latest
+// status per resource, and the context's status when it changes, in as few
+// etcd transactions as the request limit allows.
 //
 // Actions on one group (a DIG or an instance) run one after another;
-// Terminate and Stop cancel the action in flight first. An action's progress
-// lives in etcd, so Resume continues whatever an earlier process left
-// Instantiating, Updating or Terminating.
+// Terminate and Stop cancel the actions in flight first, and an update
+// supersedes an instantiation still at work. An action's progress lives in
+// etcd, so Resume (idempotent) continues whatever an earlier process left
+// unfinished, and deciding which process acts on a context can be done
+// outside the engine.
 package rsync

@@ -142,17 +142,23 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func TestOrderForApply(t *testing.T) {
+func TestWavesFollowHelmsInstallOrder(t *testing.T) {
 	r := func(group, kind string) appcontext.Resource {
 		return appcontext.Resource{GVK: schema.GroupVersionKind{Group: group, Version: "v1", Kind: kind}, Name: kind}
 	}
-	got := orderForApply([]appcontext.Resource{r("apps", "Deployment"), r("", "Namespace"), r("", "ConfigMap"), r("apiextensions.k8s.io", "CustomResourceDefinition")})
-	var kinds []string
-	for _, x := range got {
-		kinds = append(kinds, x.GVK.Kind)
+	got := waves([]appcontext.Resource{r("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"), r("apps", "Deployment"),
+		r("", "Namespace"), r("", "ConfigMap"), r("", "Service"), r("example.com", "Widget"), r("apiextensions.k8s.io", "CustomResourceDefinition"),
+		r("", "ServiceAccount")})
+	var desc []string
+	for _, w := range got {
+		var kinds []string
+		for _, x := range w {
+			kinds = append(kinds, x.GVK.Kind)
+		}
+		desc = append(desc, strings.Join(kinds, "+"))
 	}
-	if strings.Join(kinds, ",") != "CustomResourceDefinition,Namespace,Deployment,ConfigMap" {
-		t.Fatalf("order = %v", kinds)
+	if want := "CustomResourceDefinition | Namespace | ConfigMap+ServiceAccount | Deployment+Service+Widget | ValidatingWebhookConfiguration"; strings.Join(desc, " | ") != want {
+		t.Fatalf("waves = %s, want %s", strings.Join(desc, " | "), want)
 	}
 }
 
