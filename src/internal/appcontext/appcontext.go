@@ -52,7 +52,10 @@ type Meta struct {
 	Version          string `json:"compositeAppVersion,omitempty"`
 	DIG              string `json:"dig,omitempty"`
 	CompositeProfile string `json:"compositeProfile,omitempty"`
-	Namespace        string `json:"namespace"`
+	// LogicalCloud names the project's logical cloud whose credentials
+	// apply the resources; "" means the clusters' own (admin) credentials.
+	LogicalCloud string `json:"logicalCloud,omitempty"`
+	Namespace    string `json:"namespace"`
 	// StatusID labels the cluster objects: the id of the group's first
 	// instantiation, kept across updates so pods are not relabelled.
 	StatusID string    `json:"statusId"`
