@@ -134,6 +134,20 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 	return res.UpsertedCount > 0, nil
 }
 
+// Replace replaces an existing object; unlike Put it never creates one,
+// so a concurrent delete is not undone (NotFound instead).
+func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) error {
+	r.checkKey(key)
+	res, err := r.coll.ReplaceOne(ctx, r.filter(key), r.document(key, obj))
+	if err != nil {
+		return fmt.Errorf("replace %s: %w", r.kind.describe(key), err)
+	}
+	if res.MatchedCount == 0 {
+		return errdefs.NotFound("%s not found", r.kind.describe(key))
+	}
+	return nil
+}
+
 // Get returns one object, or an error of kind errdefs.ErrNotFound.
 func (r *Resource[S]) Get(ctx context.Context, key Key) (Object[S], error) {
 	r.checkKey(key)

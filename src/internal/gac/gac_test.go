@@ -202,13 +202,13 @@ func TestValidatePatch(t *testing.T) {
 		spec catalog.CustomizationSpec
 		ok   bool
 	}{
-		"none":             {catalog.CustomizationSpec{}, true},
-		"json":             {jsonPatch(`[{"op":"add","path":"/a","value":1}]`), true},
-		"merge":            {catalog.CustomizationSpec{PatchType: "merge"}, true},
-		"json without ops": {jsonPatch(`[]`), false},
-		"not a patch":      {jsonPatch(`{"op":"add"}`), false},
-		"unknown type":     {catalog.CustomizationSpec{PatchType: "strategic"}, false},
-		"URL lookup":       {jsonPatch(`[{"op":"add","path":"/a","value":"$(http://10.0.0.1/v)$"}]`), false},
+		"none":               {catalog.CustomizationSpec{}, true},
+		"json":               {jsonPatch(`[{"op":"add","path":"/a","value":1}]`), true},
+		"merge":              {catalog.CustomizationSpec{PatchType: "merge"}, true},
+		"json without ops":   {jsonPatch(`[]`), false},
+		"not a patch":        {jsonPatch(`{"op":"add"}`), false},
+		"unknown type":       {catalog.CustomizationSpec{PatchType: "strategic"}, false},
+		"URL lookup":         {jsonPatch(`[{"op":"add","path":"/a","value":"$(http://10.0.0.1/v)$"}]`), false},
 		"patch without type": {catalog.CustomizationSpec{PatchJSON: catalog.JSONValue(`[{"op":"add","path":"/a","value":1}]`)}, false},
 	}
 	for name, c := range cases {
