@@ -33,8 +33,11 @@ type Options struct {
 	Catalog  *catalog.Catalog
 	Contexts *appcontext.Store
 	Rsync    Rsync
-	Logger   *logrus.Entry
-	Now      func() time.Time
+	// Issuer gets standard logical clouds' certificates issued; nil leaves
+	// only admin clouds available.
+	Issuer Issuer
+	Logger *logrus.Entry
+	Now    func() time.Time
 }
 
 // Service runs DIG lifecycle actions.
@@ -76,6 +79,9 @@ func (s *Service) Approve(ctx context.Context, dig catalog.Key) error {
 	if _, err := s.digExists(ctx, dig); err != nil {
 		return err
 	}
+	if _, err := s.digIntents(ctx, dig); err != nil {
+		return err
+	}
 	_, err := s.opts.Catalog.TransitionDIG(ctx, dig, []string{catalog.StateCreated, catalog.StateApproved}, s.action(catalog.StateApproved, ""), "")
 	return err
 }
@@ -95,10 +101,11 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 	if !slices.Contains(from, state.Current) {
 		return "", errdefs.Conflict("the deployment intent group is %s; instantiate needs it to be Approved or Terminated", state.Current)
 	}
-	placements, err := s.plan(ctx, dig, obj.Spec)
+	pl, err := s.plan(ctx, dig, obj.Spec)
 	if err != nil {
 		return "", err
 	}
+	placements := pl.placements
 	id := appcontext.NewID()
 	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, from, s.action(catalog.StateInstantiated, id), id); err != nil {
 		return "", err
@@ -106,7 +113,7 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 	meta := appcontext.Meta{
 		ID: id, Kind: "dig", Group: Group(dig),
 		Project: dig[0], CompositeApp: dig[1], Version: dig[2], DIG: dig[3],
-		CompositeProfile: obj.Spec.CompositeProfile, Namespace: Namespace,
+		CompositeProfile: obj.Spec.CompositeProfile, Namespace: pl.namespace, LogicalCloud: pl.cloud,
 		StatusID: id, Created: s.opts.Now(),
 	}
 	if err := s.opts.Contexts.Create(ctx, meta, appcontext.Status{Status: appcontext.Instantiating, Updated: s.opts.Now()}, placements); err != nil {
@@ -137,7 +144,7 @@ func (s *Service) Update(ctx context.Context, dig catalog.Key) error {
 		// Serialised anyway, but the new plan must be diffed against a settled one.
 		return errdefs.Conflict("an action on the deployment intent group is still in progress; try again when it is done")
 	}
-	placements, err := s.plan(ctx, dig, obj.Spec)
+	pl, err := s.plan(ctx, dig, obj.Spec)
 	if err != nil {
 		return err
 	}
@@ -145,6 +152,11 @@ func (s *Service) Update(ctx context.Context, dig catalog.Key) error {
 	if err != nil {
 		return err
 	}
+	if old.Meta.Namespace != pl.namespace || old.Meta.LogicalCloud != pl.cloud {
+		return errdefs.Conflict("an update cannot move the deployment intent group to another logical cloud or namespace (%q in %q now); terminate and instantiate instead",
+			old.Meta.LogicalCloud, old.Meta.Namespace)
+	}
+	placements := pl.placements
 	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, from, s.action(catalog.StateUpdated, state.ContextID), ""); err != nil {
 		return err
 	}
@@ -237,81 +249,96 @@ func (s *Service) Stop(ctx context.Context, dig catalog.Key) error {
 	return s.opts.Contexts.SetStatus(ctx, state.ContextID, appcontext.Status{Status: status, Error: "stopped by the user"})
 }
 
-// plan renders every app of the DIG's composite app and places it.
-func (s *Service) plan(ctx context.Context, dig catalog.Key, spec catalog.DIGSpec) ([]*appcontext.Placement, error) {
+// planned is what a DIG renders to: placements, and the namespace and
+// logical cloud they are deployed in.
+type planned struct {
+	placements []*appcontext.Placement
+	namespace  string
+	cloud      string // "" for the clusters' own credentials
+}
+
+// plan renders every app of the DIG's composite app in its logical cloud's
+// namespace, places it, and applies the DIG's generic-k8s-intents.
+func (s *Service) plan(ctx context.Context, dig catalog.Key, spec catalog.DIGSpec) (planned, error) {
 	cat := s.opts.Catalog
 	caKey := dig[:3]
 	apps, err := catalog.For[catalog.Empty](cat, catalog.Apps).List(ctx, caKey)
 	if err != nil {
-		return nil, err
+		return planned{}, err
 	}
 	if len(apps) == 0 {
-		return nil, errdefs.Invalid("composite app %s has no apps", strings.Join(caKey[1:], "/"))
+		return planned{}, errdefs.Invalid("composite app %s has no apps", strings.Join(caKey[1:], "/"))
 	}
-	intents, err := s.appIntents(ctx, dig)
+	byType, err := s.digIntents(ctx, dig)
 	if err != nil {
-		return nil, err
+		return planned{}, err
+	}
+	intents, err := s.appIntents(ctx, dig, byType[IntentPlacement])
+	if err != nil {
+		return planned{}, err
 	}
 	clusters, err := s.clusters(ctx)
 	if err != nil {
-		return nil, err
+		return planned{}, err
+	}
+	cloud, err := s.cloudFor(ctx, dig[0], spec.LogicalCloud)
+	if err != nil {
+		return planned{}, err
 	}
 	profiles, err := s.profiles(ctx, caKey, spec.CompositeProfile)
 	if err != nil {
-		return nil, err
+		return planned{}, err
 	}
 	overrides := map[string]map[string]string{}
 	for _, ov := range spec.OverrideValues {
 		overrides[ov.App] = ov.Values
 	}
-	var out []*appcontext.Placement
+	out := planned{namespace: cloud.namespace, cloud: cloud.name}
 	for _, app := range apps {
 		name := app.Metadata.Name
 		intent, ok := intents[name]
 		if !ok {
-			return nil, errdefs.Invalid("app %q has no placement intent", name)
+			return planned{}, errdefs.Invalid("app %q has no placement intent", name)
 		}
-		refs, err := placement.Resolve(intent, clusters)
+		refs, err := cloud.place(name, intent, clusters)
 		if err != nil {
-			return nil, fmt.Errorf("app %q: %w", name, err)
+			return planned{}, err
 		}
 		chart, err := catalog.For[catalog.Empty](cat, catalog.Apps).GetContent(ctx, append(append(catalog.Key{}, caKey...), name))
 		if err != nil {
-			return nil, err
+			return planned{}, err
 		}
 		rendered, err := render.Render(render.Options{Chart: chart, Profile: profiles[name], ReleaseName: name,
-			Namespace: Namespace, Overrides: overrides[name]})
+			Namespace: cloud.namespace, Overrides: overrides[name]})
 		if err != nil {
-			return nil, fmt.Errorf("app %q: %w", name, err)
+			return planned{}, fmt.Errorf("app %q: %w", name, err)
 		}
 		resources := make([]appcontext.Resource, 0, len(rendered))
 		for _, r := range rendered {
 			manifest, err := json.Marshal(r.Object.Object)
 			if err != nil {
-				return nil, err
+				return planned{}, err
 			}
 			resources = append(resources, appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace, Manifest: manifest})
 		}
 		for _, ref := range refs {
-			out = append(out, &appcontext.Placement{App: name, Cluster: ref, Resources: resources})
+			// Each placement gets its own slice: generic-k8s-intents change clusters apart.
+			out.placements = append(out.placements, &appcontext.Placement{App: name, Cluster: ref, Resources: append([]appcontext.Resource(nil), resources...)})
+		}
+	}
+	for _, t := range []string{IntentGAC, IntentGACLong} {
+		for _, gi := range byType[t] {
+			if err := s.applyGAC(ctx, dig, gi, out.placements, clusters); err != nil {
+				return planned{}, err
+			}
 		}
 	}
 	return out, nil
 }
 
 // appIntents reads the app intents of the DIG's generic placement intent(s).
-func (s *Service) appIntents(ctx context.Context, dig catalog.Key) (map[string]catalog.PlacementIntent, error) {
+func (s *Service) appIntents(ctx context.Context, dig catalog.Key, gpis []string) (map[string]catalog.PlacementIntent, error) {
 	cat := s.opts.Catalog
-	digIntents, err := catalog.For[catalog.DIGIntentSpec](cat, catalog.DIGIntents).List(ctx, dig)
-	if err != nil {
-		return nil, err
-	}
-	var gpis []string
-	for _, di := range digIntents {
-		if g := di.Spec.Intent["genericPlacementIntent"]; g != "" {
-			gpis = append(gpis, g)
-		}
-	}
 	if len(gpis) == 0 {
 		return nil, errdefs.Invalid("the deployment intent group names no genericPlacementIntent in its intents")
 	}
