@@ -33,16 +33,56 @@ type State struct {
 	Actions []catalog.StateAction `json:"Actions"`
 }
 
-// Response is a status answer (SPEC section 6).
+// EMCOHeader is the identity as EMCO 22.x and later spell it.
+type EMCOHeader struct {
+	CompositeApp     string `json:"compositeApp,omitempty"`
+	Version          string `json:"compositeAppVersion,omitempty"`
+	CompositeProfile string `json:"compositeProfile,omitempty"`
+	LogicalCloud     string `json:"logicalCloud,omitempty"`
+}
+
+// States is the lifecycle history in EMCO's current shape.
+type States struct {
+	StatusContextID string        `json:"statusctxid"`
+	Actions         []StateAction `json:"actions"`
+}
+
+// StateAction is one entry of States.
+type StateAction struct {
+	State    string    `json:"state"`
+	Instance string    `json:"instance"`
+	Time     time.Time `json:"time"`
+	Revision int64     `json:"revision"`
+}
+
+// EMCO's ready vocabulary: a resource is Ready, NotReady or NotPresent.
+const (
+	EMCOReady    = "Ready"
+	EMCONotReady = "NotReady"
+)
+
+// Response is a status answer (SPEC section 6): the seed fields, and
+// beside them the fields EMCO f12558f answers with (states,
+// deployedStatus, readyStatus, deployedCounts, readyCounts), which carry
+// both views whatever the query's type.
 type Response struct {
 	Header
-	State         State          `json:"state"`
-	Status        string         `json:"status,omitempty"`
-	RsyncStatus   map[string]int `json:"rsync-status,omitempty"`
-	ClusterStatus map[string]int `json:"cluster-status,omitempty"`
-	Ready         *bool          `json:"ready,omitempty"`
-	ReadyStatus   map[string]int `json:"ready-status,omitempty"`
-	Apps          []App          `json:"apps,omitempty"`
+	EMCOHeader
+	State          State          `json:"state"`
+	States         States         `json:"states"`
+	Status         string         `json:"status,omitempty"`
+	DeployedStatus string         `json:"deployedStatus,omitempty"`
+	ReadyStatusEMCO  string         `json:"readyStatus,omitempty"`
+	DeployedCounts map[string]int `json:"deployedCounts,omitempty"`
+	ReadyCounts    map[string]int `json:"readyCounts,omitempty"`
+	RsyncStatus    map[string]int `json:"rsync-status,omitempty"`
+	ClusterStatus  map[string]int `json:"cluster-status,omitempty"`
+	Ready          *bool          `json:"ready,omitempty"`
+	ReadyStatus    map[string]int `json:"ready-status,omitempty"`
+	Apps           []App          `json:"apps,omitempty"`
+	// Cluster is the one cluster a cluster status answer is about (EMCO's
+	// ClusterStatusResult).
+	Cluster *Cluster `json:"cluster,omitempty"`
 }
 
 // App is one app's resources per cluster.
@@ -52,15 +92,18 @@ type App struct {
 	Clusters []Cluster `json:"clusters"`
 }
 
-// Cluster is one app's resources on one cluster.
+// Cluster is one app's resources on one cluster. ClusterProviderEMCO and
+// ReadyStatus are EMCO's spelling of the provider and of connectivity.
 type Cluster struct {
-	ClusterProvider string     `json:"cluster-provider"`
-	Cluster         string     `json:"cluster"`
-	Ready           *bool      `json:"ready,omitempty"`
-	Connectivity    string     `json:"connectivity,omitempty"`
-	Monitor         string     `json:"monitor,omitempty"`
-	LastSeen        string     `json:"last-seen,omitempty"`
-	Resources       []Resource `json:"resources"`
+	ClusterProvider     string     `json:"cluster-provider"`
+	ClusterProviderEMCO string     `json:"clusterProvider"`
+	Cluster             string     `json:"cluster"`
+	Ready               *bool      `json:"ready,omitempty"`
+	ReadyStatus         string     `json:"readyStatus,omitempty"`
+	Connectivity        string     `json:"connectivity,omitempty"`
+	Monitor             string     `json:"monitor,omitempty"`
+	LastSeen            string     `json:"last-seen,omitempty"`
+	Resources           []Resource `json:"resources"`
 }
 
 // GVK is EMCO's spelling.
@@ -70,22 +113,31 @@ type GVK struct {
 	Kind    string `json:"Kind"`
 }
 
-// Resource is one resource's status.
+// Resource is one resource's status. DeployedStatus and ReadyStatusEMCO are
+// EMCO's: the rsync status, and Ready/NotReady/NotPresent.
 type Resource struct {
-	GVK           GVK             `json:"GVK"`
-	Name          string          `json:"name"`
-	Namespace     string          `json:"namespace,omitempty"`
-	RsyncStatus   string          `json:"rsync-status,omitempty"`
-	ClusterStatus string          `json:"cluster-status,omitempty"`
-	ReadyStatus   string          `json:"ready-status,omitempty"`
-	Reason        string          `json:"reason,omitempty"`
-	Detail        json.RawMessage `json:"detail,omitempty"`
+	GVK            GVK             `json:"GVK"`
+	Name           string          `json:"name"`
+	Namespace      string          `json:"namespace,omitempty"`
+	RsyncStatus    string          `json:"rsync-status,omitempty"`
+	ClusterStatus  string          `json:"cluster-status,omitempty"`
+	ReadyStatus    string          `json:"ready-status,omitempty"`
+	Reason         string          `json:"reason,omitempty"`
+	DeployedStatus string          `json:"deployedStatus,omitempty"`
+	ReadyStatusEMCO  string          `json:"readyStatus,omitempty"`
+	Detail         json.RawMessage `json:"detail,omitempty"`
+	// fine is the ready status while the answer is built, whatever the
+	// type (the seed field is dropped from rsync answers).
+	fine string
 }
 
 // Input is everything a status answer is computed from.
 type Input struct {
 	Header  Header
+	EMCO    EMCOHeader
 	State   []catalog.StateAction
+	// StatusID is the lifecycle's status context id (EMCO's statusctxid).
+	StatusID string
 	Context *appcontext.Context // nil before the first instantiation
 	// Clusters are the watchers' cluster states.
 	Clusters map[appcontext.ClusterRef]appcontext.ClusterState
@@ -103,16 +155,22 @@ type Input struct {
 // Build computes the answer to q.
 func Build(in Input, q Query) Response {
 	in.formatTimes = q.Output != OutputSummary
-	resp := Response{Header: in.Header, State: State{Actions: in.State}}
+	resp := Response{Header: in.Header, EMCOHeader: in.EMCO, State: State{Actions: in.State}, States: states(in.StatusID, in.State)}
 	if resp.State.Actions == nil {
 		resp.State.Actions = []catalog.StateAction{}
+	}
+	if resp.EMCOHeader.CompositeApp == "" {
+		resp.EMCOHeader.CompositeApp, resp.EMCOHeader.Version, resp.EMCOHeader.CompositeProfile = in.Header.CompositeApp, in.Header.Version, in.Header.CompositeProfile
 	}
 	byType := map[string]int{}
 	ready := map[string]int{}
 	presence := map[string]int{}
+	emcoReady := map[string]int{}
 	allReady := true
+	var statuses []health.Status
 	if in.Context != nil {
 		resp.Status = in.Context.Status.Status
+		resp.DeployedStatus = in.Context.Status.Status
 		apps := map[string]*App{}
 		var order []string
 		for _, p := range in.Context.Placements {
@@ -138,9 +196,12 @@ func Build(in Input, q Query) Response {
 			for i := range a.Clusters {
 				c := &a.Clusters[i]
 				for _, r := range c.Resources {
-					if q.Type == TypeRsync {
-						byType[r.RsyncStatus]++
-					} else {
+					if r.DeployedStatus != "" {
+						byType[r.DeployedStatus]++
+					}
+					emcoReady[r.ReadyStatusEMCO]++
+					statuses = append(statuses, health.Status(r.fine))
+					if q.Type == TypeCluster {
 						ready[r.ReadyStatus]++
 						presence[r.ClusterStatus]++
 					}
@@ -148,6 +209,7 @@ func Build(in Input, q Query) Response {
 				if q.Type == TypeCluster {
 					appReady = appReady && *c.Ready
 				}
+				c.strip(q.Type, in.withRsync)
 			}
 			if q.Type == TypeCluster {
 				a.Ready = boolPtr(appReady)
@@ -155,7 +217,12 @@ func Build(in Input, q Query) Response {
 			}
 			resp.Apps = append(resp.Apps, *a)
 		}
+		resp.ReadyStatusEMCO = EMCONotReady
+		if allReadyOf(statuses) {
+			resp.ReadyStatusEMCO = EMCOReady
+		}
 	}
+	resp.DeployedCounts, resp.ReadyCounts = byType, emcoReady
 	if q.Type == TypeRsync {
 		resp.RsyncStatus = byType
 	} else {
@@ -168,15 +235,63 @@ func Build(in Input, q Query) Response {
 	return resp
 }
 
-func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
-	c := Cluster{ClusterProvider: p.Cluster.Provider, Cluster: p.Cluster.Name, Resources: make([]Resource, 0, len(p.Resources))}
-	var bundle *v1alpha1.ResourceBundleStateStatus
-	var index map[appcontext.EntryRef]*appcontext.BundleEntry
-	unknownWhy := ""
-	if q.Type == TypeCluster {
-		bundle, index = bundleOf(p)
-		unknownWhy = clusterUnknown(in, p, bundle, &c)
+func allReadyOf(statuses []health.Status) bool {
+	return len(statuses) > 0 && health.Aggregate(statuses...) == health.Ready
+}
+
+// states renders the history in EMCO's shape; an instantiation starts
+// revision 1 and each update adds one, as EMCO counts them.
+func states(statusID string, actions []catalog.StateAction) States {
+	out := States{StatusContextID: statusID, Actions: make([]StateAction, 0, len(actions))}
+	var rev int64
+	for _, a := range actions {
+		switch a.State {
+		case catalog.StateInstantiated:
+			rev = 1
+		case catalog.StateUpdated:
+			rev++
+		}
+		out.Actions = append(out.Actions, StateAction{State: a.State, Instance: a.ContextID, Time: a.TimeStamp, Revision: rev})
 	}
+	return out
+}
+
+// emcoReadiness maps a ready status to EMCO's three values: anything not
+// Ready (Unknown included) is NotReady, never a stale Ready.
+func emcoReadiness(s string) string {
+	switch health.Status(s) {
+	case health.Ready:
+		return EMCOReady
+	case health.NotPresent:
+		return string(health.NotPresent)
+	}
+	return EMCONotReady
+}
+
+// strip drops the seed fields that belong to the other type: an rsync
+// answer carries no cluster view, a cluster answer no rsync status unless
+// asked (notification entries report both).
+func (c *Cluster) strip(typ string, withRsync bool) {
+	for i := range c.Resources {
+		r := &c.Resources[i]
+		r.fine = ""
+		if typ == TypeRsync {
+			r.ClusterStatus, r.ReadyStatus, r.Reason = "", "", ""
+		} else if !withRsync {
+			r.RsyncStatus = ""
+		}
+	}
+	if typ == TypeRsync {
+		c.Ready = nil
+	}
+}
+
+func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
+	c := Cluster{ClusterProvider: p.Cluster.Provider, ClusterProviderEMCO: p.Cluster.Provider, Cluster: p.Cluster.Name,
+		Resources: make([]Resource, 0, len(p.Resources))}
+	bundle, index := bundleOf(p)
+	unknownWhy := clusterUnknown(in, p, bundle, &c)
+	c.ReadyStatus = c.Connectivity
 	statuses := make([]health.Status, 0, len(p.Resources))
 	for _, r := range p.Resources {
 		rs := p.StatusOf(r.Key())
@@ -186,20 +301,10 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 		if !matchResource(q.Resources, r.GVK.Kind, r.Name) {
 			continue
 		}
-		res := Resource{GVK: GVK{r.GVK.Group, r.GVK.Version, r.GVK.Kind}, Name: r.Name, Namespace: r.Namespace}
+		res := Resource{GVK: GVK{r.GVK.Group, r.GVK.Version, r.GVK.Kind}, Name: r.Name, Namespace: r.Namespace,
+			RsyncStatus: rs.Status, DeployedStatus: rs.Status}
 		if res.Namespace == "" && namespaced(r.GVK.Kind) {
 			res.Namespace = in.Context.Meta.Namespace
-		}
-		if q.Type == TypeRsync {
-			res.RsyncStatus = rs.Status
-			if q.Output == OutputDetail {
-				res.Detail = json.RawMessage(r.Manifest)
-			}
-			c.Resources = append(c.Resources, res)
-			continue
-		}
-		if in.withRsync {
-			res.RsyncStatus = rs.Status
 		}
 		e, found := index[appcontext.EntryRef{Group: r.GVK.Group, Kind: r.GVK.Kind, Namespace: res.Namespace, Name: r.Name}]
 		switch {
@@ -212,7 +317,12 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 		default:
 			res.ClusterStatus, res.ReadyStatus, res.Reason = NotPresent, string(health.NotPresent), "not found in the cluster"
 		}
-		if q.Output == OutputDetail && found && unknownWhy == "" {
+		res.ReadyStatusEMCO, res.fine = emcoReadiness(res.ReadyStatus), res.ReadyStatus
+		switch {
+		case q.Output != OutputDetail:
+		case q.Type == TypeRsync:
+			res.Detail = json.RawMessage(r.Manifest)
+		case found && unknownWhy == "":
 			res.Detail = entryObject(e)
 		}
 		statuses = append(statuses, health.Status(res.ReadyStatus))
@@ -225,7 +335,7 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 				continue
 			}
 			res := Resource{GVK: GVK{"", "v1", "Pod"}, Name: e.Name, Namespace: e.Namespace,
-				ClusterStatus: Present, ReadyStatus: e.ReadyStatus, Reason: e.Reason}
+				ClusterStatus: Present, ReadyStatus: e.ReadyStatus, Reason: e.Reason, ReadyStatusEMCO: emcoReadiness(e.ReadyStatus), fine: e.ReadyStatus}
 			if q.Output == OutputDetail {
 				res.Detail = entryObject(e)
 			}
@@ -233,9 +343,7 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			c.Resources = append(c.Resources, res)
 		}
 	}
-	if q.Type == TypeCluster {
-		c.Ready = boolPtr(unknownWhy == "" && health.Aggregate(statuses...) == health.Ready)
-	}
+	c.Ready = boolPtr(unknownWhy == "" && health.Aggregate(statuses...) == health.Ready)
 	return c
 }
 

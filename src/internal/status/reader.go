@@ -34,7 +34,7 @@ type Reader struct {
 
 // base is an Input without a context.
 func (r *Reader) base(header Header, st catalog.DIGState) Input {
-	in := Input{Header: header, State: st.Actions, Now: time.Now(), SilentAfter: r.SilentAfter}
+	in := Input{Header: header, State: st.Actions, StatusID: st.StatusContextID, Now: time.Now(), SilentAfter: r.SilentAfter}
 	if r.Now != nil {
 		in.Now = r.Now()
 	}
@@ -86,6 +86,9 @@ func (r *Reader) DIG(ctx context.Context, dig catalog.Key, v url.Values) (any, e
 	if err != nil {
 		return nil, err
 	}
+	if q.ListApps || q.ListClusters || q.ListResources {
+		return r.lists(ctx, header, st, id, q)
+	}
 	return r.build(ctx, header, st, id, q)
 }
 
@@ -124,6 +127,16 @@ func (r *Reader) build(ctx context.Context, header Header, st catalog.DIGState, 
 // from the cache when it has the context, else read from etcd. f must not
 // keep the input.
 func (r *Reader) withInput(ctx context.Context, header Header, st catalog.DIGState, id string, f func(Input)) error {
+	return r.withInputE(ctx, header, EMCOHeader{}, st, id, f)
+}
+
+// withInputE is withInput with the EMCO header set too.
+func (r *Reader) withInputE(ctx context.Context, header Header, emco EMCOHeader, st catalog.DIGState, id string, f func(Input)) error {
+	g := f
+	f = func(in Input) {
+		in.EMCO = emco
+		g(in)
+	}
 	if r.Cache != nil && id != "" {
 		found := false
 		err := r.Cache.View(ctx, id, func(cx *appcontext.Context, clusters map[appcontext.ClusterRef]appcontext.ClusterState) {
@@ -168,7 +181,16 @@ func (r *Reader) Cluster(ctx context.Context, provider, name string, v url.Value
 	if err != nil {
 		return nil, err
 	}
-	return r.build(ctx, Header{Name: provider + "+" + name}, st, id, q)
+	header := Header{Name: provider + "+" + name}
+	if q.ListApps || q.ListClusters || q.ListResources {
+		return r.lists(ctx, header, st, id, q)
+	}
+	resp, err := r.build(ctx, header, st, id, q)
+	if err == nil && len(resp.Apps) > 0 && len(resp.Apps[0].Clusters) > 0 {
+		c := resp.Apps[0].Clusters[0]
+		resp.Cluster = &c // EMCO's ClusterStatusResult names its one cluster
+	}
+	return resp, err
 }
 
 // InstanceStatus is GET /v1/instance/{id}/status (k8splugin's shape).

@@ -53,7 +53,7 @@ func fixture() Input {
 	dbRes := []appcontext.Resource{res("apps", "v1", "StatefulSet", "db")}
 	return Input{
 		Header: Header{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", Name: "dig"},
-		State:  []catalog.StateAction{{State: "Instantiated", ContextID: "2755581958183303505", TimeStamp: now.Add(-time.Hour)}},
+		State:  []catalog.StateAction{{State: "Instantiated", ContextID: "2755581958183303505", TimeStamp: now.Add(-time.Hour)}}, StatusID: "2755581958183303505",
 		Context: &appcontext.Context{
 			Meta:   appcontext.Meta{ID: "2755581958183303505", Namespace: "default"},
 			Status: appcontext.Status{Status: appcontext.Instantiated},
