@@ -68,18 +68,18 @@ const (
 type Response struct {
 	Header
 	EMCOHeader
-	State          State          `json:"state"`
-	States         States         `json:"states"`
-	Status         string         `json:"status,omitempty"`
-	DeployedStatus string         `json:"deployedStatus,omitempty"`
-	ReadyStatusEMCO  string         `json:"readyStatus,omitempty"`
-	DeployedCounts map[string]int `json:"deployedCounts,omitempty"`
-	ReadyCounts    map[string]int `json:"readyCounts,omitempty"`
-	RsyncStatus    map[string]int `json:"rsync-status,omitempty"`
-	ClusterStatus  map[string]int `json:"cluster-status,omitempty"`
-	Ready          *bool          `json:"ready,omitempty"`
-	ReadyStatus    map[string]int `json:"ready-status,omitempty"`
-	Apps           []App          `json:"apps,omitempty"`
+	State           State          `json:"state"`
+	States          States         `json:"states"`
+	Status          string         `json:"status,omitempty"`
+	DeployedStatus  string         `json:"deployedStatus,omitempty"`
+	ReadyStatusEMCO string         `json:"readyStatus,omitempty"`
+	DeployedCounts  map[string]int `json:"deployedCounts,omitempty"`
+	ReadyCounts     map[string]int `json:"readyCounts,omitempty"`
+	RsyncStatus     map[string]int `json:"rsync-status,omitempty"`
+	ClusterStatus   map[string]int `json:"cluster-status,omitempty"`
+	Ready           *bool          `json:"ready,omitempty"`
+	ReadyStatus     map[string]int `json:"ready-status,omitempty"`
+	Apps            []App          `json:"apps,omitempty"`
 	// Cluster is the one cluster a cluster status answer is about (EMCO's
 	// ClusterStatusResult).
 	Cluster *Cluster `json:"cluster,omitempty"`
@@ -116,16 +116,16 @@ type GVK struct {
 // Resource is one resource's status. DeployedStatus and ReadyStatusEMCO are
 // EMCO's: the rsync status, and Ready/NotReady/NotPresent.
 type Resource struct {
-	GVK            GVK             `json:"GVK"`
-	Name           string          `json:"name"`
-	Namespace      string          `json:"namespace,omitempty"`
-	RsyncStatus    string          `json:"rsync-status,omitempty"`
-	ClusterStatus  string          `json:"cluster-status,omitempty"`
-	ReadyStatus    string          `json:"ready-status,omitempty"`
-	Reason         string          `json:"reason,omitempty"`
-	DeployedStatus string          `json:"deployedStatus,omitempty"`
-	ReadyStatusEMCO  string          `json:"readyStatus,omitempty"`
-	Detail         json.RawMessage `json:"detail,omitempty"`
+	GVK             GVK             `json:"GVK"`
+	Name            string          `json:"name"`
+	Namespace       string          `json:"namespace,omitempty"`
+	RsyncStatus     string          `json:"rsync-status,omitempty"`
+	ClusterStatus   string          `json:"cluster-status,omitempty"`
+	ReadyStatus     string          `json:"ready-status,omitempty"`
+	Reason          string          `json:"reason,omitempty"`
+	DeployedStatus  string          `json:"deployedStatus,omitempty"`
+	ReadyStatusEMCO string          `json:"readyStatus,omitempty"`
+	Detail          json.RawMessage `json:"detail,omitempty"`
 	// fine is the ready status while the answer is built, whatever the
 	// type (the seed field is dropped from rsync answers).
 	fine string
@@ -133,12 +133,12 @@ type Resource struct {
 
 // Input is everything a status answer is computed from.
 type Input struct {
-	Header  Header
-	EMCO    EMCOHeader
-	State   []catalog.StateAction
+	Header Header
+	EMCO   EMCOHeader
+	State  []catalog.StateAction
 	// StatusID is the lifecycle's status context id (EMCO's statusctxid).
 	StatusID string
-	Context *appcontext.Context // nil before the first instantiation
+	Context  *appcontext.Context // nil before the first instantiation
 	// Clusters are the watchers' cluster states.
 	Clusters map[appcontext.ClusterRef]appcontext.ClusterState
 	// Now and SilentAfter let a reader declare a monitor Silent even when

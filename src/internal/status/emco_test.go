@@ -28,7 +28,6 @@ func TestEMCOFieldsInBothTypes(t *testing.T) {
 	}
 }
 
-
 func TestReadyWhenAllReady(t *testing.T) {
 	in := fixture()
 	in.Context.Placements = in.Context.Placements[1:2] // sink on edge01
