@@ -27,11 +27,15 @@ type (
 	stubDeployer  struct{ Deployer }
 	stubSubs      struct{ Subscriptions }
 	stubInstances struct{ Instances }
+	stubClouds    struct{ Clouds }
 	stubStatus    struct{}
 )
 
 func (stubStatus) DIG(context.Context, catalog.Key, url.Values) (any, error) { return nil, nil }
 func (stubStatus) Cluster(context.Context, string, string, url.Values) (any, error) {
+	return nil, nil
+}
+func (stubStatus) LogicalCloud(context.Context, catalog.Key, url.Values) (any, error) {
 	return nil, nil
 }
 func (stubStatus) Instance(context.Context, string) (status.InstanceStatus, error) {
@@ -61,7 +65,7 @@ func routerOperations(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := newServer(Options{Catalog: cat, Deploy: stubDeployer{}, Instances: stubInstances{}, Status: stubStatus{}, Subscriptions: stubSubs{},
+	s, err := newServer(Options{Catalog: cat, Deploy: stubDeployer{}, Clouds: stubClouds{}, Instances: stubInstances{}, Status: stubStatus{}, Subscriptions: stubSubs{},
 		Tokens: tokenFunc(func(string) bool { return true })})
 	if err != nil {
 		t.Fatal(err)

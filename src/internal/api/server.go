@@ -27,6 +27,8 @@ type Options struct {
 	Catalog *catalog.Catalog
 	// Deploy runs DIG actions; nil leaves the action routes out.
 	Deploy Deployer
+	// Clouds runs logical cloud actions; nil leaves those routes out.
+	Clouds Clouds
 	// Instances runs v1 instance actions; nil leaves those routes out.
 	Instances Instances
 	// Status answers status queries; nil leaves the status routes out.
@@ -130,6 +132,7 @@ func (s *server) routes() {
 	s.statusRoutes(r)
 	s.subscriptionRoutes(r)
 	s.v2Routes(r)
+	s.emcoRoutes(r)
 	s.v1Routes(r)
 }
 

@@ -15,6 +15,7 @@ import (
 type StatusReader interface {
 	DIG(ctx context.Context, dig catalog.Key, q url.Values) (any, error)
 	Cluster(ctx context.Context, provider, cluster string, q url.Values) (any, error)
+	LogicalCloud(ctx context.Context, key catalog.Key, q url.Values) (any, error)
 	Instance(ctx context.Context, id string) (status.InstanceStatus, error)
 	Query(ctx context.Context, id string, q url.Values) (status.InstanceStatus, error)
 }
@@ -35,6 +36,10 @@ func (s *server) statusRoutes(r *mux.Router) {
 	r.HandleFunc(pCluster+"/status", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		v := mux.Vars(r)
 		resp, err := s.opts.Status.Cluster(r.Context(), v["clusterProvider"], v["cluster"], r.URL.Query())
+		return answer(w, resp, err)
+	})).Methods(http.MethodGet)
+	r.HandleFunc(pLC+"/status", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		resp, err := s.opts.Status.LogicalCloud(r.Context(), varsKey(r, vLC), r.URL.Query())
 		return answer(w, resp, err)
 	})).Methods(http.MethodGet)
 	r.HandleFunc("/v1/instance/{instanceID}/status", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {

@@ -482,6 +482,12 @@ func (s *Service) CloudSpecChangeable(ctx context.Context, key catalog.Key, next
 	return nil
 }
 
+// Kubeconfig is a standard cloud's user's kubeconfig on a reference's
+// cluster.
+func (s *Service) Kubeconfig(ctx context.Context, project, cloud, reference string) ([]byte, error) {
+	return logicalcloud.Source{Catalog: s.opts.Catalog}.ForReference(ctx, project, cloud, reference)
+}
+
 // ResumeClouds asks again for the certificates a previous process was
 // waiting for.
 func (s *Service) ResumeClouds(ctx context.Context) error {

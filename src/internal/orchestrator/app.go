@@ -23,6 +23,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/logicalcloud"
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/reload"
 	"github.com/argus-mc/argus/src/internal/rsync"
@@ -182,18 +183,31 @@ func (a *App) Run(ctx context.Context) (err error) {
 			return catalog.For[catalog.ConnectivitySpec](cat, catalog.ConnectivityInfos).GetContent(ctx, catalog.Key{ref.Name})
 		}
 		return catalog.For[catalog.Empty](cat, catalog.Clusters).GetContent(ctx, catalog.Key{ref.Provider, ref.Name})
-	}})
+	}, CloudKubeconfig: logicalcloud.Source{Catalog: cat}.ForCluster})
 	engine, err := rsync.New(rsync.Options{Store: contexts, Clusters: clusters, Logger: a.log.WithField("component", "rsync")})
 	if err != nil {
 		return err
 	}
 	defer engine.Close() // cancels in-flight work; Resume continues it next start
-	deployer, err := deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Logger: a.log.WithField("component", "deploy")})
+	var deployer *deploy.Service
+	issuer, err := logicalcloud.NewIssuer(logicalcloud.IssuerOptions{Clients: clusters, Logger: a.log.WithField("component", "issuer"),
+		// Set before any request is issued: requests come from the deployer.
+		Store: logicalcloud.CertStoreFunc(func(ctx context.Context, req logicalcloud.Request, cert, failure string) error {
+			return deployer.SetCertificate(ctx, req, cert, failure)
+		})})
+	if err != nil {
+		return err
+	}
+	defer issuer.Close()
+	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Issuer: issuer, Logger: a.log.WithField("component", "deploy")})
 	if err != nil {
 		return err
 	}
 	if err := engine.Resume(ctx); err != nil {
 		return fmt.Errorf("orchestrator: resume rsync: %w", err)
+	}
+	if err := deployer.ResumeClouds(ctx); err != nil {
+		return fmt.Errorf("orchestrator: resume logical cloud certificates: %w", err)
 	}
 	watchers, err := watcher.New(watcher.Options{Store: contexts, Clusters: clusters, SilentAfter: a.opts.MonitorSilentAfter,
 		Logger: a.log.WithField("component", "watcher")})
@@ -232,6 +246,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	apiOpts := api.Options{
 		Catalog:       cat,
 		Deploy:        deployer,
+		Clouds:        deployer,
 		Instances:     deployer,
 		Status:        reader,
 		Subscriptions: notifier,
