@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 
@@ -109,8 +110,12 @@ func (s *server) logicalCloudRoutes(r *mux.Router) {
 			return catalog.ValidateName("cluster", o.Spec.Cluster)
 		},
 		beforeWrite: func(ctx context.Context, key catalog.Key, o *catalog.Object[catalog.ClusterReferenceSpec]) error {
-			if _, err := catalog.For[catalog.Empty](cat, catalog.Clusters).Get(ctx, catalog.Key{o.Spec.ClusterProvider, o.Spec.Cluster}); err != nil {
-				return errdefs.InvalidWrap(err, "cluster reference %q", o.Metadata.Name)
+			_, err := catalog.For[catalog.Empty](cat, catalog.Clusters).Get(ctx, catalog.Key{o.Spec.ClusterProvider, o.Spec.Cluster})
+			if errors.Is(err, errdefs.ErrNotFound) {
+				return errdefs.Invalid("cluster reference %q names cluster %s+%s, which is not found", o.Metadata.Name, o.Spec.ClusterProvider, o.Spec.Cluster)
+			}
+			if err != nil {
+				return err
 			}
 			return guard(ctx, key)
 		},
