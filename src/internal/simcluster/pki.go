@@ -19,8 +19,8 @@ type pki struct {
 	// caKey signs the certificates kube-controller-manager issues through
 	// the CSR API (logical clouds' users).
 	caCert, caKey, serverCert, serverKey []byte
-	saPublic, saPrivate           []byte
-	token                         string
+	saPublic, saPrivate                  []byte
+	token                                string
 }
 
 // newPKI makes a CA, an API-server serving certificate for loopback and the
