@@ -28,7 +28,7 @@ type Rsync interface {
 	Busy(group string) bool
 }
 
-// Options configures a Service; every field but Logger and Now is required.
+// Options configures a Service; Catalog, Contexts and Rsync are required.
 type Options struct {
 	Catalog  *catalog.Catalog
 	Contexts *appcontext.Store
@@ -40,7 +40,7 @@ type Options struct {
 	Now    func() time.Time
 }
 
-// Service runs DIG lifecycle actions.
+// Service runs DIG and logical cloud lifecycle actions.
 type Service struct {
 	opts Options
 	log  *logrus.Entry
