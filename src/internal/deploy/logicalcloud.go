@@ -33,7 +33,9 @@ type cloudTarget struct {
 	clusters  map[appcontext.ClusterRef]bool
 }
 
-// place resolves an app's placement within the cloud's clusters.
+// place resolves an app's placement within the cloud's clusters: an allOf
+// cluster outside the cloud is refused (EMCO: the cloud must provide the
+// mandatory clusters); anyOf chooses among the cloud's clusters only.
 func (t cloudTarget) place(app string, intent catalog.PlacementIntent, clusters []placement.Cluster) ([]appcontext.ClusterRef, error) {
 	if t.clusters == nil {
 		refs, err := placement.Resolve(intent, clusters)
@@ -42,18 +44,32 @@ func (t cloudTarget) place(app string, intent catalog.PlacementIntent, clusters 
 		}
 		return refs, nil
 	}
-	var within []placement.Cluster
-	for _, c := range clusters {
-		if t.clusters[c.Ref] {
-			within = append(within, c)
+	inCloud := func(sel catalog.ClusterSelector) bool {
+		return sel.Cluster == "" || t.clusters[appcontext.ClusterRef{Provider: sel.ClusterProvider, Name: sel.Cluster}]
+	}
+	for _, sel := range intent.AllOf {
+		if !inCloud(sel) {
+			return nil, errdefs.Invalid("app %q is placed on cluster %s+%s, which logical cloud %q does not include", app, sel.ClusterProvider, sel.Cluster, t.label)
 		}
 	}
-	refs, err := placement.Resolve(intent, within)
-	if err != nil {
-		if _, errAll := placement.Resolve(intent, clusters); errAll == nil {
-			return nil, errdefs.Invalid("app %q: its placement needs clusters that logical cloud %q does not include (%v)", app, t.label, err)
+	within := catalog.PlacementIntent{AllOf: intent.AllOf}
+	for _, sel := range intent.AnyOf {
+		if inCloud(sel) {
+			within.AnyOf = append(within.AnyOf, sel)
 		}
-		return nil, fmt.Errorf("app %q: %w", app, err)
+	}
+	if len(intent.AnyOf) > 0 && len(within.AnyOf) == 0 {
+		return nil, errdefs.Invalid("app %q: its anyOf names no cluster of logical cloud %q", app, t.label)
+	}
+	var candidates []placement.Cluster
+	for _, c := range clusters {
+		if t.clusters[c.Ref] {
+			candidates = append(candidates, c)
+		}
+	}
+	refs, err := placement.Resolve(within, candidates)
+	if err != nil {
+		return nil, fmt.Errorf("app %q in logical cloud %q: %w", app, t.label, err)
 	}
 	return refs, nil
 }

@@ -240,9 +240,11 @@ func (i *Issuer) once(ctx context.Context, req Request) (cert []byte, final bool
 }
 
 // until watches the request until done says so; a denied or failed
-// request, or one holding another request than ours, is a final error.
-func until(ctx context.Context, lw cache.ListerWatcher, req Request, done func(csr *certv1.CertificateSigningRequest, approved, issued bool) bool) (*certv1.CertificateSigningRequest, error) {
-	ev, err := watchtools.UntilWithSync(ctx, lw, &certv1.CertificateSigningRequest{}, nil, func(e watch.Event) (bool, error) {
+// request, or one holding another request than ours, is a final error. It
+// lists first and then watches from the list's version (no informer, so
+// nothing is logged when ctx ends the watch).
+func until(ctx context.Context, lw *cache.ListWatch, req Request, done func(csr *certv1.CertificateSigningRequest, approved, issued bool) bool) (*certv1.CertificateSigningRequest, error) {
+	check := func(e watch.Event) (bool, error) {
 		csr, ok := e.Object.(*certv1.CertificateSigningRequest)
 		if !ok || e.Type == watch.Deleted {
 			return false, nil
@@ -260,7 +262,19 @@ func until(ctx context.Context, lw cache.ListerWatcher, req Request, done func(c
 			}
 		}
 		return done(csr, approved, len(csr.Status.Certificate) > 0), nil
-	})
+	}
+	obj, err := lw.ListWithContext(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list CertificateSigningRequest %s: %w", req.CSRName, err)
+	}
+	list := obj.(*certv1.CertificateSigningRequestList)
+	for i := range list.Items {
+		ok, err := check(watch.Event{Type: watch.Added, Object: &list.Items[i]})
+		if err != nil || ok {
+			return &list.Items[i], err
+		}
+	}
+	ev, err := watchtools.Until(ctx, list.ResourceVersion, lw, check)
 	if err != nil {
 		return nil, fmt.Errorf("watch CertificateSigningRequest %s: %w", req.CSRName, err)
 	}
