@@ -307,3 +307,66 @@ func TestEMCOExampleFlow(t *testing.T) {
 		}
 	}
 }
+
+// A standard cloud grows to a second cluster and leaves the first with
+// update, as examples/dcm-advanced's update-lc.yaml does.
+func TestEMCOLogicalCloudUpdate(t *testing.T) {
+	o := startOrchestrator(t, testenv.UniqueName("emcolc"), "/"+testenv.UniqueName("emcolc"))
+	ctx := context.Background()
+	ns := testenv.UniqueName("lcu")
+	o.must(201, "POST", "/v2/cluster-providers", meta("cp"))
+	for _, c := range sim.Clusters {
+		o.uploadOK("/v2/cluster-providers/cp/clusters", meta(c.Name), c.Kubeconfig)
+	}
+	o.must(201, "POST", "/v2/projects", meta("proj-emco"))
+	o.must(201, "POST", emcoLCs, obj("lc1", map[string]any{"namespace": ns, "user": map[string]any{"userName": "user-1"}}))
+	o.must(201, "POST", emcoLCs+"/lc1/user-permissions", obj("primary", map[string]any{"namespace": ns,
+		"apiGroups": []any{""}, "resources": []any{"configmaps"}, "verbs": []any{"get", "list"}}))
+	ref := func(c string) map[string]any {
+		return obj(c+"-ref", map[string]any{"clusterProvider": "cp", "cluster": c})
+	}
+	o.must(201, "POST", emcoLCs+"/lc1/cluster-references", ref("cluster1"))
+	if code, body := o.call("POST", emcoLCs+"/lc1/update", nil); code != 409 {
+		t.Fatalf("update before instantiate: %d %s", code, body)
+	}
+	o.must(202, "POST", emcoLCs+"/lc1/instantiate", nil)
+	o.waitJSON(emcoLCs+"/lc1/status", "Instantiated on cluster1", deployedStatusIs("Instantiated"))
+
+	o.must(201, "POST", emcoLCs+"/lc1/cluster-references", ref("cluster2"))
+	o.must(204, "DELETE", emcoLCs+"/lc1/cluster-references/cluster1-ref", nil)
+	o.must(202, "POST", emcoLCs+"/lc1/update", nil)
+	st := o.waitJSON(emcoLCs+"/lc1/status", "Updated onto cluster2", deployedStatusIs("Updated"))
+	if cl, _ := st["clusters"].([]any); len(cl) != 1 || cl[0].(map[string]any)["cluster"] != "cluster2" {
+		t.Fatalf("clusters after update: %v", st["clusters"])
+	}
+	if _, err := sim.Cluster("cluster2").Clientset().CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
+		t.Fatalf("namespace on the added cluster: %v", err)
+	}
+	if n, err := sim.Cluster("cluster1").Clientset().CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil && n.DeletionTimestamp == nil {
+		t.Fatal("the namespace stayed on the cluster the cloud left")
+	}
+	o.must(200, "GET", emcoLCs+"/lc1/cluster-references/cluster2-ref/kubeconfig", nil)
+	// A cloud on its clusters cannot be deleted nor change its namespace.
+	if code, _ := o.call("DELETE", emcoLCs+"/lc1", nil); code != 409 {
+		t.Fatalf("delete an instantiated cloud: %d", code)
+	}
+	if code, _ := o.call("PUT", emcoLCs+"/lc1", obj("lc1", map[string]any{"namespace": "other", "user": map[string]any{"userName": "user-1"}})); code != 409 {
+		t.Fatalf("move an instantiated cloud: %d", code)
+	}
+	o.must(202, "POST", emcoLCs+"/lc1/terminate", nil)
+	o.waitJSON(emcoLCs+"/lc1/status", "Terminated", deployedStatusIs("Terminated"))
+	if code, body := o.call("GET", emcoLCs+"/lc1/cluster-references/cluster2-ref/kubeconfig", nil); code != 409 {
+		t.Fatalf("kubeconfig of a terminated cloud: %d %s", code, body)
+	}
+	hist := o.waitJSON(emcoLCs+"/lc1/status?status=deployed", "history", func(map[string]any) bool { return true })
+	var states []string
+	for _, a := range hist["states"].(map[string]any)["actions"].([]any) {
+		states = append(states, a.(map[string]any)["state"].(string))
+	}
+	if strings.Join(states, ",") != "Instantiated,Updated,Terminated" {
+		t.Fatalf("history %v", states)
+	}
+	o.must(204, "DELETE", emcoLCs+"/lc1/cluster-references/cluster2-ref", nil)
+	o.must(204, "DELETE", emcoLCs+"/lc1/user-permissions/primary", nil)
+	o.must(204, "DELETE", emcoLCs+"/lc1", nil)
+}

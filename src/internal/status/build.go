@@ -174,7 +174,7 @@ func Build(in Input, q Query) Response {
 		apps := map[string]*App{}
 		var order []string
 		for _, p := range in.Context.Placements {
-			if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) {
+			if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) || left(p) {
 				continue
 			}
 			c := buildCluster(in, q, p)
@@ -233,6 +233,17 @@ func Build(in Input, q Query) Response {
 		resp.Apps = nil
 	}
 	return resp
+}
+
+// left reports a placement an update removed whole and rsync has deleted:
+// history, no longer part of the answer.
+func left(p *appcontext.Placement) bool {
+	for _, r := range p.Resources {
+		if !r.Removed || p.StatusOf(r.Key()).Status != appcontext.RsyncDeleted {
+			return false
+		}
+	}
+	return len(p.Resources) > 0
 }
 
 func allReadyOf(statuses []health.Status) bool {

@@ -86,7 +86,7 @@ func Lists(in Input, q Query) any {
 		if in.Context != nil {
 			seen := map[string]bool{}
 			for _, p := range in.Context.Placements {
-				if !seen[p.App] {
+				if !seen[p.App] && !left(p) {
 					seen[p.App] = true
 					out.Apps = append(out.Apps, p.App)
 				}
@@ -101,7 +101,7 @@ func Lists(in Input, q Query) any {
 		}
 		byApp := map[string]int{}
 		for _, p := range in.Context.Placements { // sorted by app, then cluster
-			if !match(q.Apps, p.App) {
+			if !match(q.Apps, p.App) || left(p) {
 				continue
 			}
 			i, ok := byApp[p.App]
@@ -120,7 +120,7 @@ func Lists(in Input, q Query) any {
 		}
 		q.Output, q.Resources = OutputAll, nil
 		for _, p := range in.Context.Placements {
-			if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) {
+			if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) || left(p) {
 				continue
 			}
 			e := ResourcesByAppEntry{App: p.App, ClusterProvider: p.Cluster.Provider, Cluster: p.Cluster.Name, Resources: []ResourceEntry{}}
