@@ -156,19 +156,24 @@ func (s *Service) Update(ctx context.Context, dig catalog.Key) error {
 		return errdefs.Conflict("an update cannot move the deployment intent group to another logical cloud or namespace (%q in %q now); terminate and instantiate instead",
 			old.Meta.LogicalCloud, old.Meta.Namespace)
 	}
-	placements := pl.placements
 	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, from, s.action(catalog.StateUpdated, state.ContextID), ""); err != nil {
 		return err
 	}
+	return s.applyUpdate(ctx, Group(dig), old, pl.placements)
+}
+
+// applyUpdate records a new plan in an existing context — new and changed
+// resources, and old ones marked removed — and has rsync apply it.
+func (s *Service) applyUpdate(ctx context.Context, group string, old *appcontext.Context, placements []*appcontext.Placement) error {
 	for _, p := range mergeForUpdate(old, placements) {
-		if err := s.opts.Contexts.ReplacePlacement(ctx, state.ContextID, p); err != nil {
+		if err := s.opts.Contexts.ReplacePlacement(ctx, old.Meta.ID, p); err != nil {
 			return err
 		}
 	}
-	if err := s.opts.Contexts.SetStatus(ctx, state.ContextID, appcontext.Status{Status: appcontext.Updating}); err != nil {
+	if err := s.opts.Contexts.SetStatus(ctx, old.Meta.ID, appcontext.Status{Status: appcontext.Updating}); err != nil {
 		return err
 	}
-	s.opts.Rsync.Update(Group(dig), state.ContextID)
+	s.opts.Rsync.Update(group, old.Meta.ID)
 	return nil
 }
 

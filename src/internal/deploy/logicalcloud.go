@@ -402,15 +402,9 @@ func (s *Service) UpdateCloud(ctx context.Context, key catalog.Key) error {
 	if !logicalcloud.Standard(lc.Spec) {
 		return nil // nothing on the clusters
 	}
-	for _, p := range mergeForUpdate(old, placements) {
-		if err := s.opts.Contexts.ReplacePlacement(ctx, st.ContextID, p); err != nil {
-			return err
-		}
-	}
-	if err := s.opts.Contexts.SetStatus(ctx, st.ContextID, appcontext.Status{Status: appcontext.Updating}); err != nil {
+	if err := s.applyUpdate(ctx, cloudGroup(key), old, placements); err != nil {
 		return err
 	}
-	s.opts.Rsync.Update(cloudGroup(key), st.ContextID)
 	s.issue(key, lc.Spec, refs, secrets)
 	return nil
 }
