@@ -185,11 +185,11 @@ func (m StringMap) MarshalBSONValue() (bsontype.Type, []byte, error) {
 
 // UnmarshalBSONValue reads the array of pairs.
 func (m *StringMap) UnmarshalBSONValue(t bsontype.Type, data []byte) error {
-	if t == bsontype.Null || t == bsontype.Undefined {
+	if t == bson.TypeNull || t == bson.TypeUndefined {
 		*m = nil
 		return nil
 	}
-	if t != bsontype.Array {
+	if t != bson.TypeArray {
 		return fmt.Errorf("string map: stored as %s, want an array of pairs", t)
 	}
 	var pairs []pair
@@ -233,7 +233,7 @@ func (v JSONValue) MarshalBSONValue() (bsontype.Type, []byte, error) {
 
 // UnmarshalBSONValue reads the JSON text back.
 func (v *JSONValue) UnmarshalBSONValue(t bsontype.Type, data []byte) error {
-	if t == bsontype.Null || t == bsontype.Undefined {
+	if t == bson.TypeNull || t == bson.TypeUndefined {
 		*v = nil
 		return nil
 	}
