@@ -62,9 +62,9 @@ const (
 )
 
 // Response is a status answer (SPEC section 6): the seed fields, and
-// beside them the fields EMCO f12558f answers with (states,
-// deployedStatus, readyStatus, deployedCounts, readyCounts), which carry
-// both views whatever the query's type.
+// beside them the fields EMCO f12558f answers with: states, deployedStatus
+// and deployedCounts always; readyStatus and readyCounts, which need the
+// clusters' view, for type=cluster (EMCO's status=ready).
 type Response struct {
 	Header
 	EMCOHeader
@@ -199,9 +199,9 @@ func Build(in Input, q Query) Response {
 					if r.DeployedStatus != "" {
 						byType[r.DeployedStatus]++
 					}
-					emcoReady[r.ReadyStatusEMCO]++
-					statuses = append(statuses, health.Status(r.fine))
 					if q.Type == TypeCluster {
+						emcoReady[r.ReadyStatusEMCO]++
+						statuses = append(statuses, health.Status(r.fine))
 						ready[r.ReadyStatus]++
 						presence[r.ClusterStatus]++
 					}
@@ -217,9 +217,11 @@ func Build(in Input, q Query) Response {
 			}
 			resp.Apps = append(resp.Apps, *a)
 		}
-		resp.ReadyStatusEMCO = EMCONotReady
-		if allReadyOf(statuses) {
-			resp.ReadyStatusEMCO = EMCOReady
+		if q.Type == TypeCluster {
+			resp.ReadyStatusEMCO = EMCONotReady
+			if allReadyOf(statuses) {
+				resp.ReadyStatusEMCO = EMCOReady
+			}
 		}
 	}
 	resp.DeployedCounts, resp.ReadyCounts = byType, emcoReady
@@ -279,21 +281,15 @@ func emcoReadiness(s string) string {
 	return EMCONotReady
 }
 
-// strip drops the seed fields that belong to the other type: an rsync
-// answer carries no cluster view, a cluster answer no rsync status unless
-// asked (notification entries report both).
+// strip drops the rsync status from a cluster answer's seed fields unless
+// asked (notification entries report both views).
 func (c *Cluster) strip(typ string, withRsync bool) {
 	for i := range c.Resources {
 		r := &c.Resources[i]
 		r.fine = ""
-		if typ == TypeRsync {
-			r.ClusterStatus, r.ReadyStatus, r.Reason = "", "", ""
-		} else if !withRsync {
+		if typ == TypeCluster && !withRsync {
 			r.RsyncStatus = ""
 		}
-	}
-	if typ == TypeRsync {
-		c.Ready = nil
 	}
 }
 
@@ -317,6 +313,14 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 		if res.Namespace == "" && namespaced(r.GVK.Kind) {
 			res.Namespace = in.Context.Meta.Namespace
 		}
+		if q.Type == TypeRsync {
+			// EMCO's status=deployed: no readiness, so no bundle lookups.
+			if q.Output == OutputDetail {
+				res.Detail = json.RawMessage(r.Manifest)
+			}
+			c.Resources = append(c.Resources, res)
+			continue
+		}
 		e, found := index[appcontext.EntryRef{Group: r.GVK.Group, Kind: r.GVK.Kind, Namespace: res.Namespace, Name: r.Name}]
 		switch {
 		case unknownWhy != "":
@@ -329,11 +333,7 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			res.ClusterStatus, res.ReadyStatus, res.Reason = NotPresent, string(health.NotPresent), "not found in the cluster"
 		}
 		res.ReadyStatusEMCO, res.fine = emcoReadiness(res.ReadyStatus), res.ReadyStatus
-		switch {
-		case q.Output != OutputDetail:
-		case q.Type == TypeRsync:
-			res.Detail = json.RawMessage(r.Manifest)
-		case found && unknownWhy == "":
+		if q.Output == OutputDetail && found && unknownWhy == "" {
 			res.Detail = entryObject(e)
 		}
 		statuses = append(statuses, health.Status(res.ReadyStatus))
@@ -354,7 +354,9 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			c.Resources = append(c.Resources, res)
 		}
 	}
-	c.Ready = boolPtr(unknownWhy == "" && health.Aggregate(statuses...) == health.Ready)
+	if q.Type == TypeCluster {
+		c.Ready = boolPtr(unknownWhy == "" && health.Aggregate(statuses...) == health.Ready)
+	}
 	return c
 }
 

@@ -56,7 +56,7 @@ func (r *Reader) LogicalCloud(ctx context.Context, key catalog.Key, v url.Values
 	}
 	if len(out.Apps) > 0 {
 		out.Clusters, out.Apps = out.Apps[0].Clusters, nil
-	} else if out.DeployedStatus == appcontext.Instantiated || out.DeployedStatus == appcontext.Updated {
+	} else if q.Type == TypeCluster && (out.DeployedStatus == appcontext.Instantiated || out.DeployedStatus == appcontext.Updated) {
 		out.ReadyStatusEMCO = EMCOReady // an admin cloud puts nothing on its clusters
 	}
 	return out, nil
