@@ -49,6 +49,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.opts.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) for HTTPS, with --tls-key-file; re-read when it changes; empty serves plain HTTP")
 	fs.StringVar(&s.opts.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	fs.DurationVar(&s.opts.ShutdownTimeout, "shutdown-timeout", 4*time.Second, "how long SIGTERM waits for in-flight requests")
+	fs.DurationVar(&s.opts.V1CreateWait, "v1-create-wait", 0, "how long POST /v1/instance waits for the first apply to finish before it answers, for k8splugin clients that read the cluster right after (k8splugin applies before answering); 0 answers at once (SPEC section 7)")
 	fs.Var(&s.allow, "callback-allow", "comma-separated host names and CIDRs subscription callbacks may reach; empty allows every address")
 	fs.StringVar(&s.opts.AAI.URL, "aai-url", "", "ONAP AAI base URL (e.g. https://aai:8443/aai/v24); empty turns the AAI sink off")
 	fs.StringVar(&s.opts.AAI.Username, "aai-username", "", "AAI user name")

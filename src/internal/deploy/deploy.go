@@ -41,6 +41,9 @@ type Options struct {
 	// BusyWait bounds how long a v1 upgrade or config change waits for
 	// rsync to finish with the instance before it is refused; 0 means 30s.
 	BusyWait time.Duration
+	// CreateWait is how long a v1 instance create waits for the first
+	// apply to finish before it returns; 0 returns at once.
+	CreateWait time.Duration
 	// DeleteWait bounds how long a v1 instance delete waits for the
 	// resources to be deleted before it answers; 0 means 30s.
 	DeleteWait time.Duration

@@ -177,7 +177,9 @@ func refsOf(rs []appcontext.Resource) []catalog.ResourceRef {
 
 // CreateInstance renders the request, records a single-app, single-cluster
 // context and starts rsync on it. It returns as soon as the context exists
-// (SPEC section 7); the instance's status shows how applying goes.
+// (SPEC section 7), or, with CreateWait, once the first apply finished or
+// CreateWait passed; either way the instance's status shows how applying
+// goes.
 func (s *Service) CreateInstance(ctx context.Context, req catalog.InstanceRequest) (catalog.InstanceSpec, error) {
 	id := appcontext.NewID()
 	in, err := s.instanceInputs(ctx, id, req, "")
@@ -200,6 +202,11 @@ func (s *Service) CreateInstance(ctx context.Context, req catalog.InstanceReques
 	}
 	s.opts.Rsync.Instantiate(meta.Group, id)
 	s.log.WithFields(logrus.Fields{"instance": id, "release": in.release, "region": req.CloudRegion}).Info("instance created")
+	if s.opts.CreateWait > 0 {
+		wctx, cancel := context.WithTimeout(ctx, s.opts.CreateWait)
+		defer cancel()
+		_ = s.opts.Rsync.Idle(wctx, meta.Group) // applying goes on after the wait
+	}
 	return spec, nil
 }
 

@@ -51,6 +51,9 @@ type Options struct {
 	// MonitorSilentAfter is how long a monitor's Lease may stay unrenewed
 	// before the monitor is Silent; 0 means 30s.
 	MonitorSilentAfter time.Duration
+	// V1CreateWait is how long POST /v1/instance waits for the first
+	// apply to finish before it answers; 0 answers at once.
+	V1CreateWait time.Duration
 	// ShutdownTimeout bounds the graceful drain of HTTP requests; 0 means 4s,
 	// which keeps the whole exit under 5 s.
 	ShutdownTimeout time.Duration
@@ -189,7 +192,8 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer engine.Close() // cancels in-flight work; Resume continues it next start
-	deployer, err := deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Logger: a.log.WithField("component", "deploy")})
+	deployer, err := deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, CreateWait: a.opts.V1CreateWait,
+		Logger: a.log.WithField("component", "deploy")})
 	if err != nil {
 		return err
 	}
