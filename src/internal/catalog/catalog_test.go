@@ -158,8 +158,12 @@ func TestV1CascadeAndJSONValues(t *testing.T) {
 	defs := For[RBDefinitionSpec](c, RBDefinitions)
 	profiles := For[RBProfileSpec](c, RBProfiles)
 	def := Key{"rb", "v1"}
-	if err := defs.Create(ctx, def, Object[RBDefinitionSpec]{Metadata: Metadata{Name: "rb"}}); err != nil {
-		t.Fatal(err)
+	labels := Labels{"app.kubernetes.io/name": "rb"}
+	if err := defs.Create(ctx, def, Object[RBDefinitionSpec]{Metadata: Metadata{Name: "rb"}, Spec: RBDefinitionSpec{Labels: labels}}); err != nil {
+		t.Fatalf("labels with dotted keys: %v", err)
+	}
+	if got, err := defs.Get(ctx, def); err != nil || got.Spec.Labels["app.kubernetes.io/name"] != "rb" {
+		t.Fatalf("labels = %v %v", got.Spec.Labels, err)
 	}
 	for _, p := range []string{"default", "p1"} {
 		if err := profiles.Create(ctx, Key{"rb", "v1", p}, Object[RBProfileSpec]{Metadata: Metadata{Name: p}}); err != nil {

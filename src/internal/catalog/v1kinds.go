@@ -60,6 +60,18 @@ func (c *ConnectivityRecords) UnmarshalBSONValue(t bsontype.Type, data []byte) e
 	return jsonFromBSON(t, data, c)
 }
 
+// Labels are a client's labels (keys such as "app.kubernetes.io/name"),
+// stored as JSON text for the same reason.
+type Labels map[string]string
+
+// MarshalBSONValue stores the labels as JSON text.
+func (l Labels) MarshalBSONValue() (bsontype.Type, []byte, error) { return jsonAsBSON(l) }
+
+// UnmarshalBSONValue reads what MarshalBSONValue wrote.
+func (l *Labels) UnmarshalBSONValue(t bsontype.Type, data []byte) error {
+	return jsonFromBSON(t, data, l)
+}
+
 // Values is a JSON object stored as JSON text, for the same reason.
 type Values map[string]any
 
@@ -95,11 +107,11 @@ func jsonFromBSON(t bsontype.Type, data []byte, v any) error {
 
 // RBDefinitionSpec is a resource bundle definition (the chart is its content).
 type RBDefinitionSpec struct {
-	RBName      string            `json:"rb-name" bson:"rbName"`
-	RBVersion   string            `json:"rb-version" bson:"rbVersion"`
-	ChartName   string            `json:"chart-name" bson:"chartName"`
-	Description string            `json:"description" bson:"description"`
-	Labels      map[string]string `json:"labels" bson:"labels"`
+	RBName      string `json:"rb-name" bson:"rbName"`
+	RBVersion   string `json:"rb-version" bson:"rbVersion"`
+	ChartName   string `json:"chart-name" bson:"chartName"`
+	Description string `json:"description" bson:"description"`
+	Labels      Labels `json:"labels" bson:"labels"`
 }
 
 // GVK is k8splugin's spelling of a group/version/kind.
@@ -111,14 +123,14 @@ type GVK struct {
 
 // RBProfileSpec is a resource bundle profile (the profile .tgz is its content).
 type RBProfileSpec struct {
-	RBName             string            `json:"rb-name" bson:"rbName"`
-	RBVersion          string            `json:"rb-version" bson:"rbVersion"`
-	ProfileName        string            `json:"profile-name" bson:"profileName"`
-	ReleaseName        string            `json:"release-name" bson:"releaseName"`
-	Namespace          string            `json:"namespace" bson:"namespace"`
-	KubernetesVersion  string            `json:"kubernetes-version" bson:"kubernetesVersion"`
-	Labels             map[string]string `json:"labels" bson:"labels"`
-	ExtraResourceTypes []GVK             `json:"extra-resource-types" bson:"extraResourceTypes,omitempty"`
+	RBName             string `json:"rb-name" bson:"rbName"`
+	RBVersion          string `json:"rb-version" bson:"rbVersion"`
+	ProfileName        string `json:"profile-name" bson:"profileName"`
+	ReleaseName        string `json:"release-name" bson:"releaseName"`
+	Namespace          string `json:"namespace" bson:"namespace"`
+	KubernetesVersion  string `json:"kubernetes-version" bson:"kubernetesVersion"`
+	Labels             Labels `json:"labels" bson:"labels"`
+	ExtraResourceTypes []GVK  `json:"extra-resource-types" bson:"extraResourceTypes,omitempty"`
 }
 
 // ConfigTemplateSpec is a definition's config template: a chart rendered
@@ -138,7 +150,7 @@ type InstanceRequest struct {
 	ProfileName    string            `json:"profile-name" bson:"profileName"`
 	CloudRegion    string            `json:"cloud-region" bson:"cloudRegion"`
 	ReleaseName    string            `json:"release-name,omitempty" bson:"releaseName,omitempty"`
-	Labels         map[string]string `json:"labels,omitempty" bson:"labels,omitempty"`
+	Labels         Labels            `json:"labels,omitempty" bson:"labels,omitempty"`
 	OverrideValues map[string]string `json:"override-values,omitempty" bson:"overrideValues,omitempty"`
 }
 
