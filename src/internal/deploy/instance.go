@@ -343,24 +343,26 @@ type FullInstance struct {
 	PostUpgradeTimeout int64  `json:"PostUpgradeTimeout"`
 }
 
-// k8splugin's instance statuses for Argus's context statuses. The failed
-// ones follow k8splugin's "<step>-FAILED" pattern.
-var v1Statuses = map[string]string{
-	appcontext.Instantiating:     "CREATING",
-	appcontext.Instantiated:      "DONE",
-	appcontext.InstantiateFailed: "CREATE-FAILED",
-	appcontext.Updating:          "UPGRADING",
-	appcontext.Updated:           "DONE",
-	appcontext.UpdateFailed:      "UPGRADE-FAILED",
-	appcontext.Terminating:       "DELETING",
-	appcontext.Terminated:        "DELETED",
-	appcontext.TerminateFailed:   "DELETE-FAILED",
-}
-
-// V1Status is k8splugin's name for a context status.
+// V1Status is k8splugin's name for a context status; the failed ones follow
+// k8splugin's "<step>-FAILED" pattern.
 func V1Status(contextStatus string) string {
-	if s, ok := v1Statuses[contextStatus]; ok {
-		return s
+	switch contextStatus {
+	case appcontext.Instantiating:
+		return "CREATING"
+	case appcontext.Instantiated, appcontext.Updated:
+		return "DONE"
+	case appcontext.InstantiateFailed:
+		return "CREATE-FAILED"
+	case appcontext.Updating:
+		return "UPGRADING"
+	case appcontext.UpdateFailed:
+		return "UPGRADE-FAILED"
+	case appcontext.Terminating:
+		return "DELETING"
+	case appcontext.Terminated:
+		return "DELETED"
+	case appcontext.TerminateFailed:
+		return "DELETE-FAILED"
 	}
 	return contextStatus
 }
