@@ -182,11 +182,7 @@ func (s *server) definitionRoutes(r *mux.Router) {
 			return err
 		}
 		spec.RBName, spec.RBVersion = key[0], key[1]
-		cur, err := defs.Get(r.Context(), key)
-		if err != nil {
-			return err
-		}
-		if _, err := defs.Put(r.Context(), key, catalog.Object[catalog.RBDefinitionSpec]{Metadata: cur.Metadata, Spec: spec}); err != nil {
+		if err := replaceSpec(r.Context(), defs, key, func(cur *catalog.RBDefinitionSpec) { *cur = spec }); err != nil {
 			return err
 		}
 		writeJSON(w, http.StatusCreated, spec) // k8splugin answers an update with 201
@@ -199,21 +195,12 @@ func (s *server) definitionRoutes(r *mux.Router) {
 		return deleted(w, goneOK(defs.Delete(r.Context(), varsKey(r, vRBDef))))
 	})).Methods(http.MethodDelete)
 	r.HandleFunc(pRBDef+"/content", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
-		key := varsKey(r, vRBDef)
-		return s.putRawContent(w, r, defs, key, func(ctx context.Context, b []byte) error {
-			ch, err := render.LoadChart(b)
-			if err != nil {
-				return err
+		// k8splugin names the chart after the archive when the definition
+		// does not.
+		return putChart(s, w, r, defs, varsKey(r, vRBDef), func(def *catalog.RBDefinitionSpec, chart string) {
+			if def.ChartName == "" {
+				def.ChartName = chart
 			}
-			def, err := defs.Get(ctx, key)
-			if err != nil || def.Spec.ChartName != "" {
-				return err
-			}
-			// k8splugin names the chart after the archive when the
-			// definition does not.
-			def.Spec.ChartName = ch.Name()
-			_, err = defs.Put(ctx, key, def)
-			return err
 		})
 	})).Methods(http.MethodPost)
 }
@@ -272,11 +259,7 @@ func (s *server) profileRoutes(r *mux.Router) {
 		if err := check(&spec, key); err != nil {
 			return err
 		}
-		cur, err := profiles.Get(r.Context(), key)
-		if err != nil {
-			return err
-		}
-		if _, err := profiles.Put(r.Context(), key, catalog.Object[catalog.RBProfileSpec]{Metadata: cur.Metadata, Spec: spec}); err != nil {
+		if err := replaceSpec(r.Context(), profiles, key, func(cur *catalog.RBProfileSpec) { *cur = spec }); err != nil {
 			return err
 		}
 		writeJSON(w, http.StatusOK, spec)
@@ -350,37 +333,49 @@ func (s *server) templateRoutes(r *mux.Router) {
 		if err := urlWins(map[string][2]string{"template-name": {spec.TemplateName, key[2]}}); err != nil {
 			return err
 		}
-		cur, err := templates.Get(r.Context(), key)
-		if err != nil {
-			return err
-		}
 		// Only the description changes: the chart comes with the content.
-		cur.Spec.Description = spec.Description
-		if _, err := templates.Put(r.Context(), key, cur); err != nil {
+		var out catalog.ConfigTemplateSpec
+		if err := replaceSpec(r.Context(), templates, key, func(cur *catalog.ConfigTemplateSpec) {
+			cur.Description = spec.Description
+			out = *cur
+		}); err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusCreated, cur.Spec) // as k8splugin answers
+		writeJSON(w, http.StatusCreated, out) // as k8splugin answers
 		return nil
 	})).Methods(http.MethodPut)
 	r.HandleFunc(pTemplate, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		return deleted(w, goneOK(templates.Delete(r.Context(), varsKey(r, vTemplate))))
 	})).Methods(http.MethodDelete)
 	r.HandleFunc(pTemplate+"/content", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
-		key := varsKey(r, vTemplate)
-		return s.putRawContent(w, r, templates, key, func(ctx context.Context, b []byte) error {
-			ch, err := render.LoadChart(b)
-			if err != nil {
-				return err
-			}
-			t, err := templates.Get(ctx, key)
-			if err != nil {
-				return err
-			}
-			t.Spec.ChartName, t.Spec.HasContent = ch.Name(), true
-			_, err = templates.Put(ctx, key, t)
-			return err
+		return putChart(s, w, r, templates, varsKey(r, vTemplate), func(t *catalog.ConfigTemplateSpec, chart string) {
+			t.ChartName, t.HasContent = chart, true
 		})
 	})).Methods(http.MethodPost)
+}
+
+// replaceSpec changes an existing object's spec (NotFound when there is
+// none), keeping its metadata.
+func replaceSpec[S any](ctx context.Context, res *catalog.Resource[S], key catalog.Key, change func(*S)) error {
+	cur, err := res.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	change(&cur.Spec)
+	_, err = res.Put(ctx, key, cur)
+	return err
+}
+
+// putChart stores an uploaded Helm chart as an object's content, once it
+// loads, and lets name record the chart's name in the object.
+func putChart[S any](s *server, w http.ResponseWriter, r *http.Request, res *catalog.Resource[S], key catalog.Key, name func(spec *S, chart string)) error {
+	return s.putRawContent(w, r, res, key, func(ctx context.Context, b []byte) error {
+		ch, err := render.LoadChart(b)
+		if err != nil {
+			return err
+		}
+		return replaceSpec(ctx, res, key, func(spec *S) { name(spec, ch.Name()) })
+	})
 }
 
 func validateNames(names map[string]string) error {

@@ -126,7 +126,7 @@ func (a *fakeAAI) find(kind, name string) (notify.AAIResource, bool) {
 	return notify.AAIResource{}, false
 }
 
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+func waitFor(t testing.TB, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	last := ""

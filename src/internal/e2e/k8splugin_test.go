@@ -41,17 +41,8 @@ func (o *orch) v1Status(id string) status.InstanceStatus {
 func (o *orch) waitV1Status(id, what string, cond func(status.InstanceStatus) (bool, string)) time.Duration {
 	o.t.Helper()
 	start := time.Now()
-	last := ""
-	for time.Since(start) < 60*time.Second {
-		ok, state := cond(o.v1Status(id))
-		if ok {
-			return time.Since(start)
-		}
-		last = state
-		time.Sleep(50 * time.Millisecond) // polling with a deadline
-	}
-	o.t.Fatalf("%s: not true after 60s; last: %s", what, last)
-	return 0
+	waitFor(o.t, what, func() (bool, string) { return cond(o.v1Status(id)) })
+	return time.Since(start)
 }
 
 // v1Entry finds a resource of a v1 status by kind and name prefix.
@@ -75,15 +66,7 @@ func describeV1(st status.InstanceStatus) string {
 // waitCluster polls a cluster read until it returns nil (deadline 60s).
 func waitCluster(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond) // polling with a deadline
-	}
-	t.Fatalf("%s: %v", what, err)
+	waitFor(t, what, func() (bool, string) { err := f(); return err == nil, fmt.Sprint(err) })
 }
 
 func TestK8spluginCompatibility(t *testing.T) {
@@ -234,14 +217,10 @@ func TestK8spluginCompatibility(t *testing.T) {
 	})
 	o.waitV1Status(id, "ready after the upgrade", func(st status.InstanceStatus) (bool, string) { return st.Ready, describeV1(st) })
 	hook.waitPost(0, "about the upgrade", func(p post) bool { return p.doc.InstanceID == id })
-	deadline := time.Now().Add(60 * time.Second) // the answer is recorded after it came
-	for sub.LastNotifyStatus != 204 && time.Now().Before(deadline) {
+	waitFor(t, "the answer recorded", func() (bool, string) { // it is recorded after it came
 		_ = json.Unmarshal([]byte(o.must(200, "GET", "/v1/instance/"+id+"/status/subscription/so", nil)), &sub)
-		time.Sleep(50 * time.Millisecond) // polling with a deadline
-	}
-	if sub.LastNotifyStatus != 204 || sub.LastNotifyTime.Before(sub.LastUpdateTime) {
-		t.Fatalf("after a delivery: %+v", sub)
-	}
+		return sub.LastNotifyStatus == 204 && !sub.LastNotifyTime.Before(sub.LastUpdateTime), fmt.Sprintf("%+v", sub)
+	})
 
 	testConfigAPI(t, o, id)
 	testLackingKind(t, o)
