@@ -92,7 +92,7 @@ func jsonAsBSON(v any) (bsontype.Type, []byte, error) {
 }
 
 func jsonFromBSON(t bsontype.Type, data []byte, v any) error {
-	if t == bsontype.Null || t == bsontype.Undefined {
+	if t == bson.TypeNull || t == bson.TypeUndefined {
 		return nil
 	}
 	var s string
