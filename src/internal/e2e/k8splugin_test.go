@@ -130,15 +130,21 @@ func TestK8spluginCompatibility(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &inst); err != nil {
 		t.Fatal(err)
 	}
-	if inst.ID == "" || inst.Namespace != "k8sp" || inst.ReleaseName != "pvrel" || len(inst.Resources) != 3 {
+	if inst.ID == "" || inst.Namespace != "k8sp" || inst.ReleaseName != "pvrel" || len(inst.Resources) != 5 {
 		t.Fatalf("create answer: %s", body)
 	}
 	id := inst.ID
-	took := o.waitV1Status(id, "instance ready, PersistentVolume and ClusterRole included", func(st status.InstanceStatus) (bool, string) {
-		pv, cr, pod := v1Entry(st, "PersistentVolume", "pvrel-data-"), v1Entry(st, "ClusterRole", "pvrel-reader-"), v1Entry(st, "Pod", "pvrel-")
-		return st.Ready && pv != nil && pv.ReadyStatus == "Ready" && cr != nil && cr.ReadyStatus == "Ready" && pod != nil, describeV1(st)
+	took := o.waitV1Status(id, "instance ready, the cluster-scoped objects included", func(st status.InstanceStatus) (bool, string) {
+		ready := 0
+		for _, e := range []*status.ResourceStatus{v1Entry(st, "PersistentVolume", "pvrel-data-"), v1Entry(st, "ClusterRole", "pvrel-reader-"),
+			v1Entry(st, "CustomResourceDefinition", "gadgets."), v1Entry(st, "Gadget", "pvrel-gadget-"), v1Entry(st, "Pod", "pvrel-")} {
+			if e != nil && e.ReadyStatus == "Ready" {
+				ready++
+			}
+		}
+		return st.Ready && ready == 5, describeV1(st)
 	})
-	t.Logf("create to v1 status ready (PV, ClusterRole, Deployment, Pod): %s", took.Round(time.Millisecond))
+	t.Logf("create to v1 status ready (PV, ClusterRole, CRD, cluster-scoped custom object, Deployment, Pod): %s", took.Round(time.Millisecond))
 
 	d, err := cs.AppsV1().Deployments("k8sp").Get(ctx, "pvrel", metav1.GetOptions{})
 	if err != nil {
@@ -163,7 +169,7 @@ func TestK8spluginCompatibility(t *testing.T) {
 	// resources, filtered.
 	var full deploy.FullInstance
 	_ = json.Unmarshal([]byte(o.must(200, "GET", "/v1/instance/"+id+"?full=true", nil)), &full)
-	if full.Status != "DONE" || full.ID != id || len(full.Resources) != 3 || full.PostInstallTimeout != 600 {
+	if full.Status != "DONE" || full.ID != id || len(full.Resources) != 5 || full.PostInstallTimeout != 600 {
 		t.Fatalf("full instance = %+v", full)
 	}
 	list := o.must(200, "GET", "/v1/instance?rb-name=pvapp&rb-version=v1&profile-name=p1", nil)
@@ -240,6 +246,9 @@ func TestK8spluginCompatibility(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().PersistentVolumes().Get(ctx, "pvrel-data-"+id, metav1.GetOptions{}); err == nil {
 		t.Fatal("the persistent volume survived the instance")
+	}
+	if _, err := cs.RbacV1().ClusterRoles().Get(ctx, "pvrel-reader-"+id, metav1.GetOptions{}); err == nil {
+		t.Fatal("the cluster role survived the instance")
 	}
 }
 
