@@ -235,7 +235,9 @@ func (s *Service) UpgradeInstance(ctx context.Context, id string, req catalog.In
 	if err := s.waitIdle(ctx, id); err != nil {
 		return cur.Spec, err
 	}
-	if len(configs) == 0 && reflect.DeepEqual(req, cur.Spec.Request) {
+	same := cur.Spec.Request
+	same.ReleaseName = req.ReleaseName // an instance created without one has it all the same
+	if len(configs) == 0 && reflect.DeepEqual(req, same) {
 		if c, err := s.opts.Contexts.Get(ctx, id); err == nil && (c.Status.Status == appcontext.Instantiated || c.Status.Status == appcontext.Updated) {
 			return cur.Spec, nil // nothing to do, as k8splugin says
 		}
