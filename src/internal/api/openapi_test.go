@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/status"
 )
@@ -43,6 +44,9 @@ func (stubStatus) Instance(context.Context, string) (status.InstanceStatus, erro
 }
 func (stubStatus) Query(context.Context, string, url.Values) (status.InstanceStatus, error) {
 	return status.InstanceStatus{}, nil
+}
+func (stubStatus) RegionQuery(context.Context, url.Values) (status.QueryStatus, error) {
+	return status.QueryStatus{}, nil
 }
 
 var _ StatusReader = stubStatus{}
@@ -211,6 +215,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		Cluster: &cl,
 	}
 	listHeader := status.ListHeader{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", LogicalCloud: "lc", Name: "dig"}
+	conn := catalog.ConnectivitySpec{CloudRegion: "r", CloudOwner: "o",
+		Other: catalog.ConnectivityRecords{Records: []map[string]string{{"connectivity-record-name": "ovn", "FQDN-or-ip": "10.0.0.1"}}}}
 	samples := map[string]any{
 		"Project":          catalog.Object[catalog.Empty]{Metadata: meta},
 		"ClusterProvider":  catalog.Object[catalog.Empty]{Metadata: meta},
@@ -223,8 +229,21 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"AppIntent": catalog.Object[catalog.AppIntentSpec]{Metadata: meta, Spec: catalog.AppIntentSpec{App: "a", Intent: catalog.PlacementIntent{
 			AllOf: []catalog.ClusterSelector{{ClusterProvider: "cp", Cluster: "c1"}},
 			AnyOf: []catalog.ClusterSelector{{ClusterProvider: "cp", ClusterLabel: "edge"}}}}},
-		"ClusterLabel":     labelBody{ClusterLabel: "edge"},
-		"ConnectivityInfo": catalog.ConnectivitySpec{CloudRegion: "r", CloudOwner: "o", Other: map[string]any{"k": "v"}},
+		"ClusterLabel":                   labelBody{ClusterLabel: "edge"},
+		"ConnectivityInfo":               conn,
+		"ConnectivityInfoWithKubeconfig": connectivityView{ConnectivitySpec: conn, Kubeconfig: "YXBpVmVyc2lvbjogdjE="},
+		"InstanceListItem":               instanceListItem{ID: "123", Request: req, ReleaseName: "rel", Namespace: "ns"},
+		"FullInstance": deploy.FullInstance{InstanceSpec: catalog.InstanceSpec{ID: "123", Request: req, Namespace: "ns", ReleaseName: "rel",
+			Resources: []catalog.ResourceRef{{GVK: gvk, Name: "web"}}}, Status: "DONE", Hooks: []any{}, PreInstallTimeout: 60},
+		"QueryStatus": status.QueryStatus{ResourceCount: 1, ResourcesStatus: []status.ResourceStatus{{Name: "web",
+			GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Status: []byte(`{"kind":"Deployment"}`), ReadyStatus: "Ready"}}},
+		"ConfigTemplate":     catalog.ConfigTemplateSpec{TemplateName: "t", Description: "d", ChartName: "c", HasContent: true},
+		"ConfigTemplateItem": templateListItem{TemplateName: "t", Description: "d"},
+		"Config": deploy.ConfigView{ConfigContent: catalog.ConfigContent{ConfigName: "c1", TemplateName: "t", Description: "d",
+			Values: catalog.Values{"a": map[string]any{"b": 1}}}, ConfigVersion: 2, ConfigTag: "first"},
+		"ConfigResult": deploy.ConfigResult{InstanceID: "123", RBName: "rb", RBVersion: "v1", ProfileName: "p", ConfigName: "c1",
+			TemplateName: "t", ConfigVersion: 2},
+		"ConfigTag": catalog.ConfigTag{Version: 1, Tag: "first"},
 		"RBDefinition": catalog.RBDefinitionSpec{RBName: "rb", RBVersion: "v1", ChartName: "c", Description: "d",
 			Labels: map[string]string{"a": "b"}},
 		"RBProfile": catalog.RBProfileSpec{RBName: "rb", RBVersion: "v1", ProfileName: "p", ReleaseName: "rel", Namespace: "ns",
@@ -257,7 +276,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 			SecretOptions:    catalog.DataKeyOptions{DataKeyOptions: []catalog.KeyOption{{FileName: "f", KeyName: "k"}}}}},
 		"InstanceSubscription": notify.View{Subscription: notify.Subscription{Name: "s1", SubscriptionSpec: catalog.SubscriptionSpec{
 			MinNotifyInterval: 5, CallbackURL: "http://so.example/cb", Metadata: map[string]any{"k": "v"}}},
-			LastUpdateTime: "2026-01-01T10:00:00Z", LastNotifyTime: "2026-01-01T10:00:01Z", LastNotifyStatus: "204",
+			LastUpdateTime: time.Unix(1e9, 0).UTC(), LastNotifyTime: time.Unix(1e9+1, 0).UTC(), LastNotifyStatus: 204,
 			Delivery: notify.DeliveryView{Pending: true, Sequence: 3, Attempts: 2, LastError: "callback answered 500"}},
 		"DIGSubscription": notify.View{Subscription: notify.Subscription{Name: "s1", SubscriptionSpec: catalog.SubscriptionSpec{
 			CallbackURL: "http://so.example/cb", Type: "cluster", Output: "all", App: []string{"a"}, Cluster: []string{"cp+c1"},

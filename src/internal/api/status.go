@@ -18,6 +18,7 @@ type StatusReader interface {
 	LogicalCloud(ctx context.Context, key catalog.Key, q url.Values) (any, error)
 	Instance(ctx context.Context, id string) (status.InstanceStatus, error)
 	Query(ctx context.Context, id string, q url.Values) (status.InstanceStatus, error)
+	RegionQuery(ctx context.Context, q url.Values) (status.QueryStatus, error)
 }
 
 func (s *server) statusRoutes(r *mux.Router) {
@@ -53,6 +54,10 @@ func (s *server) statusRoutes(r *mux.Router) {
 	})).Methods(http.MethodGet)
 	r.HandleFunc("/v1/instance/{instanceID}/query", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		resp, err := s.opts.Status.Query(r.Context(), mux.Vars(r)["instanceID"], r.URL.Query())
+		return answer(w, resp, err)
+	})).Methods(http.MethodGet)
+	r.HandleFunc("/v1/query", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		resp, err := s.opts.Status.RegionQuery(r.Context(), r.URL.Query())
 		return answer(w, resp, err)
 	})).Methods(http.MethodGet)
 }

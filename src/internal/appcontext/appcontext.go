@@ -39,6 +39,11 @@ const (
 	RsyncDeleted  = "Deleted"
 )
 
+// V1Provider is the provider name under which a v1 cloud region is a
+// cluster. It starts with "_", which no v2 provider name may, so the two
+// never clash.
+const V1Provider = "_v1"
+
 // Meta describes a context; it is written once.
 type Meta struct {
 	ID string `json:"id"`

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -26,6 +27,8 @@ type Rsync interface {
 	Terminate(group, id string)
 	Stop(group string) bool
 	Busy(group string) bool
+	// Idle waits until no action runs on the group, or ctx ends.
+	Idle(ctx context.Context, group string) error
 }
 
 // Options configures a Service; Catalog, Contexts and Rsync are required.
@@ -38,12 +41,29 @@ type Options struct {
 	Issuer Issuer
 	Logger *logrus.Entry
 	Now    func() time.Time
+	// BusyWait bounds how long a v1 upgrade or config change waits for
+	// rsync to finish with the instance before it is refused; 0 means 30s.
+	BusyWait time.Duration
+	// CreateWait is how long a v1 instance create waits for the first
+	// apply to finish before it returns; 0 returns at once.
+	CreateWait time.Duration
+	// DeleteWait bounds how long a v1 instance delete waits for the
+	// resources to be deleted before it answers; 0 means 30s.
+	DeleteWait time.Duration
 }
 
-// Service runs DIG and logical cloud lifecycle actions.
+// Service runs DIG and logical cloud lifecycle actions and v1 instance actions.
 type Service struct {
 	opts Options
 	log  *logrus.Entry
+
+	mu    sync.Mutex
+	locks map[string]*instanceLock // by v1 instance id, while in use
+}
+
+type instanceLock struct {
+	sync.Mutex
+	users int
 }
 
 // New returns a Service.
@@ -57,7 +77,13 @@ func New(opts Options) (*Service, error) {
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return time.Now().UTC() }
 	}
-	return &Service{opts: opts, log: opts.Logger}, nil
+	if opts.BusyWait == 0 {
+		opts.BusyWait = 30 * time.Second
+	}
+	if opts.DeleteWait == 0 {
+		opts.DeleteWait = 30 * time.Second
+	}
+	return &Service{opts: opts, log: opts.Logger, locks: map[string]*instanceLock{}}, nil
 }
 
 // Namespace is where DIG resources without a namespace go.

@@ -321,10 +321,20 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			c.Resources = append(c.Resources, res)
 			continue
 		}
-		e, found := index[appcontext.EntryRef{Group: r.GVK.Group, Kind: r.GVK.Kind, Namespace: res.Namespace, Name: r.Name}]
+		e, found := lookup(index, r.GVK.Group, r.GVK.Kind, res.Namespace, r.Name)
+		if found {
+			res.Namespace = e.Namespace // the cluster's word on scope
+		}
 		switch {
 		case unknownWhy != "":
 			res.ClusterStatus, res.ReadyStatus, res.Reason = Unknown, string(health.Unknown), unknownWhy
+		case rs.Status == appcontext.RsyncFailed:
+			// Not applied as rendered: whatever the cluster holds (an older
+			// version, or nothing) is not what was asked for.
+			res.ClusterStatus, res.ReadyStatus, res.Reason = NotPresent, string(health.Failed), "apply failed: "+or(rs.Error, "no reason recorded")
+			if found {
+				res.ClusterStatus = Present
+			}
 		case found:
 			res.ClusterStatus, res.ReadyStatus, res.Reason = Present, e.ReadyStatus, e.Reason
 		case unwatched(bundle, r.GVK.Group, r.GVK.Kind) != "":
@@ -410,6 +420,29 @@ func bundleOf(p *appcontext.Placement) (*v1alpha1.ResourceBundleStateStatus, map
 		return nil, nil
 	}
 	return &st, appcontext.IndexBundle(&st)
+}
+
+// lookup finds a resource's bundle entry. A cluster-scoped object is
+// listed without a namespace whatever its manifest said (charts often set
+// one on every object, and a custom kind's scope is only known to the
+// cluster), so an entry without one is the object too: no kind has both
+// scopes.
+func lookup(index map[appcontext.EntryRef]*appcontext.BundleEntry, group, kind, namespace, name string) (*appcontext.BundleEntry, bool) {
+	if e, ok := index[appcontext.EntryRef{Group: group, Kind: kind, Namespace: namespace, Name: name}]; ok {
+		return e, true
+	}
+	if namespace == "" {
+		return nil, false
+	}
+	e, ok := index[appcontext.EntryRef{Group: group, Kind: kind, Name: name}]
+	return e, ok
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // podEntries lists the bundle's pods, in the bundle's order.
