@@ -55,6 +55,8 @@ bench: sim
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzHandler -fuzztime $(FUZZTIME) ./src/internal/api
 	$(GO) test -run '^$$' -fuzz FuzzSubscriptionBody -fuzztime $(FUZZTIME) ./src/internal/notify
+	$(GO) test -run '^$$' -fuzz FuzzApply -fuzztime $(FUZZTIME) ./src/internal/gac
+	$(GO) test -run '^$$' -fuzz FuzzRollbackBody -fuzztime $(FUZZTIME) ./src/internal/api
 
 lint: $(GOLANGCI) generate
 	@git diff --exit-code -- src/apis deployments/kubernetes/monitor || { echo "generated files were stale; commit the regenerated ones"; exit 1; }

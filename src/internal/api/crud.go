@@ -38,6 +38,13 @@ type crud[S any] struct {
 	beforeDelete, afterDelete func(ctx context.Context, key catalog.Key) error
 	// noPut leaves PUT out (uploads are replaced by delete and create).
 	noPut bool
+	// files, when set, makes POST and PUT multipart/form-data: part
+	// "metadata" holds the object, the parts named in fileParts its files,
+	// which files checks and turns into the stored content.
+	files     func(obj *catalog.Object[S], files []catalog.File) ([]byte, error)
+	fileParts []string
+	// beforeWrite may refuse a create or replace of the object at key.
+	beforeWrite func(ctx context.Context, key catalog.Key, obj *catalog.Object[S]) error
 }
 
 func registerCRUD[S any](r *mux.Router, s *server, c crud[S]) {
@@ -104,6 +111,9 @@ func (c crud[S]) check(obj *catalog.Object[S], urlKey []string) error {
 }
 
 func (c crud[S]) create(s *server, w http.ResponseWriter, r *http.Request) error {
+	if c.files != nil {
+		return c.writeWithFiles(s, w, r, false)
+	}
 	var obj catalog.Object[S]
 	var file []byte
 	if c.upload != nil {
@@ -123,6 +133,11 @@ func (c crud[S]) create(s *server, w http.ResponseWriter, r *http.Request) error
 		}
 	}
 	key := append(varsKey(r, c.parentVars), c.ownKey(&obj)...)
+	if c.beforeWrite != nil {
+		if err := c.beforeWrite(r.Context(), key, &obj); err != nil {
+			return err
+		}
+	}
 	if err := c.res.Create(r.Context(), key, obj); err != nil {
 		return err
 	}
@@ -155,6 +170,9 @@ func (c crud[S]) get(s *server, w http.ResponseWriter, r *http.Request) error {
 }
 
 func (c crud[S]) put(s *server, w http.ResponseWriter, r *http.Request) error {
+	if c.files != nil {
+		return c.writeWithFiles(s, w, r, true)
+	}
 	key := varsKey(r, c.parentVars, c.itemVars)
 	var obj catalog.Object[S]
 	if err := s.decodeJSON(w, r, &obj); err != nil {
@@ -166,6 +184,11 @@ func (c crud[S]) put(s *server, w http.ResponseWriter, r *http.Request) error {
 	}
 	if got := c.ownKey(&obj); len(got) > 1 && got[1] != own[1] {
 		return errdefs.Invalid("the body's %s %q does not match the URL's %q", c.res.Kind().OwnFields()[1], got[1], own[1])
+	}
+	if c.beforeWrite != nil {
+		if err := c.beforeWrite(r.Context(), key, &obj); err != nil {
+			return err
+		}
 	}
 	created, err := c.res.Put(r.Context(), key, obj)
 	return putAnswer(w, obj, created, err)

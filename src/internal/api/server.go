@@ -27,6 +27,8 @@ type Options struct {
 	Catalog *catalog.Catalog
 	// Deploy runs DIG actions; nil leaves the action routes out.
 	Deploy Deployer
+	// Clouds runs logical cloud actions; nil leaves those routes out.
+	Clouds Clouds
 	// Instances runs v1 instance actions; nil leaves those routes out.
 	Instances Instances
 	// Status answers status queries; nil leaves the status routes out.
@@ -121,6 +123,7 @@ func (s *server) routes() {
 		fmt.Fprintln(w, "ok")
 	}).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/v1/healthcheck", s.healthcheck).Methods(http.MethodGet)
 	r.Handle("/metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{})).Methods(http.MethodGet)
 
 	// Routes are registered with full paths on the root router: gorilla/mux
@@ -130,25 +133,12 @@ func (s *server) routes() {
 	s.statusRoutes(r)
 	s.subscriptionRoutes(r)
 	s.v2Routes(r)
+	s.emcoRoutes(r)
 	s.v1Routes(r)
 }
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
-	names := make([]string, 0, len(s.opts.Checks))
-	for n := range s.opts.Checks {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var failed []string
-	for _, n := range names {
-		ctx, cancel := context.WithTimeout(r.Context(), s.opts.CheckTimeout)
-		err := s.opts.Checks[n](ctx)
-		cancel()
-		if err != nil {
-			loggerFrom(r.Context()).WithError(err).WithField("check", n).Warn("readiness check failed")
-			failed = append(failed, n)
-		}
-	}
+	failed := s.failedChecks(r.Context())
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if len(failed) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -156,6 +146,36 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ok")
+}
+
+// failedChecks runs the readiness checks and names those that fail.
+func (s *server) failedChecks(ctx context.Context) []string {
+	names := make([]string, 0, len(s.opts.Checks))
+	for n := range s.opts.Checks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var failed []string
+	for _, n := range names {
+		cctx, cancel := context.WithTimeout(ctx, s.opts.CheckTimeout)
+		err := s.opts.Checks[n](cctx)
+		cancel()
+		if err != nil {
+			loggerFrom(ctx).WithError(err).WithField("check", n).Warn("readiness check failed")
+			failed = append(failed, n)
+		}
+	}
+	return failed
+}
+
+// healthcheck is k8splugin's GET /v1/healthcheck: 200 with an empty body
+// when the stores answer, 500 with the reason when one does not.
+func (s *server) healthcheck(w http.ResponseWriter, r *http.Request) {
+	if failed := s.failedChecks(r.Context()); len(failed) > 0 {
+		http.Error(w, "not healthy: "+strings.Join(failed, ", "), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
 }
 
 // methodNotAllowed answers 405 with the Allow header a client needs.

@@ -147,7 +147,8 @@ func (s *server) v2Routes(r *mux.Router) {
 			return nil
 		}})
 	registerCRUD(r, s, crud[catalog.DIGIntentSpec]{res: catalog.For[catalog.DIGIntentSpec](cat, catalog.DIGIntents),
-		collection: pDIG + "/intents", item: pDIG + "/intents/{intent}", parentVars: vDIG, itemVars: []string{"intent"}})
+		collection: pDIG + "/intents", item: pDIG + "/intents/{intent}", parentVars: vDIG, itemVars: []string{"intent"},
+		validate: func(o *catalog.Object[catalog.DIGIntentSpec]) error { return deploy.ValidateIntent(o.Spec) }})
 
 	if s.opts.Deploy != nil {
 		for _, a := range []string{"approve", "instantiate", "terminate", "stop", "update"} {

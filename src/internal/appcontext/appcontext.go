@@ -45,6 +45,11 @@ const (
 	RsyncDeleted  = "Deleted"
 )
 
+// V1Provider is the provider name under which a v1 cloud region is a
+// cluster. It starts with "_", which no v2 provider name may, so the two
+// never clash.
+const V1Provider = "_v1"
+
 // Field validation modes: how rsync has API servers treat fields a kind's
 // schema lacks. Warn (the default, as Helm and EMCO get) drops them and
 // records a warning; Ignore drops them silently; Strict fails the object.
@@ -77,7 +82,10 @@ type Meta struct {
 	Version          string `json:"compositeAppVersion,omitempty"`
 	DIG              string `json:"dig,omitempty"`
 	CompositeProfile string `json:"compositeProfile,omitempty"`
-	Namespace        string `json:"namespace"`
+	// LogicalCloud names the project's logical cloud whose credentials
+	// apply the resources; "" means the clusters' own (admin) credentials.
+	LogicalCloud string `json:"logicalCloud,omitempty"`
+	Namespace    string `json:"namespace"`
 	// StatusID labels the cluster objects: the id of the group's first
 	// instantiation, kept across updates so pods are not relabelled.
 	StatusID string    `json:"statusId"`

@@ -134,6 +134,20 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 	return res.UpsertedCount > 0, nil
 }
 
+// Replace replaces an existing object; unlike Put it never creates one,
+// so a concurrent delete is not undone (NotFound instead).
+func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) error {
+	r.checkKey(key)
+	res, err := r.coll.ReplaceOne(ctx, r.filter(key), r.document(key, obj))
+	if err != nil {
+		return fmt.Errorf("replace %s: %w", r.kind.describe(key), err)
+	}
+	if res.MatchedCount == 0 {
+		return errdefs.NotFound("%s not found", r.kind.describe(key))
+	}
+	return nil
+}
+
 // Get returns one object, or an error of kind errdefs.ErrNotFound.
 func (r *Resource[S]) Get(ctx context.Context, key Key) (Object[S], error) {
 	r.checkKey(key)
@@ -192,10 +206,8 @@ func (r *Resource[S]) Delete(ctx context.Context, key Key) error {
 	}
 	// Cascading children go first: were the process to die in between, an
 	// orphan would be left without a parent to reach it.
-	for _, child := range cascade {
-		if _, err := r.cat.db.Collection(child.Collection).DeleteMany(ctx, r.filter(key)); err != nil {
-			return fmt.Errorf("delete %s: delete its %ss: %w", r.kind.describe(key), child.Name, err)
-		}
+	if err := r.deleteCascading(ctx, key, cascade); err != nil {
+		return err
 	}
 	res, err := r.coll.DeleteOne(ctx, r.filter(key))
 	if err != nil {
@@ -209,9 +221,17 @@ func (r *Resource[S]) Delete(ctx context.Context, key Key) error {
 	}
 	// Once more: a child created between the first pass and the parent's
 	// removal (its parent check passed) would otherwise be an orphan.
-	for _, child := range cascade {
-		if _, err := r.cat.db.Collection(child.Collection).DeleteMany(ctx, r.filter(key)); err != nil {
-			return fmt.Errorf("delete %s: delete its %ss: %w", r.kind.describe(key), child.Name, err)
+	return r.deleteCascading(ctx, key, cascade)
+}
+
+// deleteCascading deletes the children of the given kinds under key, and
+// their uploaded contents.
+func (r *Resource[S]) deleteCascading(ctx context.Context, key Key, kinds []*Kind) error {
+	for _, child := range kinds {
+		for _, coll := range []string{child.Collection, child.Collection + "_content"} {
+			if _, err := r.cat.db.Collection(coll).DeleteMany(ctx, r.filter(key)); err != nil {
+				return fmt.Errorf("delete %s: delete its %ss: %w", r.kind.describe(key), child.Name, err)
+			}
 		}
 	}
 	return nil

@@ -126,7 +126,7 @@ func (a *fakeAAI) find(kind, name string) (notify.AAIResource, bool) {
 	return notify.AAIResource{}, false
 }
 
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+func waitFor(t testing.TB, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	last := ""
@@ -162,9 +162,9 @@ func TestInstanceSubscriptionAndAAI(t *testing.T) {
 		t.Fatalf("connectivity-info: %d %s", code, body)
 	}
 	o.must(201, "POST", "/v1/rb/definition", map[string]any{"rb-name": "web", "rb-version": "v1", "chart-name": "frontend"})
-	o.must(201, "POST", "/v1/rb/definition/web/v1/content", testenv.Archive(t, filepath.Join("testdata/charts", "frontend")))
+	o.must(200, "POST", "/v1/rb/definition/web/v1/content", testenv.Archive(t, filepath.Join("testdata/charts", "frontend")))
 	o.must(201, "POST", "/v1/rb/definition/web/v1/profile", map[string]any{"profile-name": "p1", "release-name": "aw", "namespace": "v1aai"})
-	o.must(201, "POST", "/v1/rb/definition/web/v1/profile/p1/content", testenv.ArchiveFiles(t, map[string]string{
+	o.must(200, "POST", "/v1/rb/definition/web/v1/profile/p1/content", testenv.ArchiveFiles(t, map[string]string{
 		"manifest.yaml": "version: v1\ntype:\n  values: values.yaml\n", "values.yaml": "message: aai\n"}))
 	var inst catalog.InstanceSpec
 	if err := json.Unmarshal([]byte(o.must(201, "POST", "/v1/instance", map[string]any{"rb-name": "web", "rb-version": "v1",

@@ -40,6 +40,8 @@ type State struct {
 	// Pending is the frozen payload awaiting a 2xx, resent unchanged.
 	Pending *Pending `json:"pending,omitempty"`
 
+	// Created is when the subscription took its first baseline.
+	Created    time.Time `json:"created,omitzero"`
 	LastUpdate time.Time `json:"lastUpdate,omitzero"`
 	LastNotify time.Time `json:"lastNotify,omitzero"`
 	LastStatus string    `json:"lastStatus,omitempty"`
@@ -278,6 +280,9 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 	}
 	_, st.Delivered = Diff(nil, entries, nil)
 	st.Head, st.Pending, st.Rebaseline = headOf(envelope), nil, false
+	if st.Created.IsZero() {
+		st.Created = w.opts.Now().UTC()
+	}
 	if err := w.opts.States.Save(ctx, w.opts.Key, st); err != nil {
 		return st, err
 	}

@@ -22,7 +22,9 @@ import (
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/deploy"
+	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/logicalcloud"
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/reload"
 	"github.com/argus-mc/argus/src/internal/rsync"
@@ -50,6 +52,9 @@ type Options struct {
 	// MonitorSilentAfter is how long a monitor's Lease may stay unrenewed
 	// before the monitor is Silent; 0 means 30s.
 	MonitorSilentAfter time.Duration
+	// V1CreateWait is how long POST /v1/instance waits for the first
+	// apply to finish before it answers; 0 answers at once.
+	V1CreateWait time.Duration
 	// ShutdownTimeout bounds the graceful drain of HTTP requests; 0 means 4s,
 	// which keeps the whole exit under 5 s.
 	ShutdownTimeout time.Duration
@@ -62,7 +67,7 @@ type Options struct {
 	// the documented 1 s base capped at 60 s.
 	NotifyBackoffBase time.Duration
 	// AuthTokenFile names the API bearer token file (one token a line, '#'
-	// comments); "" leaves the API open. /healthz and /readyz are always open.
+	// comments); "" leaves the API open. /healthz, /readyz and /v1/healthcheck are always open.
 	AuthTokenFile string
 	// TLSCertFile and TLSKeyFile, both or neither, make the API serve HTTPS
 	// (TLS 1.2 or later); "" serves plain HTTP.
@@ -186,19 +191,33 @@ func (a *App) Run(ctx context.Context) (err error) {
 			return catalog.For[catalog.ConnectivitySpec](cat, catalog.ConnectivityInfos).GetContent(ctx, catalog.Key{ref.Name})
 		}
 		return catalog.For[catalog.Empty](cat, catalog.Clusters).GetContent(ctx, catalog.Key{ref.Provider, ref.Name})
-	}})
+	}, CloudKubeconfig: logicalcloud.Source{Catalog: cat}.ForCluster})
 	engine, err := rsync.New(rsync.Options{Store: contexts, Clusters: clusters, FieldValidation: a.opts.FieldValidation,
 		Logger: a.log.WithField("component", "rsync")})
 	if err != nil {
 		return err
 	}
 	defer engine.Close() // cancels in-flight work; Resume continues it next start
-	deployer, err := deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Logger: a.log.WithField("component", "deploy")})
+	var deployer *deploy.Service
+	issuer, err := logicalcloud.NewIssuer(logicalcloud.IssuerOptions{Clients: clusters, Logger: a.log.WithField("component", "issuer"),
+		// Set before any request is issued: requests come from the deployer.
+		Store: logicalcloud.CertStoreFunc(func(ctx context.Context, req logicalcloud.Request, cert, failure string) error {
+			return deployer.SetCertificate(ctx, req, cert, failure)
+		})})
+	if err != nil {
+		return err
+	}
+	defer issuer.Close()
+	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Issuer: issuer, CreateWait: a.opts.V1CreateWait,
+		Logger: a.log.WithField("component", "deploy")})
 	if err != nil {
 		return err
 	}
 	if err := engine.Resume(ctx); err != nil {
 		return fmt.Errorf("orchestrator: resume rsync: %w", err)
+	}
+	if err := deployer.ResumeClouds(ctx); err != nil {
+		return fmt.Errorf("orchestrator: resume logical cloud certificates: %w", err)
 	}
 	watchers, err := watcher.New(watcher.Options{Store: contexts, Clusters: clusters, SilentAfter: a.opts.MonitorSilentAfter,
 		Logger: a.log.WithField("component", "watcher")})
@@ -206,7 +225,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	cache := appcontext.NewCache(contexts, a.log.WithField("component", "cache"))
-	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter}
+	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter, Clusters: clusters}
 	notifier, err := a.notifier(cat, etcd, reader)
 	if err != nil {
 		return err
@@ -237,11 +256,12 @@ func (a *App) Run(ctx context.Context) (err error) {
 	apiOpts := api.Options{
 		Catalog:       cat,
 		Deploy:        deployer,
+		Clouds:        deployer,
 		Instances:     deployer,
 		Status:        reader,
 		Subscriptions: notifier,
 		ClusterInUse: func(ctx context.Context, provider, name string) ([]string, error) {
-			return cache.LiveOn(ctx, appcontext.ClusterRef{Provider: provider, Name: name})
+			return liveOn(ctx, cache, contexts, appcontext.ClusterRef{Provider: provider, Name: name})
 		},
 		ClusterDeleted: func(provider, name string) {
 			ref := appcontext.ClusterRef{Provider: provider, Name: name}
@@ -306,6 +326,31 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("orchestrator: serve: %w", err)
 	}
 	return nil
+}
+
+// liveOn lists the contexts still live on a cluster. The cache may trail
+// etcd by a moment (a v1 client deletes its cloud region right after its
+// instance's deletion finished), so what it calls live is confirmed in
+// etcd.
+func liveOn(ctx context.Context, cache *appcontext.Cache, contexts *appcontext.Store, ref appcontext.ClusterRef) ([]string, error) {
+	ids, err := cache.LiveOn(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	live := ids[:0]
+	for _, id := range ids {
+		c, err := contexts.Get(ctx, id)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if c.Status.Status != appcontext.Terminated {
+			live = append(live, id)
+		}
+	}
+	return live, nil
 }
 
 // notifier builds the subscription manager and, when configured, the AAI

@@ -35,6 +35,9 @@ type Options struct {
 	Namespace   string
 	// Overrides are dotted keys with --set semantics ("image.tag": "1.2").
 	Overrides map[string]string
+	// Values, when set, are merged over the profile's values and the
+	// overrides, winning over both (a v1 config's values).
+	Values map[string]any
 }
 
 // Resource is one rendered object, in apply order.
@@ -204,6 +207,9 @@ func Render(opts Options) ([]Resource, error) {
 	vals, err := Values(profile, opts.Overrides)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Values != nil {
+		vals = chartutil.CoalesceTables(copyMap(opts.Values), vals)
 	}
 	ns := opts.Namespace
 	if ns == "" {

@@ -24,9 +24,10 @@ import (
 
 // apply applies a context's resources: every placement at once, each
 // cluster's requests bounded by ClusterParallelism, each placement's
-// resources in order. It ends when every resource is Applied or Failed;
-// Retrying and Waiting resources are tried again until then.
-func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.Entry) error {
+// resources in waves. It ends when every resource is Applied or Failed;
+// Retrying and Waiting resources are tried again until then. firstPass is
+// called once every resource was tried.
+func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.Entry, firstPass func()) error {
 	c, err := e.opts.Store.Get(ctx, id)
 	if err != nil {
 		return err
@@ -77,6 +78,7 @@ func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.
 	select {
 	case <-passDone:
 		rec.firstPassDone()
+		firstPass()
 	case <-ctx.Done():
 	}
 	all.Wait()
@@ -133,7 +135,9 @@ func (pa *placementApply) run(ctx context.Context) {
 		var changed <-chan struct{}
 		release := func() {}
 		if pass > 1 && needsChanges(classes) {
-			// Subscribed before trying, so a change during the pass is not missed.
+			// Subscribed before trying, so a change during the pass is not
+			// missed. The cluster's own client watches, whatever credentials
+			// the resources are applied with.
 			client, _ := pa.e.opts.Clusters.Client(ctx, p.Cluster)
 			changed, release = pa.e.subscribe(p.Cluster, client)
 		}
@@ -287,7 +291,7 @@ func anyClass(classes map[string]class, todo []appcontext.Resource, c class) boo
 
 // applyOne applies one resource with server-side apply.
 func (pa *placementApply) applyOne(ctx context.Context, r appcontext.Resource, labels map[string]string) outcome {
-	client, err := pa.e.opts.Clusters.Client(ctx, pa.p.Cluster)
+	client, err := pa.e.clientFor(ctx, pa.c, pa.p.Cluster)
 	if err != nil {
 		err = fmt.Errorf("cluster %s: %w", pa.p.Cluster, err)
 		return outcome{class: classify(ctx, err), err: err}
@@ -413,7 +417,7 @@ func missingNamespace(err error, ns string) bool {
 // at most once a second per cluster.
 func (e *Engine) resourceFor(cs *clusterState, client *cluster.Client, gvk schema.GroupVersionKind, obj *unstructured.Unstructured, defaultNS string) (dynamic.ResourceInterface, error) {
 	mapping, err := client.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if meta.IsNoMatchError(err) && cs.mayRefresh() {
+	if meta.IsNoMatchError(err) && cs.mayRefresh(client) {
 		client.Mapper.Reset()
 		mapping, err = client.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	}
@@ -485,7 +489,7 @@ func waveOf(gvk schema.GroupVersionKind) int {
 // status engine reports the monitor NotInstalled.
 func (pa *placementApply) applyBundle(ctx context.Context, labels map[string]string) bool {
 	c, p := pa.c, pa.p
-	client, err := pa.e.opts.Clusters.Client(ctx, p.Cluster)
+	client, err := pa.e.clientFor(ctx, c, p.Cluster)
 	if err != nil {
 		return false
 	}

@@ -24,9 +24,10 @@ type clusterState struct {
 	kinds   map[schema.GroupKind]chan struct{} // under mu
 
 	mu        sync.Mutex
-	refreshed time.Time     // when discovery was last fetched again
-	changed   chan struct{} // closed on the next change of the cluster's API
-	waiters   int           // resources waiting on changed; watches run while > 0
+	gen       uint64                          // counts the changes of the cluster's API seen
+	refreshed map[*cluster.Client]refreshMark // when each client's discovery was fetched again
+	changed   chan struct{}                   // closed on the next change of the cluster's API
+	waiters   int                             // resources waiting on changed; watches run while > 0
 	stop      context.CancelFunc
 	client    *cluster.Client // the client the watches use
 }
@@ -81,18 +82,29 @@ func (cs *clusterState) acquireKind(ctx context.Context, gk schema.GroupKind) (r
 	return func() { cs.release(); <-ks }, true
 }
 
-// minRefresh is how often a kind the cluster's discovery lacks may make
-// rsync fetch discovery again.
+// minRefresh is how often a kind a client's discovery lacks may make rsync
+// fetch its discovery again, unless the cluster's API changed since.
 const minRefresh = time.Second
 
-// mayRefresh reports whether discovery may be fetched again now.
-func (cs *clusterState) mayRefresh() bool {
+type refreshMark struct {
+	gen uint64
+	at  time.Time
+}
+
+// mayRefresh reports whether client's discovery may be fetched again now:
+// the cluster's API changed since it last was, or a second passed. Each
+// client (the cluster's own, a logical cloud's) has its own discovery.
+func (cs *clusterState) mayRefresh(client *cluster.Client) bool {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if time.Since(cs.refreshed) < minRefresh {
+	if cs.refreshed == nil {
+		cs.refreshed = map[*cluster.Client]refreshMark{}
+	}
+	m, seen := cs.refreshed[client]
+	if seen && m.gen == cs.gen && time.Since(m.at) < minRefresh {
 		return false
 	}
-	cs.refreshed = time.Now()
+	cs.refreshed[client] = refreshMark{gen: cs.gen, at: time.Now()}
 	return true
 }
 
@@ -191,19 +203,17 @@ func (e *Engine) watchChanges(ctx context.Context, ref appcontext.ClusterRef, cs
 		case <-signal:
 		default:
 		}
-		e.clusterChanged(cs, client)
+		e.clusterChanged(cs)
 	}
 }
 
-// clusterChanged forgets what rsync cached about the cluster's API and
-// wakes everything waiting for it.
-func (e *Engine) clusterChanged(cs *clusterState, client *cluster.Client) {
-	if client != nil && client.Mapper != nil {
-		client.Mapper.Reset()
-	}
+// clusterChanged forgets what rsync cached about the cluster's API (each
+// client's discovery is fetched again at its next unknown kind) and wakes
+// everything waiting for it.
+func (e *Engine) clusterChanged(cs *clusterState) {
 	cs.schemas.reset()
 	cs.mu.Lock()
-	cs.refreshed = time.Now()
+	cs.gen++
 	close(cs.changed)
 	cs.changed = make(chan struct{})
 	cs.mu.Unlock()

@@ -84,7 +84,7 @@ func (e *Engine) deleteWithRetry(ctx context.Context, c *appcontext.Context, p *
 }
 
 func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, r appcontext.Resource) (class, error) {
-	client, err := e.opts.Clusters.Client(ctx, p.Cluster)
+	client, err := e.clientFor(ctx, c, p.Cluster)
 	if err != nil {
 		err = fmt.Errorf("cluster %s: %w", p.Cluster, err)
 		return classify(ctx, err), err
@@ -119,7 +119,7 @@ func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcon
 // deleteBundle deletes the app's ResourceBundleState, retrying while the
 // cluster cannot be reached.
 func (e *Engine) deleteBundle(ctx context.Context, c *appcontext.Context, p *appcontext.Placement) {
-	client, err := e.opts.Clusters.Client(ctx, p.Cluster)
+	client, err := e.clientFor(ctx, c, p.Cluster)
 	if err != nil {
 		return
 	}

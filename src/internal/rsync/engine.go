@@ -18,9 +18,11 @@ import (
 
 const fieldManager = "argus"
 
-// Clusters gives rsync a client per cluster.
+// Clusters gives rsync a client per cluster, and per cluster and logical
+// cloud for contexts deployed in one.
 type Clusters interface {
 	Client(ctx context.Context, ref appcontext.ClusterRef) (*cluster.Client, error)
+	CloudClient(ctx context.Context, ref appcontext.ClusterRef, cloud cluster.Cloud) (*cluster.Client, error)
 }
 
 // Field validation modes (see appcontext.Meta.FieldValidation).
@@ -79,6 +81,7 @@ type run struct {
 	kind, id string
 	cancel   context.CancelFunc
 	done     chan struct{} // this action stopped working
+	quiet    chan struct{} // it tried everything once and only waits now (or is done)
 	settled  chan struct{} // done, and every earlier action on the group settled
 	prev     *run          // nil once settled
 }
@@ -164,12 +167,7 @@ func (e *Engine) Stop(group string) bool {
 }
 
 // Busy reports whether an action is running on the group.
-func (e *Engine) Busy(group string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	r := e.groups[group]
-	return r != nil && !closed(r.done)
-}
+func (e *Engine) Busy(group string) bool { return e.running(group) != nil }
 
 func closed(ch chan struct{}) bool {
 	select {
@@ -204,7 +202,8 @@ func (e *Engine) start(group, kind, id string, preempt bool) {
 		e.cancelChainLocked(prev, id)
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
-	r := &run{kind: kind, id: id, cancel: cancel, done: make(chan struct{}), settled: make(chan struct{}), prev: prev}
+	r := &run{kind: kind, id: id, cancel: cancel, done: make(chan struct{}), quiet: make(chan struct{}), settled: make(chan struct{}), prev: prev}
+	quiet := sync.OnceFunc(func() { close(r.quiet) })
 	e.groups[group] = r
 	e.mu.Unlock()
 
@@ -221,6 +220,7 @@ func (e *Engine) start(group, kind, id string, preempt bool) {
 			close(r.settled)
 		}()
 		defer close(r.done)
+		defer quiet()
 		defer cancel()
 		if prev != nil {
 			select { // actions on one group are serialised
@@ -234,7 +234,7 @@ func (e *Engine) start(group, kind, id string, preempt bool) {
 		var err error
 		switch kind {
 		case actionApply, actionUpdate:
-			err = e.apply(ctx, id, kind == actionUpdate, log)
+			err = e.apply(ctx, id, kind == actionUpdate, log, quiet)
 		case actionDelete:
 			err = e.delete(ctx, id, log)
 		}

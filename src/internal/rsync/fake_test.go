@@ -41,6 +41,10 @@ func (f *fakeCluster) Client(context.Context, appcontext.ClusterRef) (*cluster.C
 	return f.c, nil
 }
 
+func (f *fakeCluster) CloudClient(ctx context.Context, ref appcontext.ClusterRef, _ cluster.Cloud) (*cluster.Client, error) {
+	return f.Client(ctx, ref)
+}
+
 // fakeDiscovery serves a list of resources the test may change while the
 // engine reads it, and an OpenAPI v3 document per group-version.
 type fakeDiscovery struct {

@@ -29,6 +29,12 @@ type Query struct {
 	// Instance is set by ?instance=<id>; ListInstances by a bare ?instance.
 	Instance      string
 	ListInstances bool
+	// ListApps, ListClusters and ListResources are EMCO's list queries
+	// (?apps, ?clusters, ?resources), in that precedence.
+	ListApps, ListClusters, ListResources bool
+	// typeGiven records an explicit type or status (a logical cloud's
+	// status defaults to ready, as in EMCO).
+	typeGiven bool
 }
 
 // ParseQuery reads the query parameters; an unknown value is an ErrInvalid
@@ -71,6 +77,10 @@ func ParseQuery(v url.Values) (Query, error) {
 		q.Clusters = append(q.Clusters, ref)
 	}
 	q.Resources = nonEmpty(v["resource"])
+	_, q.ListApps = v["apps"]
+	_, q.ListClusters = v["clusters"]
+	_, q.ListResources = v["resources"]
+	q.typeGiven = len(v["type"])+len(v["status"]) > 0
 	if inst, ok := v["instance"]; ok {
 		if len(inst) == 0 || inst[0] == "" {
 			q.ListInstances = true
