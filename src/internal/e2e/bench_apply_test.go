@@ -75,6 +75,23 @@ func benchApply(b *testing.B, n int) {
 				return c.Status.Status == appcontext.Terminated, c.Status.Status
 			})
 		}
+		// Count etcd writes (keys put, transactions) under the orchestrator's prefix.
+		wctx, stopWatch := context.WithCancel(context.Background())
+		var puts int
+		revs := map[int64]bool{}
+		watched := make(chan struct{})
+		w := stores.Etcd.Client.Watch(wctx, prefix+"/", clientv3.WithPrefix())
+		go func() {
+			defer close(watched)
+			for resp := range w {
+				for _, ev := range resp.Events {
+					if ev.Type == clientv3.EventTypePut {
+						puts++
+						revs[ev.Kv.ModRevision] = true
+					}
+				}
+			}
+		}()
 		b.StartTimer()
 		start := time.Now()
 		o.must(202, "POST", digPath+"/instantiate", nil)
@@ -83,6 +100,13 @@ func benchApply(b *testing.B, n int) {
 		took := seen.Sub(start)
 		b.StopTimer()
 		sum += took
+		o.waitContext(o.digState().ContextID, "Instantiated", func(c *appcontext.Context) (bool, string) {
+			return c.Status.Status == appcontext.Instantiated, c.Status.Status
+		})
+		stopWatch()
+		<-watched
+		sums["etcd-puts"] += time.Duration(puts)
+		sums["etcd-txns"] += time.Duration(len(revs))
 		id := o.digState().ContextID
 		c := mustContextTB(b, o, id)
 		last := map[string]time.Time{}
@@ -120,6 +144,10 @@ func benchApply(b *testing.B, n int) {
 	}
 	sort.Strings(names)
 	for _, k := range names {
+		if strings.HasPrefix(k, "etcd-") { // counts, per resource
+			b.ReportMetric(float64(sums[k])/float64(b.N*total), k+"/resource")
+			continue
+		}
 		b.ReportMetric(float64(sums[k].Milliseconds())/float64(b.N), k+"-ms")
 	}
 }
