@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"mime"
@@ -205,7 +204,9 @@ func (c crud[S]) delete(s *server, w http.ResponseWriter, r *http.Request) error
 }
 
 // decodeMultipart reads an EMCO upload: part "metadata" (JSON) into v and
-// part "file", returned. Uploads may be up to MaxUploadBody bytes.
+// part "file", returned. Parts are streamed, each under its own limit — the
+// metadata as a JSON body, the file as an upload — and the whole body under
+// MaxUploadBody; other parts are skipped unread past their limit.
 func (s *server) decodeMultipart(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
 	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mediaType != "multipart/form-data" || params["boundary"] == "" {
@@ -213,30 +214,42 @@ func (s *server) decodeMultipart(w http.ResponseWriter, r *http.Request, v any) 
 	}
 	mr := multipart.NewReader(http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBody), params["boundary"])
 	var meta, file []byte
-	for {
+	for n := 0; ; n++ {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, uploadError(err)
+			return nil, readError(err, "upload")
 		}
-		data, err := io.ReadAll(part)
-		if err != nil {
-			return nil, uploadError(err)
+		if n == maxUploadParts {
+			return nil, errdefs.Invalid("the upload has more than %d parts; send \"metadata\" and \"file\"", maxUploadParts)
 		}
-		switch part.FormName() {
+		name := part.FormName()
+		var dst *[]byte
+		limit := s.opts.MaxJSONBody
+		switch name {
 		case "metadata":
-			meta = data
+			dst = &meta
 		case "file":
-			file = data
+			dst, limit = &file, s.opts.MaxUploadBody
+		}
+		if dst != nil && *dst != nil {
+			return nil, errdefs.Invalid("the upload has more than one %q part", name)
+		}
+		data, err := readPart(part, limit, dst != nil)
+		if err != nil {
+			return nil, err
+		}
+		if dst != nil {
+			*dst = data
 		}
 	}
 	if meta == nil {
 		return nil, errdefs.Invalid("the upload has no \"metadata\" part")
 	}
-	if err := json.Unmarshal(meta, v); err != nil {
-		return nil, errdefs.Unprocessable(err, "cannot decode the \"metadata\" part")
+	if err := s.unmarshal(meta, v, "the \"metadata\" part"); err != nil {
+		return nil, err
 	}
 	if len(file) == 0 {
 		return nil, errdefs.Invalid("the upload has no \"file\" part")
@@ -244,10 +257,32 @@ func (s *server) decodeMultipart(w http.ResponseWriter, r *http.Request, v any) 
 	return file, nil
 }
 
-func uploadError(err error) error {
-	var maxBytes *http.MaxBytesError
-	if errors.As(err, &maxBytes) {
-		return errdefs.TooLarge("upload is larger than %d bytes", maxBytes.Limit)
+// readPart reads (keep) or skips one part of at most limit bytes.
+func readPart(part *multipart.Part, limit int64, keep bool) ([]byte, error) {
+	what := "the upload's \"" + part.FormName() + "\" part"
+	if part.FormName() == "" {
+		what = "an unnamed part of the upload"
 	}
-	return errdefs.Invalid("cannot read the upload: %v", err)
+	src := io.LimitReader(part, limit+1)
+	if !keep {
+		n, err := io.Copy(io.Discard, src)
+		if err != nil {
+			return nil, readError(err, "upload")
+		}
+		if n > limit {
+			return nil, errdefs.TooLarge("%s is larger than %d bytes", what, limit)
+		}
+		return nil, nil
+	}
+	data, err := io.ReadAll(src)
+	if err != nil {
+		return nil, readError(err, "upload")
+	}
+	if int64(len(data)) > limit {
+		return nil, errdefs.TooLarge("%s is larger than %d bytes", what, limit)
+	}
+	if data == nil {
+		data = []byte{} // present, if empty
+	}
+	return data, nil
 }

@@ -10,7 +10,6 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 
 	"github.com/argus-mc/argus/src/internal/catalog"
-	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/render"
@@ -59,7 +58,7 @@ func (s *server) v1Routes(r *mux.Router) {
 		if err := catalog.ValidateName("cloud region", spec.CloudRegion); err != nil {
 			return err
 		}
-		if _, err := cluster.RESTConfig(file); err != nil {
+		if err := s.checkKubeconfig(file); err != nil {
 			return err
 		}
 		key := catalog.Key{spec.CloudRegion}
@@ -284,7 +283,7 @@ func (s *server) putRawContent(w http.ResponseWriter, r *http.Request, res inter
 }, key catalog.Key, check func([]byte) error) error {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBody))
 	if err != nil {
-		return uploadError(err)
+		return readError(err, "upload")
 	}
 	if len(data) == 0 {
 		return errdefs.Invalid("the request body is empty; send the archive as the body")
