@@ -379,12 +379,9 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 		if res.Status == 0 {
 			st.LastStatus = "error"
 		}
-		st.LastError = ""
-		if res.Err != nil {
-			st.LastError = res.Err.Error()
-		} else if res.Outcome != Delivered {
-			st.LastError = "callback answered " + strconv.Itoa(res.Status)
-		}
+		// Shown to API callers: a status code or a short reason, never
+		// the receiver's body or the callback URL.
+		st.LastError = Reason(res)
 		w.opts.Metrics.attempt(res.Outcome)
 		switch res.Outcome {
 		case Delivered:
