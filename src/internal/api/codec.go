@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/jsonlimit"
 )
 
 // Body limits of SPEC section 9, and the nesting a JSON body may have.
@@ -39,7 +40,7 @@ func (s *server) unmarshal(data []byte, v any, what string) error {
 		return errdefs.Unprocessable(nil, "%s is empty", what)
 	}
 	// Before decoding: encoding/json recurses as deep as the input goes.
-	if depth := jsonDepth(data, s.opts.MaxJSONDepth); depth > s.opts.MaxJSONDepth {
+	if depth := jsonlimit.Depth(data, s.opts.MaxJSONDepth); depth > s.opts.MaxJSONDepth {
 		return errdefs.Invalid("%s nests deeper than %d levels", what, s.opts.MaxJSONDepth)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -51,40 +52,6 @@ func (s *server) unmarshal(data []byte, v any, what string) error {
 		return errdefs.Unprocessable(nil, "cannot decode %s: data after the JSON value", what)
 	}
 	return nil
-}
-
-// jsonDepth returns the deepest nesting of arrays and objects in data, or
-// the first depth beyond limit. It only counts brackets outside strings;
-// whether data is valid JSON is the decoder's business.
-func jsonDepth(data []byte, limit int) int {
-	depth, deepest := 0, 0
-	inString, escaped := false, false
-	for _, c := range data {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			depth++
-			if depth > deepest {
-				deepest = depth
-				if deepest > limit {
-					return deepest
-				}
-			}
-		case c == '}' || c == ']':
-			depth = max(depth-1, 0) // stray closers cannot buy depth back
-		}
-	}
-	return deepest
 }
 
 // readError classifies a failed body read: over the limit → 413, the

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/argus-mc/argus/src/internal/simcluster"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
+	"github.com/argus-mc/argus/src/internal/simcluster"
 	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
