@@ -1,0 +1,124 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TrickleEnv, set to a number of connections, runs the trickle test at
+// issue 14's scale with the orchestrator's default limits:
+//
+//	ARGUS_TRICKLE_CONNECTIONS=3000 go test -run TestTrickledBodiesAreCut -v ./src/cmd/orchestrator
+//
+// Unset, it runs 300 connections against a cap of 100 and a 10 s read
+// timeout, which exercises the backlog as the full run does but in ~35 s.
+const TrickleEnv = "ARGUS_TRICKLE_CONNECTIONS"
+
+// Connections that send their headers, then trickle a body one byte every
+// 5 s: the orchestrator process stays up, cuts every one of them (the read
+// timeout), and is ready and accepts writes afterwards. The time until the
+// last one was cut and the process's peak RSS are reported, not asserted.
+func TestTrickledBodiesAreCut(t *testing.T) {
+	n, args := 300, []string{"--read-timeout", "10s", "--max-connections", "100"}
+	if v := os.Getenv(TrickleEnv); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
+			t.Fatalf("%s=%q is not a number of connections", TrickleEnv, v)
+		}
+		args = nil // the defaults are what the acceptance is about
+	}
+	p := startProc(t, nil, append([]string{"--data-dir", t.TempDir()}, args...)...)
+
+	start := time.Now()
+	closed := make(chan time.Duration, n)
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	for i := range n {
+		c, err := net.DialTimeout("tcp", p.addr, 30*time.Second)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		if _, err := fmt.Fprintf(c, "POST /v2/projects HTTP/1.1\r\nHost: argus\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		go trickle(c, start, closed)
+	}
+	t.Logf("%d connections open after %s", n, time.Since(start).Round(time.Millisecond))
+
+	var last time.Duration
+	deadline := time.After(10 * time.Minute) // generous: the claim is measured, not asserted
+	for i := range n {
+		select {
+		case d := <-closed:
+			last = max(last, d)
+		case err := <-p.done:
+			t.Fatalf("the orchestrator exited with %d connections still open: %v", n-i, err)
+		case <-deadline:
+			t.Fatalf("%d of %d connections still open after 10 minutes", n-i, n)
+		}
+	}
+	t.Logf("all %d trickling connections closed by the server %s after the first was opened", n, last.Round(100*time.Millisecond))
+
+	// Still up, ready, and taking writes.
+	if p.cmd.ProcessState != nil {
+		t.Fatal("the orchestrator exited")
+	}
+	base := "http://" + p.addr
+	if code, body := call(t, "GET", base+"/readyz", ""); code != 200 {
+		t.Fatalf("readyz after the flood: %d %s", code, body)
+	}
+	if code, body := call(t, "POST", base+"/v2/projects", `{"metadata":{"name":"after"}}`); code != 201 {
+		t.Fatalf("write after the flood: %d %s", code, body)
+	}
+	if hwm, err := peakRSS(p.cmd.Process.Pid); err == nil {
+		t.Logf("orchestrator peak RSS: %s", hwm)
+	}
+	p.terminate(t)
+}
+
+// trickle sends one more body byte every 5 s until the server closes the
+// connection (a read returns EOF or an error other than the client's own
+// deadline, or a write fails), and reports when that was.
+func trickle(c net.Conn, start time.Time, closed chan<- time.Duration) {
+	buf := make([]byte, 512)
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := c.Read(buf)
+		if err == nil {
+			continue // the 408 answer; the close follows
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			if _, err := c.Write([]byte(" ")); err == nil {
+				continue
+			}
+		}
+		closed <- time.Since(start) // EOF, a reset, or a write refused
+		return
+	}
+}
+
+// peakRSS reads a process's VmHWM from /proc.
+func peakRSS(pid int) (string, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", errors.New("no VmHWM")
+}
