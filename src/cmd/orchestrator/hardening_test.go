@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -34,7 +35,38 @@ func TestTrickledBodiesAreCut(t *testing.T) {
 		args = nil // the defaults are what the acceptance is about
 	}
 	p := startProc(t, nil, append([]string{"--data-dir", t.TempDir()}, args...)...)
+	last := flood(t, p, n)
+	t.Logf("all %d trickling connections closed by the server %s after the first was opened", n, last.Round(100*time.Millisecond))
+	stillServing(t, p)
+	if hwm, err := peakRSS(p.cmd.Process.Pid); err == nil {
+		t.Logf("orchestrator peak RSS: %s", hwm)
+	}
+	p.terminate(t)
+}
 
+// With few descriptors and a cap asking for more than there are, the cap
+// is lowered to keep headroom, the flood waits in the backlog, and the
+// stores never run out: the process stays up and ready.
+func TestDescriptorHeadroom(t *testing.T) {
+	p := startProc(t, []string{"ARGUS_TEST_NOFILE=512"}, "--data-dir", t.TempDir(), "--max-connections", "100000", "--read-timeout", "5s")
+	last := flood(t, p, 600)
+	t.Logf("600 trickling connections under a 512-descriptor limit closed %s after the first was opened", last.Round(100*time.Millisecond))
+	stillServing(t, p)
+	_, lines := p.terminate(t)
+	logs := strings.Join(lines, "\n")
+	if !strings.Contains(logs, `"max_connections":256`) || !strings.Contains(logs, "--max-connections lowered") {
+		t.Fatalf("the cap was not lowered to keep 256 descriptors free:\n%s", logs)
+	}
+	if strings.Contains(logs, "too many open files") {
+		t.Fatalf("the process ran out of descriptors:\n%s", logs)
+	}
+}
+
+// flood opens n connections that send their headers and trickle a body,
+// and returns when the server has closed them all: the time from the
+// first connection to the last close.
+func flood(t *testing.T, p *proc, n int) time.Duration {
+	t.Helper()
 	start := time.Now()
 	closed := make(chan time.Duration, n)
 	conns := make([]net.Conn, 0, n)
@@ -68,9 +100,12 @@ func TestTrickledBodiesAreCut(t *testing.T) {
 			t.Fatalf("%d of %d connections still open after 10 minutes", n-i, n)
 		}
 	}
-	t.Logf("all %d trickling connections closed by the server %s after the first was opened", n, last.Round(100*time.Millisecond))
+	return last
+}
 
-	// Still up, ready, and taking writes.
+// stillServing checks the process is up, ready, and takes writes.
+func stillServing(t *testing.T, p *proc) {
+	t.Helper()
 	if p.cmd.ProcessState != nil {
 		t.Fatal("the orchestrator exited")
 	}
@@ -81,10 +116,6 @@ func TestTrickledBodiesAreCut(t *testing.T) {
 	if code, body := call(t, "POST", base+"/v2/projects", `{"metadata":{"name":"after"}}`); code != 201 {
 		t.Fatalf("write after the flood: %d %s", code, body)
 	}
-	if hwm, err := peakRSS(p.cmd.Process.Pid); err == nil {
-		t.Logf("orchestrator peak RSS: %s", hwm)
-	}
-	p.terminate(t)
 }
 
 // trickle sends one more body byte every 5 s until the server closes the
@@ -121,4 +152,13 @@ func peakRSS(pid int) (string, error) {
 		}
 	}
 	return "", errors.New("no VmHWM")
+}
+
+// limitOpenFiles sets both open-file limits of this (child) process.
+func limitOpenFiles(v string) {
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return
+	}
+	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n})
 }

@@ -25,6 +25,7 @@ import (
 // runs main's code, so process tests need no separate build.
 func TestMain(m *testing.M) {
 	if os.Getenv("ARGUS_TEST_RUN_MAIN") == "1" {
+		limitOpenFiles(os.Getenv("ARGUS_TEST_NOFILE")) // a small machine, for TestDescriptorHeadroom
 		os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 	}
 	testenv.Main(m, func(*testenv.Stores) {})
