@@ -14,6 +14,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
@@ -141,4 +142,36 @@ func TestDeepJSONIsRefused(t *testing.T) {
 	if code, body := o.call("POST", "/v1/instance/1/status/subscription", sub); code != 400 || !strings.Contains(body, "deeper than 64") {
 		t.Fatalf("5,000-deep subscription: %d %s", code, body)
 	}
+}
+
+// A watch stream outlives the server's read and write timeouts, which
+// guard ordinary requests: here both are 2 s, and the stream still carries
+// the changes of an instantiation started 5 s after it opened.
+func TestWatchOutlivesServerTimeouts(t *testing.T) {
+	o := startOrchestrator(t, testenv.UniqueName("wto"), "/"+testenv.UniqueName("wto"), func(opts *orchestrator.Options) {
+		opts.HTTP = orchestrator.HTTPOptions{ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second}
+	})
+	onboard(t, o, nil)
+	events := o.watch(t, digPath+"/status?watch=true&type=rsync&output=summary")
+	select {
+	case ev := <-events:
+		if ev.event != "snapshot" {
+			t.Fatalf("first event %+v", ev)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no snapshot")
+	}
+	<-time.After(5 * time.Second) // the time passing is the point: past both timeouts
+	o.must(202, "POST", digPath+"/approve", nil)
+	o.must(202, "POST", digPath+"/instantiate", nil)
+	select {
+	case ev := <-events:
+		if ev.event != "change" {
+			t.Fatalf("event %+v", ev)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the stream carried no change after the server's timeouts passed")
+	}
+	o.must(202, "POST", digPath+"/terminate", nil)
+	o.waitContext(o.digState().ContextID, "terminated", allResources(appcontext.RsyncDeleted))
 }
