@@ -175,7 +175,8 @@ func TestProcessWithExternalStoresFromEnv(t *testing.T) {
 func TestBadFlagsExit2(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing")
 	for _, args := range [][]string{{"--log-level", "loud"}, {"--no-such-flag"}, {"extra-arg"},
-		{"--tls-cert-file", missing}, {"--tls-key-file", missing}, {"--auth-token-file", missing}} {
+		{"--tls-cert-file", missing}, {"--tls-key-file", missing}, {"--auth-token-file", missing},
+		{"--read-timeout", "-1s"}, {"--max-connections", "-5"}, {"--callback-allow", "10.0.0.0/33"}} {
 		var stderr strings.Builder
 		if code := run(args, func(string) string { return "" }, &stderr); code != 2 {
 			t.Errorf("run(%v) = %d, want 2; stderr: %s", args, code, stderr.String())

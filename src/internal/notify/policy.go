@@ -106,6 +106,13 @@ func (r rules) longest(ip netip.Addr) int {
 	return best
 }
 
+// CheckPolicy validates --callback-allow and --callback-deny entries, so a
+// typo is a configuration error at start-up.
+func CheckPolicy(allow, deny []string) error {
+	_, err := newPolicy(allow, deny, nil)
+	return err
+}
+
 func newPolicy(allow, deny, self []string) (*policy, error) {
 	a, err := parseRules("--callback-allow", allow)
 	if err != nil {

@@ -168,8 +168,12 @@ func New(opts Options) (*App, error) {
 		opts.ShutdownTimeout = 4 * time.Second
 	}
 	opts.HTTP.defaults()
-	if opts.HTTP.MaxConnections < 0 || opts.HTTP.MaxJSONDepth < 0 {
-		return nil, errors.New("orchestrator: --max-connections and --max-json-depth cannot be negative")
+	h := opts.HTTP
+	if h.MaxConnections < 0 || h.MaxJSONDepth < 0 || min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout) < 0 {
+		return nil, errors.New("orchestrator: connection limits and timeouts cannot be negative")
+	}
+	if err := notify.CheckPolicy(opts.CallbackAllow, opts.CallbackDeny); err != nil {
+		return nil, fmt.Errorf("orchestrator: %w", err)
 	}
 	if opts.Logger == nil {
 		opts.Logger = logging.Discard()
