@@ -227,8 +227,10 @@ done
 # ---- 4: orchestrator --------------------------------------------------------------
 
 step "starting the orchestrator on embedded etcd and MongoDB-wire stores"
+# The demo's receiver listens on loopback, which callbacks may not reach by
+# default (docs/security.md): allow exactly that address.
 start orchestrator "$logs/orchestrator.log" "$bin/orchestrator" --data-dir "$DEMO_DIR/argus-data" \
-    --listen "127.0.0.1:$DEMO_PORT" --log-format text
+    --listen "127.0.0.1:$DEMO_PORT" --log-format text --callback-allow 127.0.0.1
 orchestrator=$proc
 wait_until "$DEMO_TIMEOUT" "orchestrator ready ($argus/readyz)" "$proc" http_ok "$argus/readyz"
 echo "  API on $argus, data in $DEMO_DIR/argus-data, log $logs/orchestrator.log"

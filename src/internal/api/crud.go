@@ -2,12 +2,12 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"slices"
 
 	"github.com/gorilla/mux"
 
@@ -228,49 +228,106 @@ func (c crud[S]) delete(s *server, w http.ResponseWriter, r *http.Request) error
 }
 
 // decodeMultipart reads an EMCO upload: part "metadata" (JSON) into v and
-// part "file", returned. Uploads may be up to MaxUploadBody bytes.
+// part "file", returned.
 func (s *server) decodeMultipart(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
+	files, err := s.decodeParts(w, r, v, []string{"file"}, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 || len(files[0].Content) == 0 {
+		return nil, errdefs.Invalid("the upload has no \"file\" part")
+	}
+	return files[0].Content, nil
+}
+
+// decodeParts reads a multipart upload: part "metadata" (JSON) into v and,
+// in order, up to maxFiles parts whose form name is in fileParts, each with
+// its file name. Parts are streamed, each under its own limit — the
+// metadata as a JSON body, a file as an upload — and the whole body under
+// MaxUploadBody; other parts are skipped unread past their limit.
+func (s *server) decodeParts(w http.ResponseWriter, r *http.Request, v any, fileParts []string, maxFiles int) ([]catalog.File, error) {
 	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mediaType != "multipart/form-data" || params["boundary"] == "" {
-		return nil, errdefs.Invalid("expected a multipart/form-data upload with parts \"metadata\" and \"file\"")
+		return nil, errdefs.Invalid("expected a multipart/form-data upload with part \"metadata\" and file parts %q", fileParts)
 	}
 	mr := multipart.NewReader(http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBody), params["boundary"])
-	var meta, file []byte
-	for {
+	var meta []byte
+	var files []catalog.File
+	for n := 0; ; n++ {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, uploadError(err)
+			return nil, readError(err, "upload")
 		}
-		data, err := io.ReadAll(part)
+		if n == maxUploadParts+maxFiles-1 { // EMCO sends metadata and its files
+			return nil, errdefs.Invalid("the upload has more than %d parts", n)
+		}
+		name := part.FormName()
+		isFile := slices.Contains(fileParts, name)
+		switch {
+		case name == "metadata" && meta != nil:
+			return nil, errdefs.Invalid("the upload has more than one \"metadata\" part")
+		case isFile && len(files) == maxFiles && maxFiles == 1:
+			return nil, errdefs.Invalid("the upload has more than one %q part", name)
+		case isFile && len(files) == maxFiles:
+			return nil, errdefs.TooLarge("an upload may hold at most %d files", maxFiles)
+		}
+		limit := s.opts.MaxJSONBody
+		if isFile {
+			limit = s.opts.MaxUploadBody
+		}
+		data, err := readPart(part, limit, isFile || name == "metadata")
 		if err != nil {
-			return nil, uploadError(err)
+			return nil, err
 		}
-		switch part.FormName() {
-		case "metadata":
+		switch {
+		case name == "metadata":
 			meta = data
-		case "file":
-			file = data
+		case isFile:
+			fn := part.FileName()
+			if fn == "" {
+				fn = name
+			}
+			files = append(files, catalog.File{Name: fn, Content: data})
 		}
 	}
 	if meta == nil {
 		return nil, errdefs.Invalid("the upload has no \"metadata\" part")
 	}
-	if err := json.Unmarshal(meta, v); err != nil {
-		return nil, errdefs.Unprocessable(err, "cannot decode the \"metadata\" part")
+	if err := s.unmarshal(meta, v, "the \"metadata\" part"); err != nil {
+		return nil, err
 	}
-	if len(file) == 0 {
-		return nil, errdefs.Invalid("the upload has no \"file\" part")
-	}
-	return file, nil
+	return files, nil
 }
 
-func uploadError(err error) error {
-	var maxBytes *http.MaxBytesError
-	if errors.As(err, &maxBytes) {
-		return errdefs.TooLarge("upload is larger than %d bytes", maxBytes.Limit)
+// readPart reads (keep) or skips one part of at most limit bytes.
+func readPart(part *multipart.Part, limit int64, keep bool) ([]byte, error) {
+	what := "the upload's \"" + part.FormName() + "\" part"
+	if part.FormName() == "" {
+		what = "an unnamed part of the upload"
 	}
-	return errdefs.Invalid("cannot read the upload: %v", err)
+	src := io.LimitReader(part, limit+1)
+	if !keep {
+		n, err := io.Copy(io.Discard, src)
+		if err != nil {
+			return nil, readError(err, "upload")
+		}
+		if n > limit {
+			return nil, errdefs.TooLarge("%s is larger than %d bytes", what, limit)
+		}
+		return nil, nil
+	}
+	data, err := io.ReadAll(src)
+	if err != nil {
+		return nil, readError(err, "upload")
+	}
+	if int64(len(data)) > limit {
+		return nil, errdefs.TooLarge("%s is larger than %d bytes", what, limit)
+	}
+	if data == nil {
+		data = []byte{} // present, if empty
+	}
+	return data, nil
 }

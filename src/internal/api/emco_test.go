@@ -9,7 +9,7 @@ import (
 )
 
 // multipartBody is an EMCO upload: metadata plus files under part.
-func multipartBody(t *testing.T, meta string, part string, files map[string]string) (*bytes.Buffer, map[string]string) {
+func filesBody(t *testing.T, meta string, part string, files map[string]string) (*bytes.Buffer, map[string]string) {
 	t.Helper()
 	var buf bytes.Buffer
 	mw := multipart.NewWriter(&buf)
@@ -90,7 +90,7 @@ func TestEMCOCatalogue(t *testing.T) {
 			"files", map[string]string{"a.txt": "A", "b.txt": "B"}, 201, `"app.kubernetes.io/name":"v"`},
 	}
 	for _, u := range uploads {
-		body, hdr := multipartBody(t, u.meta, u.part, u.files)
+		body, hdr := filesBody(t, u.meta, u.part, u.files)
 		code, got, _ := f.send(t, "POST", u.path, body, hdr)
 		if code != u.code || !strings.Contains(got, u.bodyHas) {
 			t.Fatalf("upload %s: got %d %q, want %d containing %q", u.path, code, got, u.code, u.bodyHas)

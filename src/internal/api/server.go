@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/logging"
 )
 
@@ -58,6 +59,16 @@ type Options struct {
 	// Body limits; 0 means the SPEC section 9 defaults.
 	MaxJSONBody   int64
 	MaxUploadBody int64
+	// MaxJSONDepth bounds the nesting of every JSON body (and of an
+	// upload's metadata part); 0 means 64. Deeper → 400.
+	MaxJSONDepth int
+	// StreamWriteTimeout bounds each write of a ?watch=true stream: a
+	// client that reads nothing for this long is cut off. The server's
+	// WriteTimeout does not apply to streams. 0 means 30s.
+	StreamWriteTimeout time.Duration
+	// Kubeconfig says what an uploaded kubeconfig may hold beyond inline
+	// data; the zero value refuses proxies (see cluster.ParseKubeconfig).
+	Kubeconfig cluster.KubeconfigOptions
 	// CheckTimeout bounds each readiness check; 0 means 2s.
 	CheckTimeout time.Duration
 }
@@ -94,6 +105,12 @@ func newServer(opts Options) (*server, error) {
 	}
 	if opts.MaxUploadBody == 0 {
 		opts.MaxUploadBody = DefaultMaxUploadBody
+	}
+	if opts.MaxJSONDepth == 0 {
+		opts.MaxJSONDepth = DefaultMaxJSONDepth
+	}
+	if opts.StreamWriteTimeout == 0 {
+		opts.StreamWriteTimeout = 30 * time.Second
 	}
 	if opts.HeartbeatInterval == 0 {
 		opts.HeartbeatInterval = 15 * time.Second

@@ -13,7 +13,6 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
-	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/render"
 )
@@ -79,7 +78,7 @@ func (s *server) connectivityRoutes(r *mux.Router) {
 		if spec.CloudOwner == "" {
 			return errdefs.Invalid("cloud-owner is missing")
 		}
-		if _, err := cluster.RESTConfig(file); err != nil {
+		if err := s.checkKubeconfig(file); err != nil {
 			return err
 		}
 		key := catalog.Key{spec.CloudRegion}
@@ -470,7 +469,7 @@ func (s *server) putRawContent(w http.ResponseWriter, r *http.Request, res inter
 }, key catalog.Key, check func(context.Context, []byte) error) error {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBody))
 	if err != nil {
-		return uploadError(err)
+		return readError(err, "upload")
 	}
 	if len(data) == 0 {
 		return errdefs.Invalid("the request body is empty; send the archive as the body")

@@ -56,7 +56,7 @@ func (s *server) v2Routes(r *mux.Router) {
 		collection: pProviders, item: pProvider, itemVars: vProvider})
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.Clusters),
 		collection: pClusters, item: pCluster, parentVars: vProvider, itemVars: []string{"cluster"},
-		upload: func(b []byte) error { _, err := cluster.RESTConfig(b); return err }, noPut: true,
+		upload: s.checkKubeconfig, noPut: true,
 		beforeDelete: func(ctx context.Context, key catalog.Key) error {
 			if s.opts.ClusterInUse == nil {
 				return nil
@@ -262,4 +262,11 @@ func registerLabels(r *mux.Router, s *server) {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	})).Methods(http.MethodDelete)
+}
+
+// checkKubeconfig refuses a kubeconfig that would run a command or read a
+// local file, naming the field (v2 cluster and v1 connectivity uploads).
+func (s *server) checkKubeconfig(data []byte) error {
+	_, err := cluster.ParseKubeconfig(data, s.opts.Kubeconfig)
+	return err
 }

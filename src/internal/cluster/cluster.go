@@ -12,10 +12,8 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
-	"github.com/argus-mc/argus/src/internal/errdefs"
 )
 
 // Client is what Argus needs to talk to one cluster.
@@ -50,6 +48,9 @@ type Options struct {
 	// CloudKubeconfig, when set, gives the credentials of logical clouds;
 	// nil makes CloudClient answer with the cluster's own client.
 	CloudKubeconfig CloudKubeconfigSource
+	// KubeconfigOptions says what a stored kubeconfig may contain; the zero
+	// value is the strict default (see ParseKubeconfig).
+	KubeconfigOptions KubeconfigOptions
 }
 
 // Registry builds and caches clients.
@@ -77,6 +78,10 @@ func NewRegistry(opts Options) *Registry {
 }
 
 // Client returns the cluster's client, rebuilt when its kubeconfig changed.
+// A stored kubeconfig is checked like an uploaded one: one that fails the
+// check (written to the catalogue behind the API's back, or accepted by an
+// older release) makes the cluster unusable with an errdefs.ErrInvalid
+// naming the field, and nothing in it ever runs.
 func (r *Registry) Client(ctx context.Context, ref appcontext.ClusterRef) (*Client, error) {
 	kc, err := r.opts.Kubeconfig(ctx, ref)
 	if err != nil {
@@ -106,9 +111,10 @@ func (r *Registry) client(key clientKey, kc []byte) (*Client, error) {
 	if c, ok := r.clients[key]; ok && c.sum == sum {
 		return c.client, nil
 	}
-	cfg, err := RESTConfig(kc)
+	cfg, err := ParseKubeconfig(kc, r.opts.KubeconfigOptions)
 	if err != nil {
-		return nil, fmt.Errorf("cluster %s: %w", key.ref, err)
+		delete(r.clients, key) // never keep using a client the stored kubeconfig no longer allows
+		return nil, fmt.Errorf("cluster %s: stored %w", key.ref, err)
 	}
 	// No client-wide Timeout: client-go applies it to watch streams too and
 	// would cut informers' watches. Callers bound requests with contexts.
@@ -146,13 +152,4 @@ func (r *Registry) Forget(ref appcontext.ClusterRef) {
 			delete(r.clients, k)
 		}
 	}
-}
-
-// RESTConfig parses a kubeconfig; a malformed one is errdefs.ErrInvalid.
-func RESTConfig(kubeconfig []byte) (*rest.Config, error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
-		return nil, errdefs.InvalidWrap(err, "invalid kubeconfig")
-	}
-	return cfg, nil
 }

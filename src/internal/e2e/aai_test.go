@@ -189,8 +189,8 @@ func TestInstanceSubscriptionAndAAI(t *testing.T) {
 	h := newHook(t, "ok")
 	o.must(201, "POST", subs, map[string]any{"name": "so", "callback-url": h.url(), "metadata": map[string]any{"order": "42"}})
 	o.must(400, "POST", subs, map[string]any{"name": "bad", "callback-url": h.url(), "app": []string{"x"}})
-	if code, body := o.call("POST", subs, map[string]any{"name": "out", "callback-url": "http://10.9.9.9/cb"}); code != 400 || !strings.Contains(body, "outside") {
-		t.Fatalf("callback outside the allow-list: %d %s", code, body)
+	if code, body := o.call("POST", subs, map[string]any{"name": "out", "callback-url": "http://169.254.169.254/cb"}); code != 400 || !strings.Contains(body, "link-local") {
+		t.Fatalf("callback to a link-local address: %d %s", code, body)
 	}
 	start := scale(t, "cluster2", "v1aai", "aw", 2)
 	p := h.waitPost(0, "the scaled Deployment", func(p post) bool { return entry(p.doc.Changes.Modified, "Deployment", "region2", "aw") != nil })

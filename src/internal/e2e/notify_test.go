@@ -183,7 +183,10 @@ func podSet(r status.Response) map[string]bool {
 func TestDIGSubscriptions(t *testing.T) {
 	startMonitors(t, sim)
 	db, prefix := testenv.UniqueName("sub"), "/"+testenv.UniqueName("sub")
-	fastRetry := func(o *orchestrator.Options) { o.NotifyBackoffBase = 100 * time.Millisecond }
+	fastRetry := func(o *orchestrator.Options) {
+		o.NotifyBackoffBase = 100 * time.Millisecond
+		o.CallbackAllow = []string{"127.0.0.1"} // the test's receivers
+	}
 	o := startOrchestrator(t, db, prefix, fastRetry)
 	onboard(t, o, []any{map[string]any{"app": "frontend", "values": map[string]any{"replicaCount": "2"}}})
 	o.must(202, "POST", digPath+"/approve", nil)

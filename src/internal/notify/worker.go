@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -384,11 +385,18 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 		if res.Status == 0 {
 			st.LastStatus = "error"
 		}
-		st.LastError = ""
+		// Shown to API callers: a status code or a short reason, never
+		// the receiver's body or the callback URL.
+		st.LastError = Reason(res)
 		if res.Err != nil {
-			st.LastError = res.Err.Error()
-		} else if res.Outcome != Delivered {
-			st.LastError = "callback answered " + strconv.Itoa(res.Status)
+			// The detail is for operators; the URL (which may carry a
+			// token) is left out.
+			detail := res.Err
+			var urlErr *url.Error
+			if errors.As(detail, &urlErr) {
+				detail = urlErr.Err
+			}
+			w.log.WithError(detail).WithField("outcome", res.Outcome.String()).Debug("delivery attempt failed")
 		}
 		w.opts.Metrics.attempt(res.Outcome)
 		switch res.Outcome {

@@ -403,6 +403,8 @@ func clusterUnknown(in Input, p *appcontext.Placement, bundle *v1alpha1.Resource
 		c.Monitor = appcontext.MonitorSilent
 	}
 	switch {
+	case st.Connectivity != appcontext.Available && st.UnusableReason != "":
+		return "cluster unusable: " + st.UnusableReason
 	case st.Connectivity != appcontext.Available:
 		return "cluster unreachable since " + st.UnreachableSince.UTC().Format(time.RFC3339)
 	case c.Monitor == appcontext.MonitorSilent:
@@ -413,6 +415,8 @@ func clusterUnknown(in Input, p *appcontext.Placement, bundle *v1alpha1.Resource
 			why += ": " + st.Reason
 		}
 		return why
+	case bundle == nil && p.Bundle != nil && p.Bundle.Refused != "":
+		return p.Bundle.Refused
 	case bundle == nil:
 		return "no ResourceBundleState received yet"
 	}

@@ -183,10 +183,13 @@ func TestParseQuery(t *testing.T) {
 		t.Fatal("bare instance lists instances")
 	}
 	for vals, want := range map[string]string{
-		"type=nope":      "rsync, cluster",
-		"output=full":    "summary, all, detail",
-		"cluster=edge01": "<provider>+<cluster>",
-		"status=maybe":   "deployed, ready",
+		"type=nope":                       "rsync, cluster",
+		"output=full":                     "summary, all, detail",
+		"cluster=edge01":                  "<provider>+<cluster>",
+		"status=maybe":                    "deployed, ready",
+		"instance=../x":                   "not a context id",
+		"app=" + strings.Repeat("a", 513): "longer than 512",
+		strings.Repeat("app=a&", MaxFilterValues) + "app=b": "at most 256",
 	} {
 		v, _ := url.ParseQuery(vals)
 		if _, err := ParseQuery(v); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), want) {
@@ -283,4 +286,34 @@ func TestClusterScopedAndApplyFailures(t *testing.T) {
 	if got["data"].Namespace != "" {
 		t.Errorf("the PersistentVolume is shown in namespace %q; it has none", got["data"].Namespace)
 	}
+}
+
+// FuzzParseQuery: whatever the query string, parsing never panics, fails
+// only with ErrInvalid, and what it accepts is inside the vocabulary and
+// the bounds.
+func FuzzParseQuery(f *testing.F) {
+	for _, s := range []string{"type=cluster&output=detail&app=a&cluster=cp%2Bc1&resource=Deployment/x", "instance", "instance=123",
+		"status=ready&cluster=cp+c1", "cluster=%zz", "app=&app=%00", "type=rsync&type=cluster"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			return // net/http hands the handler what parsed
+		}
+		q, err := ParseQuery(v)
+		if err != nil {
+			if !errors.Is(err, errdefs.ErrInvalid) {
+				t.Fatalf("%q: error of another kind: %v", raw, err)
+			}
+			return
+		}
+		if (q.Type != TypeRsync && q.Type != TypeCluster) || (q.Output != OutputSummary && q.Output != OutputAll && q.Output != OutputDetail) ||
+			len(q.Apps) > MaxFilterValues || len(q.Clusters) > MaxFilterValues || len(q.Resources) > MaxFilterValues {
+			t.Fatalf("%q: accepted %+v", raw, q)
+		}
+		if q.Instance != "" && strings.Trim(q.Instance, "0123456789") != "" {
+			t.Fatalf("%q: instance %q", raw, q.Instance)
+		}
+	})
 }
