@@ -226,9 +226,9 @@ func (r *recorder) deriveLocked(final bool) appcontext.Status {
 		}
 		total++
 		counts[s.status]++
-		switch {
-		case s.status == want:
-		case s.status == appcontext.RsyncFailed:
+		switch s.status {
+		case want:
+		case appcontext.RsyncFailed:
 			failed = append(failed, s)
 		default:
 			open = append(open, s)

@@ -174,7 +174,7 @@ func prune(s *smdschema.Schema, tr smdschema.TypeRef, v any, path string, droppe
 			if path != "" {
 				p = path + "." + k
 			}
-			if f, found := atom.Map.FindField(k); found {
+			if f, found := atom.FindField(k); found {
 				prune(s, f.Type, child, p, dropped)
 				continue
 			}
