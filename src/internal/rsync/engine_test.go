@@ -351,3 +351,32 @@ func TestStrictAndRefusedCluster(t *testing.T) {
 		t.Errorf("refused kubeconfig: %+v", st)
 	}
 }
+
+// A failed context rsync was still working on (Active) is resumed by a new
+// process; one a user stopped is not.
+func TestResumeActiveFailedContext(t *testing.T) {
+	fc := newFakeCluster(coreKinds()...)
+	fc.dyn.PrependReactor("patch", "*", (&patches{answer: func(string, string, int, []byte) error { return nil }}).reactor)
+	e, store := newTestEngine(t, fc, "")
+	ctx := context.Background()
+	active := createContext(t, store, manifest("v1", "ConfigMap", "a", "default", nil))
+	stopped := createContext(t, store, manifest("v1", "ConfigMap", "b", "default", nil))
+	if err := store.SetStatus(ctx, active, appcontext.Status{Status: appcontext.InstantiateFailed, Error: "1 of 2 resources failed, 1 waiting", Active: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetStatus(ctx, stopped, appcontext.Status{Status: appcontext.InstantiateFailed, Error: "stopped by the user"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, store, active, "the active context resumed", func(c *appcontext.Context) bool {
+		return c.Status.Status == appcontext.Instantiated
+	})
+	if e.Busy("g/" + stopped) {
+		t.Fatal("a stopped context was resumed")
+	}
+	if c, _ := store.Get(ctx, stopped); statusOf(c, "ConfigMap/default/b").Status != appcontext.RsyncPending {
+		t.Fatalf("a stopped context's resource was applied: %s", describe(c))
+	}
+}
