@@ -48,43 +48,58 @@ func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.
 	}
 	// Each cluster's bundles wait for the first pass of all its placements:
 	// bookkeeping for the monitor must not slow the apps' own resources.
-	clusterPass := map[appcontext.ClusterRef]*sync.WaitGroup{}
+	perCluster := map[appcontext.ClusterRef]int{}
 	for _, p := range c.Placements {
-		if clusterPass[p.Cluster] == nil {
-			clusterPass[p.Cluster] = &sync.WaitGroup{}
-		}
-		clusterPass[p.Cluster].Add(1)
+		perCluster[p.Cluster]++
 	}
-	passed := map[appcontext.ClusterRef]chan struct{}{}
-	for ref, wg := range clusterPass {
-		ch := make(chan struct{})
-		passed[ref] = ch
-		go func() { wg.Wait(); close(ch) }() // every placement calls Done, even when cancelled
+	clusterPass := map[appcontext.ClusterRef]*countdown{}
+	for ref, n := range perCluster {
+		clusterPass[ref] = newCountdown(n)
 	}
-	var first, all sync.WaitGroup
+	pass := newCountdown(len(c.Placements))
+	var all sync.WaitGroup
 	for _, p := range c.Placements {
-		first.Add(1)
 		all.Add(1)
 		go func() {
 			defer all.Done()
-			pa := &placementApply{e: e, c: c, p: p, rec: rec, mode: mode, clusterPassed: passed[p.Cluster],
-				firstDone: func() { first.Done(); clusterPass[p.Cluster].Done() },
+			pa := &placementApply{e: e, c: c, p: p, rec: rec, mode: mode, clusterPassed: clusterPass[p.Cluster].done,
+				firstDone: func() { pass.dec(); clusterPass[p.Cluster].dec() },
 				log:       log.WithFields(logrus.Fields{"app": p.App, "cluster": p.Cluster.String()})}
 			pa.run(ctx)
 		}()
 	}
-	passDone := make(chan struct{})
-	go func() { first.Wait(); close(passDone) }()
 	select {
-	case <-passDone:
+	case <-pass.done:
 		rec.firstPassDone()
 		firstPass()
 	case <-ctx.Done():
 	}
 	all.Wait()
-	<-passDone
 	rec.finish(ctx.Err() != nil)
 	return ctx.Err()
+}
+
+// countdown closes done when dec has been called n times.
+type countdown struct {
+	mu   sync.Mutex
+	n    int
+	done chan struct{}
+}
+
+func newCountdown(n int) *countdown {
+	c := &countdown{n: n, done: make(chan struct{})}
+	if n <= 0 {
+		close(c.done)
+	}
+	return c
+}
+
+func (c *countdown) dec() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n--; c.n == 0 {
+		close(c.done)
+	}
 }
 
 // placementApply applies one app's resources to one cluster.
