@@ -26,11 +26,11 @@ type ConnectivitySpec struct {
 
 // RBDefinitionSpec is a resource bundle definition (the chart is its content).
 type RBDefinitionSpec struct {
-	RBName      string            `json:"rb-name" bson:"rbName"`
-	RBVersion   string            `json:"rb-version" bson:"rbVersion"`
-	ChartName   string            `json:"chart-name" bson:"chartName"`
-	Description string            `json:"description" bson:"description"`
-	Labels      map[string]string `json:"labels" bson:"labels"`
+	RBName      string    `json:"rb-name" bson:"rbName"`
+	RBVersion   string    `json:"rb-version" bson:"rbVersion"`
+	ChartName   string    `json:"chart-name" bson:"chartName"`
+	Description string    `json:"description" bson:"description"`
+	Labels      StringMap `json:"labels" bson:"labels"`
 }
 
 // GVK is k8splugin's spelling of a group/version/kind.
@@ -42,25 +42,25 @@ type GVK struct {
 
 // RBProfileSpec is a resource bundle profile (the profile .tgz is its content).
 type RBProfileSpec struct {
-	RBName             string            `json:"rb-name" bson:"rbName"`
-	RBVersion          string            `json:"rb-version" bson:"rbVersion"`
-	ProfileName        string            `json:"profile-name" bson:"profileName"`
-	ReleaseName        string            `json:"release-name" bson:"releaseName"`
-	Namespace          string            `json:"namespace" bson:"namespace"`
-	KubernetesVersion  string            `json:"kubernetes-version" bson:"kubernetesVersion"`
-	Labels             map[string]string `json:"labels" bson:"labels"`
-	ExtraResourceTypes []GVK             `json:"extra-resource-types,omitempty" bson:"extraResourceTypes,omitempty"`
+	RBName             string    `json:"rb-name" bson:"rbName"`
+	RBVersion          string    `json:"rb-version" bson:"rbVersion"`
+	ProfileName        string    `json:"profile-name" bson:"profileName"`
+	ReleaseName        string    `json:"release-name" bson:"releaseName"`
+	Namespace          string    `json:"namespace" bson:"namespace"`
+	KubernetesVersion  string    `json:"kubernetes-version" bson:"kubernetesVersion"`
+	Labels             StringMap `json:"labels" bson:"labels"`
+	ExtraResourceTypes []GVK     `json:"extra-resource-types,omitempty" bson:"extraResourceTypes,omitempty"`
 }
 
 // InstanceRequest is the body of POST /v1/instance and of an upgrade.
 type InstanceRequest struct {
-	RBName         string            `json:"rb-name" bson:"rbName"`
-	RBVersion      string            `json:"rb-version" bson:"rbVersion"`
-	ProfileName    string            `json:"profile-name" bson:"profileName"`
-	CloudRegion    string            `json:"cloud-region" bson:"cloudRegion"`
-	ReleaseName    string            `json:"release-name,omitempty" bson:"releaseName,omitempty"`
-	Labels         map[string]string `json:"labels,omitempty" bson:"labels,omitempty"`
-	OverrideValues map[string]string `json:"override-values,omitempty" bson:"overrideValues,omitempty"`
+	RBName         string    `json:"rb-name" bson:"rbName"`
+	RBVersion      string    `json:"rb-version" bson:"rbVersion"`
+	ProfileName    string    `json:"profile-name" bson:"profileName"`
+	CloudRegion    string    `json:"cloud-region" bson:"cloudRegion"`
+	ReleaseName    string    `json:"release-name,omitempty" bson:"releaseName,omitempty"`
+	Labels         StringMap `json:"labels,omitempty" bson:"labels,omitempty"`
+	OverrideValues StringMap `json:"override-values,omitempty" bson:"overrideValues,omitempty"`
 }
 
 // ResourceRef names one resource of an instance.
