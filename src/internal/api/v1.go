@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"sort"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/notify"
-	"github.com/argus-mc/argus/src/internal/render"
 )
 
 // Instances runs the v1 instance actions.
@@ -63,11 +61,7 @@ func (s *server) v1Routes(r *mux.Router) {
 			return err
 		}
 		key := catalog.Key{spec.CloudRegion}
-		if err := conns.Create(r.Context(), key, catalog.Object[catalog.ConnectivitySpec]{Metadata: catalog.Metadata{Name: spec.CloudRegion}, Spec: spec}); err != nil {
-			return err
-		}
-		if err := conns.PutContent(r.Context(), key, file); err != nil {
-			_ = conns.Delete(context.WithoutCancel(r.Context()), key)
+		if err := conns.CreateWithContent(r.Context(), key, catalog.Object[catalog.ConnectivitySpec]{Metadata: catalog.Metadata{Name: spec.CloudRegion}, Spec: spec}, file); err != nil {
 			return err
 		}
 		writeJSON(w, http.StatusCreated, spec)
@@ -120,7 +114,14 @@ func (s *server) v1Routes(r *mux.Router) {
 		return deleted(w, defs.Delete(r.Context(), catalog.Key{v["rbName"], v["rbVersion"]}))
 	})).Methods(http.MethodDelete)
 	r.HandleFunc(pRBDef+"/content", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
-		return s.putRawContent(w, r, defs, varsKey(r, []string{"rbName", "rbVersion"}), func(b []byte) error { _, err := render.LoadChart(b); return err })
+		key := varsKey(r, []string{"rbName", "rbVersion"})
+		def, err := defs.Get(r.Context(), key)
+		if err != nil {
+			return err
+		}
+		return s.putRawContent(w, r, defs, key, func(ctx context.Context, b []byte) error {
+			return s.checkChartNamed(ctx, b, def.Spec.ChartName)
+		})
 	})).Methods(http.MethodPost)
 
 	// Profiles and their content.
@@ -156,7 +157,7 @@ func (s *server) v1Routes(r *mux.Router) {
 		return deleted(w, profiles.Delete(r.Context(), catalog.Key{v["rbName"], v["rbVersion"], v["profileName"]}))
 	})).Methods(http.MethodDelete)
 	r.HandleFunc(pProfile+"/content", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
-		return s.putRawContent(w, r, profiles, varsKey(r, []string{"rbName", "rbVersion", "profileName"}), func(b []byte) error { _, err := render.ProfileValues(b); return err })
+		return s.putRawContent(w, r, profiles, varsKey(r, []string{"rbName", "rbVersion", "profileName"}), s.checkProfile)
 	})).Methods(http.MethodPost)
 
 	// Instances.
@@ -281,15 +282,15 @@ func deleted(w http.ResponseWriter, err error) error {
 // profiles that way) after check accepts it.
 func (s *server) putRawContent(w http.ResponseWriter, r *http.Request, res interface {
 	PutContent(ctx context.Context, key catalog.Key, data []byte) error
-}, key catalog.Key, check func([]byte) error) error {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBody))
+}, key catalog.Key, check func(context.Context, []byte) error) error {
+	data, err := readUpload(w, r, min(s.opts.MaxUploadBody, s.archiveMax()))
 	if err != nil {
-		return uploadError(err)
+		return err
 	}
 	if len(data) == 0 {
 		return errdefs.Invalid("the request body is empty; send the archive as the body")
 	}
-	if err := check(data); err != nil {
+	if err := check(r.Context(), data); err != nil {
 		return err
 	}
 	if err := res.PutContent(r.Context(), key, data); err != nil {

@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -40,7 +39,8 @@ func (s *Service) renderInstance(ctx context.Context, req catalog.InstanceReques
 	cat := s.opts.Catalog
 	defKey := catalog.Key{req.RBName, req.RBVersion}
 	defs := catalog.For[catalog.RBDefinitionSpec](cat, catalog.RBDefinitions)
-	if _, err := defs.Get(ctx, defKey); err != nil {
+	def, err := defs.Get(ctx, defKey)
+	if err != nil {
 		return "", "", nil, err
 	}
 	chart, err := defs.GetContent(ctx, defKey)
@@ -71,17 +71,12 @@ func (s *Service) renderInstance(ctx context.Context, req catalog.InstanceReques
 		return "", "", nil, err
 	}
 	namespace = firstOf(prof.Spec.Namespace, Namespace)
-	rendered, err := render.Render(render.Options{Chart: chart, Profile: profileTgz, ReleaseName: release, Namespace: namespace, Overrides: req.OverrideValues})
+	rendered, err := s.opts.Renderer.Render(ctx, render.Options{Chart: chart, ChartName: def.Spec.ChartName, Profile: profileTgz,
+		ReleaseName: release, Namespace: namespace, Overrides: req.OverrideValues})
 	if err != nil {
 		return "", "", nil, err
 	}
-	for _, r := range rendered {
-		manifest, err := json.Marshal(r.Object.Object)
-		if err != nil {
-			return "", "", nil, err
-		}
-		rs = append(rs, appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace, Manifest: manifest})
-	}
+	rs = toContext(rendered)
 	return release, namespace, rs, nil
 }
 
@@ -112,6 +107,14 @@ func (s *Service) CreateInstance(ctx context.Context, req catalog.InstanceReques
 		return spec, fmt.Errorf("record context: %w", err)
 	}
 	s.opts.Rsync.Instantiate(meta.Group, id)
+	// A delete that marked the instance before this check may have asked
+	// rsync to terminate a context that did not exist yet: terminate it here
+	// (after the instantiate, as actions on a group are serialised), so no
+	// resource outlives its instance.
+	if err := s.instances().Alive(context.WithoutCancel(ctx), catalog.Key{id}); err != nil {
+		s.opts.Rsync.Terminate(meta.Group, id)
+		return spec, errdefs.Conflict("instance %s was deleted while it was being created", id)
+	}
 	s.log.WithFields(logrus.Fields{"instance": id, "release": release, "region": req.CloudRegion}).Info("instance created")
 	return spec, nil
 }
@@ -162,13 +165,14 @@ func (s *Service) UpgradeInstance(ctx context.Context, id string, req catalog.In
 }
 
 // DeleteInstance starts deleting an instance's resources and removes the
-// instance; its context stays for history.
+// instance; its context stays for history. The instance is marked first,
+// so a create still in flight sees the delete and terminates its own
+// context (CreateInstance).
 func (s *Service) DeleteInstance(ctx context.Context, id string) error {
-	if _, err := s.instances().Get(ctx, catalog.Key{id}); err != nil {
-		return err
-	}
-	s.opts.Rsync.Terminate(InstanceGroup(id), id)
-	return s.instances().Delete(ctx, catalog.Key{id})
+	return s.instances().Delete(ctx, catalog.Key{id}, func(context.Context) error {
+		s.opts.Rsync.Terminate(InstanceGroup(id), id)
+		return nil
+	})
 }
 
 func firstOf(values ...string) string {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/api"
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/authn"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/cluster"
@@ -25,6 +26,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/reload"
+	"github.com/argus-mc/argus/src/internal/render"
 	"github.com/argus-mc/argus/src/internal/rsync"
 	"github.com/argus-mc/argus/src/internal/status"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
@@ -70,6 +72,12 @@ type Options struct {
 	// FileCheckInterval is how often the token and certificate files are
 	// checked for changes while in use; 0 means 2s.
 	FileCheckInterval time.Duration
+	// Archive bounds every chart and profile archive accepted; zero fields
+	// are the archive package's defaults.
+	Archive archive.Limits
+	// Render bounds Helm rendering, which runs in a pool of child processes
+	// of this binary; zero fields are the render package's defaults.
+	Render RenderOptions
 	// Logger; nil discards.
 	Logger *logrus.Logger
 	// Registry for metrics; nil means a fresh one with Go and process collectors.
@@ -87,6 +95,20 @@ type AAIOptions struct {
 	Tenants map[string]string
 	// SelfLink is this API's external base URL, for objects' selflink.
 	SelfLink string
+}
+
+// RenderOptions configures the render worker pool.
+type RenderOptions struct {
+	// Workers renders at a time (and warm child processes); 0 means 2.
+	Workers int
+	// Timeout per render; 0 means 20s.
+	Timeout time.Duration
+	// MemoryLimit per worker in bytes; 0 means 512 MiB.
+	MemoryLimit int64
+	// MaxOutput bytes of manifests per render; 0 means 32 MiB.
+	MaxOutput int64
+	// MaxRequests a worker serves before it is replaced; 0 means 200.
+	MaxRequests int
 }
 
 // App is one orchestrator process.
@@ -176,6 +198,16 @@ func (a *App) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// Whatever a killed predecessor left half written (an app without its
+	// chart, a delete that never finished) is repaired before anyone reads.
+	recovered, err := cat.Recover(ctx, start)
+	if err != nil {
+		return fmt.Errorf("orchestrator: recover the catalogue: %w", err)
+	}
+	if recovered != (catalog.Recovered{}) {
+		a.log.WithFields(logrus.Fields{"intents": recovered.Intents, "unmarked": recovered.Unmarked,
+			"orphans": recovered.Orphans, "lifecycles": recovered.Lifecycles}).Warn("repaired the catalogue after an unclean stop")
+	}
 	contexts := appcontext.New(appcontext.Options{Client: etcd.Client, Prefix: a.opts.EtcdPrefix})
 	clusters := cluster.NewRegistry(cluster.Options{Kubeconfig: func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
 		if ref.Provider == deploy.V1Provider { // a v1 cloud region
@@ -188,7 +220,12 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer engine.Close() // cancels in-flight work; Resume continues it next start
-	deployer, err := deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Logger: a.log.WithField("component", "deploy")})
+	renderer := render.NewPool(render.PoolOptions{Workers: a.opts.Render.Workers, Timeout: a.opts.Render.Timeout,
+		MemoryLimit: a.opts.Render.MemoryLimit, MaxOutput: a.opts.Render.MaxOutput, MaxRenders: a.opts.Render.MaxRequests,
+		Limits: a.opts.Archive, Logger: a.log.WithField("component", "render")})
+	defer renderer.Close()
+	deployer, err := deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Renderer: renderer,
+		Logger: a.log.WithField("component", "deploy")})
 	if err != nil {
 		return err
 	}
@@ -236,7 +273,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Status:        reader,
 		Subscriptions: notifier,
 		ClusterInUse: func(ctx context.Context, provider, name string) ([]string, error) {
-			return cache.LiveOn(ctx, appcontext.ClusterRef{Provider: provider, Name: name})
+			return liveOn(ctx, contexts, cache, appcontext.ClusterRef{Provider: provider, Name: name})
 		},
 		ClusterDeleted: func(provider, name string) {
 			ref := appcontext.ClusterRef{Provider: provider, Name: name}
@@ -247,9 +284,11 @@ func (a *App) Run(ctx context.Context) (err error) {
 			"etcd":  etcd.Ping,
 			"mongo": mongo.Ping,
 		},
-		Logger:     a.log.WithField("component", "api"),
-		Registerer: a.opts.Registry,
-		Gatherer:   a.opts.Registry,
+		ArchiveLimits: a.opts.Archive,
+		Archives:      renderer,
+		Logger:        a.log.WithField("component", "api"),
+		Registerer:    a.opts.Registry,
+		Gatherer:      a.opts.Registry,
 	}
 	if a.tokens != nil { // never a typed nil in the interface
 		apiOpts.Tokens = a.tokens
@@ -301,6 +340,37 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("orchestrator: serve: %w", err)
 	}
 	return nil
+}
+
+// liveOn lists the contexts not yet Terminated that place anything on the
+// cluster. The cache answers at once when it knows one; otherwise etcd is
+// read, as the cache may not have seen a context created a moment ago and
+// a cluster must never be deleted from under one.
+func liveOn(ctx context.Context, store *appcontext.Store, cache *appcontext.Cache, ref appcontext.ClusterRef) ([]string, error) {
+	if ids, err := cache.LiveOn(ctx, ref); err != nil || len(ids) > 0 {
+		return ids, err
+	}
+	list, err := store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, sm := range list {
+		if sm.Status.Status == appcontext.Terminated {
+			continue
+		}
+		c, err := store.Get(ctx, sm.Meta.ID)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range c.Placements {
+			if p.Cluster == ref {
+				ids = append(ids, sm.Meta.ID)
+				break
+			}
+		}
+	}
+	return ids, nil
 }
 
 // notifier builds the subscription manager and, when configured, the AAI
