@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -220,5 +221,86 @@ func TestLockForDelete(t *testing.T) {
 	}
 	if err := c.LockForDelete(ctx, group, subject, from); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("lock an instantiated lifecycle: %v", err)
+	}
+}
+
+// Content is stored in chunks, switched by generation: a replacement is
+// seen whole or not at all, a PUT of the object keeps it, and files stored
+// whole before chunking still load.
+func TestContentChunksAndGenerations(t *testing.T) {
+	c, ctx := newCatalog(t)
+	projects := For[Empty](c, Projects)
+	apps := For[appSpec](c, testApps)
+	if err := projects.Create(ctx, Key{"p"}, project("p")); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 3*contentChunk+12345)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	key := Key{"p", "a"}
+	if err := apps.CreateWithContent(ctx, key, Object[appSpec]{Metadata: Metadata{Name: "a"}}, big); err != nil {
+		t.Fatal(err)
+	}
+	chunks := func() int64 {
+		n, _ := c.db.Collection(testApps.Collection+"_content").CountDocuments(ctx, bson.D{{Key: "testapp", Value: "a"}})
+		return n
+	}
+	if n := chunks(); n != 4 {
+		t.Fatalf("%d chunks, want 4", n)
+	}
+	if b, err := apps.GetContent(ctx, key); err != nil || !bytes.Equal(b, big) {
+		t.Fatalf("read back %d bytes, %v", len(b), err)
+	}
+	if _, err := apps.Put(ctx, key, Object[appSpec]{Metadata: Metadata{Name: "a", Description: "new"}, Spec: appSpec{Version: "v2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := apps.GetContent(ctx, key); err != nil || !bytes.Equal(b, big) {
+		t.Fatalf("a PUT of the object lost its content: %d bytes, %v", len(b), err)
+	}
+	if err := apps.PutContent(ctx, key, []byte("small")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := apps.GetContent(ctx, key); err != nil || string(b) != "small" || chunks() != 1 {
+		t.Fatalf("after replacement: %q, %v, %d chunks", b, err, chunks())
+	}
+	// An interrupted replacement: chunks of a generation nobody points at.
+	if _, err := c.db.Collection(testApps.Collection+"_content").InsertOne(ctx, bson.D{{Key: "project", Value: "p"}, {Key: "testapp", Value: "a"},
+		{Key: "gen", Value: time.Now().Add(-time.Minute)}, {Key: "seq", Value: 0}, {Key: "data", Value: []byte("half")}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := apps.GetContent(ctx, key); string(b) != "small" {
+		t.Fatalf("a stray generation is read: %q", b)
+	}
+	if rec, err := c.Recover(ctx, time.Now()); err != nil || rec.Orphans != 1 || chunks() != 1 {
+		t.Fatalf("recover = %+v, %v; %d chunks", rec, err, chunks())
+	}
+	// A file stored whole, as before chunking.
+	if _, err := c.db.Collection(testApps.Collection).InsertOne(ctx, bson.D{{Key: "project", Value: "p"}, {Key: "testapp", Value: "old"},
+		{Key: "metadata", Value: bson.D{{Key: "name", Value: "old"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.db.Collection(testApps.Collection+"_content").InsertOne(ctx, bson.D{{Key: "project", Value: "p"}, {Key: "testapp", Value: "old"},
+		{Key: "content", Value: []byte("legacy")}}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := c.Recover(ctx, time.Now()); err != nil || rec.Orphans != 0 {
+		t.Fatalf("recover touched a legacy file: %+v, %v", rec, err)
+	}
+	if b, err := apps.GetContent(ctx, Key{"p", "old"}); err != nil || string(b) != "legacy" {
+		t.Fatalf("legacy content: %q, %v", b, err)
+	}
+	if err := apps.PutContent(ctx, Key{"p", "old"}, []byte("chunked")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := apps.GetContent(ctx, Key{"p", "old"}); err != nil || string(b) != "chunked" {
+		t.Fatalf("replaced legacy content: %q, %v", b, err)
+	}
+	n, _ := c.db.Collection(testApps.Collection+"_content").CountDocuments(ctx, bson.D{{Key: "testapp", Value: "old"}})
+	if n != 1 {
+		t.Fatalf("the legacy document survived its replacement: %d documents", n)
+	}
+	if err := apps.Delete(ctx, key); err != nil || chunks() != 0 {
+		t.Fatalf("delete: %v, %d chunks left", err, chunks())
 	}
 }

@@ -201,7 +201,7 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 			return errors.Join(cause, fmt.Errorf("undo create %s: %w", r.kind.describe(key), err))
 		}
 		if content != nil {
-			if _, err := r.contents().DeleteOne(bg, r.filter(key)); err != nil {
+			if err := r.dropContent(bg, key, intent); err != nil {
 				return errors.Join(cause, fmt.Errorf("undo create %s: %w", r.kind.describe(key), err))
 			}
 		}
@@ -213,11 +213,13 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 	if content == nil {
 		return nil
 	}
-	cdoc := append(r.filter(key), bson.E{Key: "content", Value: content})
-	if _, err := r.contents().ReplaceOne(ctx, r.filter(key), cdoc, options.Replace().SetUpsert(true)); err != nil {
-		return undo(fmt.Errorf("store content of %s: %w", r.kind.describe(key), err))
+	if err := r.writeContent(ctx, key, intent, content); err != nil {
+		return undo(err)
 	}
-	res, err := r.coll.UpdateOne(ctx, append(mine, bson.E{Key: fieldPending, Value: intent}), bson.D{{Key: "$unset", Value: bson.D{{Key: fieldPending, Value: ""}}}})
+	// One write makes the object visible and points it at its content.
+	res, err := r.coll.UpdateOne(ctx, append(mine, bson.E{Key: fieldPending, Value: intent}), bson.D{
+		{Key: "$unset", Value: bson.D{{Key: fieldPending, Value: ""}}},
+		{Key: "$set", Value: bson.D{{Key: fieldContentGen, Value: intent}, {Key: fieldContentSize, Value: int64(len(content))}}}})
 	if err != nil {
 		return undo(fmt.Errorf("create %s: %w", r.kind.describe(key), err))
 	}
@@ -233,10 +235,13 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 	if err := r.parentAlive(ctx, r.kind.ParentKey(key)); err != nil {
 		return false, err
 	}
-	// Only a visible object is replaced (its markers go with the old
-	// document, which is right: the new one is whole). A pending one makes
-	// the upsert collide with it: 409.
-	res, err := r.coll.ReplaceOne(ctx, append(r.visible(key), notDeleting), r.document(key, obj), options.Replace().SetUpsert(true))
+	// Only a visible object no delete is working on is replaced; a pending
+	// or marked one makes the upsert collide with it: 409. $set keeps what
+	// the object carries besides its metadata and spec (its content).
+	// The key fields are set explicitly: a FerretDB upsert does not copy
+	// them from the filter.
+	set := append(r.filter(key), bson.E{Key: "metadata", Value: obj.Metadata}, bson.E{Key: "spec", Value: obj.Spec})
+	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}}, options.Update().SetUpsert(true))
 	if mongo.IsDuplicateKeyError(err) {
 		// Two concurrent upserts of a new key (the loser sees the winner's
 		// insert), or an object being created or deleted.
@@ -346,7 +351,7 @@ func (r *Resource[S]) Delete(ctx context.Context, key Key, before ...func(contex
 	}
 	// From here on the object is gone for readers; a crash leaves at most
 	// content without its object, which Recover removes.
-	if _, err := r.contents().DeleteOne(ctx, r.filter(key)); err != nil {
+	if _, err := r.contents().DeleteMany(ctx, r.filter(key)); err != nil {
 		return fmt.Errorf("delete content of %s: %w", r.kind.describe(key), err)
 	}
 	// Once more: a cascading child created between the first pass and the
@@ -377,46 +382,6 @@ func (r *Resource[S]) Alive(ctx context.Context, key Key) error {
 		return errdefs.Conflict("%s is being deleted", r.kind.describe(key))
 	}
 	return nil
-}
-
-// contents holds uploaded files (kubeconfigs, charts, profiles) apart from
-// the objects, so lists never carry them.
-func (r *Resource[S]) contents() *mongo.Collection {
-	return r.cat.db.Collection(r.kind.Collection + "_content")
-}
-
-// PutContent stores or replaces the uploaded file of an existing object
-// (k8splugin uploads content after creating the object).
-func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) error {
-	r.checkKey(key)
-	if err := r.Alive(ctx, key); err != nil {
-		return err
-	}
-	doc := append(r.filter(key), bson.E{Key: "content", Value: data})
-	if _, err := r.contents().ReplaceOne(ctx, r.filter(key), doc, options.Replace().SetUpsert(true)); err != nil {
-		return fmt.Errorf("store content of %s: %w", r.kind.describe(key), err)
-	}
-	return nil
-}
-
-// GetContent returns the object's uploaded file, NotFound when there is none
-// or the object itself is absent.
-func (r *Resource[S]) GetContent(ctx context.Context, key Key) ([]byte, error) {
-	r.checkKey(key)
-	if _, err := r.Get(ctx, key); err != nil {
-		return nil, err
-	}
-	var doc struct {
-		Content []byte `bson:"content"`
-	}
-	err := r.contents().FindOne(ctx, r.filter(key)).Decode(&doc)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, errdefs.NotFound("%s has no uploaded content", r.kind.describe(key))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get content of %s: %w", r.kind.describe(key), err)
-	}
-	return doc.Content, nil
 }
 
 // Describe renders a key for messages.

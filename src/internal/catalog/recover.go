@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
@@ -44,7 +45,7 @@ func (c *Catalog) Recover(ctx context.Context, before time.Time) (Recovered, err
 			if _, err := coll.DeleteOne(ctx, append(f, stale...)); err != nil {
 				return out, fmt.Errorf("recover %s: %w", k.describe(key), err)
 			}
-			if _, err := contents.DeleteOne(ctx, f); err != nil {
+			if _, err := contents.DeleteMany(ctx, f); err != nil {
 				return out, fmt.Errorf("recover %s: %w", k.describe(key), err)
 			}
 			out.Intents++
@@ -55,21 +56,15 @@ func (c *Catalog) Recover(ctx context.Context, before time.Time) (Recovered, err
 			return out, fmt.Errorf("recover %ss: %w", k.Name, err)
 		}
 		out.Unmarked += int(res.ModifiedCount)
-		withContent, err := c.keysWhere(ctx, k, contents.Name(), bson.D{})
+		orphans, err := c.orphanChunks(ctx, k)
 		if err != nil {
 			return out, err
 		}
-		for _, key := range withContent {
-			n, err := coll.CountDocuments(ctx, keyFilter(k, key), options.Count().SetLimit(1))
-			if err != nil {
-				return out, fmt.Errorf("recover %s: %w", k.describe(key), err)
+		if len(orphans) > 0 {
+			if _, err := contents.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: orphans}}}}); err != nil {
+				return out, fmt.Errorf("recover %ss: %w", k.Name, err)
 			}
-			if n == 0 {
-				if _, err := contents.DeleteOne(ctx, keyFilter(k, key)); err != nil {
-					return out, fmt.Errorf("recover %s: %w", k.describe(key), err)
-				}
-				out.Orphans++
-			}
+			out.Orphans += len(orphans)
 		}
 	}
 	n, err := c.unlockStale(ctx, before)
@@ -102,4 +97,67 @@ func (c *Catalog) keysWhere(ctx context.Context, k *Kind, collection string, fil
 		return nil, fmt.Errorf("recover %ss: %w", k.Name, err)
 	}
 	return keys, nil
+}
+
+// orphanChunks lists the content documents of kind that no object points
+// at: its object is gone, or names another generation (an interrupted
+// replacement), or is pending with another one.
+func (c *Catalog) orphanChunks(ctx context.Context, k *Kind) ([]any, error) {
+	fields := k.KeyFields()
+	proj := bson.D{{Key: fieldContentGen, Value: 1}, {Key: fieldPending, Value: 1}}
+	for _, f := range fields {
+		proj = append(proj, bson.E{Key: f, Value: 1})
+	}
+	keyOf := func(doc bson.Raw) string {
+		var b strings.Builder
+		for _, f := range fields {
+			v, _ := doc.Lookup(f).StringValueOK()
+			b.WriteString(v)
+			b.WriteByte(0)
+		}
+		return b.String()
+	}
+	type owner struct{ gen, pending *time.Time }
+	owners := map[string]owner{}
+	cur, err := c.db.Collection(k.Collection).Find(ctx, bson.D{}, options.Find().SetProjection(proj))
+	if err != nil {
+		return nil, fmt.Errorf("recover %ss: %w", k.Name, err)
+	}
+	for cur.Next(ctx) {
+		var o owner
+		if t, ok := cur.Current.Lookup(fieldContentGen).TimeOK(); ok {
+			o.gen = &t
+		}
+		if t, ok := cur.Current.Lookup(fieldPending).TimeOK(); ok {
+			o.pending = &t
+		}
+		owners[keyOf(cur.Current)] = o
+	}
+	_ = cur.Close(ctx)
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("recover %ss: %w", k.Name, err)
+	}
+	cproj := bson.D{{Key: "_id", Value: 1}, {Key: "gen", Value: 1}}
+	for _, f := range fields {
+		cproj = append(cproj, bson.E{Key: f, Value: 1})
+	}
+	cur, err = c.db.Collection(k.Collection+"_content").Find(ctx, bson.D{}, options.Find().SetProjection(cproj))
+	if err != nil {
+		return nil, fmt.Errorf("recover %ss: %w", k.Name, err)
+	}
+	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	var orphans []any
+	for cur.Next(ctx) {
+		o, ok := owners[keyOf(cur.Current)]
+		gen, chunked := cur.Current.Lookup("gen").TimeOK()
+		keep := ok && (chunked && (o.gen != nil && o.gen.Equal(gen) || o.pending != nil && o.pending.Equal(gen)) ||
+			!chunked && o.gen == nil) // stored whole, before chunks
+		if !keep {
+			orphans = append(orphans, cur.Current.Lookup("_id"))
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("recover %ss: %w", k.Name, err)
+	}
+	return orphans, nil
 }
