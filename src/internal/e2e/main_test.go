@@ -20,7 +20,6 @@ import (
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
-	"github.com/argus-mc/argus/src/internal/render"
 	"github.com/argus-mc/argus/src/internal/simcluster"
 	"github.com/argus-mc/argus/src/internal/testenv"
 )
@@ -31,8 +30,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	if render.IsWorker(os.Args[1:]) { // the orchestrators' render workers
-		os.Exit(render.WorkerMain(os.Args[2:]))
+	if code, ok := childProcess(); ok { // render workers, orchestrator processes
+		os.Exit(code)
 	}
 	testenv.MainWithClusters(m, 2, func(s *testenv.Stores, set *simcluster.Set) error {
 		stores, sim = s, set
