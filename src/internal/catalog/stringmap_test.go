@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"testing"
 	"time"
@@ -107,4 +108,44 @@ func newCatalogOf(t *testing.T, kinds ...*Kind) (*Catalog, context.Context) {
 		t.Fatal(err)
 	}
 	return c, ctx
+}
+
+// Free-form documents (subscription metadata, other-connectivity-list,
+// network specs) keep any key at any depth, and old subdocuments load.
+func TestDocumentKeepsAnyKey(t *testing.T) {
+	c, ctx := newCatalogOf(t, ConnectivityInfos)
+	conns := For[ConnectivitySpec](c, ConnectivityInfos)
+	other := Document{"a.b": "c", "$x": map[string]any{"n.m": []any{1.5, "z", map[string]any{"k.k": true}}}}
+	if err := conns.Create(ctx, Key{"r"}, Object[ConnectivitySpec]{Metadata: Metadata{Name: "r"}, Spec: ConnectivitySpec{CloudRegion: "r", Other: other}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := conns.Get(ctx, Key{"r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(got.Spec.Other)
+	b, _ := json.Marshal(other)
+	if string(a) != string(b) {
+		t.Fatalf("read back %s, want %s", a, b)
+	}
+	old := bson.D{{Key: "cloudregion", Value: "old"}, {Key: "metadata", Value: bson.D{{Key: "name", Value: "old"}}},
+		{Key: "spec", Value: bson.D{{Key: "cloudRegion", Value: "old"}, {Key: "other", Value: bson.D{{Key: "n", Value: int32(3)}, {Key: "s", Value: "x"}}}}}}
+	if _, err := c.db.Collection(ConnectivityInfos.Collection).InsertOne(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	got, err = conns.Get(ctx, Key{"old"})
+	if err != nil || got.Spec.Other["n"] != 3.0 || got.Spec.Other["s"] != "x" {
+		t.Fatalf("old shape read as %#v, %v", got.Spec.Other, err)
+	}
+	var spec NetworkSpec = NetworkSpec{"ipv4Subnets": []any{map[string]any{"subnet.cidr": "10.0.0.0/16"}}}
+	raw, err := bson.Marshal(bson.D{{Key: "spec", Value: spec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Spec NetworkSpec `bson:"spec"`
+	}
+	if err := bson.Unmarshal(raw, &back); err != nil || fmt.Sprint(back.Spec) != fmt.Sprint(spec) {
+		t.Fatalf("network spec round trip: %v, %v", back.Spec, err)
+	}
 }

@@ -19,9 +19,9 @@ func AllKinds() []*Kind {
 // ConnectivitySpec is a cloud region's connectivity info (the kubeconfig is
 // its uploaded content).
 type ConnectivitySpec struct {
-	CloudRegion string         `json:"cloud-region" bson:"cloudRegion"`
-	CloudOwner  string         `json:"cloud-owner" bson:"cloudOwner"`
-	Other       map[string]any `json:"other-connectivity-list,omitempty" bson:"other,omitempty"`
+	CloudRegion string   `json:"cloud-region" bson:"cloudRegion"`
+	CloudOwner  string   `json:"cloud-owner" bson:"cloudOwner"`
+	Other       Document `json:"other-connectivity-list,omitempty" bson:"other,omitempty"`
 }
 
 // RBDefinitionSpec is a resource bundle definition (the chart is its content).
