@@ -220,9 +220,13 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer engine.Close() // cancels in-flight work; Resume continues it next start
+	renderMetrics, err := render.NewMetrics(a.opts.Registry)
+	if err != nil {
+		return err
+	}
 	renderer := render.NewPool(render.PoolOptions{Workers: a.opts.Render.Workers, Timeout: a.opts.Render.Timeout,
 		MemoryLimit: a.opts.Render.MemoryLimit, MaxOutput: a.opts.Render.MaxOutput, MaxRenders: a.opts.Render.MaxRequests,
-		Limits: a.opts.Archive, Logger: a.log.WithField("component", "render")})
+		Limits: a.opts.Archive, Metrics: renderMetrics, Logger: a.log.WithField("component", "render")})
 	defer renderer.Close()
 	deployer, err := deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Renderer: renderer,
 		Logger: a.log.WithField("component", "deploy")})

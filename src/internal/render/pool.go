@@ -50,7 +50,9 @@ type PoolOptions struct {
 	MaxOutput int64
 	// Limits bound the archives the workers open.
 	Limits archive.Limits
-	Logger *logrus.Entry
+	// Metrics, when set, records requests and worker starts.
+	Metrics *Metrics
+	Logger  *logrus.Entry
 }
 
 // Pool renders charts in warm child processes, so a hostile chart (an
@@ -160,7 +162,8 @@ func (p *Pool) CheckProfile(ctx context.Context, data []byte) error {
 	return err
 }
 
-func (p *Pool) do(ctx context.Context, req request, chart, profile []byte) (response, error) {
+func (p *Pool) do(ctx context.Context, req request, chart, profile []byte) (resp response, err error) {
+	defer func(start time.Time) { p.opts.Metrics.request(req.Op, start, err) }(time.Now())
 	req.Limits, req.MaxOutput = p.opts.Limits, p.opts.MaxOutput
 	w, err := p.acquire(ctx)
 	if err != nil {
@@ -169,7 +172,7 @@ func (p *Pool) do(ctx context.Context, req request, chart, profile []byte) (resp
 	rctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 	defer cancel()
 	stop := context.AfterFunc(rctx, w.kill)
-	resp, err := w.exchange(req, chart, profile, 2*p.opts.MaxOutput+1<<20)
+	resp, err = w.exchange(req, chart, profile, 2*p.opts.MaxOutput+1<<20)
 	stop()
 	if err == nil {
 		p.release(w, true)
@@ -188,13 +191,16 @@ func (p *Pool) do(ctx context.Context, req request, chart, profile []byte) (resp
 	case ctx.Err() != nil:
 		return response{}, fmt.Errorf("render: %w", ctx.Err())
 	case errors.Is(rctx.Err(), context.DeadlineExceeded):
-		return response{}, LimitError("rendering took longer than %s, the render time limit", p.opts.Timeout)
+		err = LimitError("rendering took longer than %s, the render time limit", p.opts.Timeout)
 	case errors.Is(err, errAnswerTooLarge):
-		return response{}, LimitError("rendering produced more than %d bytes of manifests, the render output limit", p.opts.MaxOutput)
+		err = LimitError("rendering produced more than %d bytes of manifests, the render output limit", p.opts.MaxOutput)
 	case w.exitCode() == exitMemory || strings.Contains(w.stderr.String(), "out of memory"):
-		return response{}, LimitError("rendering needed more than %d MiB of memory, the render memory limit", p.opts.MemoryLimit>>20)
+		err = LimitError("rendering needed more than %d MiB of memory, the render memory limit", p.opts.MemoryLimit>>20)
+	default:
+		err = LimitError("the render worker stopped (%s): %s", w.cmd.ProcessState, w.stderr.lastLine())
 	}
-	return response{}, LimitError("the render worker stopped (%s): %s", w.cmd.ProcessState, w.stderr.lastLine())
+	p.log.WithFields(logrus.Fields{"op": req.Op, "release": req.ReleaseName}).WithError(err).Warn("render worker killed; a new one replaces it")
+	return response{}, err
 }
 
 // acquire returns a ready worker, waiting for one while ctx allows. While
@@ -351,6 +357,7 @@ func (p *Pool) start() (*worker, error) {
 		p.mu.Unlock()
 		return nil, fmt.Errorf("render worker did not answer (%w): %s", err, w.stderr.lastLine())
 	}
+	p.opts.Metrics.workerStarted()
 	return w, nil
 }
 

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/testenv"
 )
@@ -231,4 +234,34 @@ func benchOptions(b *testing.B) Options {
 			"p/override_values.yaml": "replicaCount: 2\n",
 		}),
 		Overrides: map[string]string{"image": "nginx:1.28", "service.port": "8080"}}
+}
+
+func TestPoolMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPool(t, PoolOptions{Workers: 1, Timeout: 2 * time.Second, Metrics: m})
+	ctx := context.Background()
+	if _, err := p.Render(ctx, Options{Chart: testenv.Archive(t, "testdata/web")}); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.CheckChart(ctx, []byte("nope"), "")
+	if _, err := p.Render(ctx, Options{Chart: hostile(t, loopSilent)}); !errors.Is(err, ErrLimit) {
+		t.Fatalf("loop: %v", err)
+	}
+	for labels, want := range map[[2]string]float64{{"render", "ok"}: 1, {"chart", "invalid"}: 1, {"render", "limit"}: 1} {
+		if got := testutil.ToFloat64(m.requests.WithLabelValues(labels[0], labels[1])); got != want {
+			t.Errorf("requests%v = %v, want %v", labels, got, want)
+		}
+	}
+	// The killed worker is replaced in the background.
+	deadline := time.Now().Add(30 * time.Second)
+	for testutil.ToFloat64(m.started) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
+	if got := testutil.ToFloat64(m.started); got != 2 {
+		t.Errorf("workers started = %v, want 2", got)
+	}
 }
