@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/testenv"
@@ -252,16 +252,28 @@ func TestPoolMetrics(t *testing.T) {
 		t.Fatalf("loop: %v", err)
 	}
 	for labels, want := range map[[2]string]float64{{"render", "ok"}: 1, {"chart", "invalid"}: 1, {"render", "limit"}: 1} {
-		if got := testutil.ToFloat64(m.requests.WithLabelValues(labels[0], labels[1])); got != want {
+		if got := value(t, m.requests.WithLabelValues(labels[0], labels[1])); got != want {
 			t.Errorf("requests%v = %v, want %v", labels, got, want)
 		}
 	}
 	// The killed worker is replaced in the background.
 	deadline := time.Now().Add(30 * time.Second)
-	for testutil.ToFloat64(m.started) < 2 && time.Now().Before(deadline) {
+	for value(t, m.started) < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond) // polling with a deadline
 	}
-	if got := testutil.ToFloat64(m.started); got != 2 {
+	if got := value(t, m.started); got != 2 {
 		t.Errorf("workers started = %v, want 2", got)
 	}
+}
+
+// value reads a counter's current value.
+func value(t *testing.T, c prometheus.Collector) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 1)
+	c.Collect(ch)
+	var m dto.Metric
+	if err := (<-ch).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }
