@@ -11,45 +11,15 @@ import (
 	"time"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
 // entry is one tar entry for pack.
-type entry struct {
-	name     string
-	typeflag byte
-	body     string
-	size     int64 // declared size when body is empty and size > 0
-	link     string
-}
+type entry = testenv.Entry
 
 func pack(t testing.TB, entries ...entry) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(zw)
-	for _, e := range entries {
-		tf := e.typeflag
-		if tf == 0 {
-			tf = tar.TypeReg
-		}
-		size := int64(len(e.body))
-		if tf != tar.TypeReg {
-			size = 0
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tf, Size: size, Mode: 0o644, Linkname: e.link}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.WriteString(tw, e.body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return testenv.ArchiveEntries(t, entries...)
 }
 
 func TestReadLayouts(t *testing.T) {
@@ -57,13 +27,13 @@ func TestReadLayouts(t *testing.T) {
 		entries []entry
 		want    []string
 	}{
-		"helm package": {[]entry{{name: "web/", typeflag: tar.TypeDir}, {name: "web/Chart.yaml", body: "x"}, {name: "web/templates/a.yaml", body: "y"}},
+		"helm package": {[]entry{{Name: "web/", Type: tar.TypeDir}, {Name: "web/Chart.yaml", Body: "x"}, {Name: "web/templates/a.yaml", Body: "y"}},
 			[]string{"web/Chart.yaml", "web/templates/a.yaml"}},
-		"packed from inside (-C chart .)": {[]entry{{name: "./", typeflag: tar.TypeDir}, {name: "./Chart.yaml", body: "x"}, {name: "./templates/", typeflag: tar.TypeDir}, {name: "./templates/a.yaml", body: "y"}},
+		"packed from inside (-C chart .)": {[]entry{{Name: "./", Type: tar.TypeDir}, {Name: "./Chart.yaml", Body: "x"}, {Name: "./templates/", Type: tar.TypeDir}, {Name: "./templates/a.yaml", Body: "y"}},
 			[]string{"Chart.yaml", "templates/a.yaml"}},
-		"files at the root": {[]entry{{name: "Chart.yaml", body: "x"}, {name: "templates/a.yaml", body: "y"}},
+		"files at the root": {[]entry{{Name: "Chart.yaml", Body: "x"}, {Name: "templates/a.yaml", Body: "y"}},
 			[]string{"Chart.yaml", "templates/a.yaml"}},
-		"root entry named .": {[]entry{{name: ".", typeflag: tar.TypeDir}, {name: "./manifest.yaml", body: "m"}},
+		"root entry named .": {[]entry{{Name: ".", Type: tar.TypeDir}, {Name: "./manifest.yaml", Body: "m"}},
 			[]string{"manifest.yaml"}},
 	}
 	for name, tc := range cases {
@@ -98,20 +68,20 @@ func TestRefusals(t *testing.T) {
 	}{
 		"not gzip":          {[]byte("hello"), Limits{}, errdefs.ErrInvalid, "not a gzip-compressed tar archive"},
 		"gzip, not tar":     {gz(t, []byte(strings.Repeat("not a tar header ", 64))), Limits{}, errdefs.ErrInvalid, "not a gzip-compressed tar archive"},
-		"absolute path":     {pack(t, entry{name: "/etc/passwd", body: "x"}), Limits{}, errdefs.ErrInvalid, "absolute path"},
-		"drive letter":      {pack(t, entry{name: "C:/x", body: "x"}), Limits{}, errdefs.ErrInvalid, "absolute path"},
-		"parent reference":  {pack(t, entry{name: "chart/../../x", body: "x"}), Limits{}, errdefs.ErrInvalid, "parent directory"},
-		"backslashes":       {pack(t, entry{name: `chart\..\x`, body: "x"}), Limits{}, errdefs.ErrInvalid, "backslashes"},
-		"symlink":           {pack(t, entry{name: "chart/l", typeflag: tar.TypeSymlink, link: "/etc/passwd"}), Limits{}, errdefs.ErrInvalid, "link"},
-		"hard link":         {pack(t, entry{name: "chart/l", typeflag: tar.TypeLink, link: "chart/a"}), Limits{}, errdefs.ErrInvalid, "link"},
-		"char device":       {pack(t, entry{name: "chart/d", typeflag: tar.TypeChar}), Limits{}, errdefs.ErrInvalid, "type"},
-		"fifo":              {pack(t, entry{name: "chart/f", typeflag: tar.TypeFifo}), Limits{}, errdefs.ErrInvalid, "type"},
-		"duplicate":         {pack(t, entry{name: "a", body: "1"}, entry{name: "./a", body: "2"}), Limits{}, errdefs.ErrInvalid, "twice"},
-		"compressed size":   {pack(t, entry{name: "a", body: big}), Limits{MaxCompressed: 10}, errdefs.ErrTooLarge, "archive is larger than 10 bytes"},
-		"uncompressed size": {pack(t, entry{name: "a", body: big}), Limits{MaxUncompressed: 1000, MaxFileSize: -1}, errdefs.ErrTooLarge, "unpacks to more than 1000 bytes"},
-		"file size":         {pack(t, entry{name: "a", body: big}), Limits{MaxFileSize: 1999}, errdefs.ErrTooLarge, `file "a" is larger than 1999 bytes`},
-		"entries":           {pack(t, entry{name: "a/", typeflag: tar.TypeDir}, entry{name: "a/b", body: "x"}, entry{name: "a/c", body: "x"}), Limits{MaxEntries: 2}, errdefs.ErrTooLarge, "more than 2 entries"},
-		"depth":             {pack(t, entry{name: "a/b/c/d", body: "x"}), Limits{MaxDepth: 3}, errdefs.ErrTooLarge, "4 directories deep"},
+		"absolute path":     {pack(t, entry{Name: "/etc/passwd", Body: "x"}), Limits{}, errdefs.ErrInvalid, "absolute path"},
+		"drive letter":      {pack(t, entry{Name: "C:/x", Body: "x"}), Limits{}, errdefs.ErrInvalid, "absolute path"},
+		"parent reference":  {pack(t, entry{Name: "chart/../../x", Body: "x"}), Limits{}, errdefs.ErrInvalid, "parent directory"},
+		"backslashes":       {pack(t, entry{Name: `chart\..\x`, Body: "x"}), Limits{}, errdefs.ErrInvalid, "backslashes"},
+		"symlink":           {pack(t, entry{Name: "chart/l", Type: tar.TypeSymlink, Link: "/etc/passwd"}), Limits{}, errdefs.ErrInvalid, "link"},
+		"hard link":         {pack(t, entry{Name: "chart/l", Type: tar.TypeLink, Link: "chart/a"}), Limits{}, errdefs.ErrInvalid, "link"},
+		"char device":       {pack(t, entry{Name: "chart/d", Type: tar.TypeChar}), Limits{}, errdefs.ErrInvalid, "type"},
+		"fifo":              {pack(t, entry{Name: "chart/f", Type: tar.TypeFifo}), Limits{}, errdefs.ErrInvalid, "type"},
+		"duplicate":         {pack(t, entry{Name: "a", Body: "1"}, entry{Name: "./a", Body: "2"}), Limits{}, errdefs.ErrInvalid, "twice"},
+		"compressed size":   {pack(t, entry{Name: "a", Body: big}), Limits{MaxCompressed: 10}, errdefs.ErrTooLarge, "archive is larger than 10 bytes"},
+		"uncompressed size": {pack(t, entry{Name: "a", Body: big}), Limits{MaxUncompressed: 1000, MaxFileSize: -1}, errdefs.ErrTooLarge, "unpacks to more than 1000 bytes"},
+		"file size":         {pack(t, entry{Name: "a", Body: big}), Limits{MaxFileSize: 1999}, errdefs.ErrTooLarge, `file "a" is larger than 1999 bytes`},
+		"entries":           {pack(t, entry{Name: "a/", Type: tar.TypeDir}, entry{Name: "a/b", Body: "x"}, entry{Name: "a/c", Body: "x"}), Limits{MaxEntries: 2}, errdefs.ErrTooLarge, "more than 2 entries"},
+		"depth":             {pack(t, entry{Name: "a/b/c/d", Body: "x"}), Limits{MaxDepth: 3}, errdefs.ErrTooLarge, "4 directories deep"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -133,7 +103,7 @@ func gz(t testing.TB, b []byte) []byte {
 }
 
 func TestVisitSeesContentAndLimitsStillApply(t *testing.T) {
-	data := pack(t, entry{name: "c/Chart.yaml", body: "name: c"}, entry{name: "c/big", body: strings.Repeat("z", 5000)})
+	data := pack(t, entry{Name: "c/Chart.yaml", Body: "name: c"}, entry{Name: "c/big", Body: strings.Repeat("z", 5000)})
 	var seen []string
 	_, err := Inspect(bytes.NewReader(data), Limits{MaxUncompressed: 4000, MaxFileSize: -1}, func(f File, r io.Reader) error {
 		seen = append(seen, f.Name)
@@ -193,7 +163,7 @@ func TestBombGeneratorsMakeValidArchives(t *testing.T) {
 }
 
 func TestSummaryCounts(t *testing.T) {
-	data := pack(t, entry{name: "c/", typeflag: tar.TypeDir}, entry{name: "c/a", body: "12345"})
+	data := pack(t, entry{Name: "c/", Type: tar.TypeDir}, entry{Name: "c/a", Body: "12345"})
 	sum, err := Inspect(bytes.NewReader(data), Limits{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +211,7 @@ func randomArchive(t testing.TB, size int) []byte {
 			seed = seed*6364136223846793005 + 1442695040888963407
 			b[j] = byte(seed >> 56)
 		}
-		entries = append(entries, entry{name: "c/f" + strings.Repeat("x", i%5) + string(rune('a'+i)), body: string(b)})
+		entries = append(entries, entry{Name: "c/f" + strings.Repeat("x", i%5) + string(rune('a'+i)), Body: string(b)})
 	}
 	return pack(t, entries...)
 }

@@ -12,10 +12,10 @@ import (
 // whatever it accepts stays within the limits and names only safe, relative
 // paths.
 func FuzzInspect(f *testing.F) {
-	f.Add(pack(f, entry{name: "c/Chart.yaml", body: "name: c"}, entry{name: "c/templates/a.yaml", body: "kind: x"}))
-	f.Add(pack(f, entry{name: "./", typeflag: tar.TypeDir}, entry{name: "./manifest.yaml", body: "m"}))
-	f.Add(pack(f, entry{name: "../x", body: "x"}))
-	f.Add(pack(f, entry{name: "l", typeflag: tar.TypeSymlink, link: "/"}))
+	f.Add(pack(f, entry{Name: "c/Chart.yaml", Body: "name: c"}, entry{Name: "c/templates/a.yaml", Body: "kind: x"}))
+	f.Add(pack(f, entry{Name: "./", Type: tar.TypeDir}, entry{Name: "./manifest.yaml", Body: "m"}))
+	f.Add(pack(f, entry{Name: "../x", Body: "x"}))
+	f.Add(pack(f, entry{Name: "l", Type: tar.TypeSymlink, Link: "/"}))
 	f.Add([]byte("\x1f\x8b\x08\x00\x00\x00\x00\x00"))
 	lim := Limits{MaxCompressed: 1 << 20, MaxUncompressed: 4 << 20, MaxFileSize: 1 << 20, MaxEntries: 100, MaxDepth: 8}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -7,10 +7,8 @@ package e2e
 // process (this test binary, see childProcess), the others in-process.
 
 import (
-	"archive/tar"
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -22,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -448,39 +445,10 @@ func TestEndlessTemplateIsStopped(t *testing.T) {
 	o.reportRSS(t)
 }
 
-// insidePacked packs files as `tar czf x.tgz -C dir .` does: a "./" entry,
-// "./"-prefixed names and directory entries.
-func insidePacked(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(zw)
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	dirs := map[string]bool{".": true}
-	_ = tw.WriteHeader(&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755})
-	for _, n := range names {
-		if d := filepath.Dir(n); !dirs[d] {
-			dirs[d] = true
-			_ = tw.WriteHeader(&tar.Header{Name: "./" + d + "/", Typeflag: tar.TypeDir, Mode: 0o755})
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: "./" + n, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(files[n]))}); err != nil {
-			t.Fatal(err)
-		}
-		_, _ = tw.Write([]byte(files[n]))
-	}
-	_ = tw.Close()
-	_ = zw.Close()
-	return buf.Bytes()
-}
-
 // dottedChart has the values EMCO's and k8splugin's examples override with
 // --set keys: image.repository, image.tag, service.port.
 func dottedChart(t *testing.T) []byte {
-	return insidePacked(t, map[string]string{
+	return testenv.ArchiveFromInside(t, map[string]string{
 		"Chart.yaml":  "apiVersion: v2\nname: web\nversion: 0.1.0\n",
 		"values.yaml": "image:\n  repository: busybox\n  tag: \"1.36\"\nservice:\n  port: 80\n",
 		"templates/deployment.yaml": `apiVersion: apps/v1
@@ -536,7 +504,7 @@ func checkDeployed(t *testing.T, cl string, ns, name, image string, port int32) 
 func TestInsidePackedChartWithDottedOverrides(t *testing.T) {
 	o := startOrchestrator(t, testenv.UniqueName("dot"), "/"+testenv.UniqueName("dot"))
 	chart := dottedChart(t)
-	profile := insidePacked(t, map[string]string{
+	profile := testenv.ArchiveFromInside(t, map[string]string{
 		"manifest.yaml":        "version: v1\ntype:\n  values: override_values.yaml\n",
 		"override_values.yaml": "image:\n  tag: \"1.37\"\n",
 	})

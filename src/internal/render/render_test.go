@@ -1,6 +1,7 @@
 package render
 
 import (
+	"archive/tar"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -260,13 +261,11 @@ func TestBadInputIsInvalidWithHelmsReason(t *testing.T) {
 	}
 }
 
+// linkedChart has a values.yaml that links out of the archive.
 func linkedChart(t *testing.T) []byte {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "values.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	return tarDir(t, dir)
+	return testenv.ArchiveEntries(t, testenv.Entry{Name: "c/Chart.yaml", Body: "apiVersion: v2\nname: c\nversion: 0.1.0\n"},
+		testenv.Entry{Name: "c/values.yaml", Type: tar.TypeSymlink, Link: "/etc/passwd"})
 }
 
 func TestArchiveLimitsApply(t *testing.T) {

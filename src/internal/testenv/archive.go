@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -38,19 +39,50 @@ func Archive(t testing.TB, dir string) []byte {
 // ArchiveFiles packs files (path → content) as a .tgz.
 func ArchiveFiles(t testing.TB, files map[string]string) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(zw)
 	names := make([]string, 0, len(files))
 	for n := range files {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	entries := make([]Entry, 0, len(names))
 	for _, n := range names {
-		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(files[n])), Typeflag: tar.TypeReg}); err != nil {
+		entries = append(entries, Entry{Name: n, Body: files[n]})
+	}
+	return ArchiveEntries(t, entries...)
+}
+
+// Entry is one tar entry for ArchiveEntries.
+type Entry struct {
+	Name string
+	// Type is a tar type flag; 0 means a regular file.
+	Type byte
+	Body string
+	// Link is the target of a link entry.
+	Link string
+}
+
+// ArchiveEntries packs entries, in order, as a .tgz: directories, links
+// and devices too, for tests of what archives may hold.
+func ArchiveEntries(t testing.TB, entries ...Entry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.Name, Typeflag: e.Type, Mode: 0o644, Linkname: e.Link}
+		if h.Typeflag == 0 {
+			h.Typeflag = tar.TypeReg
+		}
+		if h.Typeflag == tar.TypeReg {
+			h.Size = int64(len(e.Body))
+		}
+		if h.Typeflag == tar.TypeDir {
+			h.Mode = 0o755
+		}
+		if err := tw.WriteHeader(h); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tw.Write([]byte(files[n])); err != nil {
+		if _, err := tw.Write([]byte(e.Body)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -61,4 +93,25 @@ func ArchiveFiles(t testing.TB, files map[string]string) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// ArchiveFromInside packs files as `tar czf x.tgz -C dir .` does: a "./"
+// entry, "./"-prefixed names and an entry for each directory.
+func ArchiveFromInside(t testing.TB, files map[string]string) []byte {
+	t.Helper()
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	entries := []Entry{{Name: "./", Type: tar.TypeDir}}
+	dirs := map[string]bool{".": true}
+	for _, n := range names {
+		if d := path.Dir(n); !dirs[d] {
+			dirs[d] = true
+			entries = append(entries, Entry{Name: "./" + d + "/", Type: tar.TypeDir})
+		}
+		entries = append(entries, Entry{Name: "./" + n, Body: files[n]})
+	}
+	return ArchiveEntries(t, entries...)
 }
