@@ -131,7 +131,7 @@ func Inspect(r io.Reader, lim Limits, visit Visit) (Summary, error) {
 		case tar.TypeDir:
 			sum.Dirs++
 			continue
-		case tar.TypeReg, tar.TypeRegA:
+		case tar.TypeReg: // the reader reports old-style regular files (TypeRegA) as TypeReg
 		case tar.TypeSymlink, tar.TypeLink:
 			return sum, errdefs.Invalid("archive entry %q is a link; only regular files and directories are accepted", name)
 		default:

@@ -137,7 +137,7 @@ func TestDocumentKeepsAnyKey(t *testing.T) {
 	if err != nil || got.Spec.Other["n"] != 3.0 || got.Spec.Other["s"] != "x" {
 		t.Fatalf("old shape read as %#v, %v", got.Spec.Other, err)
 	}
-	var spec NetworkSpec = NetworkSpec{"ipv4Subnets": []any{map[string]any{"subnet.cidr": "10.0.0.0/16"}}}
+	spec := NetworkSpec{"ipv4Subnets": []any{map[string]any{"subnet.cidr": "10.0.0.0/16"}}}
 	raw, err := bson.Marshal(bson.D{{Key: "spec", Value: spec}})
 	if err != nil {
 		t.Fatal(err)

@@ -635,7 +635,8 @@ func TestCreatesRacingParentDeletes(t *testing.T) {
 		var del int
 		wg.Go(func() { del, _ = o.call("DELETE", caPath, nil) })
 		wg.Wait()
-		if del == 409 {
+		switch del {
+		case 409:
 			outcomes["apps 409"]++
 			for i, c := range codes {
 				if c == 201 {
@@ -643,9 +644,9 @@ func TestCreatesRacingParentDeletes(t *testing.T) {
 				}
 			}
 			o.must(204, "DELETE", caPath, nil)
-		} else if del == 204 {
+		case 204:
 			outcomes["apps deleted"]++
-		} else {
+		default:
 			t.Fatalf("round %d: delete answered %d", round, del)
 		}
 		assertNoOrphans(t, o, "apps", bson.D{{Key: "project", Value: "p1"}})
