@@ -56,7 +56,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzHandler -fuzztime $(FUZZTIME) ./src/internal/api
 	$(GO) test -run '^$$' -fuzz FuzzSubscriptionBody -fuzztime $(FUZZTIME) ./src/internal/notify
 	$(GO) test -run '^$$' -fuzz FuzzInspect -fuzztime $(FUZZTIME) ./src/internal/archive
-	$(GO) test -run '^$$' -fuzz FuzzOverrideValues -fuzztime $(FUZZTIME) ./src/internal/catalog
+	$(GO) test -run '^$$' -fuzz FuzzOverrideValues -fuzztime $(FUZZTIME) ./src/internal/render
 
 lint: $(GOLANGCI) generate
 	@git diff --exit-code -- src/apis deployments/kubernetes/monitor || { echo "generated files were stale; commit the regenerated ones"; exit 1; }

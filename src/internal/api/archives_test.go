@@ -13,6 +13,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/testenv"
+	"github.com/argus-mc/argus/src/internal/testenv/tgz"
 )
 
 // upload posts an EMCO multipart upload.
@@ -56,9 +57,9 @@ func TestUploadedArchives(t *testing.T) {
 		want string
 	}{
 		"helm package":          {testenv.ArchiveFiles(t, map[string]string{"web/Chart.yaml": chartYAML}), 201, ""},
-		"packed from inside":    {testenv.ArchiveFromInside(t, map[string]string{"Chart.yaml": chartYAML}), 201, ""},
+		"packed from inside":    {tgz.FromInside(t, map[string]string{"Chart.yaml": chartYAML}), 201, ""},
 		"files at the root":     {testenv.ArchiveFiles(t, map[string]string{"Chart.yaml": chartYAML}), 201, ""},
-		"link":                  {testenv.ArchiveEntries(t, testenv.Entry{Name: "web/Chart.yaml", Type: tar.TypeSymlink, Link: "/etc/passwd"}), 400, "link"},
+		"link":                  {tgz.Entries(t, tgz.Entry{Name: "web/Chart.yaml", Type: tar.TypeSymlink, Link: "/etc/passwd"}), 400, "link"},
 		"parent directory":      {testenv.ArchiveFiles(t, map[string]string{"../Chart.yaml": chartYAML}), 400, "parent"},
 		"too many files":        {tiny.Bytes(), 413, "more than 5000 entries"},
 		"no chart":              {testenv.ArchiveFiles(t, map[string]string{"x/README": "hi"}), 400, "Chart.yaml"},
@@ -84,7 +85,7 @@ func TestUploadedArchives(t *testing.T) {
 		data []byte
 		code int
 	}{
-		"packed from inside": {testenv.ArchiveFromInside(t, map[string]string{"manifest.yaml": manifest, "v.yaml": "a: 1\n"}), 201},
+		"packed from inside": {tgz.FromInside(t, map[string]string{"manifest.yaml": manifest, "v.yaml": "a: 1\n"}), 201},
 		"in a folder":        {testenv.ArchiveFiles(t, map[string]string{"p/manifest.yaml": manifest, "p/v.yaml": "a: 1\n"}), 201},
 		"no manifest":        {testenv.ArchiveFiles(t, map[string]string{"v.yaml": "a: 1\n"}), 400},
 		"too many files":     {tiny.Bytes(), 413},

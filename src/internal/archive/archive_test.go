@@ -11,15 +11,15 @@ import (
 	"time"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
-	"github.com/argus-mc/argus/src/internal/testenv"
+	"github.com/argus-mc/argus/src/internal/testenv/tgz"
 )
 
 // entry is one tar entry for pack.
-type entry = testenv.Entry
+type entry = tgz.Entry
 
 func pack(t testing.TB, entries ...entry) []byte {
 	t.Helper()
-	return testenv.ArchiveEntries(t, entries...)
+	return tgz.Entries(t, entries...)
 }
 
 func TestReadLayouts(t *testing.T) {

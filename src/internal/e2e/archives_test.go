@@ -38,6 +38,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/render"
 	"github.com/argus-mc/argus/src/internal/testenv"
+	"github.com/argus-mc/argus/src/internal/testenv/tgz"
 )
 
 // childProcess runs this test binary as one of the children the tests
@@ -448,7 +449,7 @@ func TestEndlessTemplateIsStopped(t *testing.T) {
 // dottedChart has the values EMCO's and k8splugin's examples override with
 // --set keys: image.repository, image.tag, service.port.
 func dottedChart(t *testing.T) []byte {
-	return testenv.ArchiveFromInside(t, map[string]string{
+	return tgz.FromInside(t, map[string]string{
 		"Chart.yaml":  "apiVersion: v2\nname: web\nversion: 0.1.0\n",
 		"values.yaml": "image:\n  repository: busybox\n  tag: \"1.36\"\nservice:\n  port: 80\n",
 		"templates/deployment.yaml": `apiVersion: apps/v1
@@ -504,7 +505,7 @@ func checkDeployed(t *testing.T, cl string, ns, name, image string, port int32) 
 func TestInsidePackedChartWithDottedOverrides(t *testing.T) {
 	o := startOrchestrator(t, testenv.UniqueName("dot"), "/"+testenv.UniqueName("dot"))
 	chart := dottedChart(t)
-	profile := testenv.ArchiveFromInside(t, map[string]string{
+	profile := tgz.FromInside(t, map[string]string{
 		"manifest.yaml":        "version: v1\ntype:\n  values: override_values.yaml\n",
 		"override_values.yaml": "image:\n  tag: \"1.37\"\n",
 	})

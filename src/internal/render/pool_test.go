@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,13 +14,13 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
-	"github.com/argus-mc/argus/src/internal/testenv"
+	"github.com/argus-mc/argus/src/internal/testenv/tgz"
 )
 
 // hostile is a chart whose one template is tmpl.
 func hostile(t testing.TB, tmpl string) []byte {
 	t.Helper()
-	return testenv.ArchiveFiles(t, map[string]string{
+	return tgz.Files(t, map[string]string{
 		"bad/Chart.yaml":          "apiVersion: v2\nname: bad\nversion: 0.1.0\n",
 		"bad/templates/cm.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  x: |\n    " + tmpl + "\n",
 		"bad/templates/ok.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ok\n",
@@ -43,7 +44,7 @@ func newPool(t testing.TB, opts PoolOptions) *Pool {
 
 func TestPoolRendersAsInProcess(t *testing.T) {
 	p := newPool(t, PoolOptions{})
-	opts := Options{Chart: testenv.Archive(t, "testdata/web"), ReleaseName: "fw0", Namespace: "ns",
+	opts := Options{Chart: tgz.Dir(t, "testdata/web"), ReleaseName: "fw0", Namespace: "ns",
 		Overrides: map[string]string{"replicaCount": "3", "service.port": "8080"}}
 	want, err := Render(opts)
 	if err != nil {
@@ -69,14 +70,14 @@ func TestPoolRendersAsInProcess(t *testing.T) {
 func TestPoolKeepsErrorKinds(t *testing.T) {
 	p := newPool(t, PoolOptions{})
 	ctx := context.Background()
-	chart := testenv.Archive(t, "testdata/web")
+	chart := tgz.Dir(t, "testdata/web")
 	if _, err := p.Render(ctx, Options{Chart: chart, Overrides: map[string]string{"replicaCount": "many"}}); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "replicaCount") {
 		t.Fatalf("bad value: %v", err)
 	}
 	if err := p.CheckChart(ctx, []byte("nope"), ""); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("bad chart: %v", err)
 	}
-	if err := p.CheckProfile(ctx, testenv.ArchiveFiles(t, map[string]string{"x": "y"})); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "manifest.yaml") {
+	if err := p.CheckProfile(ctx, tgz.Files(t, map[string]string{"x": "y"})); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "manifest.yaml") {
 		t.Fatalf("bad profile: %v", err)
 	}
 	big := NewPool(PoolOptions{Workers: 1, MaxOutput: 100})
@@ -105,7 +106,7 @@ func TestPoolStopsHostileCharts(t *testing.T) {
 				t.Fatalf("err = %v, want a render limit mentioning %q", err, tc.want)
 			}
 			t.Logf("stopped after %v: %v", time.Since(start), err)
-			if _, err := p.Render(ctx, Options{Chart: testenv.Archive(t, "testdata/web"), ReleaseName: "r"}); err != nil {
+			if _, err := p.Render(ctx, Options{Chart: tgz.Dir(t, "testdata/web"), ReleaseName: "r"}); err != nil {
 				t.Fatalf("the next render failed: %v", err)
 			}
 		})
@@ -114,7 +115,7 @@ func TestPoolStopsHostileCharts(t *testing.T) {
 
 func TestPoolRendersInParallelAndRecyclesWorkers(t *testing.T) {
 	p := newPool(t, PoolOptions{Workers: 2, MaxRenders: 3})
-	chart := testenv.Archive(t, "testdata/web")
+	chart := tgz.Dir(t, "testdata/web")
 	var wg sync.WaitGroup
 	errs := make(chan error, 20)
 	for range 20 {
@@ -155,7 +156,7 @@ func TestPoolWithABrokenCommandFailsFast(t *testing.T) {
 	p := newPool(t, PoolOptions{Workers: 1, Command: func(args []string) *exec.Cmd { return exec.Command("/nonexistent/argus") }})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := p.Render(ctx, Options{Chart: testenv.Archive(t, "testdata/web")})
+	_, err := p.Render(ctx, Options{Chart: tgz.Dir(t, "testdata/web")})
 	if !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
 	}
@@ -163,7 +164,7 @@ func TestPoolWithABrokenCommandFailsFast(t *testing.T) {
 
 func TestPoolCloseStopsEveryWorker(t *testing.T) {
 	p := NewPool(PoolOptions{Workers: 2})
-	if _, err := p.Render(context.Background(), Options{Chart: testenv.Archive(t, "testdata/web")}); err != nil {
+	if _, err := p.Render(context.Background(), Options{Chart: tgz.Dir(t, "testdata/web")}); err != nil {
 		t.Fatal(err)
 	}
 	p.mu.Lock()
@@ -173,7 +174,7 @@ func TestPoolCloseStopsEveryWorker(t *testing.T) {
 	}
 	p.mu.Unlock()
 	p.Close()
-	if alive := testenv.Alive(pids); len(alive) > 0 {
+	if alive := alive(pids); len(alive) > 0 {
 		t.Fatalf("workers %v alive after Close", alive)
 	}
 	if _, err := p.Render(context.Background(), Options{}); !errors.Is(err, errdefs.ErrUnavailable) {
@@ -228,8 +229,8 @@ func BenchmarkRenderPoolParallel20(b *testing.B) {
 }
 
 func benchOptions(b *testing.B) Options {
-	return Options{Chart: testenv.Archive(b, "testdata/web"), ReleaseName: "fw0",
-		Profile: testenv.ArchiveFiles(b, map[string]string{
+	return Options{Chart: tgz.Dir(b, "testdata/web"), ReleaseName: "fw0",
+		Profile: tgz.Files(b, map[string]string{
 			"p/manifest.yaml":        "version: v1\ntype:\n  values: override_values.yaml\n",
 			"p/override_values.yaml": "replicaCount: 2\n",
 		}),
@@ -244,7 +245,7 @@ func TestPoolMetrics(t *testing.T) {
 	}
 	p := newPool(t, PoolOptions{Workers: 1, Timeout: 2 * time.Second, Metrics: m})
 	ctx := context.Background()
-	if _, err := p.Render(ctx, Options{Chart: testenv.Archive(t, "testdata/web")}); err != nil {
+	if _, err := p.Render(ctx, Options{Chart: tgz.Dir(t, "testdata/web")}); err != nil {
 		t.Fatal(err)
 	}
 	_ = p.CheckChart(ctx, []byte("nope"), "")
@@ -276,4 +277,15 @@ func value(t *testing.T, c prometheus.Collector) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// alive returns the pids that still name a live process.
+func alive(pids []int) []int {
+	var out []int
+	for _, pid := range pids {
+		if syscall.Kill(pid, 0) == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

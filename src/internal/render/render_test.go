@@ -15,7 +15,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/errdefs"
-	"github.com/argus-mc/argus/src/internal/testenv"
+	"github.com/argus-mc/argus/src/internal/testenv/tgz"
 )
 
 // The test binary doubles as the render worker of the pool tests.
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if code == 0 {
-		if err := goleak.Find(testenv.LeakOptions()...); err != nil {
+		if err := goleak.Find(goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1")); err != nil {
 			println("render: goroutines leaked:", err.Error())
 			code = 1
 		}
@@ -87,11 +87,11 @@ func packed(t testing.TB, prefix string, extra map[string]string) []byte {
 	for n, c := range extra {
 		files[n] = c
 	}
-	return testenv.ArchiveFiles(t, files)
+	return tgz.Files(t, files)
 }
 
 func TestRenderOrderAndDefaults(t *testing.T) {
-	rs, err := Render(Options{Chart: testenv.Archive(t, "testdata/web"), ReleaseName: "fw0"})
+	rs, err := Render(Options{Chart: tgz.Dir(t, "testdata/web"), ReleaseName: "fw0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +127,8 @@ func TestChartLayouts(t *testing.T) {
 		"other top-level files are left": {chart: packed(t, "web/", map[string]string{"README.md": "hi"})},
 		"several charts, one named":      {chart: packed(t, "web/", map[string]string{"other/Chart.yaml": "apiVersion: v2\nname: other\nversion: 1.0.0\n"}), chartName: "web"},
 		"several charts, none named":     {chart: packed(t, "web/", map[string]string{"other/Chart.yaml": "apiVersion: v2\nname: other\nversion: 1.0.0\n"}), want: "several charts (other, web)"},
-		"no Chart.yaml":                  {chart: testenv.ArchiveFiles(t, map[string]string{"x/readme": "hi"}), want: "no Chart.yaml"},
-		"Chart.yaml too deep":            {chart: testenv.ArchiveFiles(t, map[string]string{"a/b/Chart.yaml": "name: x"}), want: "no Chart.yaml"},
+		"no Chart.yaml":                  {chart: tgz.Files(t, map[string]string{"x/readme": "hi"}), want: "no Chart.yaml"},
+		"Chart.yaml too deep":            {chart: tgz.Files(t, map[string]string{"a/b/Chart.yaml": "name: x"}), want: "no Chart.yaml"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -150,7 +150,7 @@ func TestChartLayouts(t *testing.T) {
 }
 
 func TestProfileLayouts(t *testing.T) {
-	chart := testenv.Archive(t, "testdata/web")
+	chart := tgz.Dir(t, "testdata/web")
 	manifest := "version: v1\ntype:\n  values: override_values.yaml\n"
 	values := "message: from-profile\n"
 	for name, files := range map[string]map[string]string{
@@ -159,7 +159,7 @@ func TestProfileLayouts(t *testing.T) {
 		"at the root":        {"manifest.yaml": manifest, "override_values.yaml": values},
 	} {
 		t.Run(name, func(t *testing.T) {
-			rs, err := Render(Options{Chart: chart, Profile: testenv.ArchiveFiles(t, files), ReleaseName: "r"})
+			rs, err := Render(Options{Chart: chart, Profile: tgz.Files(t, files), ReleaseName: "r"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -171,11 +171,11 @@ func TestProfileLayouts(t *testing.T) {
 }
 
 func TestValuesPrecedence(t *testing.T) {
-	profile := testenv.ArchiveFiles(t, map[string]string{
+	profile := tgz.Files(t, map[string]string{
 		"p/manifest.yaml":        "version: v1\ntype:\n  values: override_values.yaml\n",
 		"p/override_values.yaml": "replicaCount: 2\nmessage: from-profile\n",
 	})
-	chart := testenv.Archive(t, "testdata/web")
+	chart := tgz.Dir(t, "testdata/web")
 	cases := map[string]struct {
 		profile      []byte
 		overrides    map[string]string
@@ -236,18 +236,18 @@ func TestOverridesAreStrvalsInKeyOrder(t *testing.T) {
 }
 
 func TestBadInputIsInvalidWithHelmsReason(t *testing.T) {
-	chart := testenv.Archive(t, "testdata/web")
+	chart := tgz.Dir(t, "testdata/web")
 	cases := map[string]struct {
 		opts Options
 		want string
 	}{
 		"wrong value type":         {Options{Chart: chart, Overrides: map[string]string{"replicaCount": "many"}}, "replicaCount"},
 		"not gzip":                 {Options{Chart: []byte("hello")}, "not a gzip-compressed tar archive"},
-		"gzip but not a chart":     {Options{Chart: testenv.ArchiveFiles(t, map[string]string{"x/readme": "hi"})}, "Chart.yaml"},
-		"profile without manifest": {Options{Chart: chart, Profile: testenv.ArchiveFiles(t, map[string]string{"p/values.yaml": "a: 1"})}, "manifest.yaml"},
-		"profile names a missing file": {Options{Chart: chart, Profile: testenv.ArchiveFiles(t, map[string]string{
+		"gzip but not a chart":     {Options{Chart: tgz.Files(t, map[string]string{"x/readme": "hi"})}, "Chart.yaml"},
+		"profile without manifest": {Options{Chart: chart, Profile: tgz.Files(t, map[string]string{"p/values.yaml": "a: 1"})}, "manifest.yaml"},
+		"profile names a missing file": {Options{Chart: chart, Profile: tgz.Files(t, map[string]string{
 			"manifest.yaml": "type: {values: nope.yaml}"})}, "nope.yaml"},
-		"profile values outside the archive": {Options{Chart: chart, Profile: testenv.ArchiveFiles(t, map[string]string{
+		"profile values outside the archive": {Options{Chart: chart, Profile: tgz.Files(t, map[string]string{
 			"manifest.yaml": "type: {values: ../../etc/passwd}"})}, "lacks"},
 		"chart with a link": {Options{Chart: linkedChart(t)}, "link"},
 	}
@@ -264,12 +264,12 @@ func TestBadInputIsInvalidWithHelmsReason(t *testing.T) {
 // linkedChart has a values.yaml that links out of the archive.
 func linkedChart(t *testing.T) []byte {
 	t.Helper()
-	return testenv.ArchiveEntries(t, testenv.Entry{Name: "c/Chart.yaml", Body: "apiVersion: v2\nname: c\nversion: 0.1.0\n"},
-		testenv.Entry{Name: "c/values.yaml", Type: tar.TypeSymlink, Link: "/etc/passwd"})
+	return tgz.Entries(t, tgz.Entry{Name: "c/Chart.yaml", Body: "apiVersion: v2\nname: c\nversion: 0.1.0\n"},
+		tgz.Entry{Name: "c/values.yaml", Type: tar.TypeSymlink, Link: "/etc/passwd"})
 }
 
 func TestArchiveLimitsApply(t *testing.T) {
-	chart := testenv.Archive(t, "testdata/web")
+	chart := tgz.Dir(t, "testdata/web")
 	_, err := Render(Options{Chart: chart, Limits: archive.Limits{MaxEntries: 3}})
 	if !errors.Is(err, errdefs.ErrTooLarge) {
 		t.Fatalf("err = %v, want the archive's entry limit", err)
@@ -277,7 +277,7 @@ func TestArchiveLimitsApply(t *testing.T) {
 }
 
 func TestOutputLimit(t *testing.T) {
-	chart := testenv.Archive(t, "testdata/web")
+	chart := tgz.Dir(t, "testdata/web")
 	_, err := Render(Options{Chart: chart, ReleaseName: "r", MaxOutput: 100})
 	if !errors.Is(err, ErrLimit) || !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "render limit is 100") {
 		t.Fatalf("err = %v, want a render limit", err)

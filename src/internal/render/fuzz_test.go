@@ -1,4 +1,4 @@
-package catalog
+package render
 
 import (
 	"encoding/json"
@@ -7,19 +7,20 @@ import (
 
 	"go.mongodb.org/mongo-driver/bson"
 
-	"github.com/argus-mc/argus/src/internal/render"
+	"github.com/argus-mc/argus/src/internal/catalog"
 )
 
 // FuzzOverrideValues takes a DIG spec's JSON as a caller sends it: whatever
 // decodes survives the store's encoding unchanged, and applying its values
-// with Helm's --set semantics never panics and always ends the same way.
+// with Helm's --set semantics never panics and ends the same way however
+// the map is ordered.
 func FuzzOverrideValues(f *testing.F) {
 	f.Add([]byte(`{"compositeProfile":"cp","overrideValues":[{"app":"web","values":{"image.repository":"x","service.port":"8080"}}]}`))
 	f.Add([]byte(`{"overrideValues":[{"app":"a","values":{"$x":"1","a\\.b":"2","l[0].n":"v","a":"1,b=2"}}]}`))
 	f.Add([]byte(`{"overrideValues":[{"app":"a","values":{"a":"1","a.b":"2"}}]}`))
 	f.Add([]byte(`{"overrideValues":[{"app":"a","values":{"x[999999]":"1"}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var spec DIGSpec
+		var spec catalog.DIGSpec
 		if json.Unmarshal(data, &spec) != nil {
 			return
 		}
@@ -27,7 +28,7 @@ func FuzzOverrideValues(f *testing.F) {
 		if err != nil {
 			t.Fatalf("marshal %+v: %v", spec, err)
 		}
-		var back DIGSpec
+		var back catalog.DIGSpec
 		if err := bson.Unmarshal(b, &back); err != nil {
 			t.Fatalf("unmarshal: %v", err)
 		}
@@ -38,8 +39,8 @@ func FuzzOverrideValues(f *testing.F) {
 			if !maps.Equal(ov.Values, back.OverrideValues[i].Values) {
 				t.Fatalf("round trip changed %v into %v", ov.Values, back.OverrideValues[i].Values)
 			}
-			v1, err1 := render.Values(nil, ov.Values)
-			v2, err2 := render.Values(nil, back.OverrideValues[i].Values)
+			v1, err1 := Values(nil, ov.Values)
+			v2, err2 := Values(nil, back.OverrideValues[i].Values)
 			j1, _ := json.Marshal(v1)
 			j2, _ := json.Marshal(v2)
 			if (err1 == nil) != (err2 == nil) || string(j1) != string(j2) {
