@@ -54,3 +54,10 @@ func vmSize(pid int) (int64, error) {
 	}
 	return 0, fmt.Errorf("no VmSize in /proc/%d/status", pid)
 }
+
+// preferOOMKill makes this worker the kernel's first choice when memory
+// runs out (its pod's or the machine's), before the orchestrator. Raising
+// one's own score needs no privilege.
+func preferOOMKill() {
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
+}

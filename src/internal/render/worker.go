@@ -115,6 +115,7 @@ func WorkerMain(args []string) int {
 		return 2
 	}
 	os.Stdout = os.Stderr
+	preferOOMKill()
 	if *memLimit > 0 {
 		// The GC works harder near the limit, so garbage alone does not
 		// trip the watchdog; deep recursion fails well before the limit.
