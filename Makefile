@@ -52,11 +52,21 @@ bench: sim
 	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 5x $(PKGS) | tee $(BIN)/bench.txt
 
+# Every decoder of untrusted input has a fuzz target; the seed corpora run
+# as ordinary tests in `make test`, and each target for FUZZTIME here.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzHandler -fuzztime $(FUZZTIME) ./src/internal/api
+	$(GO) test -run '^$$' -fuzz FuzzJSONBody -fuzztime $(FUZZTIME) ./src/internal/api
+	$(GO) test -run '^$$' -fuzz FuzzMultipart -fuzztime $(FUZZTIME) ./src/internal/api
+	$(GO) test -run '^$$' -fuzz FuzzDepth -fuzztime $(FUZZTIME) ./src/internal/jsonlimit
+	$(GO) test -run '^$$' -fuzz FuzzKubeconfig -fuzztime $(FUZZTIME) ./src/internal/cluster
+	$(GO) test -run '^$$' -fuzz FuzzBundle -fuzztime $(FUZZTIME) ./src/internal/watcher
+	$(GO) test -run '^$$' -fuzz FuzzParseQuery -fuzztime $(FUZZTIME) ./src/internal/status
 	$(GO) test -run '^$$' -fuzz FuzzSubscriptionBody -fuzztime $(FUZZTIME) ./src/internal/notify
 	$(GO) test -run '^$$' -fuzz FuzzInspect -fuzztime $(FUZZTIME) ./src/internal/archive
 	$(GO) test -run '^$$' -fuzz FuzzOverrideValues -fuzztime $(FUZZTIME) ./src/internal/render
+	$(GO) test -run '^$$' -fuzz FuzzApply -fuzztime $(FUZZTIME) ./src/internal/gac
+	$(GO) test -run '^$$' -fuzz FuzzRollbackBody -fuzztime $(FUZZTIME) ./src/internal/api
 
 lint: $(GOLANGCI) generate
 	@git diff --exit-code -- src/apis deployments/kubernetes/monitor || { echo "generated files were stale; commit the regenerated ones"; exit 1; }

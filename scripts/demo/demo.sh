@@ -216,7 +216,9 @@ for i in "${!clusters[@]}"; do
         fail "applying $manifests to $c" "$logs/install-$c.log"
     echo "  $c: $(grep -c '^applied' "$logs/install-$c.log") objects applied (CRD resourcebundlestates.k8splugin.io established)"
     port=$((DEMO_MONITOR_PORT + i))
-    start "monitor-$c" "$logs/monitor-$c.log" "$bin/monitor" --kubeconfig "$kc" --namespace default \
+    # No --namespace: the monitor watches every namespace, so bundles and
+    # objects outside "default" (a v1 instance's namespace, say) are tracked.
+    start "monitor-$c" "$logs/monitor-$c.log" "$bin/monitor" --kubeconfig "$kc" \
         --listen "127.0.0.1:$port" --log-format text
     wait_until "$DEMO_TIMEOUT" "monitor of $c ready (http://127.0.0.1:$port/readyz)" "$proc" http_ok "http://127.0.0.1:$port/readyz"
     echo "  $c: monitor running, health and metrics on http://127.0.0.1:$port, log $logs/monitor-$c.log"
@@ -225,8 +227,10 @@ done
 # ---- 4: orchestrator --------------------------------------------------------------
 
 step "starting the orchestrator on embedded etcd and MongoDB-wire stores"
+# The demo's receiver listens on loopback, which callbacks may not reach by
+# default (docs/security.md): allow exactly that address.
 start orchestrator "$logs/orchestrator.log" "$bin/orchestrator" --data-dir "$DEMO_DIR/argus-data" \
-    --listen "127.0.0.1:$DEMO_PORT" --log-format text
+    --listen "127.0.0.1:$DEMO_PORT" --log-format text --callback-allow 127.0.0.1
 orchestrator=$proc
 wait_until "$DEMO_TIMEOUT" "orchestrator ready ($argus/readyz)" "$proc" http_ok "$argus/readyz"
 echo "  API on $argus, data in $DEMO_DIR/argus-data, log $logs/orchestrator.log"

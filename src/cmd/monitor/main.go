@@ -53,7 +53,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs := flag.NewFlagSet("monitor", flag.ContinueOnError)
 	fs.StringVar(&s.config, config.ConfigFlag, "", "YAML file with flag values, keyed by flag name")
 	fs.StringVar(&s.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to monitor; empty uses $KUBECONFIG or the in-cluster service account")
-	fs.StringVar(&s.opts.Namespace, "namespace", "", "namespace to watch; empty watches all")
+	fs.StringVar(&s.opts.Namespace, "namespace", "", "namespace to watch; empty watches all. Set, bundles and namespaced objects elsewhere are not tracked at all")
 	fs.StringVar(&s.extraGVKs, "extra-gvks", "", "more kinds to track, comma-separated group/version/Kind (version/Kind for the core group)")
 	fs.StringVar(&s.opts.ConfigMapName, "configmap", "argus-monitor", "ConfigMap in --lease-namespace whose key extra-gvks adds kinds at run time")
 	fs.StringVar(&s.opts.LeaseNamespace, "lease-namespace", "kube-system", "namespace of the heartbeat Lease")

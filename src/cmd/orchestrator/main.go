@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/argus-mc/argus/src/internal/api"
 	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/config"
 	"github.com/argus-mc/argus/src/internal/logging"
@@ -30,6 +31,7 @@ type settings struct {
 	opts      orchestrator.Options
 	endpoints config.StringList
 	allow     config.StringList
+	deny      config.StringList
 	tenants   config.StringList
 	logFormat string
 	logLevel  string
@@ -47,11 +49,21 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.opts.MongoURI, "mongo-uri", "", "MongoDB connection URI; empty starts an embedded FerretDB under --data-dir")
 	fs.StringVar(&s.opts.MongoDatabase, "mongo-database", "argus", "MongoDB database name")
 	fs.StringVar(&s.opts.EtcdPrefix, "etcd-prefix", "/argus", "prefix of every etcd key Argus writes")
-	fs.StringVar(&s.opts.AuthTokenFile, "auth-token-file", "", "file of API bearer tokens, one a line ('#' comments); re-read when it changes; empty leaves the API open (/healthz and /readyz are always open)")
+	fs.StringVar(&s.opts.AuthTokenFile, "auth-token-file", "", "file of API bearer tokens, one a line ('#' comments); re-read when it changes; empty leaves the API open (/healthz, /readyz and /v1/healthcheck are always open)")
 	fs.StringVar(&s.opts.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) for HTTPS, with --tls-key-file; re-read when it changes; empty serves plain HTTP")
 	fs.StringVar(&s.opts.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	fs.DurationVar(&s.opts.ShutdownTimeout, "shutdown-timeout", 4*time.Second, "how long SIGTERM waits for in-flight requests")
-	fs.Var(&s.allow, "callback-allow", "comma-separated host names and CIDRs subscription callbacks may reach; empty allows every address")
+	fs.DurationVar(&s.opts.V1CreateWait, "v1-create-wait", 0, "how long POST /v1/instance waits for the first apply to finish before it answers, for k8splugin clients that read the cluster right after (k8splugin applies before answering); 0 answers at once (SPEC section 7)")
+	fs.Var(&s.allow, "callback-allow", "comma-separated host names (a.example, *.example), addresses and CIDRs subscription callbacks may reach although refused by default (loopback, link-local, unspecified, broadcast, multicast, cloud metadata) or by a shorter --callback-deny prefix; a named host is trusted wherever it resolves")
+	fs.Var(&s.deny, "callback-deny", "comma-separated host names, addresses and CIDRs subscription callbacks may never reach (e.g. 0.0.0.0/0,::/0 with --callback-allow to allow only the listed receivers); the longest matching prefix of the two lists wins, deny wins a tie")
+	fs.BoolVar(&s.opts.KubeconfigAllowProxy, "kubeconfig-allow-proxy", false, "accept proxy-url in uploaded and stored cluster kubeconfigs (refused by default: a proxy hides where requests go)")
+	fs.IntVar(&s.opts.HTTP.MaxConnections, "max-connections", 0, "cap on concurrent API client connections, more wait in the listen backlog; 0 picks min(4096, a quarter of the open-file limit); lowered if it would leave fewer than 256 descriptors")
+	fs.DurationVar(&s.opts.HTTP.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "how long a client may take to send a request's headers")
+	fs.DurationVar(&s.opts.HTTP.ReadTimeout, "read-timeout", time.Minute, "how long a client may take to send a whole request, body included (408 beyond)")
+	fs.DurationVar(&s.opts.HTTP.WriteTimeout, "write-timeout", 2*time.Minute, "how long a request may take from its headers to the end of the answer; watch streams are exempt")
+	fs.DurationVar(&s.opts.HTTP.IdleTimeout, "idle-timeout", 2*time.Minute, "how long an idle kept-alive connection stays open")
+	fs.DurationVar(&s.opts.HTTP.StreamWriteTimeout, "watch-write-timeout", 30*time.Second, "how long one write of a ?watch=true stream may block before the stream is closed (a client that stopped reading)")
+	fs.IntVar(&s.opts.HTTP.MaxJSONDepth, "max-json-depth", api.DefaultMaxJSONDepth, "deepest nesting of arrays and objects a JSON body may have (400 beyond)")
 	fs.StringVar(&s.opts.AAI.URL, "aai-url", "", "ONAP AAI base URL (e.g. https://aai:8443/aai/v24); empty turns the AAI sink off")
 	fs.StringVar(&s.opts.AAI.Username, "aai-username", "", "AAI user name")
 	fs.StringVar(&s.opts.AAI.PasswordFile, "aai-password-file", "", "file holding the AAI password")
@@ -99,6 +111,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	s.opts.EtcdEndpoints = s.endpoints
 	s.opts.CallbackAllow = s.allow
+	s.opts.CallbackDeny = s.deny
 	if len(s.tenants) > 0 {
 		s.opts.AAI.Tenants = map[string]string{}
 		for _, pair := range s.tenants {

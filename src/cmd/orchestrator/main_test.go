@@ -25,6 +25,7 @@ import (
 // runs main's code, so process tests need no separate build.
 func TestMain(m *testing.M) {
 	if os.Getenv("ARGUS_TEST_RUN_MAIN") == "1" {
+		limitOpenFiles(os.Getenv("ARGUS_TEST_NOFILE")) // a small machine, for TestDescriptorHeadroom
 		os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 	}
 	testenv.Main(m, func(*testenv.Stores) {})
@@ -174,7 +175,8 @@ func TestProcessWithExternalStoresFromEnv(t *testing.T) {
 func TestBadFlagsExit2(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing")
 	for _, args := range [][]string{{"--log-level", "loud"}, {"--no-such-flag"}, {"extra-arg"},
-		{"--tls-cert-file", missing}, {"--tls-key-file", missing}, {"--auth-token-file", missing}} {
+		{"--tls-cert-file", missing}, {"--tls-key-file", missing}, {"--auth-token-file", missing},
+		{"--read-timeout", "-1s"}, {"--max-connections", "-5"}, {"--callback-allow", "10.0.0.0/33"}} {
 		var stderr strings.Builder
 		if code := run(args, func(string) string { return "" }, &stderr); code != 2 {
 			t.Errorf("run(%v) = %d, want 2; stderr: %s", args, code, stderr.String())

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net/http"
 
 	"github.com/argus-mc/argus/src/internal/archive"
@@ -16,12 +15,15 @@ import (
 // of work and never reaches Helm. Only then does Archives load it fully.
 
 func (s *server) checkChart(ctx context.Context, data []byte) error {
-	return s.checkChartNamed(ctx, data, "")
+	_, err := s.checkChartNamed(ctx, data, "")
+	return err
 }
 
-func (s *server) checkChartNamed(ctx context.Context, data []byte, chartName string) error {
+// checkChartNamed checks a chart archive (chartName picks one of several)
+// and returns the chart's name.
+func (s *server) checkChartNamed(ctx context.Context, data []byte, chartName string) (string, error) {
 	if _, err := archive.Inspect(bytes.NewReader(data), s.opts.ArchiveLimits, nil); err != nil {
-		return err
+		return "", err
 	}
 	return s.opts.Archives.CheckChart(ctx, data, chartName)
 }
@@ -55,10 +57,7 @@ func readUpload(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, er
 		if errors.As(err, &maxBytes) {
 			return nil, errdefs.TooLarge("archive is larger than %d bytes", maxBytes.Limit)
 		}
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, errdefs.Invalid("the upload ended early: %v", err)
-		}
-		return nil, uploadError(err)
+		return nil, readError(err, "upload")
 	}
 	return buf.Bytes(), nil
 }

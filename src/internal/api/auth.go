@@ -18,9 +18,10 @@ type TokenChecker interface {
 const Challenge = `Bearer realm="argus"`
 
 // isOpenPath reports the paths served without a token: kubelet probes carry
-// none. /metrics is not among them; a scraper is configured with the token.
+// none, and k8splugin's deployments probe /v1/healthcheck. /metrics is not
+// among them; a scraper is configured with the token.
 func isOpenPath(path string) bool {
-	return path == "/healthz" || path == "/readyz"
+	return path == "/healthz" || path == "/readyz" || path == "/v1/healthcheck"
 }
 
 // authenticate refuses requests without a valid bearer token. It runs before

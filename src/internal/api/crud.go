@@ -2,12 +2,12 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"slices"
 
 	"github.com/gorilla/mux"
 
@@ -40,6 +40,13 @@ type crud[S any] struct {
 	beforeDelete, abortDelete, afterDelete func(ctx context.Context, key catalog.Key) error
 	// noPut leaves PUT out (uploads are replaced by delete and create).
 	noPut bool
+	// files, when set, makes POST and PUT multipart/form-data: part
+	// "metadata" holds the object, the parts named in fileParts its files,
+	// which files checks and turns into the stored content.
+	files     func(obj *catalog.Object[S], files []catalog.File) ([]byte, error)
+	fileParts []string
+	// beforeWrite may refuse a create or replace of the object at key.
+	beforeWrite func(ctx context.Context, key catalog.Key, obj *catalog.Object[S]) error
 }
 
 func registerCRUD[S any](r *mux.Router, s *server, c crud[S]) {
@@ -106,6 +113,9 @@ func (c crud[S]) check(obj *catalog.Object[S], urlKey []string) error {
 }
 
 func (c crud[S]) create(s *server, w http.ResponseWriter, r *http.Request) error {
+	if c.files != nil {
+		return c.writeWithFiles(s, w, r, false)
+	}
 	var obj catalog.Object[S]
 	var file []byte
 	if c.upload != nil {
@@ -125,6 +135,11 @@ func (c crud[S]) create(s *server, w http.ResponseWriter, r *http.Request) error
 		}
 	}
 	key := append(varsKey(r, c.parentVars), c.ownKey(&obj)...)
+	if c.beforeWrite != nil {
+		if err := c.beforeWrite(r.Context(), key, &obj); err != nil {
+			return err
+		}
+	}
 	create := c.res.Create
 	if c.upload != nil { // the object and its file, as one step
 		create = func(ctx context.Context, key catalog.Key, obj catalog.Object[S]) error {
@@ -157,6 +172,9 @@ func (c crud[S]) get(s *server, w http.ResponseWriter, r *http.Request) error {
 }
 
 func (c crud[S]) put(s *server, w http.ResponseWriter, r *http.Request) error {
+	if c.files != nil {
+		return c.writeWithFiles(s, w, r, true)
+	}
 	key := varsKey(r, c.parentVars, c.itemVars)
 	var obj catalog.Object[S]
 	if err := s.decodeJSON(w, r, &obj); err != nil {
@@ -168,6 +186,11 @@ func (c crud[S]) put(s *server, w http.ResponseWriter, r *http.Request) error {
 	}
 	if got := c.ownKey(&obj); len(got) > 1 && got[1] != own[1] {
 		return errdefs.Invalid("the body's %s %q does not match the URL's %q", c.res.Kind().OwnFields()[1], got[1], own[1])
+	}
+	if c.beforeWrite != nil {
+		if err := c.beforeWrite(r.Context(), key, &obj); err != nil {
+			return err
+		}
 	}
 	created, err := c.res.Put(r.Context(), key, obj)
 	return putAnswer(w, obj, created, err)
@@ -214,49 +237,106 @@ func (c crud[S]) delete(s *server, w http.ResponseWriter, r *http.Request) error
 }
 
 // decodeMultipart reads an EMCO upload: part "metadata" (JSON) into v and
-// part "file", returned. Uploads may be up to MaxUploadBody bytes.
+// part "file", returned.
 func (s *server) decodeMultipart(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
+	files, err := s.decodeParts(w, r, v, []string{"file"}, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 || len(files[0].Content) == 0 {
+		return nil, errdefs.Invalid("the upload has no \"file\" part")
+	}
+	return files[0].Content, nil
+}
+
+// decodeParts reads a multipart upload: part "metadata" (JSON) into v and,
+// in order, up to maxFiles parts whose form name is in fileParts, each with
+// its file name. Parts are streamed, each under its own limit — the
+// metadata as a JSON body, a file as an upload — and the whole body under
+// MaxUploadBody; other parts are skipped unread past their limit.
+func (s *server) decodeParts(w http.ResponseWriter, r *http.Request, v any, fileParts []string, maxFiles int) ([]catalog.File, error) {
 	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mediaType != "multipart/form-data" || params["boundary"] == "" {
-		return nil, errdefs.Invalid("expected a multipart/form-data upload with parts \"metadata\" and \"file\"")
+		return nil, errdefs.Invalid("expected a multipart/form-data upload with part \"metadata\" and file parts %q", fileParts)
 	}
 	mr := multipart.NewReader(http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBody), params["boundary"])
-	var meta, file []byte
-	for {
+	var meta []byte
+	var files []catalog.File
+	for n := 0; ; n++ {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, uploadError(err)
+			return nil, readError(err, "upload")
 		}
-		data, err := io.ReadAll(part)
+		if n == maxUploadParts+maxFiles-1 { // EMCO sends metadata and its files
+			return nil, errdefs.Invalid("the upload has more than %d parts", n)
+		}
+		name := part.FormName()
+		isFile := slices.Contains(fileParts, name)
+		switch {
+		case name == "metadata" && meta != nil:
+			return nil, errdefs.Invalid("the upload has more than one \"metadata\" part")
+		case isFile && len(files) == maxFiles && maxFiles == 1:
+			return nil, errdefs.Invalid("the upload has more than one %q part", name)
+		case isFile && len(files) == maxFiles:
+			return nil, errdefs.TooLarge("an upload may hold at most %d files", maxFiles)
+		}
+		limit := s.opts.MaxJSONBody
+		if isFile {
+			limit = s.opts.MaxUploadBody
+		}
+		data, err := readPart(part, limit, isFile || name == "metadata")
 		if err != nil {
-			return nil, uploadError(err)
+			return nil, err
 		}
-		switch part.FormName() {
-		case "metadata":
+		switch {
+		case name == "metadata":
 			meta = data
-		case "file":
-			file = data
+		case isFile:
+			fn := part.FileName()
+			if fn == "" {
+				fn = name
+			}
+			files = append(files, catalog.File{Name: fn, Content: data})
 		}
 	}
 	if meta == nil {
 		return nil, errdefs.Invalid("the upload has no \"metadata\" part")
 	}
-	if err := json.Unmarshal(meta, v); err != nil {
-		return nil, errdefs.Unprocessable(err, "cannot decode the \"metadata\" part")
+	if err := s.unmarshal(meta, v, "the \"metadata\" part"); err != nil {
+		return nil, err
 	}
-	if len(file) == 0 {
-		return nil, errdefs.Invalid("the upload has no \"file\" part")
-	}
-	return file, nil
+	return files, nil
 }
 
-func uploadError(err error) error {
-	var maxBytes *http.MaxBytesError
-	if errors.As(err, &maxBytes) {
-		return errdefs.TooLarge("upload is larger than %d bytes", maxBytes.Limit)
+// readPart reads (keep) or skips one part of at most limit bytes.
+func readPart(part *multipart.Part, limit int64, keep bool) ([]byte, error) {
+	what := "the upload's \"" + part.FormName() + "\" part"
+	if part.FormName() == "" {
+		what = "an unnamed part of the upload"
 	}
-	return errdefs.Invalid("cannot read the upload: %v", err)
+	src := io.LimitReader(part, limit+1)
+	if !keep {
+		n, err := io.Copy(io.Discard, src)
+		if err != nil {
+			return nil, readError(err, "upload")
+		}
+		if n > limit {
+			return nil, errdefs.TooLarge("%s is larger than %d bytes", what, limit)
+		}
+		return nil, nil
+	}
+	data, err := io.ReadAll(src)
+	if err != nil {
+		return nil, readError(err, "upload")
+	}
+	if int64(len(data)) > limit {
+		return nil, errdefs.TooLarge("%s is larger than %d bytes", what, limit)
+	}
+	if data == nil {
+		data = []byte{} // present, if empty
+	}
+	return data, nil
 }

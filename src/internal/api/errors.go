@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"syscall"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
 )
@@ -24,7 +25,11 @@ func statusFor(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, errdefs.ErrUnauthorized):
 		return http.StatusUnauthorized
-	case errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, errdefs.ErrTimedOut):
+		return http.StatusRequestTimeout
+	case errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, context.DeadlineExceeded),
+		// Out of file descriptors: the process degrades, it does not fail.
+		errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError

@@ -3,9 +3,11 @@ package api
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +32,15 @@ func FuzzHandler(f *testing.F) {
 		{"GET", "/readyz", "", ""},
 		{"GET", "/v2/../v2/projects", "", ""},
 		{"BREW", "/v2/projects/%2F", "x=%zz", "\xff"},
+		{"POST", "/v1/rb/definition", "", `{"rb-name":"rb","rb-version":"v1","labels":{"a.b":"c"}}`},
+		{"PUT", "/v1/rb/definition/rb/v1", "", `{"rb-name":"rb","description":"d"}`},
+		{"POST", "/v1/rb/definition/rb/v1/profile", "", `{"profile-name":"p","extra-resource-types":[{"Kind":"X"}]}`},
+		{"PUT", "/v1/rb/definition/rb/v1/profile/p", "", `{"release-name":"r"}`},
+		{"POST", "/v1/rb/definition/rb/v1/config-template", "", `{"template-name":"t"}`},
+		{"POST", "/v1/rb/definition/rb/v1/config-template/t/content", "", "\x1f\x8b"},
+		{"DELETE", "/v1/rb/definition/rb/v1", "", ""},
+		{"GET", "/v1/healthcheck", "", ""},
+		{"GET", "/v1/instance", "rb-name=rb", ""},
 	}
 	for _, s := range seeds {
 		f.Add(s.method, s.path, s.query, []byte(s.body))
@@ -77,4 +88,25 @@ func validMethod(m string) bool {
 		}
 	}
 	return true
+}
+
+// FuzzRollbackBody: a config rollback's version, as a string or a number,
+// whatever arrives; never a panic, and a number comes back as itself.
+func FuzzRollbackBody(f *testing.F) {
+	for _, s := range []string{`{"anyOf":{"config-version":"2"}}`, `{"anyOf":{"config-version":3}}`, `{"anyOf":{"config-tag":"t"}}`,
+		`{"anyOf":{"config-version":-1}}`, `{"anyOf":{"config-version":1e99}}`, `{"anyOf":{"config-version":null}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var b rollbackBody
+		if json.Unmarshal(data, &b) != nil {
+			return
+		}
+		v, err := b.version()
+		if err == nil && v != "" && strings.TrimSpace(string(b.AnyOf.ConfigVersion)) == v {
+			if _, perr := strconv.ParseUint(v, 10, 64); perr != nil {
+				t.Fatalf("number %s came back as %q", b.AnyOf.ConfigVersion, v)
+			}
+		}
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/status"
 )
@@ -27,6 +28,7 @@ type (
 	stubDeployer  struct{ Deployer }
 	stubSubs      struct{ Subscriptions }
 	stubInstances struct{ Instances }
+	stubClouds    struct{ Clouds }
 	stubStatus    struct{}
 )
 
@@ -34,11 +36,17 @@ func (stubStatus) DIG(context.Context, catalog.Key, url.Values) (any, error) { r
 func (stubStatus) Cluster(context.Context, string, string, url.Values) (any, error) {
 	return nil, nil
 }
+func (stubStatus) LogicalCloud(context.Context, catalog.Key, url.Values) (any, error) {
+	return nil, nil
+}
 func (stubStatus) Instance(context.Context, string) (status.InstanceStatus, error) {
 	return status.InstanceStatus{}, nil
 }
 func (stubStatus) Query(context.Context, string, url.Values) (status.InstanceStatus, error) {
 	return status.InstanceStatus{}, nil
+}
+func (stubStatus) RegionQuery(context.Context, url.Values) (status.QueryStatus, error) {
+	return status.QueryStatus{}, nil
 }
 
 var _ StatusReader = stubStatus{}
@@ -61,7 +69,7 @@ func routerOperations(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := newServer(Options{Catalog: cat, Deploy: stubDeployer{}, Instances: stubInstances{}, Status: stubStatus{}, Subscriptions: stubSubs{},
+	s, err := newServer(Options{Catalog: cat, Deploy: stubDeployer{}, Clouds: stubClouds{}, Instances: stubInstances{}, Status: stubStatus{}, Subscriptions: stubSubs{},
 		Tokens: tokenFunc(func(string) bool { return true })})
 	if err != nil {
 		t.Fatal(err)
@@ -188,6 +196,27 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	gvk := catalog.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}
 	req := catalog.InstanceRequest{RBName: "rb", RBVersion: "v1", ProfileName: "p", CloudRegion: "r", ReleaseName: "rel",
 		Labels: map[string]string{"a": "b"}, OverrideValues: map[string]string{"image.tag": "1"}}
+	cl := status.Cluster{ClusterProvider: "cp", ClusterProviderEMCO: "cp", Cluster: "c1", Ready: &yes, ReadyStatus: "Available",
+		Connectivity: "Available", Monitor: "Running", LastSeen: "2026-01-01T10:00:00Z",
+		Resources: []status.Resource{{GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Name: "web",
+			Namespace: "ns", RsyncStatus: "Applied", ClusterStatus: "Present", ReadyStatus: "Ready", Reason: "r",
+			DeployedStatus: "Applied", ReadyStatusEMCO: "Ready", Detail: []byte(`{"kind":"Deployment"}`)}}}
+	statusSample := status.Response{
+		Header:     status.Header{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", Name: "dig"},
+		EMCOHeader: status.EMCOHeader{CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", LogicalCloud: "lc"},
+		State:      status.State{Actions: []catalog.StateAction{{State: "Instantiated", ContextID: "1", TimeStamp: time.Unix(1e9, 0).UTC()}}},
+		States: status.States{StatusContextID: "1", Actions: []status.StateAction{{State: "Instantiated", Instance: "1",
+			Time: time.Unix(1e9, 0).UTC(), Revision: 1}}},
+		Status: "Instantiated", DeployedStatus: "Instantiated", ReadyStatusEMCO: "Ready",
+		DeployedCounts: map[string]int{"Applied": 1}, ReadyCounts: map[string]int{"Ready": 1},
+		RsyncStatus: map[string]int{"Applied": 1}, ClusterStatus: map[string]int{"Present": 1},
+		Ready: &yes, ReadyStatus: map[string]int{"Ready": 1},
+		Apps:    []status.App{{Name: "a", Ready: &yes, Clusters: []status.Cluster{cl}}},
+		Cluster: &cl,
+	}
+	listHeader := status.ListHeader{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", LogicalCloud: "lc", Name: "dig"}
+	conn := catalog.ConnectivitySpec{CloudRegion: "r", CloudOwner: "o",
+		Other: catalog.ConnectivityRecords{Records: []map[string]string{{"connectivity-record-name": "ovn", "FQDN-or-ip": "10.0.0.1"}}}}
 	samples := map[string]any{
 		"Project":          catalog.Object[catalog.Empty]{Metadata: meta},
 		"ClusterProvider":  catalog.Object[catalog.Empty]{Metadata: meta},
@@ -200,8 +229,21 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"AppIntent": catalog.Object[catalog.AppIntentSpec]{Metadata: meta, Spec: catalog.AppIntentSpec{App: "a", Intent: catalog.PlacementIntent{
 			AllOf: []catalog.ClusterSelector{{ClusterProvider: "cp", Cluster: "c1"}},
 			AnyOf: []catalog.ClusterSelector{{ClusterProvider: "cp", ClusterLabel: "edge"}}}}},
-		"ClusterLabel":     labelBody{ClusterLabel: "edge"},
-		"ConnectivityInfo": catalog.ConnectivitySpec{CloudRegion: "r", CloudOwner: "o", Other: map[string]any{"k": "v"}},
+		"ClusterLabel":                   labelBody{ClusterLabel: "edge"},
+		"ConnectivityInfo":               conn,
+		"ConnectivityInfoWithKubeconfig": connectivityView{ConnectivitySpec: conn, Kubeconfig: "YXBpVmVyc2lvbjogdjE="},
+		"InstanceListItem":               instanceListItem{ID: "123", Request: req, ReleaseName: "rel", Namespace: "ns"},
+		"FullInstance": deploy.FullInstance{InstanceSpec: catalog.InstanceSpec{ID: "123", Request: req, Namespace: "ns", ReleaseName: "rel",
+			Resources: []catalog.ResourceRef{{GVK: gvk, Name: "web"}}}, Status: "DONE", Hooks: []any{}, PreInstallTimeout: 60},
+		"QueryStatus": status.QueryStatus{ResourceCount: 1, ResourcesStatus: []status.ResourceStatus{{Name: "web",
+			GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Status: []byte(`{"kind":"Deployment"}`), ReadyStatus: "Ready"}}},
+		"ConfigTemplate":     catalog.ConfigTemplateSpec{TemplateName: "t", Description: "d", ChartName: "c", HasContent: true},
+		"ConfigTemplateItem": templateListItem{TemplateName: "t", Description: "d"},
+		"Config": deploy.ConfigView{ConfigContent: catalog.ConfigContent{ConfigName: "c1", TemplateName: "t", Description: "d",
+			Values: catalog.Values{"a": map[string]any{"b": 1}}}, ConfigVersion: 2, ConfigTag: "first"},
+		"ConfigResult": deploy.ConfigResult{InstanceID: "123", RBName: "rb", RBVersion: "v1", ProfileName: "p", ConfigName: "c1",
+			TemplateName: "t", ConfigVersion: 2},
+		"ConfigTag": catalog.ConfigTag{Version: 1, Tag: "first"},
 		"RBDefinition": catalog.RBDefinitionSpec{RBName: "rb", RBVersion: "v1", ChartName: "c", Description: "d",
 			Labels: map[string]string{"a": "b"}},
 		"RBProfile": catalog.RBProfileSpec{RBName: "rb", RBVersion: "v1", ProfileName: "p", ReleaseName: "rel", Namespace: "ns",
@@ -209,19 +251,32 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"InstanceRequest": req,
 		"Instance": catalog.InstanceSpec{ID: "123", Request: req, Namespace: "ns", ReleaseName: "rel",
 			Resources: []catalog.ResourceRef{{GVK: gvk, Name: "web"}}},
-		"StatusResponse": status.Response{
-			Header: status.Header{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", Name: "dig"},
-			State:  status.State{Actions: []catalog.StateAction{{State: "Instantiated", ContextID: "1", TimeStamp: time.Unix(1e9, 0).UTC()}}},
-			Status: "Instantiated", RsyncStatus: map[string]int{"Applied": 1}, ClusterStatus: map[string]int{"Present": 1},
-			Ready: &yes, ReadyStatus: map[string]int{"Ready": 1},
-			Apps: []status.App{{Name: "a", Ready: &yes, Clusters: []status.Cluster{{ClusterProvider: "cp", Cluster: "c1", Ready: &yes,
-				Connectivity: "Available", Monitor: "Running", LastSeen: "2026-01-01T10:00:00Z",
-				Resources: []status.Resource{{GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Name: "web",
-					Namespace: "ns", RsyncStatus: "Applied", ClusterStatus: "Present", ReadyStatus: "Ready", Reason: "r",
-					Detail: []byte(`{"kind":"Deployment"}`)}}}}}}},
+		"StatusResponse": statusSample,
+		"CloudStatus":    status.CloudResponse{Response: statusSample, Clusters: statusSample.Apps[0].Clusters},
+		"AppsList":       status.AppsList{ListHeader: listHeader, Apps: []string{"a"}},
+		"ClustersByApp": status.ClustersByApp{ListHeader: listHeader, ClustersByApp: []status.ClustersByAppEntry{{App: "a",
+			Clusters: []status.ClusterEntry{{ClusterProvider: "cp", Cluster: "c1"}}}}},
+		"ResourcesByApp": status.ResourcesByApp{ListHeader: listHeader, ResourcesByApp: []status.ResourcesByAppEntry{{App: "a",
+			ClusterProvider: "cp", Cluster: "c1", Resources: []status.ResourceEntry{{Name: "web", GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}}}}}},
+		"Controller": catalog.Object[catalog.ControllerSpec]{Metadata: meta, Spec: catalog.ControllerSpec{Host: "h", Port: 9000, Type: "action", Priority: 1}},
+		"LogicalCloud": catalog.Object[catalog.LogicalCloudSpec]{Metadata: meta, Spec: catalog.LogicalCloudSpec{Namespace: "ns", Level: "1",
+			Labels: catalog.StringMap{"a.b/c": "d"}, User: catalog.LogicalCloudUser{UserName: "u", Type: "certificate"}}},
+		"ClusterReference": catalog.Object[catalog.ClusterReferenceSpec]{Metadata: meta, Spec: catalog.ClusterReferenceSpec{ClusterProvider: "cp",
+			Cluster: "c1", LoadBalancerIP: "0.0.0.0", Certificate: "Y2VydA==", CertificateError: "e"}},
+		"UserPermission": catalog.Object[catalog.UserPermissionSpec]{Metadata: meta, Spec: catalog.UserPermissionSpec{Namespace: "ns",
+			APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}},
+		"ClusterQuota":     catalog.Object[catalog.ClusterQuotaSpec]{Metadata: meta, Spec: catalog.StringMap{"limits.cpu": "2"}},
+		"GenericK8sIntent": catalog.Object[catalog.Empty]{Metadata: meta},
+		"GenericResource": catalog.Object[catalog.GACResourceSpec]{Metadata: meta, Spec: catalog.GACResourceSpec{App: "a", NewObject: "true",
+			ResourceGVK: catalog.ResourceGVK{APIVersion: "v1", Kind: "ConfigMap", Name: "cm"}}},
+		"Customization": catalog.Object[catalog.CustomizationSpec]{Metadata: meta, Spec: catalog.CustomizationSpec{ClusterSpecific: "true",
+			ClusterInfo: catalog.ClusterInfo{Scope: "label", ClusterProvider: "cp", Cluster: "c1", ClusterLabel: "edge", Mode: "allow"},
+			PatchType:   "json", PatchJSON: catalog.JSONValue(`[{"op":"add","path":"/a","value":1}]`),
+			ConfigMapOptions: catalog.DataKeyOptions{DataKeyOptions: []catalog.KeyOption{{FileName: "f", KeyName: "k", MergePatch: "false"}}},
+			SecretOptions:    catalog.DataKeyOptions{DataKeyOptions: []catalog.KeyOption{{FileName: "f", KeyName: "k"}}}}},
 		"InstanceSubscription": notify.View{Subscription: notify.Subscription{Name: "s1", SubscriptionSpec: catalog.SubscriptionSpec{
 			MinNotifyInterval: 5, CallbackURL: "http://so.example/cb", Metadata: map[string]any{"k": "v"}}},
-			LastUpdateTime: "2026-01-01T10:00:00Z", LastNotifyTime: "2026-01-01T10:00:01Z", LastNotifyStatus: "204",
+			LastUpdateTime: time.Unix(1e9, 0).UTC(), LastNotifyTime: time.Unix(1e9+1, 0).UTC(), LastNotifyStatus: 204,
 			Delivery: notify.DeliveryView{Pending: true, Sequence: 3, Attempts: 2, LastError: "callback answered 500"}},
 		"DIGSubscription": notify.View{Subscription: notify.Subscription{Name: "s1", SubscriptionSpec: catalog.SubscriptionSpec{
 			CallbackURL: "http://so.example/cb", Type: "cluster", Output: "all", App: []string{"a"}, Cluster: []string{"cp+c1"},

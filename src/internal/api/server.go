@@ -16,6 +16,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/render"
 )
@@ -29,6 +30,8 @@ type Options struct {
 	Catalog *catalog.Catalog
 	// Deploy runs DIG actions; nil leaves the action routes out.
 	Deploy Deployer
+	// Clouds runs logical cloud actions; nil leaves those routes out.
+	Clouds Clouds
 	// Instances runs v1 instance actions; nil leaves those routes out.
 	Instances Instances
 	// Status answers status queries; nil leaves the status routes out.
@@ -58,6 +61,16 @@ type Options struct {
 	// Body limits; 0 means the SPEC section 9 defaults.
 	MaxJSONBody   int64
 	MaxUploadBody int64
+	// MaxJSONDepth bounds the nesting of every JSON body (and of an
+	// upload's metadata part); 0 means 64. Deeper → 400.
+	MaxJSONDepth int
+	// StreamWriteTimeout bounds each write of a ?watch=true stream: a
+	// client that reads nothing for this long is cut off. The server's
+	// WriteTimeout does not apply to streams. 0 means 30s.
+	StreamWriteTimeout time.Duration
+	// Kubeconfig says what an uploaded kubeconfig may hold beyond inline
+	// data; the zero value refuses proxies (see cluster.ParseKubeconfig).
+	Kubeconfig cluster.KubeconfigOptions
 	// ArchiveLimits bound every chart and profile archive an upload
 	// carries; each is inspected as a stream in this process before
 	// Archives opens it. Zero fields are archive's defaults.
@@ -70,9 +83,10 @@ type Options struct {
 	CheckTimeout time.Duration
 }
 
-// ArchiveChecker loads chart and profile archives as rendering will.
+// ArchiveChecker loads chart and profile archives as rendering will;
+// CheckChart returns the chart's name.
 type ArchiveChecker interface {
-	CheckChart(ctx context.Context, data []byte, chartName string) error
+	CheckChart(ctx context.Context, data []byte, chartName string) (string, error)
 	CheckProfile(ctx context.Context, data []byte) error
 }
 
@@ -114,6 +128,12 @@ func newServer(opts Options) (*server, error) {
 	if opts.MaxUploadBody == 0 {
 		opts.MaxUploadBody = DefaultMaxUploadBody
 	}
+	if opts.MaxJSONDepth == 0 {
+		opts.MaxJSONDepth = DefaultMaxJSONDepth
+	}
+	if opts.StreamWriteTimeout == 0 {
+		opts.StreamWriteTimeout = 30 * time.Second
+	}
 	if opts.HeartbeatInterval == 0 {
 		opts.HeartbeatInterval = 15 * time.Second
 	}
@@ -145,6 +165,7 @@ func (s *server) routes() {
 		fmt.Fprintln(w, "ok")
 	}).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/v1/healthcheck", s.healthcheck).Methods(http.MethodGet)
 	r.Handle("/metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{})).Methods(http.MethodGet)
 
 	// Routes are registered with full paths on the root router: gorilla/mux
@@ -154,25 +175,12 @@ func (s *server) routes() {
 	s.statusRoutes(r)
 	s.subscriptionRoutes(r)
 	s.v2Routes(r)
+	s.emcoRoutes(r)
 	s.v1Routes(r)
 }
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
-	names := make([]string, 0, len(s.opts.Checks))
-	for n := range s.opts.Checks {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var failed []string
-	for _, n := range names {
-		ctx, cancel := context.WithTimeout(r.Context(), s.opts.CheckTimeout)
-		err := s.opts.Checks[n](ctx)
-		cancel()
-		if err != nil {
-			loggerFrom(r.Context()).WithError(err).WithField("check", n).Warn("readiness check failed")
-			failed = append(failed, n)
-		}
-	}
+	failed := s.failedChecks(r.Context())
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if len(failed) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -180,6 +188,36 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ok")
+}
+
+// failedChecks runs the readiness checks and names those that fail.
+func (s *server) failedChecks(ctx context.Context) []string {
+	names := make([]string, 0, len(s.opts.Checks))
+	for n := range s.opts.Checks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var failed []string
+	for _, n := range names {
+		cctx, cancel := context.WithTimeout(ctx, s.opts.CheckTimeout)
+		err := s.opts.Checks[n](cctx)
+		cancel()
+		if err != nil {
+			loggerFrom(ctx).WithError(err).WithField("check", n).Warn("readiness check failed")
+			failed = append(failed, n)
+		}
+	}
+	return failed
+}
+
+// healthcheck is k8splugin's GET /v1/healthcheck: 200 with an empty body
+// when the stores answer, 500 with the reason when one does not.
+func (s *server) healthcheck(w http.ResponseWriter, r *http.Request) {
+	if failed := s.failedChecks(r.Context()); len(failed) > 0 {
+		http.Error(w, "not healthy: "+strings.Join(failed, ", "), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
 }
 
 // methodNotAllowed answers 405 with the Allow header a client needs.

@@ -15,8 +15,10 @@ import (
 type StatusReader interface {
 	DIG(ctx context.Context, dig catalog.Key, q url.Values) (any, error)
 	Cluster(ctx context.Context, provider, cluster string, q url.Values) (any, error)
+	LogicalCloud(ctx context.Context, key catalog.Key, q url.Values) (any, error)
 	Instance(ctx context.Context, id string) (status.InstanceStatus, error)
 	Query(ctx context.Context, id string, q url.Values) (status.InstanceStatus, error)
+	RegionQuery(ctx context.Context, q url.Values) (status.QueryStatus, error)
 }
 
 func (s *server) statusRoutes(r *mux.Router) {
@@ -37,6 +39,10 @@ func (s *server) statusRoutes(r *mux.Router) {
 		resp, err := s.opts.Status.Cluster(r.Context(), v["clusterProvider"], v["cluster"], r.URL.Query())
 		return answer(w, resp, err)
 	})).Methods(http.MethodGet)
+	r.HandleFunc(pLC+"/status", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		resp, err := s.opts.Status.LogicalCloud(r.Context(), varsKey(r, vLC), r.URL.Query())
+		return answer(w, resp, err)
+	})).Methods(http.MethodGet)
 	r.HandleFunc("/v1/instance/{instanceID}/status", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		if watchRequested(r) {
 			return s.stream(w, r, instanceSubject(r), func(ctx context.Context, _ url.Values) (any, error) {
@@ -48,6 +54,10 @@ func (s *server) statusRoutes(r *mux.Router) {
 	})).Methods(http.MethodGet)
 	r.HandleFunc("/v1/instance/{instanceID}/query", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		resp, err := s.opts.Status.Query(r.Context(), mux.Vars(r)["instanceID"], r.URL.Query())
+		return answer(w, resp, err)
+	})).Methods(http.MethodGet)
+	r.HandleFunc("/v1/query", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		resp, err := s.opts.Status.RegionQuery(r.Context(), r.URL.Query())
 		return answer(w, resp, err)
 	})).Methods(http.MethodGet)
 }

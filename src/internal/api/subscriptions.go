@@ -151,12 +151,20 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subj
 		return err
 	}
 	rc := http.NewResponseController(w)
+	// A stream outlives the server's read and write timeouts, which guard
+	// ordinary requests: it has its own heartbeat, and each write its own
+	// deadline, so a client that stops reading is cut off all the same.
+	// (Recorders in tests support neither; the errors say so, nothing more.)
+	_ = rc.SetReadDeadline(time.Time{})
+	write := func(f func() error) error {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.StreamWriteTimeout))
+		return f()
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // proxies must not hold events back
-	w.WriteHeader(http.StatusOK)
-	if err := writeEvent(w, rc, seq, "snapshot", snap); err != nil {
+	if err := write(func() error { w.WriteHeader(http.StatusOK); return writeEvent(w, rc, seq, "snapshot", snap) }); err != nil {
 		return nil // the client went away
 	}
 	heartbeat := time.NewTicker(s.opts.HeartbeatInterval)
@@ -166,7 +174,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subj
 		case <-ctx.Done():
 			return nil
 		case <-heartbeat.C:
-			if _, err := fmt.Fprint(w, ": heartbeat\n\n"); err != nil || rc.Flush() != nil {
+			if err := write(func() error { return writeComment(w, rc, "heartbeat") }); err != nil {
 				return nil
 			}
 		case <-watch.Changed():
@@ -174,16 +182,23 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subj
 			if err != nil {
 				// The subject went away, or the stores failed: say so and end;
 				// the client reconnects and learns which.
-				_ = writeEvent(w, rc, 0, "error", map[string]string{"error": err.Error()})
+				_ = write(func() error { return writeEvent(w, rc, 0, "error", map[string]string{"error": err.Error()}) })
 				return nil
 			}
 			if ok {
-				if err := writeEvent(w, rc, seq, "change", json.RawMessage(data)); err != nil {
+				if err := write(func() error { return writeEvent(w, rc, seq, "change", json.RawMessage(data)) }); err != nil {
 					return nil
 				}
 			}
 		}
 	}
+}
+
+func writeComment(w http.ResponseWriter, rc *http.ResponseController, text string) error {
+	if _, err := fmt.Fprintf(w, ": %s\n\n", text); err != nil {
+		return err
+	}
+	return rc.Flush()
 }
 
 func writeEvent(w http.ResponseWriter, rc *http.ResponseController, id int64, event string, v any) error {

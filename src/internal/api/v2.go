@@ -56,7 +56,7 @@ func (s *server) v2Routes(r *mux.Router) {
 		collection: pProviders, item: pProvider, itemVars: vProvider})
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.Clusters),
 		collection: pClusters, item: pCluster, parentVars: vProvider, itemVars: []string{"cluster"},
-		upload: func(_ context.Context, b []byte) error { _, err := cluster.RESTConfig(b); return err }, noPut: true,
+		upload: func(_ context.Context, b []byte) error { return s.checkKubeconfig(b) }, noPut: true,
 		beforeDelete: func(ctx context.Context, key catalog.Key) error {
 			if s.opts.ClusterInUse == nil {
 				return nil
@@ -147,7 +147,8 @@ func (s *server) v2Routes(r *mux.Router) {
 			return nil
 		}})
 	registerCRUD(r, s, crud[catalog.DIGIntentSpec]{res: catalog.For[catalog.DIGIntentSpec](cat, catalog.DIGIntents),
-		collection: pDIG + "/intents", item: pDIG + "/intents/{intent}", parentVars: vDIG, itemVars: []string{"intent"}})
+		collection: pDIG + "/intents", item: pDIG + "/intents/{intent}", parentVars: vDIG, itemVars: []string{"intent"},
+		validate: func(o *catalog.Object[catalog.DIGIntentSpec]) error { return deploy.ValidateIntent(o.Spec) }})
 
 	if s.opts.Deploy != nil {
 		for _, a := range []string{"approve", "instantiate", "terminate", "stop", "update"} {
@@ -259,4 +260,11 @@ func registerLabels(r *mux.Router, s *server) {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	})).Methods(http.MethodDelete)
+}
+
+// checkKubeconfig refuses a kubeconfig that would run a command or read a
+// local file, naming the field (v2 cluster and v1 connectivity uploads).
+func (s *server) checkKubeconfig(data []byte) error {
+	_, err := cluster.ParseKubeconfig(data, s.opts.Kubeconfig)
+	return err
 }

@@ -39,6 +39,11 @@ const (
 	RsyncDeleted  = "Deleted"
 )
 
+// V1Provider is the provider name under which a v1 cloud region is a
+// cluster. It starts with "_", which no v2 provider name may, so the two
+// never clash.
+const V1Provider = "_v1"
+
 // Meta describes a context; it is written once.
 type Meta struct {
 	ID string `json:"id"`
@@ -52,7 +57,10 @@ type Meta struct {
 	Version          string `json:"compositeAppVersion,omitempty"`
 	DIG              string `json:"dig,omitempty"`
 	CompositeProfile string `json:"compositeProfile,omitempty"`
-	Namespace        string `json:"namespace"`
+	// LogicalCloud names the project's logical cloud whose credentials
+	// apply the resources; "" means the clusters' own (admin) credentials.
+	LogicalCloud string `json:"logicalCloud,omitempty"`
+	Namespace    string `json:"namespace"`
 	// StatusID labels the cluster objects: the id of the group's first
 	// instantiation, kept across updates so pods are not relabelled.
 	StatusID string    `json:"statusId"`

@@ -209,7 +209,7 @@ func (c *Cache) applyLocked(key string, value []byte, deleted bool) []string {
 // visiblyDifferent reports a cluster state change a status answer shows: a
 // renewed Lease alone (LastSeen) is not one.
 func visiblyDifferent(a, b ClusterState) bool {
-	return a.Connectivity != b.Connectivity || a.Monitor != b.Monitor || a.Reason != b.Reason ||
+	return a.Connectivity != b.Connectivity || a.Monitor != b.Monitor || a.Reason != b.Reason || a.UnusableReason != b.UnusableReason ||
 		!a.UnreachableSince.Equal(b.UnreachableSince)
 }
 

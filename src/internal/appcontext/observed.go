@@ -22,6 +22,9 @@ type BundleSnapshot struct {
 	Status json.RawMessage `json:"status,omitempty"`
 	// Deleted is set when the bundle itself was deleted.
 	Deleted bool `json:"deleted,omitempty"`
+	// Refused says why the watcher did not believe the bundle (too large,
+	// malformed); Status is then empty.
+	Refused string `json:"refused,omitempty"`
 	// Received is the orchestrator's time of receipt.
 	Received time.Time `json:"received"`
 	// Parsed is Status decoded, and Index its entries by
@@ -111,8 +114,11 @@ type ClusterState struct {
 	// (the orchestrator's clock, so skew does not matter).
 	LastSeen time.Time `json:"lastSeen,omitzero"`
 	// Reason explains a monitor that is not Running.
-	Reason  string    `json:"reason,omitempty"`
-	Updated time.Time `json:"updated"`
+	Reason string `json:"reason,omitempty"`
+	// UnusableReason says why no client can be built for the cluster (its
+	// stored kubeconfig is refused); Connectivity is then Unreachable.
+	UnusableReason string    `json:"unusableReason,omitempty"`
+	Updated        time.Time `json:"updated"`
 }
 
 // PutClusterState stores a cluster's state.

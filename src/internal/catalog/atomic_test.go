@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -302,5 +303,38 @@ func TestContentChunksAndGenerations(t *testing.T) {
 	}
 	if err := apps.Delete(ctx, key); err != nil || chunks() != 0 {
 		t.Fatalf("delete: %v, %d chunks left", err, chunks())
+	}
+}
+
+// A killed process's write that lands after Recover (the store finished it
+// after the client died) does not keep its name taken: the next create
+// takes the name over, and its delete mark stops nothing.
+func TestStaleMarkersAreTakenOver(t *testing.T) {
+	c, ctx := newCatalog(t)
+	projects := For[Empty](c, Projects)
+	apps := For[appSpec](c, testApps)
+	if err := projects.Create(ctx, Key{"p"}, project("p")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Recover(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	late := time.Now().UTC().Add(-time.Minute) // set by the dead process, landed now
+	if _, err := c.db.Collection(testApps.Collection).InsertOne(ctx, bson.D{{Key: "project", Value: "p"}, {Key: "testapp", Value: "a"},
+		{Key: "metadata", Value: bson.D{{Key: "name", Value: "a"}}}, {Key: fieldPending, Value: late}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := apps.CreateWithContent(ctx, Key{"p", "a"}, Object[appSpec]{Metadata: Metadata{Name: "a"}}, []byte("x")); err != nil {
+		t.Fatalf("create over a dead intent: %v", err)
+	}
+	if _, err := c.db.Collection(Projects.Collection).UpdateOne(ctx, bson.D{{Key: "project", Value: "p"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: fieldDeleting, Value: late}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := apps.Create(ctx, Key{"p", "b"}, Object[appSpec]{Metadata: Metadata{Name: "b"}}); err != nil {
+		t.Fatalf("create under a dead delete mark: %v", err)
+	}
+	if err := projects.Delete(ctx, Key{"p"}); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "still has") {
+		t.Fatalf("delete over a dead mark: %v, want 409 for its apps", err)
 	}
 }

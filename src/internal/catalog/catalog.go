@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
@@ -19,6 +20,30 @@ type Catalog struct {
 	db       *mongo.Database
 	kinds    []*Kind
 	children map[*Kind][]*Kind
+
+	// staleBefore is the last Recover's point: intents and delete marks
+	// older than it belong to no live process (see takeOver).
+	mu          sync.Mutex
+	staleBefore time.Time
+}
+
+// notDeletingNow matches objects no live delete is working on: unmarked,
+// or marked by a process that is gone.
+func (c *Catalog) notDeletingNow() bson.E {
+	c.mu.Lock()
+	before := c.staleBefore
+	c.mu.Unlock()
+	if before.IsZero() {
+		return notDeleting
+	}
+	return bson.E{Key: "$or", Value: bson.A{bson.D{notDeleting}, bson.D{{Key: fieldDeleting, Value: bson.D{{Key: "$lt", Value: before}}}}}}
+}
+
+// stale reports whether a marker set at t belongs to no live process.
+func (c *Catalog) stale(t time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.staleBefore.IsZero() && t.Before(c.staleBefore)
 }
 
 // New prepares the collections of the given kinds (unique key indexes) and
@@ -131,7 +156,7 @@ func (r *Resource[S]) parentAlive(ctx context.Context, parent Key) error {
 	if err != nil {
 		return fmt.Errorf("look up %s: %w", p.describe(parent), err)
 	}
-	if _, deleting := doc.Lookup(fieldDeleting).TimeOK(); deleting {
+	if since, deleting := doc.Lookup(fieldDeleting).TimeOK(); deleting && !r.cat.stale(since) {
 		return errdefs.Conflict("%s is being deleted", p.describe(parent))
 	}
 	return nil
@@ -186,6 +211,9 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 		doc = append(doc, bson.E{Key: fieldPending, Value: intent})
 	}
 	ins, err := r.coll.InsertOne(ctx, doc)
+	if mongo.IsDuplicateKeyError(err) && r.takeOver(ctx, key) {
+		ins, err = r.coll.InsertOne(ctx, doc)
+	}
 	if mongo.IsDuplicateKeyError(err) {
 		return errdefs.Conflict("%s already exists", r.kind.describe(key))
 	}
@@ -229,6 +257,29 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 	return nil
 }
 
+// takeOver removes the intent a dead process left under key, if that is
+// what holds it: a write still in flight when its process was killed can
+// land after Recover ran, and must not keep the name taken until the next
+// restart. It reports whether it removed one.
+func (r *Resource[S]) takeOver(ctx context.Context, key Key) bool {
+	var doc bson.Raw
+	err := r.coll.FindOne(ctx, append(r.filter(key), bson.E{Key: fieldPending, Value: bson.D{{Key: "$exists", Value: true}}}),
+		options.FindOne().SetProjection(bson.D{{Key: fieldPending, Value: 1}})).Decode(&doc)
+	if err != nil {
+		return false
+	}
+	since, ok := doc.Lookup(fieldPending).TimeOK()
+	if !ok || !r.cat.stale(since) {
+		return false
+	}
+	res, err := r.coll.DeleteOne(ctx, append(r.filter(key), bson.E{Key: fieldPending, Value: since}))
+	if err != nil || res.DeletedCount == 0 {
+		return false
+	}
+	_ = r.dropContent(ctx, key, since)
+	return true
+}
+
 // Put creates or replaces an object and reports whether it was created.
 func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created bool, err error) {
 	r.checkKey(key)
@@ -251,6 +302,23 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 		return false, fmt.Errorf("put %s: %w", r.kind.describe(key), err)
 	}
 	return res.UpsertedCount > 0, nil
+}
+
+// Replace replaces an existing object; unlike Put it never creates one,
+// so a concurrent delete is not undone (NotFound instead).
+func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) error {
+	r.checkKey(key)
+	// $set, not a whole-document replace: the object keeps its content and
+	// markers; a pending object is absent and one being deleted stays so.
+	set := bson.D{{Key: "metadata", Value: obj.Metadata}, {Key: "spec", Value: obj.Spec}}
+	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}})
+	if err != nil {
+		return fmt.Errorf("replace %s: %w", r.kind.describe(key), err)
+	}
+	if res.MatchedCount == 0 {
+		return errdefs.NotFound("%s not found", r.kind.describe(key))
+	}
+	return nil
 }
 
 // Get returns one object, or an error of kind errdefs.ErrNotFound.
@@ -300,7 +368,7 @@ func (r *Resource[S]) List(ctx context.Context, parent Key) ([]Object[S], error)
 func (r *Resource[S]) Delete(ctx context.Context, key Key, before ...func(context.Context) error) error {
 	r.checkKey(key)
 	mark := time.Now().UTC().Truncate(time.Millisecond)
-	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: bson.D{{Key: fieldDeleting, Value: mark}}}})
+	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), r.cat.notDeletingNow()), bson.D{{Key: "$set", Value: bson.D{{Key: fieldDeleting, Value: mark}}}})
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", r.kind.describe(key), err)
 	}
@@ -341,10 +409,8 @@ func (r *Resource[S]) Delete(ctx context.Context, key Key, before ...func(contex
 	}
 	// Cascading children go first: were the process to die in between, an
 	// orphan would be left without a parent to reach it.
-	for _, child := range cascade {
-		if _, err := r.cat.db.Collection(child.Collection).DeleteMany(ctx, r.filter(key)); err != nil {
-			return abort(fmt.Errorf("delete %s: delete its %ss: %w", r.kind.describe(key), child.Name, err))
-		}
+	if err := r.deleteCascading(ctx, key, cascade); err != nil {
+		return abort(err)
 	}
 	if _, err := r.coll.DeleteOne(ctx, append(r.filter(key), bson.E{Key: fieldDeleting, Value: mark})); err != nil {
 		return abort(fmt.Errorf("delete %s: %w", r.kind.describe(key), err))
@@ -356,9 +422,17 @@ func (r *Resource[S]) Delete(ctx context.Context, key Key, before ...func(contex
 	}
 	// Once more: a cascading child created between the first pass and the
 	// mark (its parent check passed) would otherwise be an orphan.
-	for _, child := range cascade {
-		if _, err := r.cat.db.Collection(child.Collection).DeleteMany(ctx, r.filter(key)); err != nil {
-			return fmt.Errorf("delete %s: delete its %ss: %w", r.kind.describe(key), child.Name, err)
+	return r.deleteCascading(ctx, key, cascade)
+}
+
+// deleteCascading deletes the children of the given kinds under key, and
+// their uploaded contents.
+func (r *Resource[S]) deleteCascading(ctx context.Context, key Key, kinds []*Kind) error {
+	for _, child := range kinds {
+		for _, coll := range []string{child.Collection, child.Collection + "_content"} {
+			if _, err := r.cat.db.Collection(coll).DeleteMany(ctx, r.filter(key)); err != nil {
+				return fmt.Errorf("delete %s: delete its %ss: %w", r.kind.describe(key), child.Name, err)
+			}
 		}
 	}
 	return nil
@@ -378,7 +452,7 @@ func (r *Resource[S]) Alive(ctx context.Context, key Key) error {
 	if err != nil {
 		return fmt.Errorf("look up %s: %w", r.kind.describe(key), err)
 	}
-	if _, deleting := doc.Lookup(fieldDeleting).TimeOK(); deleting {
+	if since, deleting := doc.Lookup(fieldDeleting).TimeOK(); deleting && !r.cat.stale(since) {
 		return errdefs.Conflict("%s is being deleted", r.kind.describe(key))
 	}
 	return nil

@@ -145,3 +145,67 @@ func TestValidateName(t *testing.T) {
 		}
 	}
 }
+
+// A definition's profiles and their uploaded contents go with it; values
+// whose keys hold dots are stored as JSON text and come back intact.
+func TestV1CascadeAndJSONValues(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := New(ctx, env.Database(t), V1Kinds()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs := For[RBDefinitionSpec](c, RBDefinitions)
+	profiles := For[RBProfileSpec](c, RBProfiles)
+	def := Key{"rb", "v1"}
+	labels := Labels{"app.kubernetes.io/name": "rb"}
+	if err := defs.Create(ctx, def, Object[RBDefinitionSpec]{Metadata: Metadata{Name: "rb"}, Spec: RBDefinitionSpec{Labels: labels}}); err != nil {
+		t.Fatalf("labels with dotted keys: %v", err)
+	}
+	if got, err := defs.Get(ctx, def); err != nil || got.Spec.Labels["app.kubernetes.io/name"] != "rb" {
+		t.Fatalf("labels = %v %v", got.Spec.Labels, err)
+	}
+	for _, p := range []string{"default", "p1"} {
+		if err := profiles.Create(ctx, Key{"rb", "v1", p}, Object[RBProfileSpec]{Metadata: Metadata{Name: p}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := profiles.PutContent(ctx, Key{"rb", "v1", p}, []byte("tgz")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := defs.Delete(ctx, def); err != nil {
+		t.Fatalf("delete a definition with profiles: %v", err)
+	}
+	if err := defs.Create(ctx, def, Object[RBDefinitionSpec]{Metadata: Metadata{Name: "rb"}}); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := profiles.List(ctx, def); err != nil || len(l) != 0 {
+		t.Fatalf("profiles after the definition was deleted and made again: %v %v", l, err)
+	}
+	if _, err := profiles.GetContent(ctx, Key{"rb", "v1", "p1"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("a deleted profile's content survived: %v", err)
+	}
+
+	conns := For[ConnectivitySpec](c, ConnectivityInfos)
+	spec := ConnectivitySpec{CloudRegion: "r1", CloudOwner: "o", Other: ConnectivityRecords{Records: []map[string]string{{"FQDN.or.ip": "a.b"}}}}
+	if err := conns.Create(ctx, Key{"r1"}, Object[ConnectivitySpec]{Metadata: Metadata{Name: "r1"}, Spec: spec}); err != nil {
+		t.Fatalf("records with dotted keys: %v", err)
+	}
+	got, err := conns.Get(ctx, Key{"r1"})
+	if err != nil || got.Spec.Other.Records[0]["FQDN.or.ip"] != "a.b" {
+		t.Fatalf("records = %+v %v", got.Spec.Other, err)
+	}
+	cfgs := For[InstanceConfigSpec](c, InstanceConfigs)
+	if err := For[InstanceSpec](c, Instances).Create(ctx, Key{"1"}, Object[InstanceSpec]{Metadata: Metadata{Name: "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := InstanceConfigSpec{History: []ConfigVersion{{Action: ConfigCreated, Content: ConfigContent{ConfigName: "c",
+		Values: Values{"image.tag": "1", "nested": map[string]any{"a.b": true}}}}}}
+	if err := cfgs.Create(ctx, Key{"1", "c"}, Object[InstanceConfigSpec]{Metadata: Metadata{Name: "c"}, Spec: cfg}); err != nil {
+		t.Fatalf("config values with dotted keys: %v", err)
+	}
+	back, err := cfgs.Get(ctx, Key{"1", "c"})
+	if err != nil || back.Spec.History[0].Content.Values["image.tag"] != "1" || !back.Spec.Active() || back.Spec.Current() != 1 {
+		t.Fatalf("config = %+v %v", back.Spec, err)
+	}
+}

@@ -54,6 +54,9 @@ func (c *Catalog) digStates() *mongo.Collection { return c.db.Collection("lifecy
 // DIGGroup and ClusterGroup name lifecycles; state documents are keyed by them.
 func DIGGroup(dig Key) string { return "dig:" + strings.Join(dig, "/") }
 
+// LogicalCloudGroup names a logical cloud's lifecycle.
+func LogicalCloudGroup(project, cloud string) string { return "lc:" + project + "/" + cloud }
+
 // ClusterGroup names a cluster's network-intents lifecycle.
 func ClusterGroup(provider, cluster string) string { return "cluster:" + provider + "+" + cluster }
 
@@ -260,6 +263,12 @@ func (c *Catalog) unlockStale(ctx context.Context, before time.Time) (int, error
 // DeleteDIGState removes a DIG's state with the DIG.
 func (c *Catalog) DeleteDIGState(ctx context.Context, key Key) error {
 	_, err := c.digStates().DeleteOne(ctx, digFilter(key))
+	return err
+}
+
+// DeleteState removes a lifecycle's state with what it belongs to.
+func (c *Catalog) DeleteState(ctx context.Context, group string) error {
+	_, err := c.digStates().DeleteOne(ctx, groupFilter(group))
 	return err
 }
 

@@ -23,9 +23,9 @@ var (
 
 // V2Kinds lists every v2 kind, parents before children.
 func V2Kinds() []*Kind {
-	return []*Kind{ClusterProviders, Clusters, ClusterLabels, Networks, ProviderNetworks,
+	return append([]*Kind{ClusterProviders, Clusters, ClusterLabels, Networks, ProviderNetworks,
 		Projects, CompositeApps, Apps, CompositeProfiles, AppProfiles,
-		DeploymentIntentGroups, GenericPlacementIntents, AppIntents, DIGIntents}
+		DeploymentIntentGroups, GenericPlacementIntents, AppIntents, DIGIntents}, EMCOKinds()...)
 }
 
 // Empty is the spec of kinds that are metadata only (projects, providers,
@@ -77,8 +77,8 @@ type ClusterSelector struct {
 	ClusterLabel    string `json:"clusterLabel,omitempty" bson:"clusterLabel,omitempty"`
 }
 
-// DIGIntentSpec maps intent types to intent names; Argus reads
-// genericPlacementIntent.
+// DIGIntentSpec maps intent types (controller names: genericPlacementIntent,
+// gac, ...) to intent names.
 type DIGIntentSpec struct {
 	Intent map[string]string `json:"intent" bson:"intent"`
 }

@@ -28,10 +28,15 @@ type Recovered struct {
 // cleared (the delete never answered; the object stays), contents without
 // an object are removed, and lifecycles locked for a delete go back to their
 // state. The orchestrator runs it at start-up with its start time: until
-// replicas own work through leases, anything older is nobody's.
+// replicas own work through leases, anything older is nobody's. A write of
+// a killed process that lands after this pass is taken over lazily: a
+// create meeting such an intent removes it (see takeOver).
 func (c *Catalog) Recover(ctx context.Context, before time.Time) (Recovered, error) {
 	var out Recovered
 	before = before.UTC()
+	c.mu.Lock()
+	c.staleBefore = before
+	c.mu.Unlock()
 	for _, k := range c.kinds {
 		coll := c.db.Collection(k.Collection)
 		contents := c.db.Collection(k.Collection + "_content")

@@ -10,7 +10,8 @@ import (
 )
 
 // StringMap is a map whose keys the caller chooses: Helm --set paths
-// ("image.repository"), Kubernetes label keys ("app.kubernetes.io/name").
+// ("image.repository"), Kubernetes label keys ("app.kubernetes.io/name"),
+// quota names.
 // In JSON it is a plain object, as EMCO and k8splugin have it. In the
 // document store it is a list of {k, v} pairs in key order, because such
 // keys are not valid field names there (a "." or a leading "$" is refused,

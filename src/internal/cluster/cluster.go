@@ -11,10 +11,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
-	"github.com/argus-mc/argus/src/internal/errdefs"
 )
 
 // Client is what Argus needs to talk to one cluster.
@@ -30,16 +28,39 @@ type Client struct {
 // KubeconfigSource returns a cluster's kubeconfig.
 type KubeconfigSource func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error)
 
+// Cloud names a project's logical cloud.
+type Cloud struct {
+	Project string
+	Name    string
+}
+
+// CloudKubeconfigSource returns the kubeconfig a logical cloud's resources
+// are applied with on a cluster (its user, its namespace).
+type CloudKubeconfigSource func(ctx context.Context, ref appcontext.ClusterRef, cloud Cloud) ([]byte, error)
+
 // Options configures a Registry.
 type Options struct {
 	Kubeconfig KubeconfigSource
+	// CloudKubeconfig, when set, gives the credentials of logical clouds;
+	// nil makes CloudClient answer with the cluster's own client.
+	CloudKubeconfig CloudKubeconfigSource
+	// KubeconfigOptions says what a stored kubeconfig may contain; the zero
+	// value is the strict default (see ParseKubeconfig).
+	KubeconfigOptions KubeconfigOptions
 }
 
 // Registry builds and caches clients.
 type Registry struct {
 	opts    Options
 	mu      sync.Mutex
-	clients map[appcontext.ClusterRef]cached
+	clients map[clientKey]cached
+}
+
+// clientKey is a cluster and the logical cloud whose credentials the
+// client uses (zero for the cluster's own).
+type clientKey struct {
+	ref   appcontext.ClusterRef
+	cloud Cloud
 }
 
 type cached struct {
@@ -49,24 +70,47 @@ type cached struct {
 
 // NewRegistry returns a Registry.
 func NewRegistry(opts Options) *Registry {
-	return &Registry{opts: opts, clients: map[appcontext.ClusterRef]cached{}}
+	return &Registry{opts: opts, clients: map[clientKey]cached{}}
 }
 
 // Client returns the cluster's client, rebuilt when its kubeconfig changed.
+// A stored kubeconfig is checked like an uploaded one: one that fails the
+// check (written to the catalogue behind the API's back, or accepted by an
+// older release) makes the cluster unusable with an errdefs.ErrInvalid
+// naming the field, and nothing in it ever runs.
 func (r *Registry) Client(ctx context.Context, ref appcontext.ClusterRef) (*Client, error) {
 	kc, err := r.opts.Kubeconfig(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
+	return r.client(clientKey{ref: ref}, kc)
+}
+
+// CloudClient returns the client that acts as a logical cloud on the
+// cluster: the cloud's user in the cloud's namespace for a standard cloud,
+// the cluster's own client for an admin cloud or no cloud at all.
+func (r *Registry) CloudClient(ctx context.Context, ref appcontext.ClusterRef, cloud Cloud) (*Client, error) {
+	if cloud.Name == "" || r.opts.CloudKubeconfig == nil {
+		return r.Client(ctx, ref)
+	}
+	kc, err := r.opts.CloudKubeconfig(ctx, ref, cloud)
+	if err != nil {
+		return nil, err
+	}
+	return r.client(clientKey{ref: ref, cloud: cloud}, kc)
+}
+
+func (r *Registry) client(key clientKey, kc []byte) (*Client, error) {
 	sum := sha256.Sum256(kc)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if c, ok := r.clients[ref]; ok && c.sum == sum {
+	if c, ok := r.clients[key]; ok && c.sum == sum {
 		return c.client, nil
 	}
-	cfg, err := RESTConfig(kc)
+	cfg, err := ParseKubeconfig(kc, r.opts.KubeconfigOptions)
 	if err != nil {
-		return nil, fmt.Errorf("cluster %s: %w", ref, err)
+		delete(r.clients, key) // never keep using a client the stored kubeconfig no longer allows
+		return nil, fmt.Errorf("cluster %s: stored %w", key.ref, err)
 	}
 	// No client-wide Timeout: client-go applies it to watch streams too and
 	// would cut informers' watches. Callers bound requests with contexts.
@@ -82,22 +126,18 @@ func (r *Registry) Client(ctx context.Context, ref appcontext.ClusterRef) (*Clie
 	}
 	c := &Client{Config: cfg, Dynamic: dyn, Discovery: disc,
 		Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))}
-	r.clients[ref] = cached{sum: sum, client: c}
+	r.clients[key] = cached{sum: sum, client: c}
 	return c, nil
 }
 
-// Forget drops a cluster's cached client (the cluster was deleted).
+// Forget drops a cluster's cached clients, its own and its clouds' (the
+// cluster was deleted).
 func (r *Registry) Forget(ref appcontext.ClusterRef) {
 	r.mu.Lock()
-	delete(r.clients, ref)
-	r.mu.Unlock()
-}
-
-// RESTConfig parses a kubeconfig; a malformed one is errdefs.ErrInvalid.
-func RESTConfig(kubeconfig []byte) (*rest.Config, error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
-		return nil, errdefs.InvalidWrap(err, "invalid kubeconfig")
+	defer r.mu.Unlock()
+	for k := range r.clients {
+		if k.ref == ref {
+			delete(r.clients, k)
+		}
 	}
-	return cfg, nil
 }

@@ -26,6 +26,8 @@ type Rsync interface {
 	Terminate(group, id string)
 	Stop(group string) bool
 	Busy(group string) bool
+	// Idle waits until no action runs on the group, or ctx ends.
+	Idle(ctx context.Context, group string) error
 }
 
 // Renderer renders one app's chart with its profile and overrides.
@@ -46,14 +48,34 @@ type Options struct {
 	// Renderer renders charts; nil renders in this process (render.InProcess),
 	// unbounded in time and memory: the orchestrator passes a render.Pool.
 	Renderer Renderer
-	Logger   *logrus.Entry
-	Now      func() time.Time
+	// Issuer gets standard logical clouds' certificates issued; nil leaves
+	// only admin clouds available.
+	Issuer Issuer
+	Logger *logrus.Entry
+	Now    func() time.Time
+	// BusyWait bounds how long a v1 upgrade or config change waits for
+	// rsync to finish with the instance before it is refused; 0 means 30s.
+	BusyWait time.Duration
+	// CreateWait is how long a v1 instance create waits for the first
+	// apply to finish before it returns; 0 returns at once.
+	CreateWait time.Duration
+	// DeleteWait bounds how long a v1 instance delete waits for the
+	// resources to be deleted before it answers; 0 means 30s.
+	DeleteWait time.Duration
 }
 
-// Service runs DIG lifecycle actions.
+// Service runs DIG and logical cloud lifecycle actions and v1 instance actions.
 type Service struct {
 	opts Options
 	log  *logrus.Entry
+
+	mu    sync.Mutex
+	locks map[string]*instanceLock // by v1 instance id, while in use
+}
+
+type instanceLock struct {
+	sync.Mutex
+	users int
 }
 
 // New returns a Service.
@@ -70,7 +92,13 @@ func New(opts Options) (*Service, error) {
 	if opts.Renderer == nil {
 		opts.Renderer = render.InProcess{}
 	}
-	return &Service{opts: opts, log: opts.Logger}, nil
+	if opts.BusyWait == 0 {
+		opts.BusyWait = 30 * time.Second
+	}
+	if opts.DeleteWait == 0 {
+		opts.DeleteWait = 30 * time.Second
+	}
+	return &Service{opts: opts, log: opts.Logger, locks: map[string]*instanceLock{}}, nil
 }
 
 // Namespace is where DIG resources without a namespace go.
@@ -90,6 +118,9 @@ func (s *Service) action(state, contextID string) catalog.StateAction {
 // Approve marks a created DIG ready to instantiate.
 func (s *Service) Approve(ctx context.Context, dig catalog.Key) error {
 	if _, err := s.digExists(ctx, dig); err != nil {
+		return err
+	}
+	if _, err := s.digIntents(ctx, dig); err != nil {
 		return err
 	}
 	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, []string{catalog.StateCreated, catalog.StateApproved}, s.action(catalog.StateApproved, ""), ""); err != nil {
@@ -119,10 +150,11 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 	if !slices.Contains(from, state.Current) {
 		return "", errdefs.Conflict("the deployment intent group is %s; instantiate needs it to be Approved or Terminated", state.Current)
 	}
-	placements, err := s.plan(ctx, dig, obj.Spec)
+	pl, err := s.plan(ctx, dig, obj.Spec)
 	if err != nil {
 		return "", err
 	}
+	placements := pl.placements
 	id := appcontext.NewID()
 	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, from, s.action(catalog.StateInstantiated, id), id); err != nil {
 		return "", err
@@ -130,7 +162,7 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 	meta := appcontext.Meta{
 		ID: id, Kind: "dig", Group: Group(dig),
 		Project: dig[0], CompositeApp: dig[1], Version: dig[2], DIG: dig[3],
-		CompositeProfile: obj.Spec.CompositeProfile, Namespace: Namespace,
+		CompositeProfile: obj.Spec.CompositeProfile, Namespace: pl.namespace, LogicalCloud: pl.cloud,
 		StatusID: id, Created: s.opts.Now(),
 	}
 	if err := s.opts.Contexts.Create(ctx, meta, appcontext.Status{Status: appcontext.Instantiating, Updated: s.opts.Now()}, placements); err != nil {
@@ -161,7 +193,7 @@ func (s *Service) Update(ctx context.Context, dig catalog.Key) error {
 		// Serialised anyway, but the new plan must be diffed against a settled one.
 		return errdefs.Conflict("an action on the deployment intent group is still in progress; try again when it is done")
 	}
-	placements, err := s.plan(ctx, dig, obj.Spec)
+	pl, err := s.plan(ctx, dig, obj.Spec)
 	if err != nil {
 		return err
 	}
@@ -169,18 +201,28 @@ func (s *Service) Update(ctx context.Context, dig catalog.Key) error {
 	if err != nil {
 		return err
 	}
+	if old.Meta.Namespace != pl.namespace || old.Meta.LogicalCloud != pl.cloud {
+		return errdefs.Conflict("an update cannot move the deployment intent group to another logical cloud or namespace (%q in %q now); terminate and instantiate instead",
+			old.Meta.LogicalCloud, old.Meta.Namespace)
+	}
 	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, from, s.action(catalog.StateUpdated, state.ContextID), ""); err != nil {
 		return err
 	}
+	return s.applyUpdate(ctx, Group(dig), old, pl.placements)
+}
+
+// applyUpdate records a new plan in an existing context — new and changed
+// resources, and old ones marked removed — and has rsync apply it.
+func (s *Service) applyUpdate(ctx context.Context, group string, old *appcontext.Context, placements []*appcontext.Placement) error {
 	for _, p := range mergeForUpdate(old, placements) {
-		if err := s.opts.Contexts.ReplacePlacement(ctx, state.ContextID, p); err != nil {
+		if err := s.opts.Contexts.ReplacePlacement(ctx, old.Meta.ID, p); err != nil {
 			return err
 		}
 	}
-	if err := s.opts.Contexts.SetStatus(ctx, state.ContextID, appcontext.Status{Status: appcontext.Updating}); err != nil {
+	if err := s.opts.Contexts.SetStatus(ctx, old.Meta.ID, appcontext.Status{Status: appcontext.Updating}); err != nil {
 		return err
 	}
-	s.opts.Rsync.Update(Group(dig), state.ContextID)
+	s.opts.Rsync.Update(group, old.Meta.ID)
 	return nil
 }
 
@@ -261,58 +303,83 @@ func (s *Service) Stop(ctx context.Context, dig catalog.Key) error {
 	return s.opts.Contexts.SetStatus(ctx, state.ContextID, appcontext.Status{Status: status, Error: "stopped by the user"})
 }
 
-// plan renders every app of the DIG's composite app and places it.
-func (s *Service) plan(ctx context.Context, dig catalog.Key, spec catalog.DIGSpec) ([]*appcontext.Placement, error) {
+// planned is what a DIG renders to: placements, and the namespace and
+// logical cloud they are deployed in.
+type planned struct {
+	placements []*appcontext.Placement
+	namespace  string
+	cloud      string // "" for the clusters' own credentials
+}
+
+// plan renders every app of the DIG's composite app in its logical cloud's
+// namespace, places it, and applies the DIG's generic-k8s-intents.
+func (s *Service) plan(ctx context.Context, dig catalog.Key, spec catalog.DIGSpec) (planned, error) {
 	cat := s.opts.Catalog
 	caKey := dig[:3]
 	apps, err := catalog.For[catalog.Empty](cat, catalog.Apps).List(ctx, caKey)
 	if err != nil {
-		return nil, err
+		return planned{}, err
 	}
 	if len(apps) == 0 {
-		return nil, errdefs.Invalid("composite app %s has no apps", strings.Join(caKey[1:], "/"))
+		return planned{}, errdefs.Invalid("composite app %s has no apps", strings.Join(caKey[1:], "/"))
 	}
-	intents, err := s.appIntents(ctx, dig)
+	byType, err := s.digIntents(ctx, dig)
 	if err != nil {
-		return nil, err
+		return planned{}, err
+	}
+	intents, err := s.appIntents(ctx, dig, byType[IntentPlacement])
+	if err != nil {
+		return planned{}, err
 	}
 	clusters, err := s.clusters(ctx)
 	if err != nil {
-		return nil, err
+		return planned{}, err
+	}
+	cloud, err := s.cloudFor(ctx, dig[0], spec.LogicalCloud)
+	if err != nil {
+		return planned{}, err
 	}
 	profiles, err := s.profiles(ctx, caKey, spec.CompositeProfile)
 	if err != nil {
-		return nil, err
+		return planned{}, err
 	}
 	overrides := map[string]map[string]string{}
 	for _, ov := range spec.OverrideValues {
 		overrides[ov.App] = ov.Values
 	}
+	out := planned{namespace: cloud.namespace, cloud: cloud.name}
 	jobs := make([]renderJob, 0, len(apps))
 	for _, app := range apps {
 		name := app.Metadata.Name
 		intent, ok := intents[name]
 		if !ok {
-			return nil, errdefs.Invalid("app %q has no placement intent", name)
+			return planned{}, errdefs.Invalid("app %q has no placement intent", name)
 		}
-		refs, err := placement.Resolve(intent, clusters)
+		refs, err := cloud.place(name, intent, clusters)
 		if err != nil {
-			return nil, fmt.Errorf("app %q: %w", name, err)
+			return planned{}, err
 		}
 		chart, err := catalog.For[catalog.Empty](cat, catalog.Apps).GetContent(ctx, append(append(catalog.Key{}, caKey...), name))
 		if err != nil {
-			return nil, err
+			return planned{}, err
 		}
 		jobs = append(jobs, renderJob{app: name, refs: refs, opts: render.Options{Chart: chart, Profile: profiles[name],
-			ReleaseName: name, Namespace: Namespace, Overrides: overrides[name]}})
+			ReleaseName: name, Namespace: cloud.namespace, Overrides: overrides[name]}})
 	}
 	if err := s.renderAll(ctx, jobs); err != nil {
-		return nil, err
+		return planned{}, err
 	}
-	var out []*appcontext.Placement
 	for _, j := range jobs {
 		for _, ref := range j.refs {
-			out = append(out, &appcontext.Placement{App: j.app, Cluster: ref, Resources: j.resources})
+			// Each placement gets its own slice: generic-k8s-intents change clusters apart.
+			out.placements = append(out.placements, &appcontext.Placement{App: j.app, Cluster: ref, Resources: append([]appcontext.Resource(nil), j.resources...)})
+		}
+	}
+	for _, t := range []string{IntentGAC, IntentGACLong} {
+		for _, gi := range byType[t] {
+			if err := s.applyGAC(ctx, dig, gi, out.placements, clusters); err != nil {
+				return planned{}, err
+			}
 		}
 	}
 	return out, nil
@@ -368,18 +435,8 @@ func toContext(rendered []render.Resource) []appcontext.Resource {
 }
 
 // appIntents reads the app intents of the DIG's generic placement intent(s).
-func (s *Service) appIntents(ctx context.Context, dig catalog.Key) (map[string]catalog.PlacementIntent, error) {
+func (s *Service) appIntents(ctx context.Context, dig catalog.Key, gpis []string) (map[string]catalog.PlacementIntent, error) {
 	cat := s.opts.Catalog
-	digIntents, err := catalog.For[catalog.DIGIntentSpec](cat, catalog.DIGIntents).List(ctx, dig)
-	if err != nil {
-		return nil, err
-	}
-	var gpis []string
-	for _, di := range digIntents {
-		if g := di.Spec.Intent["genericPlacementIntent"]; g != "" {
-			gpis = append(gpis, g)
-		}
-	}
 	if len(gpis) == 0 {
 		return nil, errdefs.Invalid("the deployment intent group names no genericPlacementIntent in its intents")
 	}

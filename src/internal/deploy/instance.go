@@ -2,8 +2,11 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"sort"
 
 	"github.com/sirupsen/logrus"
 
@@ -11,15 +14,19 @@ import (
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/render"
+	"github.com/argus-mc/argus/src/internal/rsync"
 )
 
 // V1Provider is the provider name under which a v1 cloud region is a
-// cluster. It starts with "_", which no v2 provider name may, so the two
-// never clash.
-const V1Provider = "_v1"
+// cluster.
+const V1Provider = appcontext.V1Provider
 
 // MaxAppName keeps "<context id>-<app>" within a 63-character label value.
 const MaxAppName = 42
+
+// InstanceIDValue is the value k8splugin passes to every chart it renders
+// for an instance: the instance's id.
+const InstanceIDValue = "k8s-rb-instance-id"
 
 // InstanceGroup is the rsync group of a v1 instance.
 func InstanceGroup(id string) string { return catalog.InstanceGroup(id) }
@@ -28,56 +35,139 @@ func (s *Service) instances() *catalog.Resource[catalog.InstanceSpec] {
 	return catalog.For[catalog.InstanceSpec](s.opts.Catalog, catalog.Instances)
 }
 
-// renderInstance renders a request: the rb definition's chart, the
-// profile's values, the request's overrides.
-func (s *Service) renderInstance(ctx context.Context, req catalog.InstanceRequest) (release, namespace string, rs []appcontext.Resource, err error) {
-	for field, v := range map[string]string{"rb-name": req.RBName, "rb-version": req.RBVersion, "profile-name": req.ProfileName, "cloud-region": req.CloudRegion} {
-		if v == "" {
-			return "", "", nil, errdefs.Invalid("%s is missing", field)
+func (s *Service) configs() *catalog.Resource[catalog.InstanceConfigSpec] {
+	return catalog.For[catalog.InstanceConfigSpec](s.opts.Catalog, catalog.InstanceConfigs)
+}
+
+// v1Inputs is what every render of one instance shares.
+type v1Inputs struct {
+	defKey    catalog.Key
+	chartName string // picks the chart of an archive holding several
+	chart     []byte
+	profile   []byte
+	release   string
+	namespace string
+	overrides map[string]string
+}
+
+// instanceInputs reads the definition, profile and region a request names
+// and resolves the release name and namespace. release, when set, is the
+// instance's (an upgrade keeps it).
+func (s *Service) instanceInputs(ctx context.Context, id string, req catalog.InstanceRequest, release string) (v1Inputs, error) {
+	for _, f := range []struct{ field, v string }{{"rb-name", req.RBName}, {"rb-version", req.RBVersion},
+		{"profile-name", req.ProfileName}, {"cloud-region", req.CloudRegion}} {
+		if f.v == "" {
+			return v1Inputs{}, errdefs.Invalid("%s is missing", f.field)
 		}
 	}
 	cat := s.opts.Catalog
-	defKey := catalog.Key{req.RBName, req.RBVersion}
+	in := v1Inputs{defKey: catalog.Key{req.RBName, req.RBVersion}}
 	defs := catalog.For[catalog.RBDefinitionSpec](cat, catalog.RBDefinitions)
-	def, err := defs.Get(ctx, defKey)
+	def, err := defs.Get(ctx, in.defKey)
 	if err != nil {
-		return "", "", nil, err
+		return in, err
 	}
-	chart, err := defs.GetContent(ctx, defKey)
+	in.chartName = def.Spec.ChartName
+	chart, err := defs.GetContent(ctx, in.defKey)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return "", "", nil, errdefs.Invalid("rb definition %s/%s has no chart; upload its content first", req.RBName, req.RBVersion)
+		return in, errdefs.Invalid("rb definition %s/%s has no chart; upload its content first", req.RBName, req.RBVersion)
 	}
 	if err != nil {
-		return "", "", nil, err
+		return in, err
 	}
+	in.chart = chart
 	profKey := catalog.Key{req.RBName, req.RBVersion, req.ProfileName}
 	profiles := catalog.For[catalog.RBProfileSpec](cat, catalog.RBProfiles)
 	prof, err := profiles.Get(ctx, profKey)
 	if err != nil {
-		return "", "", nil, err
+		return in, err
 	}
-	profileTgz, err := profiles.GetContent(ctx, profKey)
-	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-		return "", "", nil, err
+	if in.profile, err = profiles.GetContent(ctx, profKey); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return in, err
 	}
 	if _, err := catalog.For[catalog.ConnectivitySpec](cat, catalog.ConnectivityInfos).Get(ctx, catalog.Key{req.CloudRegion}); err != nil {
-		return "", "", nil, err
+		return in, err
 	}
-	release = firstOf(req.ReleaseName, prof.Spec.ReleaseName, req.RBName)
-	if len(release) > MaxAppName {
-		return "", "", nil, errdefs.Invalid("release name %q is longer than %d characters", release, MaxAppName)
+	in.release = firstOf(release, req.ReleaseName, prof.Spec.ReleaseName, req.RBName)
+	if len(in.release) > MaxAppName {
+		return in, errdefs.Invalid("release name %q is longer than %d characters", in.release, MaxAppName)
 	}
-	if err := catalog.ValidateName("release", release); err != nil {
-		return "", "", nil, err
+	if err := catalog.ValidateName("release", in.release); err != nil {
+		return in, err
 	}
-	namespace = firstOf(prof.Spec.Namespace, Namespace)
-	rendered, err := s.opts.Renderer.Render(ctx, render.Options{Chart: chart, ChartName: def.Spec.ChartName, Profile: profileTgz,
-		ReleaseName: release, Namespace: namespace, Overrides: req.OverrideValues})
+	in.namespace = firstOf(prof.Spec.Namespace, Namespace)
+	// k8splugin hands every chart the instance id as a value.
+	in.overrides = map[string]string{InstanceIDValue: id}
+	for k, v := range req.OverrideValues {
+		in.overrides[k] = v
+	}
+	return in, nil
+}
+
+// renderInstance renders an instance: the definition's chart with the
+// profile's values and the overrides, then every active config's template
+// with the config's values on top. A config's resource replaces the
+// chart's resource of the same kind, namespace and name, as k8splugin
+// updates an object a config renders again. Every object carries
+// k8splugin's instance label.
+func (s *Service) renderInstance(ctx context.Context, id string, in v1Inputs, configs []catalog.Object[catalog.InstanceConfigSpec]) ([]appcontext.Resource, error) {
+	rendered, err := s.opts.Renderer.Render(ctx, render.Options{Chart: in.chart, ChartName: in.chartName, Profile: in.profile,
+		ReleaseName: in.release, Namespace: in.namespace, Overrides: in.overrides})
 	if err != nil {
-		return "", "", nil, err
+		return nil, err
 	}
-	rs = toContext(rendered)
-	return release, namespace, rs, nil
+	index := map[string]int{}
+	for i, r := range rendered {
+		index[r.Key()] = i
+	}
+	for _, c := range configs {
+		if !c.Spec.Active() {
+			continue
+		}
+		content := c.Spec.History[len(c.Spec.History)-1].Content
+		chart, err := s.templateChart(ctx, in, content.TemplateName)
+		if err != nil {
+			return nil, fmt.Errorf("config %s: %w", content.ConfigName, err)
+		}
+		more, err := s.opts.Renderer.Render(ctx, render.Options{Chart: chart, Profile: in.profile, ReleaseName: in.release,
+			Namespace: in.namespace, Overrides: in.overrides, Values: content.Values})
+		if err != nil {
+			return nil, fmt.Errorf("config %s: %w", content.ConfigName, err)
+		}
+		for _, r := range more {
+			if i, ok := index[r.Key()]; ok {
+				rendered[i] = r
+				continue
+			}
+			index[r.Key()] = len(rendered)
+			rendered = append(rendered, r)
+		}
+	}
+	rs := make([]appcontext.Resource, 0, len(rendered))
+	for _, r := range rendered {
+		rsync.DecorateInstance(r.Object, id)
+		manifest, err := json.Marshal(r.Object.Object)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace, Manifest: manifest})
+	}
+	return rs, nil
+}
+
+// templateChart is the chart a config template renders: its own upload,
+// or the definition's chart when it has none (as k8splugin does).
+func (s *Service) templateChart(ctx context.Context, in v1Inputs, template string) ([]byte, error) {
+	templates := catalog.For[catalog.ConfigTemplateSpec](s.opts.Catalog, catalog.ConfigTemplates)
+	key := append(append(catalog.Key{}, in.defKey...), template)
+	t, err := templates.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if !t.Spec.HasContent {
+		return in.chart, nil
+	}
+	return templates.GetContent(ctx, key)
 }
 
 func refsOf(rs []appcontext.Resource) []catalog.ResourceRef {
@@ -89,19 +179,26 @@ func refsOf(rs []appcontext.Resource) []catalog.ResourceRef {
 }
 
 // CreateInstance renders the request, records a single-app, single-cluster
-// context and starts rsync on it. It returns as soon as the context exists.
+// context and starts rsync on it. It returns as soon as the context exists
+// (SPEC section 7), or, with CreateWait, once the first apply finished or
+// CreateWait passed; either way the instance's status shows how applying
+// goes.
 func (s *Service) CreateInstance(ctx context.Context, req catalog.InstanceRequest) (catalog.InstanceSpec, error) {
-	release, ns, resources, err := s.renderInstance(ctx, req)
+	id := appcontext.NewID()
+	in, err := s.instanceInputs(ctx, id, req, "")
 	if err != nil {
 		return catalog.InstanceSpec{}, err
 	}
-	id := appcontext.NewID()
-	spec := catalog.InstanceSpec{ID: id, Request: req, Namespace: ns, ReleaseName: release, Resources: refsOf(resources)}
+	resources, err := s.renderInstance(ctx, id, in, nil)
+	if err != nil {
+		return catalog.InstanceSpec{}, err
+	}
+	spec := catalog.InstanceSpec{ID: id, Request: req, Namespace: in.namespace, ReleaseName: in.release, Resources: refsOf(resources)}
 	if err := s.instances().Create(ctx, catalog.Key{id}, catalog.Object[catalog.InstanceSpec]{Metadata: catalog.Metadata{Name: id}, Spec: spec}); err != nil {
 		return spec, err
 	}
-	meta := appcontext.Meta{ID: id, Kind: "instance", Group: InstanceGroup(id), Namespace: ns, StatusID: id, Created: s.opts.Now()}
-	placement := &appcontext.Placement{App: release, Cluster: appcontext.ClusterRef{Provider: V1Provider, Name: req.CloudRegion}, Resources: resources}
+	meta := appcontext.Meta{ID: id, Kind: "instance", Group: InstanceGroup(id), Namespace: in.namespace, StatusID: id, Created: s.opts.Now()}
+	placement := &appcontext.Placement{App: in.release, Cluster: appcontext.ClusterRef{Provider: V1Provider, Name: req.CloudRegion}, Resources: resources}
 	if err := s.opts.Contexts.Create(ctx, meta, appcontext.Status{Status: appcontext.Instantiating, Updated: s.opts.Now()}, []*appcontext.Placement{placement}); err != nil {
 		_ = s.instances().Delete(context.WithoutCancel(ctx), catalog.Key{id}) // no instance without its context
 		return spec, fmt.Errorf("record context: %w", err)
@@ -115,38 +212,81 @@ func (s *Service) CreateInstance(ctx context.Context, req catalog.InstanceReques
 		s.opts.Rsync.Terminate(meta.Group, id)
 		return spec, errdefs.Conflict("instance %s was deleted while it was being created", id)
 	}
-	s.log.WithFields(logrus.Fields{"instance": id, "release": release, "region": req.CloudRegion}).Info("instance created")
+	s.log.WithFields(logrus.Fields{"instance": id, "release": in.release, "region": req.CloudRegion}).Info("instance created")
+	if s.opts.CreateWait > 0 {
+		wctx, cancel := context.WithTimeout(ctx, s.opts.CreateWait)
+		defer cancel()
+		_ = s.opts.Rsync.Idle(wctx, meta.Group) // applying goes on after the wait
+	}
 	return spec, nil
 }
 
-// UpgradeInstance re-renders an instance with a new request and applies the
-// difference in place, under the same context and labels.
+// UpgradeInstance re-renders an instance with a new request (k8splugin's
+// upgrade body: no release name, which stays the instance's) and applies
+// the difference in place, under the same context and labels. As in
+// k8splugin, the instance's configs are dropped, their resources with them.
 func (s *Service) UpgradeInstance(ctx context.Context, id string, req catalog.InstanceRequest) (catalog.InstanceSpec, error) {
+	unlock := s.lockInstance(id)
+	defer unlock()
 	cur, err := s.instances().Get(ctx, catalog.Key{id})
 	if err != nil {
 		return catalog.InstanceSpec{}, err
 	}
-	if req.CloudRegion != "" && req.CloudRegion != cur.Spec.Request.CloudRegion {
-		return cur.Spec, errdefs.Invalid("an upgrade cannot move an instance to another cloud region")
-	}
 	if req.CloudRegion == "" {
 		req.CloudRegion = cur.Spec.Request.CloudRegion
 	}
-	if s.opts.Rsync.Busy(InstanceGroup(id)) {
-		return cur.Spec, errdefs.Conflict("instance %s is still being deployed; try again when it is done", id)
+	if req.CloudRegion != cur.Spec.Request.CloudRegion {
+		return cur.Spec, errdefs.Invalid("an upgrade cannot move an instance to another cloud region; create one there and delete this one")
 	}
-	release, ns, resources, err := s.renderInstance(ctx, req)
+	req.ReleaseName = cur.Spec.ReleaseName
+	configs, err := s.configs().List(ctx, catalog.Key{id})
 	if err != nil {
 		return cur.Spec, err
 	}
-	if release != cur.Spec.ReleaseName || ns != cur.Spec.Namespace {
-		return cur.Spec, errdefs.Invalid("an upgrade cannot change the release name or namespace")
+	if err := s.waitIdle(ctx, id); err != nil {
+		return cur.Spec, err
+	}
+	same := cur.Spec.Request
+	same.ReleaseName = req.ReleaseName // an instance created without one has it all the same
+	if len(configs) == 0 && reflect.DeepEqual(req, same) {
+		if c, err := s.opts.Contexts.Get(ctx, id); err == nil && (c.Status.Status == appcontext.Instantiated || c.Status.Status == appcontext.Updated) {
+			return cur.Spec, nil // nothing to do, as k8splugin says
+		}
+	}
+	spec, err := s.reapply(ctx, cur, req, nil)
+	if err != nil {
+		return spec, err
+	}
+	for _, c := range configs {
+		if err := s.configs().Delete(ctx, catalog.Key{id, c.Metadata.Name}); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return spec, err
+		}
+	}
+	return spec, nil
+}
+
+// reapply renders the instance with req and configs and starts an rsync
+// update of the difference. The caller holds the instance's lock and has
+// waited for rsync to be idle on it.
+func (s *Service) reapply(ctx context.Context, cur catalog.Object[catalog.InstanceSpec], req catalog.InstanceRequest, configs []catalog.Object[catalog.InstanceConfigSpec]) (catalog.InstanceSpec, error) {
+	id := cur.Spec.ID
+	in, err := s.instanceInputs(ctx, id, req, cur.Spec.ReleaseName)
+	if err != nil {
+		return cur.Spec, err
+	}
+	if in.namespace != cur.Spec.Namespace {
+		return cur.Spec, errdefs.Invalid("profile %s deploys to namespace %s, the instance is in %s: an upgrade cannot change the namespace",
+			req.ProfileName, in.namespace, cur.Spec.Namespace)
+	}
+	resources, err := s.renderInstance(ctx, id, in, configs)
+	if err != nil {
+		return cur.Spec, err
 	}
 	old, err := s.opts.Contexts.Get(ctx, id)
 	if err != nil {
 		return cur.Spec, err
 	}
-	fresh := []*appcontext.Placement{{App: release, Cluster: appcontext.ClusterRef{Provider: V1Provider, Name: req.CloudRegion}, Resources: resources}}
+	fresh := []*appcontext.Placement{{App: in.release, Cluster: appcontext.ClusterRef{Provider: V1Provider, Name: req.CloudRegion}, Resources: resources}}
 	for _, p := range mergeForUpdate(old, fresh) {
 		if err := s.opts.Contexts.ReplacePlacement(ctx, id, p); err != nil {
 			return cur.Spec, err
@@ -164,15 +304,119 @@ func (s *Service) UpgradeInstance(ctx context.Context, id string, req catalog.In
 	return spec, nil
 }
 
-// DeleteInstance starts deleting an instance's resources and removes the
-// instance; its context stays for history. The instance is marked first,
-// so a create still in flight sees the delete and terminates its own
-// context (CreateInstance).
+// waitIdle waits, up to BusyWait, for rsync to finish what it does on the
+// instance: its context must not change under a running apply.
+func (s *Service) waitIdle(ctx context.Context, id string) error {
+	wctx, cancel := context.WithTimeout(ctx, s.opts.BusyWait)
+	defer cancel()
+	if err := s.opts.Rsync.Idle(wctx, InstanceGroup(id)); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return errdefs.Conflict("instance %s is still being deployed after %s; try again when it is done", id, s.opts.BusyWait)
+	}
+	return nil
+}
+
+// DeleteInstance deletes an instance's resources and the instance (its
+// configs and subscriptions go with it); its context stays for history.
+// Like k8splugin, which deletes the resources before it answers, it waits
+// for rsync to finish, up to DeleteWait; deletion goes on after that.
 func (s *Service) DeleteInstance(ctx context.Context, id string) error {
-	return s.instances().Delete(ctx, catalog.Key{id}, func(context.Context) error {
+	unlock := s.lockInstance(id)
+	defer unlock()
+	// The instance is marked first, so a create still in flight sees the
+	// delete and terminates its own context (CreateInstance).
+	if err := s.instances().Delete(ctx, catalog.Key{id}, func(context.Context) error {
 		s.opts.Rsync.Terminate(InstanceGroup(id), id)
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.opts.DeleteWait)
+	defer cancel()
+	if err := s.opts.Rsync.Idle(wctx, InstanceGroup(id)); err != nil {
+		s.log.WithField("instance", id).Info("instance deletion continues in the background")
+	}
+	return nil
+}
+
+// FullInstance is GET /v1/instance/{id}?full=true, k8splugin's stored
+// instance: the instance with its status and hook data. Argus applies no
+// hooks, so those fields hold k8splugin's defaults.
+type FullInstance struct {
+	catalog.InstanceSpec
+	Status             string `json:"status"`
+	Hooks              []any  `json:"hooks"`
+	HookProgress       string `json:"hook-progress"`
+	PreInstallTimeout  int64  `json:"PreInstallTimeout"`
+	PostInstallTimeout int64  `json:"PostInstallTimeout"`
+	PreDeleteTimeout   int64  `json:"PreDeleteTimeout"`
+	PostDeleteTimeout  int64  `json:"PostDeleteTimeout"`
+	PreUpgradeTimeout  int64  `json:"PreUpgradeTimeout"`
+	PostUpgradeTimeout int64  `json:"PostUpgradeTimeout"`
+}
+
+// V1Status is k8splugin's name for a context status; the failed ones follow
+// k8splugin's "<step>-FAILED" pattern.
+func V1Status(contextStatus string) string {
+	switch contextStatus {
+	case appcontext.Instantiating:
+		return "CREATING"
+	case appcontext.Instantiated, appcontext.Updated:
+		return "DONE"
+	case appcontext.InstantiateFailed:
+		return "CREATE-FAILED"
+	case appcontext.Updating:
+		return "UPGRADING"
+	case appcontext.UpdateFailed:
+		return "UPGRADE-FAILED"
+	case appcontext.Terminating:
+		return "DELETING"
+	case appcontext.Terminated:
+		return "DELETED"
+	case appcontext.TerminateFailed:
+		return "DELETE-FAILED"
+	}
+	return contextStatus
+}
+
+// GetFullInstance answers GET /v1/instance/{id}?full=true.
+func (s *Service) GetFullInstance(ctx context.Context, id string) (FullInstance, error) {
+	inst, err := s.instances().Get(ctx, catalog.Key{id})
+	if err != nil {
+		return FullInstance{}, err
+	}
+	out := FullInstance{InstanceSpec: inst.Spec, Hooks: []any{}, PreInstallTimeout: 60, PostInstallTimeout: 600,
+		PreDeleteTimeout: 60, PostDeleteTimeout: 600, PreUpgradeTimeout: 60, PostUpgradeTimeout: 600}
+	c, err := s.opts.Contexts.Get(ctx, id)
+	if err != nil {
+		return out, err
+	}
+	out.Status = V1Status(c.Status.Status)
+	return out, nil
+}
+
+// lockInstance serialises the changes to one instance (upgrade, configs,
+// delete), which read, render and write it back.
+func (s *Service) lockInstance(id string) func() {
+	s.mu.Lock()
+	l := s.locks[id]
+	if l == nil {
+		l = &instanceLock{}
+		s.locks[id] = l
+	}
+	l.users++
+	s.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		s.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(s.locks, id)
+		}
+		s.mu.Unlock()
+	}
 }
 
 func firstOf(values ...string) string {
@@ -182,4 +426,11 @@ func firstOf(values ...string) string {
 		}
 	}
 	return ""
+}
+
+// sortedConfigs orders an instance's configs by name, the order their
+// resources are layered in.
+func sortedConfigs(list []catalog.Object[catalog.InstanceConfigSpec]) []catalog.Object[catalog.InstanceConfigSpec] {
+	sort.Slice(list, func(i, j int) bool { return list[i].Metadata.Name < list[j].Metadata.Name })
+	return list
 }

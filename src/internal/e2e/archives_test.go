@@ -333,7 +333,7 @@ func TestHostileArchivesAreRefused(t *testing.T) {
 	// A valid 10 MB archive is accepted and costs about twice its size.
 	chart := randomChart(t, 10<<20)
 	before := o.peakRSS(t)
-	o.must(201, "POST", "/v1/rb/definition/rb/v1/content", chart)
+	o.must(200, "POST", "/v1/rb/definition/rb/v1/content", chart)
 	after := o.peakRSS(t)
 	t.Logf("a %d MB v1 content upload raised the peak RSS by %d MiB (from %d to %d MiB)", len(chart)>>20, (after-before)>>20, before>>20, after>>20)
 	before = after
@@ -552,9 +552,9 @@ func TestInsidePackedChartWithDottedOverrides(t *testing.T) {
 		o.uploadOK("/v1/connectivity-info", map[string]any{"cloud-region": "dot-region", "cloud-owner": "o"}, cl.Kubeconfig)
 		o.must(201, "POST", "/v1/rb/definition", map[string]any{"rb-name": "dotted", "rb-version": "v1",
 			"labels": map[string]string{"app.kubernetes.io/part-of": "argus"}})
-		o.must(201, "POST", "/v1/rb/definition/dotted/v1/content", chart)
+		o.must(200, "POST", "/v1/rb/definition/dotted/v1/content", chart)
 		o.must(201, "POST", "/v1/rb/definition/dotted/v1/profile", map[string]any{"profile-name": "p1", "release-name": "dotv1", "namespace": "dotted"})
-		o.must(201, "POST", "/v1/rb/definition/dotted/v1/profile/p1/content", profile)
+		o.must(200, "POST", "/v1/rb/definition/dotted/v1/profile/p1/content", profile)
 		body := o.must(201, "POST", "/v1/instance", map[string]any{"rb-name": "dotted", "rb-version": "v1", "profile-name": "p1",
 			"cloud-region": "dot-region", "labels": map[string]string{"app.kubernetes.io/name": "dotv1"},
 			"override-values": map[string]string{"image.repository": "registry.example/v1web", "service.port": "9090"}})
@@ -739,6 +739,11 @@ func TestKillDuringUploadsLeavesNoHalfApp(t *testing.T) {
 			t.Errorf("app %s was created (201) but is gone after the restart", name)
 		}
 	}
+	// What the API does not list may only be intents the kill cut short
+	// (and their chunks): invisible, and taken over by the next create of
+	// their name. (A write in flight when the process died can land in the
+	// store after the restart's repair.)
+	leftovers := map[string]bool{}
 	for _, coll := range []string{"apps", "apps_content"} {
 		cur, err := raw.Collection(coll).Find(context.Background(), bson.D{}, nil)
 		if err != nil {
@@ -747,12 +752,26 @@ func TestKillDuringUploadsLeavesNoHalfApp(t *testing.T) {
 		var docs []bson.M
 		_ = cur.All(context.Background(), &docs)
 		for _, d := range docs {
-			if name, _ := d["app"].(string); !apps[name] {
-				t.Errorf("%s holds %s, which the API does not list (pending %v)", coll, name, d["pendingSince"] != nil)
+			name, _ := d["app"].(string)
+			switch {
+			case apps[name]:
+			case coll == "apps" && d["pendingSince"] != nil:
+				leftovers[name] = true
+			case coll == "apps_content" && leftovers[name]:
+			default:
+				t.Errorf("%s holds %s, which is neither listed nor an unfinished intent", coll, name)
 			}
 		}
 	}
-	t.Logf("after the restart: %d apps, each with its chart", len(apps))
+	for name := range leftovers {
+		if code, body := o2.upload(caPath+"/apps", meta(name), testenv.Archive(t, "testdata/charts/frontend")); code != 201 {
+			t.Errorf("the name %s of an upload cut by the kill cannot be used again: %d %s", name, code, body)
+		}
+	}
+	t.Logf("after the restart: %d apps, each with its chart; %d unfinished intents, taken over", len(apps), len(leftovers))
+	if t.Failed() {
+		t.Logf("logs of the restarted orchestrator: %s", o2.logs())
+	}
 	// The names in flight at the kill can be used again.
 	o2.uploadOK(caPath+"/apps", meta("after-restart"), testenv.Archive(t, "testdata/charts/frontend"))
 	o2.reportRSS(t)

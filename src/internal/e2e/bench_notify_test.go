@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/simcluster"
 	"github.com/argus-mc/argus/src/internal/testenv"
 )
@@ -22,7 +23,9 @@ import (
 // the orchestrator and the name of a frontend pod on cluster1.
 func benchDIG(b *testing.B) (*orch, string) {
 	startMonitors(b, sim)
-	o := startOrchestratorTB(b, testenv.UniqueName("nb"), "/"+testenv.UniqueName("nb"))
+	o := startOrchestratorTB(b, testenv.UniqueName("nb"), "/"+testenv.UniqueName("nb"), func(o *orchestrator.Options) {
+		o.CallbackAllow = []string{"127.0.0.1"} // the benchmark's receiver
+	})
 	onboard(b, o, []any{map[string]any{"app": "frontend", "values": map[string]any{"replicaCount": "2"}}})
 	o.must(202, "POST", digPath+"/approve", nil)
 	o.must(202, "POST", digPath+"/instantiate", nil)

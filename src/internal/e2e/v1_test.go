@@ -22,9 +22,9 @@ func TestV1InstanceLifecycle(t *testing.T) {
 		t.Fatalf("connectivity-info: %d %s", code, body)
 	}
 	o.must(201, "POST", "/v1/rb/definition", map[string]any{"rb-name": "web", "rb-version": "v1", "chart-name": "frontend", "description": "d", "labels": map[string]string{}})
-	o.must(201, "POST", "/v1/rb/definition/web/v1/content", testenv.Archive(t, filepath.Join("testdata/charts", "frontend")))
+	o.must(200, "POST", "/v1/rb/definition/web/v1/content", testenv.Archive(t, filepath.Join("testdata/charts", "frontend")))
 	o.must(201, "POST", "/v1/rb/definition/web/v1/profile", map[string]any{"profile-name": "p1", "release-name": "fw", "namespace": "v1test"})
-	o.must(201, "POST", "/v1/rb/definition/web/v1/profile/p1/content", testenv.ArchiveFiles(t, map[string]string{
+	o.must(200, "POST", "/v1/rb/definition/web/v1/profile/p1/content", testenv.ArchiveFiles(t, map[string]string{
 		"manifest.yaml": "version: v1\ntype:\n  values: values.yaml\n", "values.yaml": "message: from-v1-profile\n"}))
 
 	body := o.must(201, "POST", "/v1/instance", map[string]any{"rb-name": "web", "rb-version": "v1", "profile-name": "p1",
@@ -69,9 +69,9 @@ func TestV1InstanceLifecycle(t *testing.T) {
 		t.Fatalf("profile values: %v %v", cm, err)
 	}
 
-	// In use: the definition cannot go while the instance exists.
-	if code, b := o.call("DELETE", "/v1/rb/definition/web/v1", nil); code != 409 {
-		t.Fatalf("delete rb definition in use: %d %s", code, b)
+	// In use: the cloud region cannot go while the instance exists.
+	if code, b := o.call("DELETE", "/v1/connectivity-info/region1", nil); code != 409 {
+		t.Fatalf("delete a cloud region in use: %d %s", code, b)
 	}
 
 	// Upgrade a value: the Deployment changes in place, its pod keeps running

@@ -15,6 +15,7 @@ var (
 	ErrTooLarge      = errors.New("too large")
 	ErrUnauthorized  = errors.New("unauthorized")
 	ErrUnavailable   = errors.New("unavailable")
+	ErrTimedOut      = errors.New("timed out")
 )
 
 // kindError carries a human message and a kind; Unwrap exposes the kind (and
@@ -73,4 +74,10 @@ func Unauthorized(format string, args ...any) error {
 // Unavailable reports a dependency (a store, a cluster) that cannot be reached now.
 func Unavailable(cause error, format string, args ...any) error {
 	return newf(ErrUnavailable, cause, format, args...)
+}
+
+// TimedOut reports a request the client did not send in time (a body
+// trickled slower than the server's read timeout allows).
+func TimedOut(cause error, format string, args ...any) error {
+	return newf(ErrTimedOut, cause, format, args...)
 }

@@ -55,6 +55,8 @@ func ruleFor(gk schema.GroupKind) rule {
 		return cronJob
 	case schema.GroupKind{Kind: "PersistentVolumeClaim"}:
 		return persistentVolumeClaim
+	case schema.GroupKind{Kind: "PersistentVolume"}:
+		return persistentVolume
 	case schema.GroupKind{Kind: "Service"}:
 		return service
 	case schema.GroupKind{Group: "networking.k8s.io", Kind: "Ingress"}:
@@ -72,7 +74,7 @@ func presentIsReady(gk schema.GroupKind) bool {
 	switch gk.Group {
 	case "":
 		switch gk.Kind {
-		case "ConfigMap", "Secret", "ServiceAccount", "Endpoints", "LimitRange", "ResourceQuota", "PersistentVolume":
+		case "ConfigMap", "Secret", "ServiceAccount", "Endpoints", "LimitRange", "ResourceQuota":
 			return true
 		}
 	case "rbac.authorization.k8s.io", "scheduling.k8s.io", "storage.k8s.io", "admissionregistration.k8s.io", "discovery.k8s.io":

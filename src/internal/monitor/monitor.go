@@ -185,6 +185,10 @@ func (m *Monitor) Run(ctx context.Context) error {
 		})
 	}
 	m.goOwned(func() { m.heartbeat(ctx) })
+	if m.opts.Namespace != "" {
+		// Bundles elsewhere are invisible here, so nothing else can say it.
+		m.log.WithField("namespace", m.opts.Namespace).Warn("watching one namespace only: ResourceBundleStates and namespaced objects in other namespaces are not tracked")
+	}
 	m.log.WithField("workers", m.opts.Workers).Info("monitor running")
 	<-ctx.Done()
 	m.log.Info("monitor stopping")

@@ -5,16 +5,16 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -74,66 +74,77 @@ func Sign(secret string, timestamp int64, body []byte) string {
 	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
 }
 
-// DelivererOptions configures a Deliverer.
+// DelivererOptions configures a Deliverer. The zero value refuses
+// callbacks to loopback, link-local, unspecified, broadcast, multicast and
+// cloud metadata addresses and allows the rest (private ranges included).
 type DelivererOptions struct {
 	// AttemptTimeout bounds each POST; 0 means 10s.
 	AttemptTimeout time.Duration
-	// Allow restricts callbacks (see CheckURL); empty allows every address.
+	// Allow names host names ("hooks.example.com", "*.example.com"),
+	// addresses and CIDRs callbacks may reach although the defaults or a
+	// shorter Deny prefix refuse them. A named host is trusted wherever it
+	// resolves.
 	Allow []string
+	// Deny names host names, addresses and CIDRs callbacks may never
+	// reach, unless a longer Allow prefix takes an address back.
+	Deny []string
+	// Self lists the orchestrator's own listen addresses (host:port, see
+	// SelfAddrs); callbacks never reach them, whatever Allow says.
+	Self []string
+	// Resolver looks callback hosts up when a subscription is checked;
+	// nil means net.DefaultResolver. (Dialing resolves again, and the
+	// address dialed is checked once more.)
+	Resolver Resolver
+}
+
+// Resolver looks host names up; *net.Resolver is one.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 // Deliverer POSTs deliveries with one shared client.
 type Deliverer struct {
-	client  *http.Client
-	timeout time.Duration
-	allow   allowList
+	client   *http.Client
+	timeout  time.Duration
+	policy   *policy
+	resolver Resolver
 }
 
-// NewDeliverer returns a Deliverer whose dialer refuses addresses outside
-// the allow-list, whatever a host name resolves to at delivery time.
+// NewDeliverer returns a Deliverer whose dialer checks every address it
+// connects to against the policy, whatever a host name resolved to when
+// the subscription was made (DNS rebinding).
 func NewDeliverer(opts DelivererOptions) (*Deliverer, error) {
 	if opts.AttemptTimeout == 0 {
 		opts.AttemptTimeout = 10 * time.Second
 	}
-	allow, err := parseAllow(opts.Allow)
+	if opts.Resolver == nil {
+		opts.Resolver = net.DefaultResolver
+	}
+	pol, err := newPolicy(opts.Allow, opts.Deny, opts.Self)
 	if err != nil {
 		return nil, err
 	}
-	dialer := &net.Dialer{Timeout: opts.AttemptTimeout, Control: func(_, address string, _ syscall.RawConn) error {
-		host, _, err := net.SplitHostPort(address)
-		if err != nil {
-			return err
-		}
-		if ip := net.ParseIP(host); ip != nil && !allow.allowsIP(ip) {
-			return fmt.Errorf("%w: %s", ErrNotAllowed, ip)
-		}
-		return nil
-	}}
-	plain := &net.Dialer{Timeout: opts.AttemptTimeout}
+	dialer := &net.Dialer{Timeout: opts.AttemptTimeout, ControlContext: pol.control}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		// A host the allow-list names is allowed wherever it resolves;
-		// any other host only to addresses inside its networks.
-		if named, _ := ctx.Value(namedHostKey{}).(bool); named {
-			return plain.DialContext(ctx, network, addr)
-		}
-		return dialer.DialContext(ctx, network, addr)
-	}
-	transport.Proxy = nil // a proxy would hide the real destination from the allow-list
+	transport.DialContext = dialer.DialContext
+	transport.Proxy = nil // a proxy would hide the real destination from the policy
 	// Many subscriptions commonly share one receiver (an SO, an inventory):
 	// keep enough connections to it warm that a fan-out does not redial.
 	transport.MaxIdleConnsPerHost = 64
 	return &Deliverer{
 		client: &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse // a redirect could lead outside the allow-list
+			// Never followed: a redirect could lead to an address the
+			// policy refuses, and the 3xx is recorded as the answer.
+			return http.ErrUseLastResponse
 		}},
-		timeout: opts.AttemptTimeout,
-		allow:   allow,
+		timeout:  opts.AttemptTimeout,
+		policy:   pol,
+		resolver: opts.Resolver,
 	}, nil
 }
 
 // Deliver makes one attempt. It never holds a lock and always drains and
-// closes the response body.
+// closes the response body, whose content is never kept.
 func (d *Deliverer) Deliver(ctx context.Context, del Delivery) Result {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
@@ -141,8 +152,12 @@ func (d *Deliverer) Deliver(ctx context.Context, del Delivery) Result {
 	if err != nil {
 		return Result{Outcome: Failed, Err: err}
 	}
-	if !d.allow.empty() && d.allow.allowsHost(req.URL.Hostname()) {
-		req = req.WithContext(context.WithValue(ctx, namedHostKey{}, true))
+	trusted, err := d.policy.checkHost(req.URL.Hostname())
+	if err != nil {
+		return Result{Outcome: Failed, Err: err} // retrying cannot make it allowed
+	}
+	if trusted {
+		req = req.WithContext(context.WithValue(ctx, trustedHostKey{}, true))
 	}
 	ts := del.Timestamp.Unix()
 	req.Header.Set("Content-Type", "application/json")
@@ -165,6 +180,44 @@ func (d *Deliverer) Deliver(ctx context.Context, del Delivery) Result {
 	return Result{Outcome: classify(resp.StatusCode), Status: resp.StatusCode}
 }
 
+// Reason says in a few words what an attempt came to, for a
+// subscription's last-error: never the receiver's answer body nor the
+// callback URL (which may carry credentials), only a status code or the
+// kind of failure.
+func Reason(res Result) string {
+	var refused *RefusedError
+	var dns *net.DNSError
+	var netErr net.Error
+	var certErr *tls.CertificateVerificationError
+	var recordErr tls.RecordHeaderError
+	switch err := res.Err; {
+	case err == nil && res.Outcome == Delivered:
+		return ""
+	case err == nil && res.Status >= 300 && res.Status < 400:
+		return "callback answered " + strconv.Itoa(res.Status) + "; redirects are not followed"
+	case err == nil:
+		return "callback answered " + strconv.Itoa(res.Status)
+	case errors.As(err, &refused):
+		return "refused: " + refused.Reason
+	case errors.As(err, &dns):
+		return "cannot resolve the callback host"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return "no answer in time"
+	case errors.As(err, &certErr), errors.As(err, &recordErr):
+		return "TLS handshake failed"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	default:
+		var opErr *net.OpError
+		if errors.As(err, &opErr) {
+			return "connection failed"
+		}
+		return "request failed"
+	}
+}
+
 func classify(code int) Outcome {
 	switch {
 	case code >= 200 && code < 300:
@@ -184,96 +237,68 @@ func Backoff(attempt int) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
-// allowList holds host names (exact, or "*.suffix") and CIDRs.
-type allowList struct {
-	hosts []string
-	nets  []*net.IPNet
-}
-
-func parseAllow(entries []string) (allowList, error) {
-	var a allowList
-	for _, e := range entries {
-		e = strings.TrimSpace(e)
-		if e == "" {
-			continue
-		}
-		if _, n, err := net.ParseCIDR(e); err == nil {
-			a.nets = append(a.nets, n)
-			continue
-		}
-		if ip := net.ParseIP(e); ip != nil {
-			bits := 32
-			if ip.To4() == nil {
-				bits = 128
-			}
-			a.nets = append(a.nets, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
-			continue
-		}
-		a.hosts = append(a.hosts, strings.ToLower(e))
-	}
-	return a, nil
-}
-
-func (a allowList) empty() bool { return len(a.hosts) == 0 && len(a.nets) == 0 }
-
-func (a allowList) allowsIP(ip net.IP) bool {
-	if a.empty() {
-		return true
-	}
-	for _, n := range a.nets {
-		if n.Contains(ip) {
-			return true
-		}
-	}
-	return false
-}
-
-func (a allowList) allowsHost(host string) bool {
-	host = strings.ToLower(host)
-	for _, h := range a.hosts {
-		if h == host || strings.HasPrefix(h, "*.") && strings.HasSuffix(host, h[1:]) {
-			return true
-		}
-	}
-	return false
-}
-
-// CheckURL validates a callback URL: absolute http(s) with a host, and — when
-// the allow-list is not empty — a host named in it, or an address (literal
-// or resolved) inside one of its CIDRs. Violations are errdefs.ErrInvalid.
+// CheckURL validates a callback URL when a subscription is made: absolute
+// http(s) with a host, and a host and addresses the policy allows — an
+// address literal as it stands, a host name by what it resolves to now
+// (the dialer checks again at delivery time). Violations are
+// errdefs.ErrInvalid naming the reason.
 func (d *Deliverer) CheckURL(ctx context.Context, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return errdefs.Invalid("callback-url %q is not an absolute http(s) URL", raw)
 	}
-	if d.allow.empty() || d.allow.allowsHost(u.Hostname()) {
-		return nil
+	port, err := urlPort(u)
+	if err != nil {
+		return errdefs.Invalid("callback-url %q has an invalid port", raw)
 	}
-	ips := []net.IP{net.ParseIP(u.Hostname())}
-	if ips[0] == nil {
-		addrs, err := net.DefaultResolver.LookupIPAddr(ctx, u.Hostname())
-		if err != nil {
-			return errdefs.InvalidWrap(err, "callback-url host %q cannot be resolved", u.Hostname())
-		}
-		ips = ips[:0]
-		for _, a := range addrs {
-			ips = append(ips, a.IP)
-		}
+	host := u.Hostname()
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return refusal(raw, d.policy.checkAddr(ip, port, false))
 	}
-	for _, ip := range ips {
-		if !d.allow.allowsIP(ip) {
-			return errdefs.Invalid("callback-url %q is outside the allowed callback hosts and networks", raw)
-		}
+	trusted, err := d.policy.checkHost(host)
+	if err != nil {
+		return refusal(raw, err)
 	}
-	if len(ips) == 0 {
-		return errdefs.Invalid("callback-url host %q has no address", u.Hostname())
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addrs, err := d.resolver.LookupNetIP(rctx, "ip", normalHost(host))
+	if err != nil && trusted {
+		return nil // named by the operator; the dialer still keeps it off the orchestrator
+	}
+	if err != nil {
+		return errdefs.InvalidWrap(err, "callback-url host %q cannot be resolved", host)
+	}
+	if len(addrs) == 0 {
+		return errdefs.Invalid("callback-url host %q has no address", host)
+	}
+	for _, ip := range addrs {
+		if err := d.policy.checkAddr(ip, port, trusted); err != nil {
+			return refusal(raw, err)
+		}
 	}
 	return nil
 }
 
-// namedHostKey marks a request to a host the allow-list names.
-type namedHostKey struct{}
+func refusal(raw string, err error) error {
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		return errdefs.Invalid("callback-url %q is refused: %s", raw, refused.Reason)
+	}
+	return err
+}
 
-// ErrNotAllowed marks a delivery refused because its address is outside the
-// allow-list.
-var ErrNotAllowed = errors.New("callback address not in the allow-list")
+// urlPort is the port a URL dials: its own, or its scheme's.
+func urlPort(u *url.URL) (uint16, error) {
+	p := u.Port()
+	if p == "" {
+		if u.Scheme == "https" {
+			return 443, nil
+		}
+		return 80, nil
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	return uint16(n), err
+}
+
+// trustedHostKey marks a request to a host --callback-allow names.
+type trustedHostKey struct{}

@@ -5,10 +5,15 @@
 // resourceVersion and managedFields churn is never a change), signed
 // webhook delivery (Deliverer: one shared http.Client, a timeout per
 // attempt, bodies drained and closed, 2xx done, 408/429/5xx/network errors
-// retried, other 4xx failed), capped exponential backoff with jitter, and
-// callback URL checks against an allow-list of hosts and CIDRs, enforced
-// again at dial time so DNS cannot be used to slip past it.
+// retried, other 4xx failed, redirects never followed), capped exponential
+// backoff with jitter, and the callback policy: loopback, link-local,
+// unspecified, broadcast, multicast, cloud metadata and the orchestrator's
+// own addresses are refused unless --callback-allow names them,
+// --callback-deny refuses more, and the check runs when a subscription is
+// made and again in the dialer on the address actually connected to, so
+// DNS cannot be used to slip past it. What a subscription shows of an
+// attempt (Reason) is a status code or a short reason, never a body.
 //
-//	d := notify.NewDeliverer(notify.DelivererOptions{})
+//	d, err := notify.NewDeliverer(notify.DelivererOptions{Allow: []string{"127.0.0.1"}})
 //	res := d.Deliver(ctx, notify.Delivery{URL: u, ID: id, Sequence: 7, Body: payload, Secret: s})
 package notify

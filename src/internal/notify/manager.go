@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -83,12 +84,16 @@ func (s Subscription) Query() url.Values {
 func (s Subscription) hasFilters() bool { return len(s.Query()) > 0 }
 
 // View is a subscription as GET answers it: never the secret, and its
-// delivery state.
+// delivery state. The times and last-notify-status have k8splugin's types:
+// RFC 3339 timestamps (both are the creation time until something
+// happens, as in k8splugin) and the HTTP status of the last answer, 0
+// before the first and 500 for a network failure, as k8splugin records
+// them; delivery.last-error says what failed.
 type View struct {
 	Subscription
-	LastUpdateTime   string       `json:"last-update-time"`
-	LastNotifyTime   string       `json:"last-notify-time"`
-	LastNotifyStatus string       `json:"last-notify-status"`
+	LastUpdateTime   time.Time    `json:"last-update-time"`
+	LastNotifyTime   time.Time    `json:"last-notify-time"`
+	LastNotifyStatus int32        `json:"last-notify-status"`
 	Delivery         DeliveryView `json:"delivery"`
 }
 
@@ -100,15 +105,25 @@ type DeliveryView struct {
 	LastError string `json:"last-error"`
 }
 
+// networkFailure is what k8splugin records as the status of a delivery
+// that got no HTTP answer.
+const networkFailure = 500
+
 func view(sub Subscription, st State) View {
 	sub.Secret = ""
-	v := View{Subscription: sub, LastNotifyStatus: st.LastStatus,
+	v := View{Subscription: sub, LastUpdateTime: st.Created, LastNotifyTime: st.Created,
 		Delivery: DeliveryView{Pending: st.Pending != nil, Sequence: st.Sequence, Attempts: st.Attempts, LastError: st.LastError}}
 	if !st.LastUpdate.IsZero() {
-		v.LastUpdateTime = st.LastUpdate.UTC().Format(time.RFC3339)
+		v.LastUpdateTime = st.LastUpdate
 	}
 	if !st.LastNotify.IsZero() {
-		v.LastNotifyTime = st.LastNotify.UTC().Format(time.RFC3339)
+		v.LastNotifyTime = st.LastNotify
+	}
+	switch code, err := strconv.Atoi(st.LastStatus); {
+	case err == nil:
+		v.LastNotifyStatus = int32(code)
+	case st.LastStatus != "":
+		v.LastNotifyStatus = networkFailure
 	}
 	return v
 }

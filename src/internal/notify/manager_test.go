@@ -58,7 +58,7 @@ func TestResourceKeyRoundTrips(t *testing.T) {
 }
 
 func validator(t testing.TB, allow ...string) *Manager {
-	d, err := NewDeliverer(DelivererOptions{Allow: allow})
+	d, err := NewDeliverer(DelivererOptions{Allow: allow, Deny: []string{"192.168.0.0/16"}, Resolver: testResolver})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,8 @@ func TestValidateFollowsSPEC8(t *testing.T) {
 		"negative":         {dig, Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: ok.CallbackURL, MinNotifyInterval: -1}}, "min-notify-interval"},
 		"not http":         {dig, Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: "ftp://10.1.2.3/x"}}, "http(s)"},
 		"relative":         {dig, Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: "/cb"}}, "http(s)"},
-		"outside":          {dig, Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: "http://192.168.1.1/cb"}}, "outside"},
+		"denied":           {dig, Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: "http://192.168.1.1/cb"}}, "denied by --callback-deny"},
+		"loopback":         {dig, Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: "http://127.0.0.1:2379/cb"}}, "loopback"},
 		"bad filter":       {dig, Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: ok.CallbackURL, Type: "x"}}, "rsync, cluster"},
 		"instance filters": {inst, Subscription{Name: "s", SubscriptionSpec: catalog.SubscriptionSpec{CallbackURL: ok.CallbackURL, App: []string{"a"}}}, "deployment intent group"},
 	} {

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,7 +74,7 @@ func TestDeliverHeadersSignatureAndOutcomes(t *testing.T) {
 		w.WriteHeader(int(code.Load()))
 	}))
 	defer srv.Close()
-	d, err := NewDeliverer(DelivererOptions{})
+	d, err := NewDeliverer(DelivererOptions{Allow: []string{"127.0.0.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,61 +113,239 @@ func TestDeliverTimesOutAndRetries(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
 	defer srv.Close()
 	defer close(release)
-	d, _ := NewDeliverer(DelivererOptions{AttemptTimeout: 200 * time.Millisecond})
+	d, _ := NewDeliverer(DelivererOptions{AttemptTimeout: 200 * time.Millisecond, Allow: []string{"127.0.0.1"}})
 	start := time.Now()
 	res := d.Deliver(context.Background(), Delivery{URL: srv.URL, ID: "x", Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")})
 	if res.Outcome != Retry || res.Err == nil || time.Since(start) > 5*time.Second {
 		t.Fatalf("hanging receiver: %+v after %s", res, time.Since(start))
 	}
+	if r := Reason(res); r != "no answer in time" {
+		t.Fatalf("reason = %q", r)
+	}
 	d.client.CloseIdleConnections()
 }
 
-func TestAllowList(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer srv.Close()
+// fakeResolver answers lookups from a map: unit tests never ask a real
+// DNS server.
+type fakeResolver map[string][]netip.Addr
+
+func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := f[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+var testResolver = fakeResolver{
+	"localhost":         {netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")},
+	"hooks.example.com": {netip.MustParseAddr("203.0.113.7")},
+	"so.internal":       {netip.MustParseAddr("10.1.2.3")},
+	"rebind.example":    {netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("169.254.169.254")},
+	"metadata.internal": {netip.MustParseAddr("169.254.169.254")},
+}
+
+func deliverer(t *testing.T, opts DelivererOptions) *Deliverer {
+	t.Helper()
+	opts.Resolver = testResolver
+	d, err := NewDeliverer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.client.CloseIdleConnections)
+	return d
+}
+
+// The policy's verdicts, checked on addresses and names without dialing
+// anything: SPEC section 8 and issue 14.
+func TestCallbackPolicyAtSubscribeTime(t *testing.T) {
 	ctx := context.Background()
-	open, _ := NewDeliverer(DelivererOptions{})
-	for _, bad := range []string{"ftp://host/x", "/relative", "http://", "not a url"} {
-		if err := open.CheckURL(ctx, bad); !errors.Is(err, errdefs.ErrInvalid) {
-			t.Errorf("CheckURL(%q) = %v", bad, err)
+	def := deliverer(t, DelivererOptions{Self: []string{"10.0.0.5:9015", "127.0.0.1:2379"}})
+	for url, want := range map[string]string{
+		"http://127.0.0.1:2379/x":          "own address",
+		"http://127.0.0.1:8080/x":          "loopback",
+		"http://127.8.9.10/x":              "loopback",
+		"http://[::1]:9015/x":              "loopback",
+		"http://[::ffff:127.0.0.1]/x":      "loopback",
+		"http://0.0.0.0/x":                 "unspecified",
+		"http://0.1.2.3/x":                 "unspecified",
+		"http://[::]/x":                    "unspecified",
+		"http://169.254.169.254/latest":    "link-local",
+		"http://[fe80::1]/x":               "link-local",
+		"http://[fe80::1%25eth0]/x":        "link-local",
+		"http://224.0.0.1/x":               "multicast",
+		"http://239.1.2.3/x":               "multicast",
+		"http://[ff02::1]/x":               "multicast",
+		"http://255.255.255.255/x":         "broadcast",
+		"http://[fd00:ec2::254]/x":         "metadata",
+		"http://100.100.100.200/x":         "metadata",
+		"http://10.0.0.5:9015/x":           "own address",
+		"http://localhost:8080/x":          "loopback",
+		"http://LOCALHOST./x":              "loopback",
+		"http://metadata.internal/x":       "link-local",
+		"http://rebind.example/x":          "link-local",
+		"http://nowhere.example/x":         "cannot be resolved",
+		"ftp://10.0.0.1/x":                 "http(s)",
+		"http://10.0.0.1:99999/x":          "port",
+		"http://10.0.0.5:9016/x":           "",
+		"http://10.1.2.3/x":                "",
+		"http://172.16.0.1/x":              "",
+		"http://192.168.1.1/x":             "",
+		"http://[fd12::1]/x":               "",
+		"http://100.64.0.1/x":              "",
+		"https://hooks.example.com/x":      "",
+		"http://so.internal:8080/notify":   "",
+		"https://203.0.113.7:8443/webhook": "",
+	} {
+		err := def.CheckURL(ctx, url)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s refused: %v", url, err)
+		case want != "" && (!errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: %v, want an invalid error naming %q", url, err, want)
 		}
 	}
-	if err := open.CheckURL(ctx, srv.URL); err != nil {
-		t.Fatalf("empty allow-list refused %s: %v", srv.URL, err)
+}
+
+func TestCallbackAllowAndDeny(t *testing.T) {
+	ctx := context.Background()
+	d := deliverer(t, DelivererOptions{
+		Allow: []string{"127.0.0.1", "10.9.1.0/24", "localhost", "*.trusted.example", "fe80::/10"},
+		Deny:  []string{"10.9.0.0/16", "0.0.0.0/0", "::/0", "so.internal", "*.bad.example"},
+		Self:  []string{"127.0.0.1:9015"},
+	})
+	for url, want := range map[string]string{
+		"http://127.0.0.1:8080/x":     "",            // allowed /32 beats denied /0
+		"http://127.0.0.1:9015/x":     "own address", // never, whatever Allow says
+		"http://localhost:9015/x":     "own address",
+		"http://localhost:8080/x":     "", // a named host is trusted wherever it resolves
+		"http://10.9.1.7/x":           "", // the /24 is longer than the denied /16
+		"http://10.9.2.7/x":           "denied by --callback-deny",
+		"http://192.168.1.1/x":        "denied by --callback-deny", // "only these": deny everything, allow a few
+		"http://[fe80::1]/x":          "",
+		"http://[2001:db8::1]/x":      "denied",
+		"http://so.internal/x":        "host so.internal is denied",
+		"http://a.bad.example/x":      "denied",
+		"http://x.trusted.example/x":  "", // trusted: not even resolved
+		"http://hooks.example.com/x":  "denied by --callback-deny",
+		"http://[::ffff:10.9.1.7]/x":  "",
+		"http://[::ffff:10.9.2.7]/x":  "denied",
+		"http://10.9.1.7:65535/x":     "",
+		"http://[fe80::1%25lo]:1234/": "",
+	} {
+		err := d.CheckURL(ctx, url)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s refused: %v", url, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: %v, want an error naming %q", url, err, want)
+		}
 	}
-	strict, _ := NewDeliverer(DelivererOptions{Allow: []string{"10.0.0.0/8", "*.example.com"}})
-	if err := strict.CheckURL(ctx, srv.URL); !errors.Is(err, errdefs.ErrInvalid) {
-		t.Fatalf("loopback outside the allow-list accepted: %v", err)
+	for _, bad := range [][]string{{"10.0.0.0/33"}, {"a b"}, {"*.*.x"}, {"host:80"}} {
+		if _, err := NewDeliverer(DelivererOptions{Allow: bad}); err == nil {
+			t.Errorf("Allow %q accepted", bad)
+		}
+		if _, err := NewDeliverer(DelivererOptions{Deny: bad}); err == nil {
+			t.Errorf("Deny %q accepted", bad)
+		}
 	}
-	if err := strict.CheckURL(ctx, "https://hooks.example.com/x"); err != nil {
-		t.Fatalf("allowed host refused: %v", err)
+}
+
+// The dialer checks the address it is about to connect to — after DNS, so
+// a name that resolved to an allowed address at subscribe time and to a
+// refused one now is refused. Called directly: nothing is dialed.
+func TestCallbackPolicyAtDialTime(t *testing.T) {
+	d := deliverer(t, DelivererOptions{Allow: []string{"localhost"}, Self: []string{"10.0.0.5:9015"}})
+	plain, trusted := context.Background(), context.WithValue(context.Background(), trustedHostKey{}, true)
+	for _, c := range []struct {
+		ctx     context.Context
+		address string
+		want    string
+	}{
+		{plain, "169.254.169.254:80", "link-local"},
+		{plain, "[fe80::1%eth0]:80", "link-local"},
+		{plain, "224.0.0.251:5353", "multicast"},
+		{plain, "[ff05::2]:80", "multicast"},
+		{plain, "127.0.0.1:2379", "loopback"},
+		{plain, "[::1]:80", "loopback"},
+		{plain, "0.0.0.0:80", "unspecified"},
+		{plain, "10.0.0.5:9015", "own address"},
+		{plain, "10.1.2.3:8080", ""},
+		{plain, "192.168.0.10:443", ""},
+		{plain, "172.31.255.254:80", ""},
+		{plain, "[fd00::1]:80", ""},
+		{plain, "203.0.113.7:443", ""},
+		{trusted, "127.0.0.1:8080", ""},
+		{trusted, "10.0.0.5:9015", "own address"},
+		{plain, "not-an-address", "cannot tell"},
+	} {
+		err := d.policy.control(c.ctx, "tcp", c.address, nil)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s refused: %v", c.address, err)
+		case c.want != "" && (!errors.Is(err, ErrNotAllowed) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want a refusal naming %q", c.address, err, c.want)
+		}
 	}
-	// Enforced again at dial time: a delivery to a refused address fails for good.
-	res := strict.Deliver(ctx, Delivery{URL: srv.URL, ID: "x", Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")})
-	if res.Outcome != Failed || !errors.Is(res.Err, ErrNotAllowed) {
-		t.Fatalf("dial outside the allow-list: %+v", res)
+}
+
+// Deliveries to a refused address fail for good, at dial time, and say
+// why in a few words; allowed loopback receivers are delivered to.
+func TestDeliverEnforcesThePolicy(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/redirect" {
+			http.Redirect(w, r, "http://169.254.169.254/", http.StatusTemporaryRedirect)
+			return
+		}
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte("secret internal detail"))
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	del := func(d *Deliverer, url string) Result {
+		return d.Deliver(ctx, Delivery{URL: url, ID: "x", Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")})
 	}
-	loop, _ := NewDeliverer(DelivererOptions{Allow: []string{"127.0.0.0/8"}})
-	if err := loop.CheckURL(ctx, srv.URL); err != nil {
-		t.Fatalf("allowed CIDR refused: %v", err)
+	def := deliverer(t, DelivererOptions{})
+	res := del(def, srv.URL)
+	if res.Outcome != Failed || !errors.Is(res.Err, ErrNotAllowed) || Reason(res) != "refused: 127.0.0.1 is a loopback address (--callback-allow can allow it)" {
+		t.Fatalf("loopback by default: %+v %q", res, Reason(res))
 	}
-	if res := loop.Deliver(ctx, Delivery{URL: srv.URL, ID: "x", Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")}); res.Outcome != Delivered {
-		t.Fatalf("allowed delivery: %+v", res)
+	loop := deliverer(t, DelivererOptions{Allow: []string{"127.0.0.0/8"}})
+	res = del(loop, srv.URL)
+	if res.Outcome != Failed || res.Status != 400 || Reason(res) != "callback answered 400" {
+		t.Fatalf("allowed receiver: %+v %q", res, Reason(res))
 	}
-	// A host the allow-list names is delivered to wherever it resolves.
-	named, _ := NewDeliverer(DelivererOptions{Allow: []string{"localhost"}})
+	res = del(loop, srv.URL+"/redirect")
+	if res.Status != http.StatusTemporaryRedirect || !strings.Contains(Reason(res), "redirects are not followed") {
+		t.Fatalf("redirect: %+v %q", res, Reason(res))
+	}
+	named := deliverer(t, DelivererOptions{Allow: []string{"localhost"}})
 	local := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)
-	if err := named.CheckURL(ctx, local); err != nil {
-		t.Fatalf("named host refused: %v", err)
-	}
-	if res := named.Deliver(ctx, Delivery{URL: local, ID: "x", Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")}); res.Outcome != Delivered {
+	if res := del(named, local); res.Status != 400 {
 		t.Fatalf("delivery to a named host: %+v", res)
 	}
-	if res := named.Deliver(ctx, Delivery{URL: srv.URL, ID: "x", Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")}); res.Outcome != Failed {
-		t.Fatalf("the same address by another name is not allowed: %+v", res)
+	if res := del(named, srv.URL); res.Outcome != Failed || !errors.Is(res.Err, ErrNotAllowed) {
+		t.Fatalf("the same address by another name is not trusted: %+v", res)
 	}
-	for _, d := range []*Deliverer{open, strict, loop, named} {
-		d.client.CloseIdleConnections()
+	denied := deliverer(t, DelivererOptions{Allow: []string{"127.0.0.1"}, Deny: []string{"localhost"}})
+	if res := del(denied, local); res.Outcome != Failed || !strings.Contains(Reason(res), "host localhost is denied") {
+		t.Fatalf("denied host: %+v %q", res, Reason(res))
+	}
+}
+
+func TestReasonNeverEchoes(t *testing.T) {
+	for res, want := range map[*Result]string{
+		{Outcome: Delivered, Status: 200}:                                          "",
+		{Outcome: Retry, Status: 503}:                                              "callback answered 503",
+		{Outcome: Failed, Status: 302}:                                             "callback answered 302; redirects are not followed",
+		{Outcome: Retry, Err: errors.New(`Post "http://u:p@h/?token=x": EOF`)}:     "request failed",
+		{Outcome: Retry, Err: &net.DNSError{Err: "no such host", Name: "h"}}:       "cannot resolve the callback host",
+		{Outcome: Retry, Err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}: "connection refused",
+		{Outcome: Retry, Err: &net.OpError{Op: "dial", Err: syscall.EHOSTUNREACH}}: "connection failed",
+		{Outcome: Retry, Err: context.DeadlineExceeded}:                            "no answer in time",
+	} {
+		if got := Reason(*res); got != want {
+			t.Errorf("Reason(%+v) = %q, want %q", *res, got, want)
+		}
 	}
 }
 

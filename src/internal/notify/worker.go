@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -40,6 +41,8 @@ type State struct {
 	// Pending is the frozen payload awaiting a 2xx, resent unchanged.
 	Pending *Pending `json:"pending,omitempty"`
 
+	// Created is when the subscription took its first baseline.
+	Created    time.Time `json:"created,omitzero"`
 	LastUpdate time.Time `json:"lastUpdate,omitzero"`
 	LastNotify time.Time `json:"lastNotify,omitzero"`
 	LastStatus string    `json:"lastStatus,omitempty"`
@@ -278,6 +281,9 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 	}
 	_, st.Delivered = Diff(nil, entries, nil)
 	st.Head, st.Pending, st.Rebaseline = headOf(envelope), nil, false
+	if st.Created.IsZero() {
+		st.Created = w.opts.Now().UTC()
+	}
 	if err := w.opts.States.Save(ctx, w.opts.Key, st); err != nil {
 		return st, err
 	}
@@ -379,11 +385,18 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 		if res.Status == 0 {
 			st.LastStatus = "error"
 		}
-		st.LastError = ""
+		// Shown to API callers: a status code or a short reason, never
+		// the receiver's body or the callback URL.
+		st.LastError = Reason(res)
 		if res.Err != nil {
-			st.LastError = res.Err.Error()
-		} else if res.Outcome != Delivered {
-			st.LastError = "callback answered " + strconv.Itoa(res.Status)
+			// The detail is for operators; the URL (which may carry a
+			// token) is left out.
+			detail := res.Err
+			var urlErr *url.Error
+			if errors.As(detail, &urlErr) {
+				detail = urlErr.Err
+			}
+			w.log.WithError(detail).WithField("outcome", res.Outcome.String()).Debug("delivery attempt failed")
 		}
 		w.opts.Metrics.attempt(res.Outcome)
 		switch res.Outcome {

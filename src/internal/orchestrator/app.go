@@ -7,6 +7,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/net/netutil"
 
 	"github.com/argus-mc/argus/src/internal/api"
 	"github.com/argus-mc/argus/src/internal/appcontext"
@@ -23,10 +25,13 @@ import (
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/deploy"
+	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/logicalcloud"
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/reload"
 	"github.com/argus-mc/argus/src/internal/render"
+	"github.com/argus-mc/argus/src/internal/rlimit"
 	"github.com/argus-mc/argus/src/internal/rsync"
 	"github.com/argus-mc/argus/src/internal/status"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
@@ -52,19 +57,33 @@ type Options struct {
 	// MonitorSilentAfter is how long a monitor's Lease may stay unrenewed
 	// before the monitor is Silent; 0 means 30s.
 	MonitorSilentAfter time.Duration
+	// V1CreateWait is how long POST /v1/instance waits for the first
+	// apply to finish before it answers; 0 answers at once.
+	V1CreateWait time.Duration
 	// ShutdownTimeout bounds the graceful drain of HTTP requests; 0 means 4s,
 	// which keeps the whole exit under 5 s.
 	ShutdownTimeout time.Duration
-	// CallbackAllow restricts subscription callbacks to these host names
-	// and CIDRs; empty allows every address.
+	// CallbackAllow names host names, addresses and CIDRs subscription
+	// callbacks may reach although the defaults refuse them (loopback,
+	// link-local, unspecified, broadcast, multicast, cloud metadata); a
+	// named host is trusted wherever it resolves.
 	CallbackAllow []string
+	// CallbackDeny names host names, addresses and CIDRs callbacks may
+	// never reach; between the two lists the longest prefix wins, and deny
+	// wins a tie. Nothing allows the orchestrator's own listen addresses.
+	CallbackDeny []string
+	// KubeconfigAllowProxy accepts proxy-url in cluster kubeconfigs.
+	KubeconfigAllowProxy bool
+	// HTTP bounds client connections and requests; zero values are the
+	// documented defaults.
+	HTTP HTTPOptions
 	// AAI configures the optional AAI inventory sink; off without a URL.
 	AAI AAIOptions
 	// NotifyBackoffBase scales notification retry backoff (tests); 0 is
 	// the documented 1 s base capped at 60 s.
 	NotifyBackoffBase time.Duration
 	// AuthTokenFile names the API bearer token file (one token a line, '#'
-	// comments); "" leaves the API open. /healthz and /readyz are always open.
+	// comments); "" leaves the API open. /healthz, /readyz and /v1/healthcheck are always open.
 	AuthTokenFile string
 	// TLSCertFile and TLSKeyFile, both or neither, make the API serve HTTPS
 	// (TLS 1.2 or later); "" serves plain HTTP.
@@ -82,6 +101,45 @@ type Options struct {
 	Logger *logrus.Logger
 	// Registry for metrics; nil means a fresh one with Go and process collectors.
 	Registry *prometheus.Registry
+}
+
+// HTTPOptions bounds what API clients may hold: connections and the time
+// each part of a request may take (see docs/security.md).
+type HTTPOptions struct {
+	// MaxConnections caps concurrent client connections; more wait in the
+	// listen backlog. 0 means min(4096, a quarter of the open-file limit);
+	// a cap that would leave fewer than 256 descriptors is lowered.
+	MaxConnections int
+	// ReadHeaderTimeout bounds reading a request's headers; 0 means 10s.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, body included; 0 means
+	// 60s (a 64 MiB upload then needs about 1.1 MB/s).
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a request from its headers to the end of the
+	// answer; watch streams are exempt. 0 means 2m.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a kept-alive connection idle this long; 0 means 2m.
+	IdleTimeout time.Duration
+	// StreamWriteTimeout bounds each write of a watch stream; 0 means 30s.
+	StreamWriteTimeout time.Duration
+	// MaxJSONDepth bounds the nesting of JSON bodies; 0 means 64.
+	MaxJSONDepth int
+}
+
+func (h *HTTPOptions) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&h.ReadHeaderTimeout, 10*time.Second)
+	def(&h.ReadTimeout, time.Minute)
+	def(&h.WriteTimeout, 2*time.Minute)
+	def(&h.IdleTimeout, 2*time.Minute)
+	def(&h.StreamWriteTimeout, 30*time.Second)
+	if h.MaxJSONDepth == 0 {
+		h.MaxJSONDepth = api.DefaultMaxJSONDepth
+	}
 }
 
 // AAIOptions configures the AAI sink.
@@ -136,6 +194,14 @@ func New(opts Options) (*App, error) {
 	if opts.ShutdownTimeout == 0 {
 		opts.ShutdownTimeout = 4 * time.Second
 	}
+	opts.HTTP.defaults()
+	h := opts.HTTP
+	if h.MaxConnections < 0 || h.MaxJSONDepth < 0 || min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout) < 0 {
+		return nil, errors.New("orchestrator: connection limits and timeouts cannot be negative")
+	}
+	if err := notify.CheckPolicy(opts.CallbackAllow, opts.CallbackDeny); err != nil {
+		return nil, fmt.Errorf("orchestrator: %w", err)
+	}
 	if opts.Logger == nil {
 		opts.Logger = logging.Discard()
 	}
@@ -183,6 +249,28 @@ func (a *App) Addr() net.Addr {
 // and closes the stores. It returns nil after a clean shutdown.
 func (a *App) Run(ctx context.Context) (err error) {
 	start := time.Now()
+	soft, rerr := rlimit.RaiseNoFile()
+	if rerr != nil {
+		a.log.WithError(rerr).Warn("cannot raise the open-file limit")
+	}
+	maxConns, lowered := rlimit.MaxConnections(a.opts.HTTP.MaxConnections, soft)
+	if lowered {
+		a.log.WithFields(logrus.Fields{"requested": a.opts.HTTP.MaxConnections, "max_connections": maxConns, "open_files": soft}).
+			Warn("--max-connections lowered to keep file descriptors for the stores, clusters and callbacks")
+	}
+	// Listening first: a taken port fails before any store is opened, and
+	// the address is known to the callback policy as the orchestrator's own.
+	// Connections arriving meanwhile wait in the backlog.
+	ln, err := net.Listen("tcp", a.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("orchestrator: listen on %s: %w", a.opts.Listen, err)
+	}
+	serving := false
+	defer func() {
+		if !serving {
+			_ = ln.Close()
+		}
+	}()
 	etcd, mongo, err := a.openStores(ctx)
 	if err != nil {
 		return err
@@ -209,12 +297,13 @@ func (a *App) Run(ctx context.Context) (err error) {
 			"orphans": recovered.Orphans, "lifecycles": recovered.Lifecycles}).Warn("repaired the catalogue after an unclean stop")
 	}
 	contexts := appcontext.New(appcontext.Options{Client: etcd.Client, Prefix: a.opts.EtcdPrefix})
-	clusters := cluster.NewRegistry(cluster.Options{Kubeconfig: func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
+	kubeconfigs := cluster.KubeconfigOptions{AllowProxy: a.opts.KubeconfigAllowProxy}
+	clusters := cluster.NewRegistry(cluster.Options{KubeconfigOptions: kubeconfigs, Kubeconfig: func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
 		if ref.Provider == deploy.V1Provider { // a v1 cloud region
 			return catalog.For[catalog.ConnectivitySpec](cat, catalog.ConnectivityInfos).GetContent(ctx, catalog.Key{ref.Name})
 		}
 		return catalog.For[catalog.Empty](cat, catalog.Clusters).GetContent(ctx, catalog.Key{ref.Provider, ref.Name})
-	}})
+	}, CloudKubeconfig: logicalcloud.Source{Catalog: cat}.ForCluster})
 	engine, err := rsync.New(rsync.Options{Store: contexts, Clusters: clusters, Logger: a.log.WithField("component", "rsync")})
 	if err != nil {
 		return err
@@ -228,7 +317,17 @@ func (a *App) Run(ctx context.Context) (err error) {
 		MemoryLimit: a.opts.Render.MemoryLimit, MaxOutput: a.opts.Render.MaxOutput, MaxRenders: a.opts.Render.MaxRequests,
 		Limits: a.opts.Archive, Metrics: renderMetrics, Logger: a.log.WithField("component", "render")})
 	defer renderer.Close()
-	deployer, err := deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Renderer: renderer,
+	var deployer *deploy.Service
+	issuer, err := logicalcloud.NewIssuer(logicalcloud.IssuerOptions{Clients: clusters, Logger: a.log.WithField("component", "issuer"),
+		// Set before any request is issued: requests come from the deployer.
+		Store: logicalcloud.CertStoreFunc(func(ctx context.Context, req logicalcloud.Request, cert, failure string) error {
+			return deployer.SetCertificate(ctx, req, cert, failure)
+		})})
+	if err != nil {
+		return err
+	}
+	defer issuer.Close()
+	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Renderer: renderer, Issuer: issuer, CreateWait: a.opts.V1CreateWait,
 		Logger: a.log.WithField("component", "deploy")})
 	if err != nil {
 		return err
@@ -236,14 +335,17 @@ func (a *App) Run(ctx context.Context) (err error) {
 	if err := engine.Resume(ctx); err != nil {
 		return fmt.Errorf("orchestrator: resume rsync: %w", err)
 	}
+	if err := deployer.ResumeClouds(ctx); err != nil {
+		return fmt.Errorf("orchestrator: resume logical cloud certificates: %w", err)
+	}
 	watchers, err := watcher.New(watcher.Options{Store: contexts, Clusters: clusters, SilentAfter: a.opts.MonitorSilentAfter,
 		Logger: a.log.WithField("component", "watcher")})
 	if err != nil {
 		return err
 	}
 	cache := appcontext.NewCache(contexts, a.log.WithField("component", "cache"))
-	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter}
-	notifier, err := a.notifier(cat, etcd, reader)
+	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter, Clusters: clusters}
+	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(ln, etcd, mongo))
 	if err != nil {
 		return err
 	}
@@ -273,11 +375,12 @@ func (a *App) Run(ctx context.Context) (err error) {
 	apiOpts := api.Options{
 		Catalog:       cat,
 		Deploy:        deployer,
+		Clouds:        deployer,
 		Instances:     deployer,
 		Status:        reader,
 		Subscriptions: notifier,
 		ClusterInUse: func(ctx context.Context, provider, name string) ([]string, error) {
-			return liveOn(ctx, contexts, cache, appcontext.ClusterRef{Provider: provider, Name: name})
+			return liveOn(ctx, cache, contexts, appcontext.ClusterRef{Provider: provider, Name: name})
 		},
 		ClusterDeleted: func(provider, name string) {
 			ref := appcontext.ClusterRef{Provider: provider, Name: name}
@@ -288,11 +391,14 @@ func (a *App) Run(ctx context.Context) (err error) {
 			"etcd":  etcd.Ping,
 			"mongo": mongo.Ping,
 		},
-		ArchiveLimits: a.opts.Archive,
-		Archives:      renderer,
-		Logger:        a.log.WithField("component", "api"),
-		Registerer:    a.opts.Registry,
-		Gatherer:      a.opts.Registry,
+		ArchiveLimits:      a.opts.Archive,
+		Archives:           renderer,
+		Logger:             a.log.WithField("component", "api"),
+		Registerer:         a.opts.Registry,
+		Gatherer:           a.opts.Registry,
+		Kubeconfig:         kubeconfigs,
+		MaxJSONDepth:       a.opts.HTTP.MaxJSONDepth,
+		StreamWriteTimeout: a.opts.HTTP.StreamWriteTimeout,
 	}
 	if a.tokens != nil { // never a typed nil in the interface
 		apiOpts.Tokens = a.tokens
@@ -302,23 +408,30 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", a.opts.Listen)
+	conns, err := newConnMetrics(a.opts.Registry, maxConns)
 	if err != nil {
-		return fmt.Errorf("orchestrator: listen on %s: %w", a.opts.Listen, err)
+		return err
 	}
 	srv := &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: a.opts.HTTP.ReadHeaderTimeout,
+		ReadTimeout:       a.opts.HTTP.ReadTimeout,
+		WriteTimeout:      a.opts.HTTP.WriteTimeout,
+		IdleTimeout:       a.opts.HTTP.IdleTimeout,
+		ConnState:         conns.track,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          log.New(serverLog{a.log.WithField("component", "http")}, "", 0),
 	}
+	// Connections beyond the cap wait in the kernel's backlog; running out
+	// of descriptors anyway makes Serve back off and retry, never exit.
+	limited := netutil.LimitListener(ln, maxConns)
 	serveErr := make(chan error, 1)
+	serving = true
 	if a.cert != nil {
 		srv.TLSConfig = a.cert.ServerConfig()
-		go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+		go func() { serveErr <- srv.ServeTLS(limited, "", "") }()
 	} else {
-		go func() { serveErr <- srv.Serve(ln) }()
+		go func() { serveErr <- srv.Serve(limited) }()
 	}
 
 	a.mu.Lock()
@@ -326,6 +439,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	a.mu.Unlock()
 	close(a.ready)
 	a.log.WithFields(logrus.Fields{"addr": ln.Addr().String(), "tls": a.cert != nil, "auth": a.tokens != nil,
+		"max_connections": maxConns, "open_files": soft,
 		"startup_ms": time.Since(start).Milliseconds()}).Info("orchestrator serving")
 
 	select {
@@ -346,43 +460,55 @@ func (a *App) Run(ctx context.Context) (err error) {
 	return nil
 }
 
-// liveOn lists the contexts not yet Terminated that place anything on the
-// cluster. The cache answers at once when it knows one; otherwise etcd is
-// read, as the cache may not have seen a context created a moment ago and
-// a cluster must never be deleted from under one.
-func liveOn(ctx context.Context, store *appcontext.Store, cache *appcontext.Cache, ref appcontext.ClusterRef) ([]string, error) {
-	if ids, err := cache.LiveOn(ctx, ref); err != nil || len(ids) > 0 {
-		return ids, err
-	}
-	list, err := store.List(ctx)
+// liveOn lists the contexts still live on a cluster, as etcd has them: the
+// cache may trail etcd by a moment either way (a v1 client deletes its
+// cloud region right after its instance's deletion finished; an instantiate
+// may have recorded a context the cache has not seen yet), and a cluster
+// must never be deleted from under a live context.
+func liveOn(ctx context.Context, cache *appcontext.Cache, contexts *appcontext.Store, ref appcontext.ClusterRef) ([]string, error) {
+	ids, err := cache.LiveOn(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
-	for _, sm := range list {
-		if sm.Status.Status == appcontext.Terminated {
-			continue
-		}
-		c, err := store.Get(ctx, sm.Meta.ID)
+	if len(ids) == 0 { // confirm the absence too, with a range read
+		list, err := contexts.List(ctx)
 		if err != nil {
 			return nil, err
 		}
+		for _, sm := range list {
+			if sm.Status.Status != appcontext.Terminated {
+				ids = append(ids, sm.Meta.ID)
+			}
+		}
+	}
+	var live []string
+	for _, id := range ids {
+		c, err := contexts.Get(ctx, id)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if c.Status.Status == appcontext.Terminated {
+			continue
+		}
 		for _, p := range c.Placements {
 			if p.Cluster == ref {
-				ids = append(ids, sm.Meta.ID)
+				live = append(live, id)
 				break
 			}
 		}
 	}
-	return ids, nil
+	return live, nil
 }
 
 // notifier builds the subscription manager and, when configured, the AAI
 // sink.
-func (a *App) notifier(cat *catalog.Catalog, etcd *etcdstore.Store, reader *status.Reader) (*notify.Manager, error) {
-	deliverer, err := notify.NewDeliverer(notify.DelivererOptions{Allow: a.opts.CallbackAllow})
+func (a *App) notifier(cat *catalog.Catalog, etcd *etcdstore.Store, reader *status.Reader, self []string) (*notify.Manager, error) {
+	deliverer, err := notify.NewDeliverer(notify.DelivererOptions{Allow: a.opts.CallbackAllow, Deny: a.opts.CallbackDeny, Self: self})
 	if err != nil {
-		return nil, fmt.Errorf("orchestrator: callback allow-list: %w", err)
+		return nil, fmt.Errorf("orchestrator: callback policy: %w", err)
 	}
 	metrics, err := notify.NewMetrics(a.opts.Registry)
 	if err != nil {
@@ -480,4 +606,42 @@ func (a *App) openStores(ctx context.Context) (*etcdstore.Store, *mongostore.Sto
 		return nil, nil, errors.Join(etcdErr, mongoErr)
 	}
 	return etcd, mongo, nil
+}
+
+// selfAddrs lists the addresses that reach this process: the API and the
+// embedded stores. Callbacks never go there.
+func selfAddrs(ln net.Listener, etcd *etcdstore.Store, mongo *mongostore.Store) []string {
+	listen := []string{ln.Addr().String()}
+	for _, u := range append(etcd.Endpoints(), mongo.EmbeddedURI()) {
+		if p, err := url.Parse(u); err == nil && p.Host != "" {
+			listen = append(listen, p.Host)
+		}
+	}
+	return notify.SelfAddrs(listen...)
+}
+
+// connMetrics count the API's open connections against the cap.
+type connMetrics struct{ open prometheus.Gauge }
+
+func newConnMetrics(reg prometheus.Registerer, limit int) (*connMetrics, error) {
+	m := &connMetrics{open: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "argus", Subsystem: "http", Name: "open_connections",
+		Help: "API client connections open now."})}
+	capacity := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "argus", Subsystem: "http", Name: "max_connections",
+		Help: "The cap on API client connections; more wait in the listen backlog."})
+	capacity.Set(float64(limit))
+	for _, c := range []prometheus.Collector{m.open, capacity} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("orchestrator: register connection metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *connMetrics) track(_ net.Conn, state http.ConnState) {
+	switch state {
+	case http.StateNew:
+		m.open.Inc()
+	case http.StateClosed, http.StateHijacked:
+		m.open.Dec()
+	}
 }

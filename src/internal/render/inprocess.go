@@ -20,10 +20,14 @@ func (p InProcess) Render(_ context.Context, opts Options) ([]Resource, error) {
 	return Render(opts)
 }
 
-// CheckChart loads a chart archive, as LoadChart does.
-func (p InProcess) CheckChart(_ context.Context, data []byte, chartName string) error {
-	_, err := LoadChart(data, chartName, p.Limits)
-	return err
+// CheckChart loads a chart archive, as LoadChart does, and returns the
+// chart's name.
+func (p InProcess) CheckChart(_ context.Context, data []byte, chartName string) (string, error) {
+	ch, err := LoadChart(data, chartName, p.Limits)
+	if err != nil {
+		return "", err
+	}
+	return ch.Name(), nil
 }
 
 // CheckProfile reads a profile archive, as ProfileValues does.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/argus-mc/argus/src/internal/archive"
@@ -137,23 +139,36 @@ func (p *Pool) Close() {
 // memory or output limit fails with an error that is both ErrLimit and
 // errdefs.ErrInvalid, naming the limit.
 func (p *Pool) Render(ctx context.Context, opts Options) ([]Resource, error) {
-	resp, err := p.do(ctx, request{Op: opRender, ChartName: opts.ChartName, ReleaseName: opts.ReleaseName, Namespace: opts.Namespace,
-		Overrides: opts.Overrides}, opts.Chart, opts.Profile)
+	req := request{Op: opRender, ChartName: opts.ChartName, ReleaseName: opts.ReleaseName, Namespace: opts.Namespace,
+		Overrides: opts.Overrides}
+	if opts.Values != nil {
+		b, err := json.Marshal(opts.Values)
+		if err != nil {
+			return nil, errdefs.InvalidWrap(err, "values")
+		}
+		req.ValuesJSON = b
+	}
+	resp, err := p.do(ctx, req, opts.Chart, opts.Profile)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Resource, 0, len(resp.Resources))
 	for _, r := range resp.Resources {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(r.Manifest); err != nil {
+			return nil, fmt.Errorf("decode a rendered %s %s: %w", r.Kind, r.Name, err)
+		}
 		out = append(out, Resource{GVK: schema.GroupVersionKind{Group: r.Group, Version: r.Version, Kind: r.Kind},
-			Name: r.Name, Namespace: r.Namespace, Manifest: r.Manifest})
+			Name: r.Name, Namespace: r.Namespace, Manifest: r.Manifest, Object: u})
 	}
 	return out, nil
 }
 
-// CheckChart loads a chart archive in a worker, as LoadChart does.
-func (p *Pool) CheckChart(ctx context.Context, data []byte, chartName string) error {
-	_, err := p.do(ctx, request{Op: opChart, ChartName: chartName}, data, nil)
-	return err
+// CheckChart loads a chart archive in a worker, as LoadChart does, and
+// returns the chart's name.
+func (p *Pool) CheckChart(ctx context.Context, data []byte, chartName string) (string, error) {
+	resp, err := p.do(ctx, request{Op: opChart, ChartName: chartName}, data, nil)
+	return resp.ChartName, err
 }
 
 // CheckProfile reads a profile archive in a worker, as ProfileValues does.

@@ -62,8 +62,15 @@ func TestPoolRendersAsInProcess(t *testing.T) {
 			t.Fatalf("resource %d: pool %s %s, in process %s %s", i, got[i].Key(), got[i].Manifest, want[i].Key(), want[i].Manifest)
 		}
 	}
-	if err := p.CheckChart(context.Background(), opts.Chart, ""); err != nil {
-		t.Fatal(err)
+	if name, err := p.CheckChart(context.Background(), opts.Chart, ""); err != nil || name != "web" {
+		t.Fatalf("check chart: %q, %v", name, err)
+	}
+	// A config's values (k8splugin) reach the worker and win over the rest.
+	opts.Values = map[string]any{"replicaCount": 5, "service": map[string]any{"port": 9090}}
+	want, _ = Render(opts)
+	got, err = p.Render(context.Background(), opts)
+	if err != nil || len(got) != len(want) || string(got[2].Manifest) != string(want[2].Manifest) || !strings.Contains(string(got[3].Manifest), `"replicas":5`) {
+		t.Fatalf("with values: %v\n%s", err, Describe(got))
 	}
 }
 
@@ -74,7 +81,7 @@ func TestPoolKeepsErrorKinds(t *testing.T) {
 	if _, err := p.Render(ctx, Options{Chart: chart, Overrides: map[string]string{"replicaCount": "many"}}); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "replicaCount") {
 		t.Fatalf("bad value: %v", err)
 	}
-	if err := p.CheckChart(ctx, []byte("nope"), ""); !errors.Is(err, errdefs.ErrInvalid) {
+	if _, err := p.CheckChart(ctx, []byte("nope"), ""); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("bad chart: %v", err)
 	}
 	if err := p.CheckProfile(ctx, tgz.Files(t, map[string]string{"x": "y"})); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "manifest.yaml") {
@@ -248,7 +255,7 @@ func TestPoolMetrics(t *testing.T) {
 	if _, err := p.Render(ctx, Options{Chart: tgz.Dir(t, "testdata/web")}); err != nil {
 		t.Fatal(err)
 	}
-	_ = p.CheckChart(ctx, []byte("nope"), "")
+	_, _ = p.CheckChart(ctx, []byte("nope"), "")
 	if _, err := p.Render(ctx, Options{Chart: hostile(t, loopSilent)}); !errors.Is(err, ErrLimit) {
 		t.Fatalf("loop: %v", err)
 	}

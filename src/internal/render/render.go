@@ -62,6 +62,9 @@ type Options struct {
 	// MaxOutput bounds the rendered manifests' total size in bytes; 0 means
 	// DefaultMaxOutput.
 	MaxOutput int64
+	// Values, when set, are merged over the profile's values and the
+	// overrides, winning over both (a v1 config's values).
+	Values map[string]any
 }
 
 // Resource is one rendered object, in apply order.
@@ -69,7 +72,8 @@ type Resource struct {
 	GVK       schema.GroupVersionKind
 	Name      string
 	Namespace string // as rendered; "" for cluster-scoped or unspecified
-	// Manifest is the object as JSON.
+	// Manifest is the object as JSON, as rendered; Object is the same
+	// decoded (a caller that changes Object marshals it again).
 	Manifest []byte
 	Object   *unstructured.Unstructured
 }
@@ -250,6 +254,9 @@ func Render(opts Options) ([]Resource, error) {
 	vals, err := Values(profile, opts.Overrides)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Values != nil {
+		vals = chartutil.CoalesceTables(copyMap(opts.Values), vals)
 	}
 	ns := opts.Namespace
 	if ns == "" {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/gob"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"time"
+
+	"helm.sh/helm/v3/pkg/chart"
 
 	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/errdefs"
@@ -46,13 +49,18 @@ type request struct {
 	ReleaseName string
 	Namespace   string
 	Overrides   map[string]string
-	Limits      archive.Limits
-	MaxOutput   int64
+	// ValuesJSON is Options.Values as JSON (gob cannot carry any-typed
+	// maps without registering every type they may hold).
+	ValuesJSON []byte
+	Limits     archive.Limits
+	MaxOutput  int64
 }
 
 // response is what a worker answers.
 type response struct {
 	Resources []wireResource
+	// ChartName is the loaded chart's name (op chart).
+	ChartName string
 	// Error and Kind ("invalid", "toolarge", "limit", "notfound", "") carry
 	// a failure, so the parent rebuilds the same errdefs kind.
 	Error, Kind string
@@ -187,13 +195,22 @@ func handle(req request, chartBlob, profileBlob []byte) (resp response) {
 	switch req.Op {
 	case opPing:
 	case opChart:
-		_, err = LoadChart(chartBlob, req.ChartName, req.Limits)
+		var ch *chart.Chart
+		if ch, err = LoadChart(chartBlob, req.ChartName, req.Limits); err == nil {
+			resp.ChartName = ch.Name()
+		}
 	case opProfile:
 		_, err = ProfileValues(profileBlob, req.Limits)
 	case opRender:
+		var values map[string]any
+		if len(req.ValuesJSON) > 0 {
+			if err := json.Unmarshal(req.ValuesJSON, &values); err != nil {
+				return response{Error: "decode values: " + err.Error()}
+			}
+		}
 		var rs []Resource
 		rs, err = Render(Options{Chart: chartBlob, ChartName: req.ChartName, Profile: profileBlob, ReleaseName: req.ReleaseName,
-			Namespace: req.Namespace, Overrides: req.Overrides, Limits: req.Limits, MaxOutput: req.MaxOutput})
+			Namespace: req.Namespace, Overrides: req.Overrides, Values: values, Limits: req.Limits, MaxOutput: req.MaxOutput})
 		for _, r := range rs {
 			resp.Resources = append(resp.Resources, wireResource{Group: r.GVK.Group, Version: r.GVK.Version, Kind: r.GVK.Kind,
 				Name: r.Name, Namespace: r.Namespace, Manifest: r.Manifest})

@@ -30,9 +30,11 @@ import (
 
 const fieldManager = "argus"
 
-// Clusters gives rsync a client per cluster.
+// Clusters gives rsync a client per cluster, and per cluster and logical
+// cloud for contexts deployed in one.
 type Clusters interface {
 	Client(ctx context.Context, ref appcontext.ClusterRef) (*cluster.Client, error)
+	CloudClient(ctx context.Context, ref appcontext.ClusterRef, cloud cluster.Cloud) (*cluster.Client, error)
 }
 
 // Options configures the Engine. Zero values are the documented defaults,
@@ -366,7 +368,7 @@ func orderForApply(rs []appcontext.Resource) []appcontext.Resource {
 // applyOne applies one resource; it returns Applied, Failed, or Retrying
 // when the cluster cannot be reached.
 func (e *Engine) applyOne(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, r appcontext.Resource, labels map[string]string) (string, error) {
-	client, err := e.opts.Clusters.Client(ctx, p.Cluster)
+	client, err := e.clientFor(ctx, c, p.Cluster)
 	if err != nil {
 		return appcontext.RsyncFailed, err
 	}
@@ -446,7 +448,7 @@ func (e *Engine) ensureNamespace(ctx context.Context, client *cluster.Client, ns
 // monitor's manifests; without it the deployment still succeeds, and the
 // status engine reports the monitor NotInstalled.
 func (e *Engine) applyBundle(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, labels map[string]string, kinds []schema.GroupVersionKind, log *logrus.Entry) {
-	client, err := e.opts.Clusters.Client(ctx, p.Cluster)
+	client, err := e.clientFor(ctx, c, p.Cluster)
 	if err != nil {
 		return
 	}
@@ -548,7 +550,7 @@ func (e *Engine) deleteWithRetry(ctx context.Context, c *appcontext.Context, p *
 }
 
 func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, r appcontext.Resource) (string, error) {
-	client, err := e.opts.Clusters.Client(ctx, p.Cluster)
+	client, err := e.clientFor(ctx, c, p.Cluster)
 	if err != nil {
 		return appcontext.RsyncFailed, err
 	}
@@ -574,7 +576,7 @@ func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcon
 }
 
 func (e *Engine) deleteBundle(ctx context.Context, c *appcontext.Context, p *appcontext.Placement) {
-	client, err := e.opts.Clusters.Client(ctx, p.Cluster)
+	client, err := e.clientFor(ctx, c, p.Cluster)
 	if err != nil {
 		return
 	}

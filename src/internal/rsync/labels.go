@@ -33,6 +33,13 @@ func BundleName(app, statusID string) string {
 	return n
 }
 
+// DecorateInstance adds k8splugin's instance label to a v1 instance's
+// object and to the pod and volume claim templates it carries, as
+// k8splugin does, so k8splugin's clients and tools find them by it.
+func DecorateInstance(obj *unstructured.Unstructured, id string) {
+	decorate(obj, map[string]string{v1alpha1.LabelRBInstanceID: id})
+}
+
 // decorate adds the bundle labels to obj and to the pod and volume claim
 // templates of workloads, so Pods and PVCs they create are tracked too.
 func decorate(obj *unstructured.Unstructured, labels map[string]string) {

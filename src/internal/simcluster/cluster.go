@@ -87,6 +87,7 @@ func (c *Cluster) prepare() error {
 	c.pki = p
 	files := map[string][]byte{
 		"ca.crt":        p.caCert,
+		"ca.key":        p.caKey,
 		"apiserver.crt": p.serverCert,
 		"apiserver.key": p.serverKey,
 		"sa.pub":        p.saPublic,
@@ -136,7 +137,9 @@ func (c *Cluster) apiserverProcess() *process {
 			"--tls-private-key-file=" + c.path("apiserver.key"),
 			"--client-ca-file=" + c.path("ca.crt"),
 			"--token-auth-file=" + c.path("tokens.csv"),
-			"--authorization-mode=AlwaysAllow",
+			// RBAC, as real clusters: a logical cloud's user may only do what
+			// its Roles allow. The admin token is in system:masters.
+			"--authorization-mode=RBAC",
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 			"--service-account-key-file=" + c.path("sa.pub"),
 			"--service-account-signing-key-file=" + c.path("sa.key"),
@@ -161,6 +164,8 @@ func (c *Cluster) componentProcesses() []*process {
 			logPath: c.path("kube-controller-manager.log"),
 			args: []string{kc, "--secure-port=0", "--leader-elect=false", "--cluster-name=" + c.Name,
 				"--service-account-private-key-file=" + c.path("sa.key"), "--root-ca-file=" + c.path("ca.crt"),
+				// The CSR API's signer: approved requests get certificates from the cluster CA.
+				"--cluster-signing-cert-file=" + c.path("ca.crt"), "--cluster-signing-key-file=" + c.path("ca.key"),
 				"--use-service-account-credentials=false", "--kube-api-qps=200", "--kube-api-burst=400",
 				"--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10", "--v=1"},
 		},

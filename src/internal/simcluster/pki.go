@@ -16,9 +16,11 @@ import (
 
 // pki is one cluster's certificates and keys, all PEM-encoded.
 type pki struct {
-	caCert, serverCert, serverKey []byte
-	saPublic, saPrivate           []byte
-	token                         string
+	// caKey signs the certificates kube-controller-manager issues through
+	// the CSR API (logical clouds' users).
+	caCert, caKey, serverCert, serverKey []byte
+	saPublic, saPrivate                  []byte
+	token                                string
 }
 
 // newPKI makes a CA, an API-server serving certificate for loopback and the
@@ -78,6 +80,9 @@ func newPKI() (*pki, error) {
 		caCert:     pemBlock("CERTIFICATE", caDER),
 		serverCert: pemBlock("CERTIFICATE", srvDER),
 		token:      hex.EncodeToString(tok),
+	}
+	if p.caKey, err = ecKeyPEM(caKey); err != nil {
+		return nil, err
 	}
 	if p.serverKey, err = ecKeyPEM(srvKey); err != nil {
 		return nil, err

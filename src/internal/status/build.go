@@ -33,16 +33,56 @@ type State struct {
 	Actions []catalog.StateAction `json:"Actions"`
 }
 
-// Response is a status answer (SPEC section 6).
+// EMCOHeader is the identity as EMCO 22.x and later spell it.
+type EMCOHeader struct {
+	CompositeApp     string `json:"compositeApp,omitempty"`
+	Version          string `json:"compositeAppVersion,omitempty"`
+	CompositeProfile string `json:"compositeProfile,omitempty"`
+	LogicalCloud     string `json:"logicalCloud,omitempty"`
+}
+
+// States is the lifecycle history in EMCO's current shape.
+type States struct {
+	StatusContextID string        `json:"statusctxid"`
+	Actions         []StateAction `json:"actions"`
+}
+
+// StateAction is one entry of States.
+type StateAction struct {
+	State    string    `json:"state"`
+	Instance string    `json:"instance"`
+	Time     time.Time `json:"time"`
+	Revision int64     `json:"revision"`
+}
+
+// EMCO's ready vocabulary: a resource is Ready, NotReady or NotPresent.
+const (
+	EMCOReady    = "Ready"
+	EMCONotReady = "NotReady"
+)
+
+// Response is a status answer (SPEC section 6): the seed fields, and
+// beside them the fields EMCO f12558f answers with: states, deployedStatus
+// and deployedCounts always; readyStatus and readyCounts, which need the
+// clusters' view, for type=cluster (EMCO's status=ready).
 type Response struct {
 	Header
-	State         State          `json:"state"`
-	Status        string         `json:"status,omitempty"`
-	RsyncStatus   map[string]int `json:"rsync-status,omitempty"`
-	ClusterStatus map[string]int `json:"cluster-status,omitempty"`
-	Ready         *bool          `json:"ready,omitempty"`
-	ReadyStatus   map[string]int `json:"ready-status,omitempty"`
-	Apps          []App          `json:"apps,omitempty"`
+	EMCOHeader
+	State           State          `json:"state"`
+	States          States         `json:"states"`
+	Status          string         `json:"status,omitempty"`
+	DeployedStatus  string         `json:"deployedStatus,omitempty"`
+	ReadyStatusEMCO string         `json:"readyStatus,omitempty"`
+	DeployedCounts  map[string]int `json:"deployedCounts,omitempty"`
+	ReadyCounts     map[string]int `json:"readyCounts,omitempty"`
+	RsyncStatus     map[string]int `json:"rsync-status,omitempty"`
+	ClusterStatus   map[string]int `json:"cluster-status,omitempty"`
+	Ready           *bool          `json:"ready,omitempty"`
+	ReadyStatus     map[string]int `json:"ready-status,omitempty"`
+	Apps            []App          `json:"apps,omitempty"`
+	// Cluster is the one cluster a cluster status answer is about (EMCO's
+	// ClusterStatusResult).
+	Cluster *Cluster `json:"cluster,omitempty"`
 }
 
 // App is one app's resources per cluster.
@@ -52,15 +92,18 @@ type App struct {
 	Clusters []Cluster `json:"clusters"`
 }
 
-// Cluster is one app's resources on one cluster.
+// Cluster is one app's resources on one cluster. ClusterProviderEMCO and
+// ReadyStatus are EMCO's spelling of the provider and of connectivity.
 type Cluster struct {
-	ClusterProvider string     `json:"cluster-provider"`
-	Cluster         string     `json:"cluster"`
-	Ready           *bool      `json:"ready,omitempty"`
-	Connectivity    string     `json:"connectivity,omitempty"`
-	Monitor         string     `json:"monitor,omitempty"`
-	LastSeen        string     `json:"last-seen,omitempty"`
-	Resources       []Resource `json:"resources"`
+	ClusterProvider     string     `json:"cluster-provider"`
+	ClusterProviderEMCO string     `json:"clusterProvider"`
+	Cluster             string     `json:"cluster"`
+	Ready               *bool      `json:"ready,omitempty"`
+	ReadyStatus         string     `json:"readyStatus,omitempty"`
+	Connectivity        string     `json:"connectivity,omitempty"`
+	Monitor             string     `json:"monitor,omitempty"`
+	LastSeen            string     `json:"last-seen,omitempty"`
+	Resources           []Resource `json:"resources"`
 }
 
 // GVK is EMCO's spelling.
@@ -70,23 +113,32 @@ type GVK struct {
 	Kind    string `json:"Kind"`
 }
 
-// Resource is one resource's status.
+// Resource is one resource's status. DeployedStatus and ReadyStatusEMCO are
+// EMCO's: the rsync status, and Ready/NotReady/NotPresent.
 type Resource struct {
-	GVK           GVK             `json:"GVK"`
-	Name          string          `json:"name"`
-	Namespace     string          `json:"namespace,omitempty"`
-	RsyncStatus   string          `json:"rsync-status,omitempty"`
-	ClusterStatus string          `json:"cluster-status,omitempty"`
-	ReadyStatus   string          `json:"ready-status,omitempty"`
-	Reason        string          `json:"reason,omitempty"`
-	Detail        json.RawMessage `json:"detail,omitempty"`
+	GVK             GVK             `json:"GVK"`
+	Name            string          `json:"name"`
+	Namespace       string          `json:"namespace,omitempty"`
+	RsyncStatus     string          `json:"rsync-status,omitempty"`
+	ClusterStatus   string          `json:"cluster-status,omitempty"`
+	ReadyStatus     string          `json:"ready-status,omitempty"`
+	Reason          string          `json:"reason,omitempty"`
+	DeployedStatus  string          `json:"deployedStatus,omitempty"`
+	ReadyStatusEMCO string          `json:"readyStatus,omitempty"`
+	Detail          json.RawMessage `json:"detail,omitempty"`
+	// fine is the ready status while the answer is built, whatever the
+	// type (the seed field is dropped from rsync answers).
+	fine string
 }
 
 // Input is everything a status answer is computed from.
 type Input struct {
-	Header  Header
-	State   []catalog.StateAction
-	Context *appcontext.Context // nil before the first instantiation
+	Header Header
+	EMCO   EMCOHeader
+	State  []catalog.StateAction
+	// StatusID is the lifecycle's status context id (EMCO's statusctxid).
+	StatusID string
+	Context  *appcontext.Context // nil before the first instantiation
 	// Clusters are the watchers' cluster states.
 	Clusters map[appcontext.ClusterRef]appcontext.ClusterState
 	// Now and SilentAfter let a reader declare a monitor Silent even when
@@ -103,20 +155,26 @@ type Input struct {
 // Build computes the answer to q.
 func Build(in Input, q Query) Response {
 	in.formatTimes = q.Output != OutputSummary
-	resp := Response{Header: in.Header, State: State{Actions: in.State}}
+	resp := Response{Header: in.Header, EMCOHeader: in.EMCO, State: State{Actions: in.State}, States: states(in.StatusID, in.State)}
 	if resp.State.Actions == nil {
 		resp.State.Actions = []catalog.StateAction{}
+	}
+	if resp.EMCOHeader.CompositeApp == "" {
+		resp.EMCOHeader.CompositeApp, resp.EMCOHeader.Version, resp.EMCOHeader.CompositeProfile = in.Header.CompositeApp, in.Header.Version, in.Header.CompositeProfile
 	}
 	byType := map[string]int{}
 	ready := map[string]int{}
 	presence := map[string]int{}
+	emcoReady := map[string]int{}
 	allReady := true
+	var statuses []health.Status
 	if in.Context != nil {
 		resp.Status = in.Context.Status.Status
+		resp.DeployedStatus = in.Context.Status.Status
 		apps := map[string]*App{}
 		var order []string
 		for _, p := range in.Context.Placements {
-			if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) {
+			if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) || left(p) {
 				continue
 			}
 			c := buildCluster(in, q, p)
@@ -138,9 +196,12 @@ func Build(in Input, q Query) Response {
 			for i := range a.Clusters {
 				c := &a.Clusters[i]
 				for _, r := range c.Resources {
-					if q.Type == TypeRsync {
-						byType[r.RsyncStatus]++
-					} else {
+					if r.DeployedStatus != "" {
+						byType[r.DeployedStatus]++
+					}
+					if q.Type == TypeCluster {
+						emcoReady[r.ReadyStatusEMCO]++
+						statuses = append(statuses, health.Status(r.fine))
 						ready[r.ReadyStatus]++
 						presence[r.ClusterStatus]++
 					}
@@ -148,6 +209,7 @@ func Build(in Input, q Query) Response {
 				if q.Type == TypeCluster {
 					appReady = appReady && *c.Ready
 				}
+				c.strip(q.Type, in.withRsync)
 			}
 			if q.Type == TypeCluster {
 				a.Ready = boolPtr(appReady)
@@ -155,7 +217,14 @@ func Build(in Input, q Query) Response {
 			}
 			resp.Apps = append(resp.Apps, *a)
 		}
+		if q.Type == TypeCluster {
+			resp.ReadyStatusEMCO = EMCONotReady
+			if allReadyOf(statuses) {
+				resp.ReadyStatusEMCO = EMCOReady
+			}
+		}
 	}
+	resp.DeployedCounts, resp.ReadyCounts = byType, emcoReady
 	if q.Type == TypeRsync {
 		resp.RsyncStatus = byType
 	} else {
@@ -168,15 +237,68 @@ func Build(in Input, q Query) Response {
 	return resp
 }
 
-func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
-	c := Cluster{ClusterProvider: p.Cluster.Provider, Cluster: p.Cluster.Name, Resources: make([]Resource, 0, len(p.Resources))}
-	var bundle *v1alpha1.ResourceBundleStateStatus
-	var index map[appcontext.EntryRef]*appcontext.BundleEntry
-	unknownWhy := ""
-	if q.Type == TypeCluster {
-		bundle, index = bundleOf(p)
-		unknownWhy = clusterUnknown(in, p, bundle, &c)
+// left reports a placement an update removed whole and rsync has deleted:
+// history, no longer part of the answer.
+func left(p *appcontext.Placement) bool {
+	for _, r := range p.Resources {
+		if !r.Removed || p.StatusOf(r.Key()).Status != appcontext.RsyncDeleted {
+			return false
+		}
 	}
+	return len(p.Resources) > 0
+}
+
+func allReadyOf(statuses []health.Status) bool {
+	return len(statuses) > 0 && health.Aggregate(statuses...) == health.Ready
+}
+
+// states renders the history in EMCO's shape; an instantiation starts
+// revision 1 and each update adds one, as EMCO counts them.
+func states(statusID string, actions []catalog.StateAction) States {
+	out := States{StatusContextID: statusID, Actions: make([]StateAction, 0, len(actions))}
+	var rev int64
+	for _, a := range actions {
+		switch a.State {
+		case catalog.StateInstantiated:
+			rev = 1
+		case catalog.StateUpdated:
+			rev++
+		}
+		out.Actions = append(out.Actions, StateAction{State: a.State, Instance: a.ContextID, Time: a.TimeStamp, Revision: rev})
+	}
+	return out
+}
+
+// emcoReadiness maps a ready status to EMCO's three values: anything not
+// Ready (Unknown included) is NotReady, never a stale Ready.
+func emcoReadiness(s string) string {
+	switch health.Status(s) {
+	case health.Ready:
+		return EMCOReady
+	case health.NotPresent:
+		return string(health.NotPresent)
+	}
+	return EMCONotReady
+}
+
+// strip drops the rsync status from a cluster answer's seed fields unless
+// asked (notification entries report both views).
+func (c *Cluster) strip(typ string, withRsync bool) {
+	for i := range c.Resources {
+		r := &c.Resources[i]
+		r.fine = ""
+		if typ == TypeCluster && !withRsync {
+			r.RsyncStatus = ""
+		}
+	}
+}
+
+func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
+	c := Cluster{ClusterProvider: p.Cluster.Provider, ClusterProviderEMCO: p.Cluster.Provider, Cluster: p.Cluster.Name,
+		Resources: make([]Resource, 0, len(p.Resources))}
+	bundle, index := bundleOf(p)
+	unknownWhy := clusterUnknown(in, p, bundle, &c)
+	c.ReadyStatus = c.Connectivity
 	statuses := make([]health.Status, 0, len(p.Resources))
 	for _, r := range p.Resources {
 		rs := p.StatusOf(r.Key())
@@ -186,25 +308,33 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 		if !matchResource(q.Resources, r.GVK.Kind, r.Name) {
 			continue
 		}
-		res := Resource{GVK: GVK{r.GVK.Group, r.GVK.Version, r.GVK.Kind}, Name: r.Name, Namespace: r.Namespace}
+		res := Resource{GVK: GVK{r.GVK.Group, r.GVK.Version, r.GVK.Kind}, Name: r.Name, Namespace: r.Namespace,
+			RsyncStatus: rs.Status, DeployedStatus: rs.Status}
 		if res.Namespace == "" && namespaced(r.GVK.Kind) {
 			res.Namespace = in.Context.Meta.Namespace
 		}
 		if q.Type == TypeRsync {
-			res.RsyncStatus = rs.Status
+			// EMCO's status=deployed: no readiness, so no bundle lookups.
 			if q.Output == OutputDetail {
 				res.Detail = json.RawMessage(r.Manifest)
 			}
 			c.Resources = append(c.Resources, res)
 			continue
 		}
-		if in.withRsync {
-			res.RsyncStatus = rs.Status
+		e, found := lookup(index, r.GVK.Group, r.GVK.Kind, res.Namespace, r.Name)
+		if found {
+			res.Namespace = e.Namespace // the cluster's word on scope
 		}
-		e, found := index[appcontext.EntryRef{Group: r.GVK.Group, Kind: r.GVK.Kind, Namespace: res.Namespace, Name: r.Name}]
 		switch {
 		case unknownWhy != "":
 			res.ClusterStatus, res.ReadyStatus, res.Reason = Unknown, string(health.Unknown), unknownWhy
+		case rs.Status == appcontext.RsyncFailed:
+			// Not applied as rendered: whatever the cluster holds (an older
+			// version, or nothing) is not what was asked for.
+			res.ClusterStatus, res.ReadyStatus, res.Reason = NotPresent, string(health.Failed), "apply failed: "+or(rs.Error, "no reason recorded")
+			if found {
+				res.ClusterStatus = Present
+			}
 		case found:
 			res.ClusterStatus, res.ReadyStatus, res.Reason = Present, e.ReadyStatus, e.Reason
 		case unwatched(bundle, r.GVK.Group, r.GVK.Kind) != "":
@@ -212,6 +342,7 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 		default:
 			res.ClusterStatus, res.ReadyStatus, res.Reason = NotPresent, string(health.NotPresent), "not found in the cluster"
 		}
+		res.ReadyStatusEMCO, res.fine = emcoReadiness(res.ReadyStatus), res.ReadyStatus
 		if q.Output == OutputDetail && found && unknownWhy == "" {
 			res.Detail = entryObject(e)
 		}
@@ -225,7 +356,7 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 				continue
 			}
 			res := Resource{GVK: GVK{"", "v1", "Pod"}, Name: e.Name, Namespace: e.Namespace,
-				ClusterStatus: Present, ReadyStatus: e.ReadyStatus, Reason: e.Reason}
+				ClusterStatus: Present, ReadyStatus: e.ReadyStatus, Reason: e.Reason, ReadyStatusEMCO: emcoReadiness(e.ReadyStatus), fine: e.ReadyStatus}
 			if q.Output == OutputDetail {
 				res.Detail = entryObject(e)
 			}
@@ -259,6 +390,8 @@ func clusterUnknown(in Input, p *appcontext.Placement, bundle *v1alpha1.Resource
 		c.Monitor = appcontext.MonitorSilent
 	}
 	switch {
+	case st.Connectivity != appcontext.Available && st.UnusableReason != "":
+		return "cluster unusable: " + st.UnusableReason
 	case st.Connectivity != appcontext.Available:
 		return "cluster unreachable since " + st.UnreachableSince.UTC().Format(time.RFC3339)
 	case c.Monitor == appcontext.MonitorSilent:
@@ -269,6 +402,8 @@ func clusterUnknown(in Input, p *appcontext.Placement, bundle *v1alpha1.Resource
 			why += ": " + st.Reason
 		}
 		return why
+	case bundle == nil && p.Bundle != nil && p.Bundle.Refused != "":
+		return p.Bundle.Refused
 	case bundle == nil:
 		return "no ResourceBundleState received yet"
 	}
@@ -289,6 +424,29 @@ func bundleOf(p *appcontext.Placement) (*v1alpha1.ResourceBundleStateStatus, map
 		return nil, nil
 	}
 	return &st, appcontext.IndexBundle(&st)
+}
+
+// lookup finds a resource's bundle entry. A cluster-scoped object is
+// listed without a namespace whatever its manifest said (charts often set
+// one on every object, and a custom kind's scope is only known to the
+// cluster), so an entry without one is the object too: no kind has both
+// scopes.
+func lookup(index map[appcontext.EntryRef]*appcontext.BundleEntry, group, kind, namespace, name string) (*appcontext.BundleEntry, bool) {
+	if e, ok := index[appcontext.EntryRef{Group: group, Kind: kind, Namespace: namespace, Name: name}]; ok {
+		return e, true
+	}
+	if namespace == "" {
+		return nil, false
+	}
+	e, ok := index[appcontext.EntryRef{Group: group, Kind: kind, Name: name}]
+	return e, ok
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // podEntries lists the bundle's pods, in the bundle's order.

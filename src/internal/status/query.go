@@ -2,6 +2,7 @@ package status
 
 import (
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
@@ -29,12 +30,35 @@ type Query struct {
 	// Instance is set by ?instance=<id>; ListInstances by a bare ?instance.
 	Instance      string
 	ListInstances bool
+	// ListApps, ListClusters and ListResources are EMCO's list queries
+	// (?apps, ?clusters, ?resources), in that precedence.
+	ListApps, ListClusters, ListResources bool
+	// typeGiven records an explicit type or status (a logical cloud's
+	// status defaults to ready, as in EMCO).
+	typeGiven bool
 }
+
+// Query string bounds: a filter is a list a person writes, not a way to
+// make every status answer loop over a megabyte of names.
+const (
+	MaxFilterValues = 256
+	maxFilterValue  = 512
+)
 
 // ParseQuery reads the query parameters; an unknown value is an ErrInvalid
 // error naming the allowed ones.
 func ParseQuery(v url.Values) (Query, error) {
 	q := Query{Type: TypeRsync, Output: OutputAll}
+	for _, name := range []string{"type", "status", "output", "app", "cluster", "resource", "instance"} {
+		if len(v[name]) > MaxFilterValues {
+			return q, errdefs.Invalid("%s has %d values; at most %d are allowed", name, len(v[name]), MaxFilterValues)
+		}
+		for _, val := range v[name] {
+			if len(val) > maxFilterValue {
+				return q, errdefs.Invalid("a %s value is longer than %d bytes", name, maxFilterValue)
+			}
+		}
+	}
 	for _, t := range v["type"] {
 		switch t {
 		case TypeRsync, TypeCluster:
@@ -71,9 +95,15 @@ func ParseQuery(v url.Values) (Query, error) {
 		q.Clusters = append(q.Clusters, ref)
 	}
 	q.Resources = nonEmpty(v["resource"])
+	_, q.ListApps = v["apps"]
+	_, q.ListClusters = v["clusters"]
+	_, q.ListResources = v["resources"]
+	q.typeGiven = len(v["type"])+len(v["status"]) > 0
 	if inst, ok := v["instance"]; ok {
 		if len(inst) == 0 || inst[0] == "" {
 			q.ListInstances = true
+		} else if _, err := strconv.ParseUint(inst[0], 10, 64); err != nil {
+			return q, errdefs.Invalid("instance %q is not a context id (a decimal number)", inst[0])
 		} else {
 			q.Instance = inst[0]
 		}

@@ -5,11 +5,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"slices"
-	"sort"
-	"strings"
 	"time"
-
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
@@ -30,11 +26,14 @@ type Reader struct {
 	// SilentAfter as the watchers use it; 0 means 30s.
 	SilentAfter time.Duration
 	Now         func() time.Time
+	// Clusters answers the v1 queries, which read the cluster itself as
+	// k8splugin's do; nil leaves them unavailable.
+	Clusters Clusters
 }
 
 // base is an Input without a context.
 func (r *Reader) base(header Header, st catalog.DIGState) Input {
-	in := Input{Header: header, State: st.Actions, Now: time.Now(), SilentAfter: r.SilentAfter}
+	in := Input{Header: header, State: st.Actions, StatusID: st.StatusContextID, Now: time.Now(), SilentAfter: r.SilentAfter}
 	if r.Now != nil {
 		in.Now = r.Now()
 	}
@@ -86,6 +85,9 @@ func (r *Reader) DIG(ctx context.Context, dig catalog.Key, v url.Values) (any, e
 	if err != nil {
 		return nil, err
 	}
+	if q.ListApps || q.ListClusters || q.ListResources {
+		return r.lists(ctx, header, st, id, q)
+	}
 	return r.build(ctx, header, st, id, q)
 }
 
@@ -124,6 +126,16 @@ func (r *Reader) build(ctx context.Context, header Header, st catalog.DIGState, 
 // from the cache when it has the context, else read from etcd. f must not
 // keep the input.
 func (r *Reader) withInput(ctx context.Context, header Header, st catalog.DIGState, id string, f func(Input)) error {
+	return r.withInputE(ctx, header, EMCOHeader{}, st, id, f)
+}
+
+// withInputE is withInput with the EMCO header set too.
+func (r *Reader) withInputE(ctx context.Context, header Header, emco EMCOHeader, st catalog.DIGState, id string, f func(Input)) error {
+	g := f
+	f = func(in Input) {
+		in.EMCO = emco
+		g(in)
+	}
 	if r.Cache != nil && id != "" {
 		found := false
 		err := r.Cache.View(ctx, id, func(cx *appcontext.Context, clusters map[appcontext.ClusterRef]appcontext.ClusterState) {
@@ -168,7 +180,16 @@ func (r *Reader) Cluster(ctx context.Context, provider, name string, v url.Value
 	if err != nil {
 		return nil, err
 	}
-	return r.build(ctx, Header{Name: provider + "+" + name}, st, id, q)
+	header := Header{Name: provider + "+" + name}
+	if q.ListApps || q.ListClusters || q.ListResources {
+		return r.lists(ctx, header, st, id, q)
+	}
+	resp, err := r.build(ctx, header, st, id, q)
+	if err == nil && len(resp.Apps) > 0 && len(resp.Apps[0].Clusters) > 0 {
+		c := resp.Apps[0].Clusters[0]
+		resp.Cluster = &c // EMCO's ClusterStatusResult names its one cluster
+	}
+	return resp, err
 }
 
 // InstanceStatus is GET /v1/instance/{id}/status (k8splugin's shape).
@@ -228,58 +249,6 @@ func (r *Reader) Instance(ctx context.Context, id string) (InstanceStatus, error
 		return InstanceStatus{}, err
 	}
 	out.Request = spec.Request
-	out.ResourceCount = len(out.ResourcesStatus)
-	out.Ready = allReady(statuses)
-	return out, nil
-}
-
-// Query answers GET /v1/instance/{id}/query?ApiVersion=&Kind=&Name=&Labels=
-// from the objects the monitor reported for the instance.
-func (r *Reader) Query(ctx context.Context, id string, v url.Values) (InstanceStatus, error) {
-	sel := labels.Everything()
-	if l := v.Get("Labels"); l != "" {
-		var err error
-		if sel, err = labels.Parse(l); err != nil {
-			return InstanceStatus{}, errdefs.InvalidWrap(err, "Labels")
-		}
-	}
-	out := InstanceStatus{ResourcesStatus: []ResourceStatus{}}
-	var statuses []health.Status
-	spec, err := r.instance(ctx, id, func(in Input) {
-		if in.Context == nil {
-			return
-		}
-		for _, p := range in.Context.Placements {
-			if p.Bundle == nil || p.Bundle.Deleted {
-				continue
-			}
-			_, index := bundleOf(p)
-			for _, e := range index {
-				if e.Typed == nil {
-					continue
-				}
-				if (v.Get("ApiVersion") != "" && v.Get("ApiVersion") != e.Typed.APIVersion) || (v.Get("Kind") != "" && v.Get("Kind") != e.Kind) ||
-					(v.Get("Name") != "" && v.Get("Name") != e.Name) || !sel.Matches(labels.Set(e.Labels)) {
-					continue
-				}
-				_, version, found := strings.Cut(e.Typed.APIVersion, "/")
-				if !found {
-					version = e.Typed.APIVersion
-				}
-				out.ResourcesStatus = append(out.ResourcesStatus, ResourceStatus{Name: e.Name, GVK: GVK{e.Group, version, e.Kind},
-					Status: objectOf(*e.Typed), ReadyStatus: e.ReadyStatus, Reason: e.Reason})
-				statuses = append(statuses, health.Status(e.ReadyStatus))
-			}
-		}
-	})
-	if err != nil {
-		return InstanceStatus{}, err
-	}
-	out.Request = spec.Request
-	sort.Slice(out.ResourcesStatus, func(i, j int) bool {
-		a, b := out.ResourcesStatus[i], out.ResourcesStatus[j]
-		return a.GVK.Kind+"/"+a.Name < b.GVK.Kind+"/"+b.Name
-	})
 	out.ResourceCount = len(out.ResourcesStatus)
 	out.Ready = allReady(statuses)
 	return out, nil

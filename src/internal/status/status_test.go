@@ -53,7 +53,7 @@ func fixture() Input {
 	dbRes := []appcontext.Resource{res("apps", "v1", "StatefulSet", "db")}
 	return Input{
 		Header: Header{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", Name: "dig"},
-		State:  []catalog.StateAction{{State: "Instantiated", ContextID: "2755581958183303505", TimeStamp: now.Add(-time.Hour)}},
+		State:  []catalog.StateAction{{State: "Instantiated", ContextID: "2755581958183303505", TimeStamp: now.Add(-time.Hour)}}, StatusID: "2755581958183303505",
 		Context: &appcontext.Context{
 			Meta:   appcontext.Meta{ID: "2755581958183303505", Namespace: "default"},
 			Status: appcontext.Status{Status: appcontext.Instantiated},
@@ -183,14 +183,102 @@ func TestParseQuery(t *testing.T) {
 		t.Fatal("bare instance lists instances")
 	}
 	for vals, want := range map[string]string{
-		"type=nope":      "rsync, cluster",
-		"output=full":    "summary, all, detail",
-		"cluster=edge01": "<provider>+<cluster>",
-		"status=maybe":   "deployed, ready",
+		"type=nope":                       "rsync, cluster",
+		"output=full":                     "summary, all, detail",
+		"cluster=edge01":                  "<provider>+<cluster>",
+		"status=maybe":                    "deployed, ready",
+		"instance=../x":                   "not a context id",
+		"app=" + strings.Repeat("a", 513): "longer than 512",
+		strings.Repeat("app=a&", MaxFilterValues) + "app=b": "at most 256",
 	} {
 		v, _ := url.ParseQuery(vals)
 		if _, err := ParseQuery(v); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want ErrInvalid naming %q", vals, err, want)
 		}
 	}
+}
+
+// A cluster-scoped object is found whatever namespace its manifest named
+// (charts often set one on every object, and a custom kind's scope is the
+// cluster's to know); a resource rsync failed to apply is Failed with the
+// apply error, not "not found".
+func TestClusterScopedAndApplyFailures(t *testing.T) {
+	edge := appcontext.ClusterRef{Provider: "cp", Name: "edge01"}
+	pv := res("", "v1", "PersistentVolume", "data")             // manifest namespace "default"
+	widget := res("example.com", "v1", "ClusterWidget", "w1")   // custom cluster-scoped kind
+	missing := res("widgets.example.com", "v1", "Widget", "w2") // kind not served
+	updated := res("apps", "v1", "Deployment", "web")           // present, but its update failed
+	rs := []appcontext.Resource{pv, widget, missing, updated}
+	bundle := `{"ready":true,"resourceCount":3,"reason":"","observedGeneration":1,"unwatchedKinds":[{"group":"widgets.example.com","version":"v1","kind":"Widget","reason":"kind is not served by the API server"}],
+	 "deploymentStatuses":[{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"default"},"readyStatus":"Ready"}],
+	 "resourceStatuses":[{"group":"","version":"v1","kind":"PersistentVolume","name":"data","object":{"status":{"phase":"Available"}},"readyStatus":"Ready"},
+	                     {"group":"example.com","version":"v1","kind":"ClusterWidget","name":"w1","object":{},"readyStatus":"Ready","reason":"no readiness rule"}]}`
+	in := Input{
+		Header: Header{Name: "i1"},
+		Context: &appcontext.Context{
+			Meta:   appcontext.Meta{ID: "1", Namespace: "default"},
+			Status: appcontext.Status{Status: appcontext.InstantiateFailed},
+			Placements: []*appcontext.Placement{{App: "a", Cluster: edge, Resources: rs,
+				Statuses: map[string]appcontext.ResourceStatus{
+					pv.Key():      {Status: appcontext.RsyncApplied},
+					widget.Key():  {Status: appcontext.RsyncApplied},
+					missing.Key(): {Status: appcontext.RsyncFailed, Error: "kind widgets.example.com/v1, Kind=Widget is not served by the cluster"},
+					updated.Key(): {Status: appcontext.RsyncFailed, Error: "Deployment.apps \"web\" is invalid"},
+				},
+				Bundle: &appcontext.BundleSnapshot{ResourceVersion: "3", Status: json.RawMessage(bundle)}}},
+		},
+		Clusters: map[appcontext.ClusterRef]appcontext.ClusterState{
+			edge: {Connectivity: appcontext.Available, Monitor: appcontext.MonitorRunning, LastSeen: now},
+		},
+		Now: now, SilentAfter: 30 * time.Second,
+	}
+	got := map[string]Resource{}
+	for _, r := range Build(in, Query{Type: TypeCluster}).Apps[0].Clusters[0].Resources {
+		got[r.Name] = r
+	}
+	want := map[string][3]string{ // cluster-status, ready-status, reason fragment
+		"data": {Present, "Ready", ""},
+		"w1":   {Present, "Ready", "no readiness rule"},
+		"w2":   {NotPresent, "Failed", "apply failed: kind widgets.example.com/v1, Kind=Widget is not served"},
+		"web":  {Present, "Failed", "apply failed: Deployment.apps \"web\" is invalid"},
+	}
+	for name, w := range want {
+		r := got[name]
+		if r.ClusterStatus != w[0] || r.ReadyStatus != w[1] || !strings.Contains(r.Reason, w[2]) {
+			t.Errorf("%s: %s/%s %q, want %s/%s containing %q", name, r.ClusterStatus, r.ReadyStatus, r.Reason, w[0], w[1], w[2])
+		}
+	}
+	if got["data"].Namespace != "" {
+		t.Errorf("the PersistentVolume is shown in namespace %q; it has none", got["data"].Namespace)
+	}
+}
+
+// FuzzParseQuery: whatever the query string, parsing never panics, fails
+// only with ErrInvalid, and what it accepts is inside the vocabulary and
+// the bounds.
+func FuzzParseQuery(f *testing.F) {
+	for _, s := range []string{"type=cluster&output=detail&app=a&cluster=cp%2Bc1&resource=Deployment/x", "instance", "instance=123",
+		"status=ready&cluster=cp+c1", "cluster=%zz", "app=&app=%00", "type=rsync&type=cluster"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			return // net/http hands the handler what parsed
+		}
+		q, err := ParseQuery(v)
+		if err != nil {
+			if !errors.Is(err, errdefs.ErrInvalid) {
+				t.Fatalf("%q: error of another kind: %v", raw, err)
+			}
+			return
+		}
+		if (q.Type != TypeRsync && q.Type != TypeCluster) || (q.Output != OutputSummary && q.Output != OutputAll && q.Output != OutputDetail) ||
+			len(q.Apps) > MaxFilterValues || len(q.Clusters) > MaxFilterValues || len(q.Resources) > MaxFilterValues {
+			t.Fatalf("%q: accepted %+v", raw, q)
+		}
+		if q.Instance != "" && strings.Trim(q.Instance, "0123456789") != "" {
+			t.Fatalf("%q: instance %q", raw, q.Instance)
+		}
+	})
 }

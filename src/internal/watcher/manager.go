@@ -49,6 +49,12 @@ type Manager struct {
 	watchers map[appcontext.ClusterRef]*clusterWatcher
 	users    map[appcontext.ClusterRef]map[string]bool // cluster → live context ids
 	wg       sync.WaitGroup
+
+	// placed is what a cluster's bundles may report on: cluster → live
+	// context id → its apps there. Its own lock: watchers read it while
+	// mu may be held waiting for one of them to stop.
+	placedMu sync.RWMutex
+	placed   map[appcontext.ClusterRef]map[string]map[string]bool
 }
 
 // New returns a Manager.
@@ -75,7 +81,7 @@ func New(opts Options) (*Manager, error) {
 		opts.Now = time.Now
 	}
 	return &Manager{opts: opts, log: opts.Logger, watchers: map[appcontext.ClusterRef]*clusterWatcher{},
-		users: map[appcontext.ClusterRef]map[string]bool{}}, nil
+		users: map[appcontext.ClusterRef]map[string]bool{}, placed: map[appcontext.ClusterRef]map[string]map[string]bool{}}, nil
 }
 
 // Run starts watchers for the live contexts and follows context changes
@@ -120,20 +126,22 @@ func live(status string) bool {
 
 func (m *Manager) contextChanged(ctx context.Context, id, status string) {
 	var clusters []appcontext.ClusterRef
+	apps := map[appcontext.ClusterRef]map[string]bool{}
 	if live(status) {
 		c, err := m.opts.Store.Get(ctx, id)
 		if err != nil {
 			m.log.WithError(err).WithField("context", id).Warn("cannot read context")
 			return
 		}
-		seen := map[appcontext.ClusterRef]bool{}
 		for _, p := range c.Placements {
-			if !seen[p.Cluster] {
-				seen[p.Cluster] = true
+			if apps[p.Cluster] == nil {
+				apps[p.Cluster] = map[string]bool{}
 				clusters = append(clusters, p.Cluster)
 			}
+			apps[p.Cluster][p.App] = true
 		}
 	}
+	m.setPlaced(id, apps)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	keep := map[appcontext.ClusterRef]bool{}
@@ -174,6 +182,35 @@ func (m *Manager) startLocked(ctx context.Context, ref appcontext.ClusterRef) {
 		w.run(wctx)
 	}()
 	w.log.Info("watcher started")
+}
+
+// setPlaced records a context's apps per cluster (none once it is no
+// longer live).
+func (m *Manager) setPlaced(id string, apps map[appcontext.ClusterRef]map[string]bool) {
+	m.placedMu.Lock()
+	defer m.placedMu.Unlock()
+	for ref, ids := range m.placed {
+		if _, ok := apps[ref]; !ok {
+			delete(ids, id)
+			if len(ids) == 0 {
+				delete(m.placed, ref)
+			}
+		}
+	}
+	for ref, a := range apps {
+		if m.placed[ref] == nil {
+			m.placed[ref] = map[string]map[string]bool{}
+		}
+		m.placed[ref][id] = a
+	}
+}
+
+// isPlaced reports whether a live context places app on the cluster: the
+// only bundles a cluster may report on.
+func (m *Manager) isPlaced(ref appcontext.ClusterRef, id, app string) bool {
+	m.placedMu.RLock()
+	defer m.placedMu.RUnlock()
+	return m.placed[ref][id][app]
 }
 
 // Forget stops a deleted cluster's watcher.

@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -22,7 +23,12 @@ import (
 	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/backoff"
+	"github.com/argus-mc/argus/src/internal/errdefs"
 )
+
+// errNotPlaced marks a bundle whose labels name no live context placing
+// that app on the watcher's cluster.
+var errNotPlaced = errors.New("no live context places this bundle's app on this cluster")
 
 // clusterWatcher watches one cluster; its goroutines end with its context.
 type clusterWatcher struct {
@@ -62,7 +68,7 @@ func (w *clusterWatcher) run(ctx context.Context) {
 
 	client, err := w.m.opts.Clusters.Client(ctx, w.ref)
 	for attempt := 1; err != nil; attempt++ {
-		w.unreachable(fmt.Errorf("no client: %w", err))
+		w.noClient(err)
 		if !backoff.Sleep(ctx, retryDelay(attempt)) {
 			return
 		}
@@ -130,7 +136,14 @@ func (w *clusterWatcher) processNext(ctx context.Context, queue workqueue.TypedR
 	defer queue.Done(key)
 	if err := w.syncBundle(ctx, key, inf); err != nil {
 		if ctx.Err() == nil {
-			w.log.WithError(err).WithField("bundle", key).Warn("cannot store bundle snapshot; retrying")
+			entry := w.log.WithError(err).WithField("bundle", key)
+			if errors.Is(err, errNotPlaced) {
+				// A context created a moment ago may not be known yet; a
+				// stranger's bundle is retried ever more rarely.
+				entry.Debug("bundle of no context placed here; retrying")
+			} else {
+				entry.Warn("cannot store bundle snapshot; retrying")
+			}
 			queue.AddRateLimited(key)
 		}
 		return true
@@ -166,6 +179,12 @@ func (w *clusterWatcher) syncBundle(ctx context.Context, key string, inf cache.S
 	if id == "" || app == "" {
 		return nil
 	}
+	// The labels name where the snapshot is stored: only a context that
+	// places this app on this cluster may be written to, whatever else a
+	// bundle on the cluster claims.
+	if !w.m.isPlaced(w.ref, id, app) {
+		return fmt.Errorf("%w: context %.40q, app %.60q", errNotPlaced, id, app)
+	}
 	w.mu.Lock()
 	w.bundles[key] = [2]string{id, app}
 	same := w.written[key] == u.GetResourceVersion()
@@ -177,8 +196,12 @@ func (w *clusterWatcher) syncBundle(ctx context.Context, key string, inf cache.S
 	if err != nil {
 		return err
 	}
-	if err := w.m.opts.Store.PutBundle(ctx, id, app, w.ref, appcontext.BundleSnapshot{
-		ResourceVersion: u.GetResourceVersion(), Status: status, Received: w.m.opts.Now().UTC()}); err != nil {
+	snap := appcontext.BundleSnapshot{ResourceVersion: u.GetResourceVersion(), Status: status, Received: w.m.opts.Now().UTC()}
+	if err := checkBundle(status); err != nil {
+		w.log.WithError(err).WithField("bundle", key).Warn("ResourceBundleState refused")
+		snap.Status, snap.Refused = nil, "ResourceBundleState "+key+" refused: "+err.Error()
+	}
+	if err := w.m.opts.Store.PutBundle(ctx, id, app, w.ref, snap); err != nil {
 		return err
 	}
 	w.mu.Lock()
@@ -262,6 +285,25 @@ func (w *clusterWatcher) probe(ctx context.Context, kube kubernetes.Interface) {
 	}
 }
 
+// noClient records why no client could be built: a refused kubeconfig
+// makes the cluster unusable, with the reason in its state; anything else
+// (the catalogue is unreachable) leaves it merely unreachable.
+func (w *clusterWatcher) noClient(err error) {
+	if !errors.Is(err, errdefs.ErrInvalid) {
+		w.unreachable(fmt.Errorf("no client: %w", err))
+		return
+	}
+	w.update(func(s *appcontext.ClusterState) {
+		if s.Connectivity != appcontext.Unreachable {
+			s.Connectivity, s.UnreachableSince = appcontext.Unreachable, w.m.opts.Now().UTC()
+		}
+		if s.UnusableReason != err.Error() {
+			s.UnusableReason = err.Error()
+			w.log.WithError(err).Error("cluster unusable")
+		}
+	})
+}
+
 func (w *clusterWatcher) unreachable(err error) {
 	w.update(func(s *appcontext.ClusterState) {
 		if s.Connectivity != appcontext.Unreachable {
@@ -274,7 +316,7 @@ func (w *clusterWatcher) unreachable(err error) {
 func (w *clusterWatcher) available() {
 	w.update(func(s *appcontext.ClusterState) {
 		if s.Connectivity != appcontext.Available {
-			s.Connectivity, s.UnreachableSince = appcontext.Available, time.Time{}
+			s.Connectivity, s.UnreachableSince, s.UnusableReason = appcontext.Available, time.Time{}, ""
 		}
 	})
 }

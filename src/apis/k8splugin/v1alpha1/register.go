@@ -21,6 +21,9 @@ const (
 	LabelDeploymentID = "emco/deployment-id"
 	LabelContextID    = "argus.io/context-id"
 	LabelApp          = "argus.io/app"
+	// LabelRBInstanceID is k8splugin's own label, which its clients and
+	// tools select a v1 instance's objects by; v1 instances carry it too.
+	LabelRBInstanceID = "k8splugin.io/rb-instance-id"
 )
 
 // GV is k8splugin.io/v1alpha1.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/argus-mc/argus/src/internal/logging"
 )
@@ -49,7 +51,18 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	closing   chan struct{} // closed when Close begins
+	watched   chan struct{} // closed when the failure watch ends
+
+	failMu  sync.Mutex
+	failure error // set once the embedded server has failed
 }
+
+// ErrServerFailed marks an embedded server that stopped on its own: it
+// logged a fatal error (a full disk, no file descriptors left) or stopped
+// serving. The process keeps running and reports it through Ping, so
+// /readyz answers 503 instead of the orchestrator exiting.
+var ErrServerFailed = errors.New("embedded etcd failed")
 
 // Open connects to etcd, starting an embedded server first when no endpoints
 // are configured. It returns once the client can reach the server.
@@ -60,17 +73,24 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.DialTimeout == 0 {
 		opts.DialTimeout = 10 * time.Second
 	}
-	st := &Store{logLevel: zap.NewAtomicLevelAt(zap.ErrorLevel)}
+	st := &Store{logLevel: zap.NewAtomicLevelAt(zap.ErrorLevel), closing: make(chan struct{})}
 	endpoints := opts.Endpoints
 	if len(endpoints) == 0 {
 		if opts.DataDir == "" {
 			return nil, errors.New("etcd: no endpoints and no data dir for the embedded server")
 		}
-		srv, err := startEmbedded(ctx, opts, logging.Zap(opts.Logger, st.logLevel))
+		// etcd ends the process on a fatal or panic log (zap's default); here
+		// the goroutine that logged it ends instead and the store is marked
+		// failed.
+		zl := logging.Zap(opts.Logger, st.logLevel).WithOptions(
+			zap.WithFatalHook(failHook{st}), zap.WithPanicHook(failHook{st}))
+		srv, err := st.guard(func() (*embed.Etcd, error) { return startEmbedded(ctx, opts, zl) })
 		if err != nil {
 			return nil, err
 		}
 		st.server = srv
+		st.watched = make(chan struct{})
+		go st.watch(opts.Logger)
 		for _, u := range srv.Config().AdvertiseClientUrls {
 			st.embedded = append(st.embedded, u.String())
 		}
@@ -100,16 +120,103 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 // Endpoints returns the client URLs of the embedded server (nil when external).
 func (s *Store) Endpoints() []string { return s.embedded }
 
-// Ping performs a linearizable read, as `etcdctl endpoint health` does.
+// Ping performs a linearizable read, as `etcdctl endpoint health` does. An
+// embedded server that failed fails it at once, naming why.
 func (s *Store) Ping(ctx context.Context) error {
+	if err := s.Failure(); err != nil {
+		return err
+	}
 	_, err := s.Client.Get(ctx, "health")
 	return err
+}
+
+// Failure returns why the embedded server failed (ErrServerFailed), or nil.
+func (s *Store) Failure() error {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	return s.failure
+}
+
+func (s *Store) fail(err error) {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	if s.failure == nil {
+		s.failure = fmt.Errorf("%w: %w", ErrServerFailed, err)
+	}
+}
+
+// guard runs start in a goroutine of its own: a fatal log there ends only
+// that goroutine, and the failure it recorded is returned.
+func (s *Store) guard(start func() (*embed.Etcd, error)) (*embed.Etcd, error) {
+	var srv *embed.Etcd
+	var err error
+	done := make(chan struct{})
+	returned := false
+	go func() {
+		defer close(done)
+		srv, err = start()
+		returned = true
+	}()
+	<-done
+	if !returned {
+		return nil, fmt.Errorf("embedded etcd: start: %w", s.Failure())
+	}
+	return srv, err
+}
+
+// watch reports what the embedded server says after it started: a serve
+// error, or the server stopping before Close asked it to.
+func (s *Store) watch(log *logrus.Entry) {
+	defer close(s.watched)
+	errc := s.server.Err()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case err, ok := <-errc:
+			if !ok {
+				errc = nil
+				continue
+			}
+			if err != nil {
+				s.fail(err)
+				log.WithError(err).Error("embedded etcd failed; the orchestrator is not ready until restarted")
+			}
+		case <-s.server.Server.StopNotify():
+			select {
+			case <-s.closing:
+			default:
+				s.fail(errors.New("the server stopped"))
+				log.Error("embedded etcd stopped; the orchestrator is not ready until restarted")
+			}
+			return
+		}
+	}
+}
+
+// failHook is the zap hook for etcd's fatal and panic logs: record the
+// failure and end the goroutine that logged it, never the process.
+type failHook struct{ s *Store }
+
+func (h failHook) OnWrite(ce *zapcore.CheckedEntry, fields []zapcore.Field) {
+	msg := ce.Message
+	for _, f := range fields {
+		if err, ok := f.Interface.(error); ok && f.Type == zapcore.ErrorType {
+			msg += ": " + err.Error()
+		}
+	}
+	h.s.fail(errors.New(msg))
+	runtime.Goexit()
 }
 
 // Close closes the client and stops the embedded server, if any. Calling it
 // again is a no-op that returns the first result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		close(s.closing)
+		if s.watched != nil {
+			<-s.watched
+		}
 		if s.Client != nil {
 			s.closeErr = s.Client.Close()
 		}

@@ -2,10 +2,14 @@ package etcd
 
 import (
 	"context"
+	"errors"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -73,5 +77,36 @@ func TestUnreachableEndpointFails(t *testing.T) {
 	_, err := Open(ctx, Options{Endpoints: []string{"http://127.0.0.1:1"}, DialTimeout: time.Second})
 	if err == nil {
 		t.Fatal("expected an error for an endpoint nobody listens on")
+	}
+}
+
+// A fatal or panic log from the embedded server — what etcd does when it
+// runs out of file descriptors or disk — ends the goroutine that logged
+// it, not the process, and readiness then reports the failure.
+func TestEmbeddedFatalIsReportedNotFatal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := Open(ctx, Options{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, logf := range []func(string, ...zap.Field){st.server.GetLogger().Fatal, st.server.GetLogger().Panic} {
+		done := make(chan bool)
+		go func() {
+			defer close(done)
+			logf("failed to purge wal file", zap.Error(syscall.EMFILE))
+			done <- true // never reached: the hook ends this goroutine
+		}()
+		if <-done {
+			t.Fatal("the goroutine went on after a fatal log")
+		}
+	}
+	err = st.Ping(ctx)
+	if !errors.Is(err, ErrServerFailed) || !strings.Contains(err.Error(), "failed to purge wal file: too many open files") {
+		t.Fatalf("Ping = %v", err)
 	}
 }

@@ -129,7 +129,12 @@ func (s *Store) startEmbedded(opts Options) (string, error) {
 	s.serverDone.Add(1)
 	go func() {
 		defer s.serverDone.Done()
-		_ = f.Run(ctx) // returns nil once ctx is cancelled
+		// Run returns nil once ctx is cancelled. Anything else stops the
+		// server for good: say so; Ping (and /readyz) fail from then on,
+		// and the process keeps running.
+		if err := f.Run(ctx); err != nil && ctx.Err() == nil {
+			opts.Logger.WithError(err).Error("embedded FerretDB stopped; the orchestrator is not ready until restarted")
+		}
 	}()
 	return f.MongoDBURI(), nil
 }

@@ -1,0 +1,243 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gorilla/mux"
+
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/deploy"
+	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/notify"
+)
+
+// Instances runs the v1 instance actions and the config API.
+type Instances interface {
+	CreateInstance(ctx context.Context, req catalog.InstanceRequest) (catalog.InstanceSpec, error)
+	UpgradeInstance(ctx context.Context, id string, req catalog.InstanceRequest) (catalog.InstanceSpec, error)
+	DeleteInstance(ctx context.Context, id string) error
+	GetFullInstance(ctx context.Context, id string) (deploy.FullInstance, error)
+
+	CreateConfig(ctx context.Context, id string, c catalog.ConfigContent) (deploy.ConfigResult, error)
+	UpdateConfig(ctx context.Context, id, name string, c catalog.ConfigContent) (deploy.ConfigResult, error)
+	DeleteConfig(ctx context.Context, id, name string) (deploy.ConfigResult, error)
+	RemoveConfig(ctx context.Context, id, name string) error
+	RollbackConfig(ctx context.Context, id, name, version, tag string) (deploy.ConfigResult, error)
+	TagConfig(ctx context.Context, id, name, tag string) (catalog.ConfigTag, error)
+	ListConfigs(ctx context.Context, id string) ([]deploy.ConfigView, error)
+	GetConfig(ctx context.Context, id, name, version, tag string) (deploy.ConfigView, error)
+	ConfigVersions(ctx context.Context, id, name string) ([]deploy.ConfigView, error)
+	ConfigTags(ctx context.Context, id, name string) ([]catalog.ConfigTag, error)
+}
+
+var _ Instances = (*deploy.Service)(nil)
+
+const (
+	pInstance = "/v1/instance/{instanceID}"
+	pConfigs  = pInstance + "/config"
+	pConfig   = pConfigs + "/{configName}"
+)
+
+// instanceListItem is an instance in a list: k8splugin lists them without
+// their resources.
+type instanceListItem struct {
+	ID          string                  `json:"id"`
+	Request     catalog.InstanceRequest `json:"request"`
+	ReleaseName string                  `json:"release-name"`
+	Namespace   string                  `json:"namespace"`
+}
+
+func (s *server) instanceRoutes(r *mux.Router) {
+	instances := catalog.For[catalog.InstanceSpec](s.opts.Catalog, catalog.Instances)
+	r.HandleFunc("/v1/instance", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		list, err := instances.List(r.Context(), catalog.Key{})
+		if err != nil {
+			return err
+		}
+		q := r.URL.Query()
+		out := []instanceListItem{}
+		for _, i := range list {
+			req := i.Spec.Request
+			if (q.Get("rb-name") == "" || q.Get("rb-name") == req.RBName) && (q.Get("rb-version") == "" || q.Get("rb-version") == req.RBVersion) &&
+				(q.Get("profile-name") == "" || q.Get("profile-name") == req.ProfileName) {
+				out = append(out, instanceListItem{ID: i.Spec.ID, Request: req, ReleaseName: i.Spec.ReleaseName, Namespace: i.Spec.Namespace})
+			}
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	})).Methods(http.MethodGet)
+	if s.opts.Instances == nil {
+		return
+	}
+	inst := s.opts.Instances
+	r.HandleFunc("/v1/instance", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		var req catalog.InstanceRequest
+		if err := s.decodeJSON(w, r, &req); err != nil {
+			return err
+		}
+		spec, err := inst.CreateInstance(r.Context(), req)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, spec)
+		return nil
+	})).Methods(http.MethodPost)
+	r.HandleFunc(pInstance, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		id := mux.Vars(r)["instanceID"]
+		if full, _ := strconv.ParseBool(r.URL.Query().Get("full")); full {
+			v, err := inst.GetFullInstance(r.Context(), id)
+			return answer(w, v, err)
+		}
+		return getSpec(w, r, instances, catalog.Key{id})
+	})).Methods(http.MethodGet)
+	r.HandleFunc(pInstance, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		id := mux.Vars(r)["instanceID"]
+		if err := inst.DeleteInstance(r.Context(), id); err != nil {
+			return err
+		}
+		s.forget(r.Context(), notify.InstanceSubject(id))
+		w.WriteHeader(http.StatusAccepted)
+		return nil
+	})).Methods(http.MethodDelete)
+	r.HandleFunc(pInstance+"/upgrade", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		var req catalog.InstanceRequest
+		if err := s.decodeJSON(w, r, &req); err != nil {
+			return err
+		}
+		spec, err := inst.UpgradeInstance(r.Context(), mux.Vars(r)["instanceID"], req)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, spec)
+		return nil
+	})).Methods(http.MethodPost)
+	s.configRoutes(r, inst)
+}
+
+// rollbackBody is k8splugin's rollback request: a version or a tag.
+type rollbackBody struct {
+	AnyOf struct {
+		ConfigVersion json.RawMessage `json:"config-version"`
+		ConfigTag     string          `json:"config-tag"`
+	} `json:"anyOf"`
+}
+
+// version reads config-version, which k8splugin's clients send as a
+// string ("2") and others as a number.
+func (b rollbackBody) version() (string, error) {
+	raw := strings.TrimSpace(string(b.AnyOf.ConfigVersion))
+	if raw == "" || raw == "null" {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(b.AnyOf.ConfigVersion, &s) == nil {
+		return s, nil
+	}
+	var n uint
+	if err := json.Unmarshal(b.AnyOf.ConfigVersion, &n); err != nil {
+		return "", errdefs.Unprocessable(err, "anyOf.config-version is neither a string nor a number")
+	}
+	return strconv.FormatUint(uint64(n), 10), nil
+}
+
+func (s *server) configRoutes(r *mux.Router, inst Instances) {
+	ids := func(r *http.Request) (string, string) {
+		v := mux.Vars(r)
+		return v["instanceID"], v["configName"]
+	}
+	r.HandleFunc(pConfigs, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		var c catalog.ConfigContent
+		if err := s.decodeJSON(w, r, &c); err != nil {
+			return err
+		}
+		res, err := inst.CreateConfig(r.Context(), mux.Vars(r)["instanceID"], c)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, res)
+		return nil
+	})).Methods(http.MethodPost)
+	r.HandleFunc(pConfigs, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		l, err := inst.ListConfigs(r.Context(), mux.Vars(r)["instanceID"])
+		return answer(w, l, err)
+	})).Methods(http.MethodGet)
+	r.HandleFunc(pConfig, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		id, name := ids(r)
+		v, err := inst.GetConfig(r.Context(), id, name, "", "")
+		return answer(w, v, err)
+	})).Methods(http.MethodGet)
+	r.HandleFunc(pConfig, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		var c catalog.ConfigContent
+		if err := s.decodeJSON(w, r, &c); err != nil {
+			return err
+		}
+		id, name := ids(r)
+		res, err := inst.UpdateConfig(r.Context(), id, name, c)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, res) // as k8splugin answers
+		return nil
+	})).Methods(http.MethodPut)
+	r.HandleFunc(pConfig, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		id, name := ids(r)
+		if err := inst.RemoveConfig(r.Context(), id, name); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusAccepted)
+		return nil
+	})).Methods(http.MethodDelete)
+	r.HandleFunc(pConfig+"/delete", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		id, name := ids(r)
+		res, err := inst.DeleteConfig(r.Context(), id, name)
+		return answer(w, res, err)
+	})).Methods(http.MethodPost)
+	r.HandleFunc(pConfig+"/rollback", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		var b rollbackBody
+		if err := s.decodeJSON(w, r, &b); err != nil {
+			return err
+		}
+		version, err := b.version()
+		if err != nil {
+			return err
+		}
+		id, name := ids(r)
+		res, err := inst.RollbackConfig(r.Context(), id, name, version, b.AnyOf.ConfigTag)
+		return answer(w, res, err)
+	})).Methods(http.MethodPost)
+	r.HandleFunc(pConfig+"/tagit", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		var b struct {
+			TagName string `json:"tag-name"`
+		}
+		if err := s.decodeJSON(w, r, &b); err != nil {
+			return err
+		}
+		id, name := ids(r)
+		t, err := inst.TagConfig(r.Context(), id, name, b.TagName)
+		return answer(w, t, err)
+	})).Methods(http.MethodPost)
+	r.HandleFunc(pConfig+"/tag", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		id, name := ids(r)
+		l, err := inst.ConfigTags(r.Context(), id, name)
+		return answer(w, l, err)
+	})).Methods(http.MethodGet)
+	r.HandleFunc(pConfig+"/tag/{tagName}", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		id, name := ids(r)
+		v, err := inst.GetConfig(r.Context(), id, name, "", mux.Vars(r)["tagName"])
+		return answer(w, v, err)
+	})).Methods(http.MethodGet)
+	r.HandleFunc(pConfig+"/version", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		id, name := ids(r)
+		l, err := inst.ConfigVersions(r.Context(), id, name)
+		return answer(w, l, err)
+	})).Methods(http.MethodGet)
+	r.HandleFunc(pConfig+"/version/{configVersion}", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		id, name := ids(r)
+		v, err := inst.GetConfig(r.Context(), id, name, mux.Vars(r)["configVersion"], "")
+		return answer(w, v, err)
+	})).Methods(http.MethodGet)
+}

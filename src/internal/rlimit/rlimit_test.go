@@ -1,0 +1,43 @@
+package rlimit
+
+import "testing"
+
+func TestMaxConnections(t *testing.T) {
+	for _, c := range []struct {
+		requested int
+		soft      uint64
+		want      int
+		lowered   bool
+	}{
+		{0, 1048576, 4096, false},
+		{0, 20000, 4096, false},
+		{0, 8192, 2048, false},
+		{0, 1024, 256, false},
+		{0, 0, 1024, false},
+		{500, 1024, 500, false},
+		{1000, 1024, 768, true},
+		{100000, 20000, 19744, true},
+		{5, 100, 5, false},
+		{0, 2, 1, false},
+		{7, 0, 7, false},
+	} {
+		got, lowered := MaxConnections(c.requested, c.soft)
+		if got != c.want || lowered != c.lowered {
+			t.Errorf("MaxConnections(%d, %d) = %d, %v; want %d, %v", c.requested, c.soft, got, lowered, c.want, c.lowered)
+		}
+	}
+}
+
+func TestRaiseNoFile(t *testing.T) {
+	soft, err := RaiseNoFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if soft == 0 {
+		t.Skip("no RLIMIT_NOFILE here")
+	}
+	again, err := RaiseNoFile()
+	if err != nil || again != soft {
+		t.Fatalf("second raise: %d %v, want %d", again, err, soft)
+	}
+}

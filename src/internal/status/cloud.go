@@ -1,0 +1,63 @@
+package status
+
+import (
+	"context"
+	"net/url"
+
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/logicalcloud"
+)
+
+// CloudResponse is a logical cloud's status (EMCO's LogicalCloudStatus):
+// the status answer with the clusters of the cloud's pseudo-app
+// "logical-cloud" at the top instead of apps.
+type CloudResponse struct {
+	Response
+	Clusters []Cluster `json:"clusters,omitempty"`
+}
+
+// LogicalCloud answers GET /v2/projects/{p}/logical-clouds/{lc}/status.
+// Without type or status it answers type=cluster (EMCO: status=ready);
+// deployedStatus is the cloud's, which for a standard cloud waits for
+// every cluster to issue its user's certificate.
+func (r *Reader) LogicalCloud(ctx context.Context, key catalog.Key, v url.Values) (any, error) {
+	q, err := ParseQuery(v)
+	if err != nil {
+		return nil, err
+	}
+	if !q.typeGiven {
+		q.Type = TypeCluster
+	}
+	st, err := logicalcloud.ReadState(ctx, r.Catalog, r.Contexts.Get, key)
+	if err != nil {
+		return nil, err
+	}
+	if q.ListInstances {
+		return Instances{Name: key[1], Project: key[0], Instances: append([]string{}, st.Lifecycle.Contexts...)}, nil
+	}
+	id, err := pickInstance(st.Lifecycle, q, "logical cloud")
+	if err != nil {
+		return nil, err
+	}
+	header, emco := Header{Project: key[0], Name: key[1]}, EMCOHeader{LogicalCloud: key[1]}
+	if q.ListApps || q.ListClusters || q.ListResources {
+		var out any
+		err := r.withInputE(ctx, header, emco, st.Lifecycle, id, func(in Input) { out = Lists(in, q) })
+		return out, err
+	}
+	var resp Response
+	if err := r.withInputE(ctx, header, emco, st.Lifecycle, id, func(in Input) { resp = Build(in, q) }); err != nil {
+		return nil, err
+	}
+	out := CloudResponse{Response: resp}
+	if id == st.Lifecycle.ContextID && st.Deployed != "" {
+		out.Status, out.DeployedStatus = st.Deployed, st.Deployed
+	}
+	if len(out.Apps) > 0 {
+		out.Clusters, out.Apps = out.Apps[0].Clusters, nil
+	} else if q.Type == TypeCluster && (out.DeployedStatus == appcontext.Instantiated || out.DeployedStatus == appcontext.Updated) {
+		out.ReadyStatusEMCO = EMCOReady // an admin cloud puts nothing on its clusters
+	}
+	return out, nil
+}

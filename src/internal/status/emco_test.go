@@ -1,0 +1,98 @@
+package status
+
+import (
+	"encoding/json"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/catalog"
+)
+
+func TestEMCOFields(t *testing.T) {
+	for _, typ := range []string{TypeRsync, TypeCluster} {
+		r := Build(fixture(), Query{Type: typ, Output: OutputAll})
+		if r.DeployedStatus != appcontext.Instantiated || r.DeployedCounts[appcontext.RsyncApplied] != 4 || r.States.StatusContextID == "" {
+			t.Errorf("%s: %+v", typ, r)
+		}
+		c := r.Apps[1].Clusters[0]
+		if c.ClusterProviderEMCO != "cp" || c.ReadyStatus != appcontext.Available || c.Resources[0].DeployedStatus != appcontext.RsyncApplied {
+			t.Errorf("%s: cluster %+v", typ, c)
+		}
+		switch typ {
+		case TypeCluster:
+			if r.ReadyStatusEMCO != EMCONotReady || r.ReadyCounts[NotPresent] != 1 || c.Resources[0].ReadyStatusEMCO != EMCONotReady {
+				t.Errorf("cluster answer readiness: %s %v %+v", r.ReadyStatusEMCO, r.ReadyCounts, c.Resources[0])
+			}
+		case TypeRsync: // EMCO's status=deployed: no readiness
+			if r.ReadyStatusEMCO != "" || len(r.ReadyCounts) > 0 || c.Resources[0].ReadyStatus != "" || c.Ready != nil {
+				t.Errorf("rsync answer carries readiness: %+v", c)
+			}
+		}
+	}
+}
+
+func TestReadyWhenAllReady(t *testing.T) {
+	in := fixture()
+	in.Context.Placements = in.Context.Placements[1:2] // sink on edge01
+	q := Query{Type: TypeCluster, Output: OutputAll, Resources: []string{"Service/fw0-sink"}}
+	if r := Build(in, q); r.ReadyStatusEMCO != EMCOReady || r.ReadyCounts[EMCOReady] != 1 {
+		t.Fatalf("a Ready service: %s %v", r.ReadyStatusEMCO, r.ReadyCounts)
+	}
+}
+
+func TestStatesRevisions(t *testing.T) {
+	ts := time.Unix(0, 0).UTC()
+	st := states("1", []catalog.StateAction{{State: "Approved", TimeStamp: ts}, {State: "Instantiated", ContextID: "1"},
+		{State: "Updated", ContextID: "1"}, {State: "Updated", ContextID: "1"}, {State: "Terminated", ContextID: "1"}})
+	var revs []int64
+	for _, a := range st.Actions {
+		revs = append(revs, a.Revision)
+	}
+	if b, _ := json.Marshal(revs); string(b) != "[0,1,2,3,3]" {
+		t.Fatalf("revisions %s", b)
+	}
+}
+
+func TestLists(t *testing.T) {
+	in := fixture()
+	parse := func(s string) Query {
+		q, err := ParseQuery(mustQuery(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q
+	}
+	apps := Lists(in, parse("apps")).(AppsList)
+	if b, _ := json.Marshal(apps.Apps); string(b) != `["db","sink"]` || apps.CompositeApp != "ca" {
+		t.Fatalf("apps: %+v", apps)
+	}
+	cl := Lists(in, parse("clusters&app=sink")).(ClustersByApp)
+	if len(cl.ClustersByApp) != 1 || len(cl.ClustersByApp[0].Clusters) != 2 || cl.ClustersByApp[0].Clusters[1].Cluster != "edge02" {
+		t.Fatalf("clusters: %+v", cl)
+	}
+	res := Lists(in, parse("resources&app=sink&cluster=cp%2Bedge01")).(ResourcesByApp)
+	if len(res.ResourcesByApp) != 1 || len(res.ResourcesByApp[0].Resources) != 3 {
+		t.Fatalf("resources (deployed): %+v", res)
+	}
+	res = Lists(in, parse("resources&app=sink&cluster=cp%2Bedge01&status=ready")).(ResourcesByApp)
+	if len(res.ResourcesByApp[0].Resources) != 5 || res.ResourcesByApp[0].Resources[4].GVK.Kind != "Pod" {
+		t.Fatalf("resources (ready) list no pods: %+v", res)
+	}
+	if q := parse("apps&clusters"); !q.ListApps || !q.ListClusters {
+		t.Fatal("flags not parsed")
+	}
+	var empty Input
+	if b, _ := json.Marshal(Lists(empty, parse("clusters"))); string(b) != `{"clustersByApp":[]}` {
+		t.Fatalf("no context: %s", b)
+	}
+}
+
+func mustQuery(s string) url.Values {
+	v, err := url.ParseQuery(s)
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
