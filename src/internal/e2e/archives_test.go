@@ -446,40 +446,6 @@ func TestEndlessTemplateIsStopped(t *testing.T) {
 	o.reportRSS(t)
 }
 
-// dottedChart has the values EMCO's and k8splugin's examples override with
-// --set keys: image.repository, image.tag, service.port.
-func dottedChart(t *testing.T) []byte {
-	return tgz.FromInside(t, map[string]string{
-		"Chart.yaml":  "apiVersion: v2\nname: web\nversion: 0.1.0\n",
-		"values.yaml": "image:\n  repository: busybox\n  tag: \"1.36\"\nservice:\n  port: 80\n",
-		"templates/deployment.yaml": `apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {{ .Release.Name }}
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app: {{ .Release.Name }}}
-  template:
-    metadata:
-      labels: {app: {{ .Release.Name }}}
-    spec:
-      containers:
-      - name: main
-        image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
-`,
-		"templates/service.yaml": `apiVersion: v1
-kind: Service
-metadata:
-  name: {{ .Release.Name }}
-spec:
-  selector: {app: {{ .Release.Name }}}
-  ports:
-  - port: {{ .Values.service.port }}
-`,
-	})
-}
-
 // checkDeployed waits until the Deployment and Service exist in the cluster
 // with the overridden image and port.
 func checkDeployed(t *testing.T, cl string, ns, name, image string, port int32) {
@@ -504,7 +470,7 @@ func checkDeployed(t *testing.T, cl string, ns, name, image string, port int32) 
 // deployed.
 func TestInsidePackedChartWithDottedOverrides(t *testing.T) {
 	o := startOrchestrator(t, testenv.UniqueName("dot"), "/"+testenv.UniqueName("dot"))
-	chart := dottedChart(t)
+	chart := webChart(t) // image.repository, image.tag, service.port, packed with -C chart .
 	profile := tgz.FromInside(t, map[string]string{
 		"manifest.yaml":        "version: v1\ntype:\n  values: override_values.yaml\n",
 		"override_values.yaml": "image:\n  tag: \"1.37\"\n",
