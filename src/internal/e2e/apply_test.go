@@ -305,3 +305,46 @@ func TestFailedDIGRetriedByUpdate(t *testing.T) {
 		return c.Status.Status == appcontext.Terminated, c.Status.Status
 	})
 }
+
+// An app of 5.4 MB of rendered manifests (six 900 KB ConfigMaps), over
+// three times etcd's request limit, deploys on both clusters.
+func TestFiveMegabyteApp(t *testing.T) {
+	const ns = "apply-e2e-big"
+	cleanupApplyObjects(t, ns)
+	o := startOrchestrator(t, testenv.UniqueName("big"), "/"+testenv.UniqueName("big"))
+	onboardApps(t, o, map[string][]byte{"huge": testenv.ArchiveFiles(t, map[string]string{
+		"huge/Chart.yaml": "apiVersion: v2\nname: huge\nversion: 0.1.0\n",
+		"huge/templates/cms.yaml": `{{- range $i := until 6 }}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: huge-{{ $i }}
+  namespace: ` + ns + `
+data:
+  blob: {{ repeat 921600 "h" | quote }}
+{{- end }}
+`})}, nil)
+	o.must(202, "POST", digPath+"/approve", nil)
+	start := time.Now()
+	o.must(202, "POST", digPath+"/instantiate", nil)
+	id := o.digState().ContextID
+	took := o.waitContext(id, "Instantiated", func(c *appcontext.Context) (bool, string) {
+		ok, desc := allResources(appcontext.RsyncApplied)(c)
+		return ok && c.Status.Status == appcontext.Instantiated, desc
+	})
+	c := mustContext(t, o, id)
+	size := 0
+	for _, r := range c.Placements[0].Resources {
+		size += len(r.Manifest)
+	}
+	t.Logf("an app of %.1f MB of manifests Instantiated on both clusters %s after the call (%s in all)",
+		float64(size)/1e6, took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	if size < 5_000_000 {
+		t.Fatalf("the app is only %d bytes", size)
+	}
+	o.must(202, "POST", digPath+"/terminate", nil)
+	o.waitContext(id, "Terminated", func(c *appcontext.Context) (bool, string) {
+		return c.Status.Status == appcontext.Terminated, c.Status.Status
+	})
+}
