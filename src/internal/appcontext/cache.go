@@ -282,3 +282,25 @@ func (c *Cache) LiveOn(ctx context.Context, ref ClusterRef) ([]string, error) {
 	sort.Strings(ids)
 	return ids, nil
 }
+
+// Groups lists the groups of every context known, once the cache is
+// loaded: what a consumer that keeps state per group catches up on.
+func (c *Cache) Groups(ctx context.Context) ([]string, error) {
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	seen := map[string]bool{}
+	var out []string
+	for _, b := range c.contexts {
+		if g := b.ctx.Meta.Group; g != "" && !seen[g] {
+			seen[g] = true
+			out = append(out, g)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
