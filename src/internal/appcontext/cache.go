@@ -304,3 +304,20 @@ func (c *Cache) Groups(ctx context.Context) ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
+
+// ClusterStates returns a copy of every cluster state the watchers stored,
+// once the cache is loaded.
+func (c *Cache) ClusterStates(ctx context.Context) (map[ClusterRef]ClusterState, error) {
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make(map[ClusterRef]ClusterState, len(c.clusters))
+	for ref, st := range c.clusters {
+		out[ref] = st
+	}
+	return out, nil
+}
