@@ -288,7 +288,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"History": historyAnswer{History: []history.Entry{{Seq: 2, Time: time.Unix(1e9, 0).UTC(), Kind: history.KindResource, Instance: "1",
 			App: "a", ClusterProvider: "cp", Cluster: "c1", Resource: &history.Resource{GVK: status.GVK{Version: "v1", Kind: "ConfigMap"}, Name: "cm", Namespace: "ns"},
 			From: &history.State{RsyncStatus: "Applied", ClusterStatus: "Present", Ready: &yes, ReadyStatus: "Ready"},
-			To: &history.State{RsyncStatus: "Applied", ClusterStatus: "NotPresent", Ready: new(bool), ReadyStatus: "NotPresent"}, Reason: "r"},
+			To:   &history.State{RsyncStatus: "Applied", ClusterStatus: "NotPresent", Ready: new(bool), ReadyStatus: "NotPresent"}, Reason: "r"},
 			{Seq: 1, Time: time.Unix(1e9, 0).UTC(), Kind: history.KindAction, From: &history.State{State: "Approved"}, To: &history.State{State: "Instantiated", Status: "Instantiating"}}}},
 		"Overview": status.Overview{DeploymentIntentGroups: []status.Summary{{Kind: "dig", Project: "p", CompositeApp: "ca", Version: "v1", Name: "dig",
 			StatusURL: "/v2/…/status", State: "Instantiated", Status: "Instantiated", Instance: "1", Ready: false, ReadyStatus: "Pending",

@@ -189,5 +189,5 @@ func diff(c cursor, snap status.Snapshot, now time.Time) []Entry {
 func resourceEntry(k status.ResourceKey, instance, reason string) Entry {
 	return Entry{Kind: KindResource, Instance: instance, App: k.App, ClusterProvider: k.ClusterProvider, Cluster: k.Cluster,
 		Resource: &Resource{GVK: status.GVK{Group: k.Group, Version: k.Version, Kind: k.Kind}, Name: k.Name, Namespace: k.Namespace},
-		Reason: reason}
+		Reason:   reason}
 }

@@ -9,13 +9,16 @@
 //     which groups a batch of etcd events touched), a status memo shared by
 //     every subscription to the same subject and filters, the AAI sink, and
 //     Watch, which follows a subject for a ?watch=true stream.
+//
 //   - Diff computes semantic deltas against per-resource digests of the last
 //     delivered state, so resourceVersion and managedFields churn is never a
 //     change.
+//
 //   - Deliverer sends signed webhooks: one shared http.Client, a timeout per
 //     attempt, bodies drained and closed, 2xx done, 408/429/5xx/network
 //     errors retried with capped exponential backoff and jitter, other 4xx
 //     failed, redirects never followed.
+//
 //   - The callback policy: loopback, link-local, unspecified, broadcast,
 //     multicast, cloud metadata and the orchestrator's own addresses are
 //     refused unless --callback-allow names them, --callback-deny refuses
@@ -24,6 +27,6 @@
 //     slip past it. What a subscription shows of an attempt (Reason) is a
 //     status code or a short reason, never a body.
 //
-//	d, err := notify.NewDeliverer(notify.DelivererOptions{Allow: []string{"127.0.0.1"}})
-//	res := d.Deliver(ctx, notify.Delivery{URL: u, ID: id, Sequence: 7, Body: payload, Secret: s})
+//     d, err := notify.NewDeliverer(notify.DelivererOptions{Allow: []string{"127.0.0.1"}})
+//     res := d.Deliver(ctx, notify.Delivery{URL: u, ID: id, Sequence: 7, Body: payload, Secret: s})
 package notify
