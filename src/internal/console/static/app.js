@@ -394,7 +394,8 @@ function renderResources(page) {
     h('thead', {}, h('tr', {}, ['App', 'Cluster', 'Kind', 'Name', 'rsync', 'Cluster status', 'Ready', 'Reason'].map((c) => h('th', {}, c)))),
     h('tbody', {}, rows.map(({ app, cluster, r }) => {
       const rsync = r.deployedStatus || r['rsync-status'] || '';
-      return h('tr', { 'data-app': app, 'data-cluster': cluster, 'data-kind': r.GVK.Kind, 'data-name': r.name },
+      return h('tr', { 'data-app': app, 'data-cluster': cluster, 'data-kind': r.GVK.Kind, 'data-name': r.name,
+        'data-cluster-status': r['cluster-status'], 'data-ready-status': r['ready-status'] },
         h('td', {}, app), h('td', {}, cluster), h('td', {}, r.GVK.Kind), h('td', {}, r.name),
         h('td', { class: 'rsync-status' }, rsync ? badge(rsync) : '—'),
         h('td', { class: 'cluster-status' }, badge(r['cluster-status'])),
@@ -429,6 +430,7 @@ function renderHistory(page) {
   }
   dom.history.replaceChildren(h('ol', { class: 'timeline', id: 'timeline' }, entries.map((e) =>
     h('li', { 'data-kind': e.kind, 'data-resource': e.resource ? e.resource.GVK.Kind + '/' + e.resource.name : null,
+      'data-cluster': e.resource ? e['cluster-provider'] + '+' + e.cluster : null,
       'data-to': e.to ? (e.to['cluster-status'] || e.to.status || e.to.state || '') : 'gone' },
     h('time', { datetime: e.time }, when(e.time)), describeEntry(e)))));
 }
