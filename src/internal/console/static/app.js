@@ -243,7 +243,8 @@ function overviewRow(s) {
   return h('tr', { 'data-subject': subjectKey(s), 'data-ready': String(s.ready) },
     h('td', {}, s.kind === 'dig' ? 'DIG' : 'instance'),
     h('td', {}, h('a', { href: subjectHref(s), class: 'subject' }, subjectTitle(s))),
-    h('td', {}, s.state ? badge(s.state) : '', ' ', s.status ? badge(s.status) : ''),
+    h('td', {}, s.state ? h('span', { title: 'lifecycle state' }, badge(s.state)) : '', ' ',
+      s.status ? h('span', { title: 'context status' }, badge(s.status)) : ''),
     h('td', { class: 'ready' }, readyBadge(s.ready, s['ready-status'])),
     h('td', {}, s['ready-count'] + ' / ' + s.total),
     h('td', {}, chips),
@@ -416,8 +417,12 @@ function describeEntry(e) {
   if (e.kind === 'resource') what = e.resource.GVK.Kind + '/' + e.resource.name + ' (' + e.app + ' on ' + e['cluster-provider'] + '+' + e.cluster + ')';
   else if (e.kind === 'action') what = 'action';
   else what = 'status';
-  const t = e.to ? (e.kind === 'resource' ? e.to['ready-status'] : (e.to.state || (e.to.ready ? 'Ready' : e.to.status))) : 'Deleted';
-  return h('span', {}, badge(t), ' ', what + ': ' + side(e.from) + ' → ' + side(e.to), e.reason ? h('span', { class: 'muted' }, ' — ' + e.reason) : '');
+  let b;
+  if (!e.to) b = badge('gone', 'unk');
+  else if (e.kind === 'resource') b = badge(e.to['ready-status']);
+  else if (e.kind === 'action') b = badge(e.to.state);
+  else b = e.to.ready ? badge('Ready', 'ok') : badge(e.to.status, tone(e.to.status) === 'ok' ? 'warn' : tone(e.to.status));
+  return h('span', {}, b, ' ', what + ': ' + side(e.from) + ' → ' + side(e.to), e.reason ? h('span', { class: 'muted' }, ' — ' + e.reason) : '');
 }
 
 function renderHistory(page) {
