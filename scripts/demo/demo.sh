@@ -59,9 +59,11 @@ step_began=0
 table_steps=()
 table_results=()
 table_times=()
+# step TITLE SHORT: starts a step; SHORT names it in the final table.
 step() {
     step_no=$((step_no + 1))
     step_name=$1
+    step_short=${2:-$1}
     step_began=$SECONDS
     printf '\n[%d/%d] %s\n' "$step_no" "$total_steps" "$1"
 }
@@ -70,7 +72,7 @@ step() {
 done_step() {
     local took=$((SECONDS - step_began))
     printf '  => %s  (%ss)\n' "$1" "$took"
-    table_steps+=("$step_name")
+    table_steps+=("$step_short")
     table_results+=("$1")
     table_times+=("$took")
 }
@@ -81,9 +83,9 @@ verbose() { [ "$DEMO_VERBOSE" = 1 ]; }
 summary_table() {
     local i
     echo
-    printf '  %-4s %-44s %-58s %s\n' step what result time
+    printf '  %-4s %-14s %-70s %s\n' step what result time
     for i in "${!table_steps[@]}"; do
-        printf '  %-4s %-44.44s %-58.58s %ss\n' "$((i + 1))" "${table_steps[i]}" "${table_results[i]}" "${table_times[i]}"
+        printf '  %-4s %-14s %-70.70s %4ss\n' "$((i + 1))" "${table_steps[i]}" "${table_results[i]}" "${table_times[i]}"
     done
 }
 
@@ -208,7 +210,7 @@ summary_ready() { [ "$(status 'type=cluster&output=summary' | field ready)" = "$
 
 # ---- 1: build ---------------------------------------------------------------
 
-step "checking ports and building (make build sim)"
+step "checking ports and building (make build sim)" "build"
 build_pid=""
 for port in "$DEMO_PORT" "$DEMO_MONITOR_PORT" "$((DEMO_MONITOR_PORT + 1))" "$DEMO_RECEIVER_PORT"; do
     if port_in_use "$port"; then
@@ -250,7 +252,7 @@ fi
 
 # ---- 2: clusters --------------------------------------------------------------
 
-step "starting ${#clusters[@]} simulated clusters"
+step "starting ${#clusters[@]} simulated clusters" "clusters"
 start simcluster "$logs/simcluster.log" "$sc" up --clusters "${#clusters[@]}" --nodes "$DEMO_NODES" --dir "$DEMO_DIR/clusters"
 wait_until 240 "the clusters serve (file $DEMO_DIR/clusters/ready)" "$proc" test -e "$DEMO_DIR/clusters/ready"
 for c in "${clusters[@]}"; do
@@ -261,7 +263,7 @@ done_step "${#clusters[@]} clusters serving, $DEMO_NODES fake nodes each"
 
 # ---- 3: monitors ----------------------------------------------------------------
 
-step "installing the monitor's CRD and RBAC and starting one monitor per cluster"
+step "installing the monitor's CRD and RBAC and starting one monitor per cluster" "monitors"
 manifests=deployments/kubernetes/monitor
 for i in "${!clusters[@]}"; do
     c=${clusters[i]}
@@ -283,7 +285,7 @@ done_step "CRD installed and a monitor running on each of ${#clusters[@]} cluste
 
 # ---- 4: orchestrator --------------------------------------------------------------
 
-step "starting the orchestrator on embedded etcd and MongoDB-wire stores"
+step "starting the orchestrator on embedded etcd and MongoDB-wire stores" "orchestrator"
 # The demo's receiver listens on loopback, which callbacks may not reach by
 # default (docs/security.md): allow exactly that address.
 start orchestrator "$logs/orchestrator.log" "$bin/orchestrator" --data-dir "$DEMO_DIR/argus-data" \
@@ -295,7 +297,7 @@ done_step "orchestrator ready on embedded etcd and FerretDB"
 
 # ---- 5: onboard -------------------------------------------------------------------
 
-step "onboarding the sample app through the v2 API (scripts/demo/onboard.sh)"
+step "onboarding the sample app through the v2 API (scripts/demo/onboard.sh)" "onboard"
 onboard_args=()
 for c in "${clusters[@]}"; do onboard_args+=("$c=$DEMO_DIR/clusters/$c/kubeconfig"); done
 if ! ARGUS_URL=$argus PROVIDER=$provider scripts/demo/onboard.sh "${onboard_args[@]}" >"$logs/onboard.log" 2>&1; then
@@ -311,7 +313,7 @@ done_step "$calls API calls answered as expected; DIG shop instantiated"
 
 # ---- 6: ready -------------------------------------------------------------------
 
-step "waiting until every resource is ready on both clusters"
+step "waiting until every resource is ready on both clusters" "ready"
 deadline=$((SECONDS + DEMO_TIMEOUT))
 last=""
 until summary_ready true 2>/dev/null; do
@@ -333,7 +335,7 @@ done_step "ready: $ready_count of $expected_resources resources Ready on both cl
 
 # ---- 7: subscribe ---------------------------------------------------------------------
 
-step "subscribing a local receiver to the DIG's status"
+step "subscribing a local receiver to the DIG's status" "subscribe"
 start receiver "$logs/receiver.log" "$sc" receive --listen "127.0.0.1:$DEMO_RECEIVER_PORT" --out "$notifications"
 wait_until "$DEMO_TIMEOUT" "receiver ready ($receiver/healthz)" "$proc" http_ok "$receiver/healthz"
 echo "  receiver on $receiver/notify appends every notification to $notifications"
@@ -349,7 +351,7 @@ done_step "subscription demo created (201); nothing sent until something changes
 
 # ---- 8: status ----------------------------------------------------------------------------
 
-step "the status: GET $dig_path/status"
+step "the status: GET $dig_path/status" "status"
 # app_grid: ready/total of each app on each cluster, from GET /v2/overview.
 app_grid() {
     local ov a c line name
@@ -381,7 +383,7 @@ done_step "$(status 'type=cluster&output=summary' | field ready-status.Ready) Re
 
 # ---- 9: a pod goes not ready --------------------------------------------------------------------
 
-step "making one pod not ready (annotation sim.argus.io/state=not-ready)"
+step "making one pod not ready (annotation sim.argus.io/state=not-ready)" "pod not ready"
 pod=$("$sc" pod-state --kubeconfig "$DEMO_DIR/clusters/cluster1/kubeconfig" --namespace default \
     --selector app=backend --state not-ready)
 echo "  cluster1: pod default/$pod annotated; kwok marks it Running but not Ready"
