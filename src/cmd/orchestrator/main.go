@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/argus-mc/argus/src/internal/api"
+	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/config"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
+	"github.com/argus-mc/argus/src/internal/render"
 )
 
 func main() {
@@ -68,6 +70,21 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.opts.AAI.PasswordFile, "aai-password-file", "", "file holding the AAI password")
 	fs.Var(&s.tenants, "aai-tenants", "comma-separated cloud-region=tenant-id pairs: the AAI tenant of each region's instances")
 	fs.StringVar(&s.opts.AAI.SelfLink, "aai-selflink-url", "", "this API's external base URL, for the selflink of AAI objects; empty leaves selflink out")
+	lim := &s.opts.Archive
+	lim.MaxCompressed, lim.MaxUncompressed, lim.MaxFileSize = archive.DefaultMaxCompressed, archive.DefaultMaxUncompressed, archive.DefaultMaxFileSize
+	fs.Var(config.Size{Value: &lim.MaxCompressed}, "archive-max-size", "largest chart or profile archive accepted, as uploaded (compressed); larger is refused with 413")
+	fs.Var(config.Size{Value: &lim.MaxUncompressed}, "archive-max-unpacked", "most an archive may unpack to, all files and tar headers together")
+	fs.Var(config.Size{Value: &lim.MaxFileSize}, "archive-max-file", "largest file inside an archive")
+	fs.IntVar(&lim.MaxEntries, "archive-max-entries", archive.DefaultMaxEntries, "most files and directories in an archive")
+	fs.IntVar(&lim.MaxDepth, "archive-max-depth", archive.DefaultMaxDepth, "most path components of an archive entry")
+	fs.Int64Var(&lim.MaxRatio, "archive-max-ratio", archive.DefaultMaxRatio, "most bytes an archive may unpack to per compressed byte (checked past the first MiB)")
+	ro := &s.opts.Render
+	ro.MemoryLimit, ro.MaxOutput = render.DefaultMemoryLimit, render.DefaultMaxOutput
+	fs.IntVar(&ro.Workers, "render-workers", render.DefaultWorkers, "Helm renders at a time, each in a warm child process of this binary")
+	fs.DurationVar(&ro.Timeout, "render-timeout", render.DefaultTimeout, "longest one Helm render may take; its worker is killed and the app fails with a render-limit reason")
+	fs.Var(config.Size{Value: &ro.MemoryLimit}, "render-memory", "memory one render worker may use (heap watchdog, and RLIMIT_AS over its start-up size)")
+	fs.Var(config.Size{Value: &ro.MaxOutput}, "render-max-output", "most manifests one render may produce")
+	fs.IntVar(&ro.MaxRequests, "render-worker-requests", render.DefaultMaxRenders, "requests a render worker serves before it is replaced")
 	s.logFormat, s.logLevel = "json", "info"
 	fs.Var(config.OneOf{Value: &s.logFormat, Allowed: logging.Formats}, "log-format", "log format: json or text")
 	fs.Var(config.OneOf{Value: &s.logLevel, Allowed: logging.Levels}, "log-level", "log level: debug, info, warn or error")
@@ -75,6 +92,9 @@ func Flags(s *settings) *flag.FlagSet {
 }
 
 func run(args []string, getenv func(string) string, stderr io.Writer) int {
+	if render.IsWorker(args) { // a render child process of an orchestrator
+		return render.WorkerMain(args[1:])
+	}
 	var s settings
 	fs := Flags(&s)
 	fs.SetOutput(stderr)

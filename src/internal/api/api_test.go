@@ -24,6 +24,7 @@ type fixture struct {
 	srv    *httptest.Server
 	reg    *prometheus.Registry
 	checks map[string]Check
+	cat    *catalog.Catalog
 }
 
 func newFixture(t testing.TB) *fixture { t.Helper(); return newFixtureWith(t, nil) }
@@ -37,7 +38,7 @@ func newFixtureWith(t testing.TB, adjust func(*Options)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{reg: prometheus.NewRegistry(), checks: map[string]Check{
+	f := &fixture{reg: prometheus.NewRegistry(), cat: cat, checks: map[string]Check{
 		"etcd":  env.Etcd.Ping,
 		"mongo": env.Mongo.Ping,
 	}}

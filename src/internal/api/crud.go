@@ -32,10 +32,12 @@ type crud[S any] struct {
 	validate func(*catalog.Object[S]) error
 	// upload, when set, makes POST multipart/form-data with the object in
 	// part "metadata" and a file in part "file", checked by upload.
-	upload func([]byte) error
-	// beforeDelete may refuse a delete (an instantiated DIG); afterDelete
-	// cleans up what hangs off the object.
-	beforeDelete, afterDelete func(ctx context.Context, key catalog.Key) error
+	upload func(ctx context.Context, file []byte) error
+	// beforeDelete may refuse a delete (an instantiated DIG); it runs once
+	// the object is marked as being deleted, so nothing can be created under
+	// it meanwhile. abortDelete undoes it when the delete fails after it.
+	// afterDelete cleans up what hangs off the object.
+	beforeDelete, abortDelete, afterDelete func(ctx context.Context, key catalog.Key) error
 	// noPut leaves PUT out (uploads are replaced by delete and create).
 	noPut bool
 	// files, when set, makes POST and PUT multipart/form-data: part
@@ -128,7 +130,7 @@ func (c crud[S]) create(s *server, w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	if c.upload != nil {
-		if err := c.upload(file); err != nil {
+		if err := c.upload(r.Context(), file); err != nil {
 			return err
 		}
 	}
@@ -138,14 +140,14 @@ func (c crud[S]) create(s *server, w http.ResponseWriter, r *http.Request) error
 			return err
 		}
 	}
-	if err := c.res.Create(r.Context(), key, obj); err != nil {
-		return err
-	}
-	if c.upload != nil {
-		if err := c.res.PutContent(r.Context(), key, file); err != nil {
-			_ = c.res.Delete(context.WithoutCancel(r.Context()), key) // no object without its file
-			return err
+	create := c.res.Create
+	if c.upload != nil { // the object and its file, as one step
+		create = func(ctx context.Context, key catalog.Key, obj catalog.Object[S]) error {
+			return c.res.CreateWithContent(ctx, key, obj, file)
 		}
+	}
+	if err := create(r.Context(), key, obj); err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusCreated, obj)
 	return nil
@@ -210,12 +212,19 @@ func putAnswer(w http.ResponseWriter, v any, created bool, err error) error {
 
 func (c crud[S]) delete(s *server, w http.ResponseWriter, r *http.Request) error {
 	key := varsKey(r, c.parentVars, c.itemVars)
+	var before []func(context.Context) error
+	passed := false
 	if c.beforeDelete != nil {
-		if err := c.beforeDelete(r.Context(), key); err != nil {
+		before = append(before, func(ctx context.Context) error {
+			err := c.beforeDelete(ctx, key)
+			passed = err == nil
 			return err
-		}
+		})
 	}
-	if err := c.res.Delete(r.Context(), key); err != nil {
+	if err := c.res.Delete(r.Context(), key, before...); err != nil {
+		if passed && c.abortDelete != nil {
+			err = errors.Join(err, c.abortDelete(context.WithoutCancel(r.Context()), key))
+		}
 		return err
 	}
 	if c.afterDelete != nil {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/argus-mc/argus/src/internal/archive"
 )
 
 // multipartUpload is an EMCO upload whose whole body is exactly size bytes.
@@ -71,9 +73,15 @@ func TestUploadLimit(t *testing.T) {
 		t.Fatalf("multipart upload below 64 MiB: got %d %q", code, msg)
 	}
 
-	// k8splugin's raw-body uploads have the same limit.
-	code, msg = f.post(t, "/v1/rb/definition/rb1/v1/content", "application/octet-stream", bytes.Repeat([]byte("x"), DefaultMaxUploadBody+1024))
-	if code != http.StatusRequestEntityTooLarge {
-		t.Fatalf("raw upload just over 64 MiB: got %d %q, want 413", code, msg)
+	// k8splugin's raw-body uploads are archives: the archive limit (15 MiB
+	// by default, below the upload limit) refuses them as they arrive.
+	if code, msg, _ := f.do(t, "POST", "/v1/rb/definition", `{"rb-name":"rb1","rb-version":"v1"}`); code != http.StatusCreated {
+		t.Fatalf("create definition: %d %s", code, msg)
+	}
+	for _, size := range []int{DefaultMaxUploadBody + 1024, archive.DefaultMaxCompressed + 1} {
+		code, msg = f.post(t, "/v1/rb/definition/rb1/v1/content", "application/octet-stream", bytes.Repeat([]byte("x"), size))
+		if code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "archive is larger than 15728640 bytes") {
+			t.Fatalf("raw upload of %d bytes: got %d %q, want 413", size, code, msg)
+		}
 	}
 }

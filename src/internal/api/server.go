@@ -14,9 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
 
+	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/render"
 )
 
 // Check reports whether one dependency is usable; /readyz runs them all.
@@ -80,9 +82,29 @@ type Options struct {
 	// Kubeconfig says what an uploaded kubeconfig may hold beyond inline
 	// data; the zero value refuses proxies (see cluster.ParseKubeconfig).
 	Kubeconfig cluster.KubeconfigOptions
+	// ArchiveLimits bound every chart and profile archive an upload
+	// carries; each is inspected as a stream in this process before
+	// Archives opens it. Zero fields are archive's defaults.
+	ArchiveLimits archive.Limits
+	// Archives loads uploaded charts and profiles fully (Helm's own checks);
+	// nil does it in this process (render.InProcess): the orchestrator
+	// passes its render pool, so this work is bounded too.
+	Archives ArchiveChecker
 	// CheckTimeout bounds each readiness check; 0 means 2s.
 	CheckTimeout time.Duration
 }
+
+// ArchiveChecker loads chart and profile archives as rendering will;
+// CheckChart returns the chart's name.
+type ArchiveChecker interface {
+	CheckChart(ctx context.Context, data []byte, chartName string) (string, error)
+	CheckProfile(ctx context.Context, data []byte) error
+}
+
+var (
+	_ ArchiveChecker = (*render.Pool)(nil)
+	_ ArchiveChecker = render.InProcess{}
+)
 
 type server struct {
 	opts    Options
@@ -125,6 +147,9 @@ func newServer(opts Options) (*server, error) {
 	}
 	if opts.HeartbeatInterval == 0 {
 		opts.HeartbeatInterval = 15 * time.Second
+	}
+	if opts.Archives == nil {
+		opts.Archives = render.InProcess{Limits: opts.ArchiveLimits}
 	}
 	if opts.CheckTimeout == 0 {
 		opts.CheckTimeout = 2 * time.Second

@@ -37,18 +37,18 @@ func (c crud[S]) writeWithFiles(s *server, w http.ResponseWriter, r *http.Reques
 			return err
 		}
 	}
+	if content == nil {
+		content = []byte{}
+	}
 	created := true
 	if replace {
 		if created, err = c.res.Put(r.Context(), key, obj); err != nil {
 			return err
 		}
-	} else if err := c.res.Create(r.Context(), key, obj); err != nil {
-		return err
-	}
-	if content == nil {
-		content = []byte{}
-	}
-	if err := c.res.PutContent(r.Context(), key, content); err != nil {
+		if err := c.res.PutContent(r.Context(), key, content); err != nil {
+			return err
+		}
+	} else if err := c.res.CreateWithContent(r.Context(), key, obj, content); err != nil { // one step
 		return err
 	}
 	if replace {

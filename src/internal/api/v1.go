@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"io"
 	"net/http"
 	"sort"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
-	"github.com/argus-mc/argus/src/internal/render"
 )
 
 const (
@@ -82,11 +80,7 @@ func (s *server) connectivityRoutes(r *mux.Router) {
 			return err
 		}
 		key := catalog.Key{spec.CloudRegion}
-		if err := conns.Create(r.Context(), key, catalog.Object[catalog.ConnectivitySpec]{Metadata: catalog.Metadata{Name: spec.CloudRegion}, Spec: spec}); err != nil {
-			return err
-		}
-		if err := conns.PutContent(r.Context(), key, file); err != nil {
-			_ = conns.Delete(context.WithoutCancel(r.Context()), key)
+		if err := conns.CreateWithContent(r.Context(), key, catalog.Object[catalog.ConnectivitySpec]{Metadata: catalog.Metadata{Name: spec.CloudRegion}, Spec: spec}, file); err != nil {
 			return err
 		}
 		writeJSON(w, http.StatusCreated, connectivityView{ConnectivitySpec: spec, Kubeconfig: base64.StdEncoding.EncodeToString(file)})
@@ -268,10 +262,7 @@ func (s *server) profileRoutes(r *mux.Router) {
 		return deleted(w, goneOK(profiles.Delete(r.Context(), varsKey(r, vProfile))))
 	})).Methods(http.MethodDelete)
 	r.HandleFunc(pProfile+"/content", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
-		return s.putRawContent(w, r, profiles, varsKey(r, vProfile), func(_ context.Context, b []byte) error {
-			_, err := render.ProfileValues(b)
-			return err
-		})
+		return s.putRawContent(w, r, profiles, varsKey(r, vProfile), s.checkProfile)
 	})).Methods(http.MethodPost)
 }
 
@@ -368,12 +359,25 @@ func replaceSpec[S any](ctx context.Context, res *catalog.Resource[S], key catal
 // putChart stores an uploaded Helm chart as an object's content, once it
 // loads, and lets name record the chart's name in the object.
 func putChart[S any](s *server, w http.ResponseWriter, r *http.Request, res *catalog.Resource[S], key catalog.Key, name func(spec *S, chart string)) error {
+	cur, err := res.Get(r.Context(), key)
+	if err != nil {
+		return err
+	}
+	// A chart-name already given picks the chart of an archive holding
+	// several, as k8splugin's does.
+	hint := ""
+	switch spec := any(&cur.Spec).(type) {
+	case *catalog.RBDefinitionSpec:
+		hint = spec.ChartName
+	case *catalog.ConfigTemplateSpec:
+		hint = spec.ChartName
+	}
 	return s.putRawContent(w, r, res, key, func(ctx context.Context, b []byte) error {
-		ch, err := render.LoadChart(b)
+		chart, err := s.checkChartNamed(ctx, b, hint)
 		if err != nil {
 			return err
 		}
-		return replaceSpec(ctx, res, key, func(spec *S) { name(spec, ch.Name()) })
+		return replaceSpec(ctx, res, key, func(spec *S) { name(spec, chart) })
 	})
 }
 
@@ -467,9 +471,9 @@ func deleted(w http.ResponseWriter, err error) error {
 func (s *server) putRawContent(w http.ResponseWriter, r *http.Request, res interface {
 	PutContent(ctx context.Context, key catalog.Key, data []byte) error
 }, key catalog.Key, check func(context.Context, []byte) error) error {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBody))
+	data, err := readUpload(w, r, min(s.opts.MaxUploadBody, s.archiveMax()))
 	if err != nil {
-		return readError(err, "upload")
+		return err
 	}
 	if len(data) == 0 {
 		return errdefs.Invalid("the request body is empty; send the archive as the body")

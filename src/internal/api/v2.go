@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -11,7 +13,6 @@ import (
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/errdefs"
-	"github.com/argus-mc/argus/src/internal/render"
 )
 
 // Deployer runs DIG lifecycle actions.
@@ -55,7 +56,7 @@ func (s *server) v2Routes(r *mux.Router) {
 		collection: pProviders, item: pProvider, itemVars: vProvider})
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.Clusters),
 		collection: pClusters, item: pCluster, parentVars: vProvider, itemVars: []string{"cluster"},
-		upload: s.checkKubeconfig, noPut: true,
+		upload: func(_ context.Context, b []byte) error { return s.checkKubeconfig(b) }, noPut: true,
 		beforeDelete: func(ctx context.Context, key catalog.Key) error {
 			if s.opts.ClusterInUse == nil {
 				return nil
@@ -105,7 +106,7 @@ func (s *server) v2Routes(r *mux.Router) {
 			}
 			return nil
 		},
-		upload: func(b []byte) error { _, err := render.LoadChart(b); return err }})
+		upload: s.checkChart})
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.CompositeProfiles),
 		collection: pCA + "/composite-profiles", item: pCA + "/composite-profiles/{compositeProfile}", parentVars: vCA, itemVars: []string{"compositeProfile"}})
 	registerCRUD(r, s, crud[catalog.AppProfileSpec]{res: catalog.For[catalog.AppProfileSpec](cat, catalog.AppProfiles),
@@ -117,7 +118,7 @@ func (s *server) v2Routes(r *mux.Router) {
 			}
 			return nil
 		},
-		upload: func(b []byte) error { _, err := render.ProfileValues(b); return err }})
+		upload: s.checkProfile})
 	registerCRUD(r, s, crud[catalog.DIGSpec]{res: catalog.For[catalog.DIGSpec](cat, catalog.DeploymentIntentGroups),
 		collection: pDIGs, item: pDIG, parentVars: vCA, itemVars: []string{"deploymentIntentGroup"},
 		validate: func(o *catalog.Object[catalog.DIGSpec]) error {
@@ -126,8 +127,11 @@ func (s *server) v2Routes(r *mux.Router) {
 			}
 			return nil
 		},
-		beforeDelete: s.digDeletable,
-		afterDelete:  s.digDeleted(cat)})
+		beforeDelete: s.lockDIGForDelete,
+		abortDelete: func(ctx context.Context, key catalog.Key) error {
+			return s.opts.Catalog.UnlockForDelete(ctx, catalog.DIGGroup(key))
+		},
+		afterDelete: s.digDeleted(cat)})
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.GenericPlacementIntents),
 		collection: pGPIs, item: pGPIs + "/{genericPlacementIntent}", parentVars: vDIG, itemVars: []string{"genericPlacementIntent"}})
 	registerCRUD(r, s, crud[catalog.AppIntentSpec]{res: catalog.For[catalog.AppIntentSpec](cat, catalog.AppIntents),
@@ -195,17 +199,15 @@ func (s *server) digAction(action string) handlerFunc {
 	}
 }
 
-// digDeletable refuses to delete a DIG whose resources are deployed.
-func (s *server) digDeletable(ctx context.Context, dig catalog.Key) error {
-	st, err := s.opts.Catalog.GetDIGState(ctx, dig)
-	if err != nil {
-		return err
+// lockDIGForDelete refuses to delete a DIG whose resources are deployed,
+// and locks its lifecycle so no action starts while it goes.
+func (s *server) lockDIGForDelete(ctx context.Context, dig catalog.Key) error {
+	err := s.opts.Catalog.LockForDelete(ctx, catalog.DIGGroup(dig), "the deployment intent group",
+		[]string{catalog.StateCreated, catalog.StateApproved, catalog.StateTerminated})
+	if errors.Is(err, errdefs.ErrConflict) {
+		return fmt.Errorf("%w; terminate it before deleting it", err)
 	}
-	switch st.Current {
-	case catalog.StateInstantiated, catalog.StateUpdated, catalog.StateInstantiateStopped, catalog.StateTerminateStopped:
-		return errdefs.Conflict("the deployment intent group is %s; terminate it before deleting it", st.Current)
-	}
-	return nil
+	return err
 }
 
 // labelBody is EMCO's cluster label shape.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
+	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -17,6 +20,30 @@ type Catalog struct {
 	db       *mongo.Database
 	kinds    []*Kind
 	children map[*Kind][]*Kind
+
+	// staleBefore is the last Recover's point: intents and delete marks
+	// older than it belong to no live process (see takeOver).
+	mu          sync.Mutex
+	staleBefore time.Time
+}
+
+// notDeletingNow matches objects no live delete is working on: unmarked,
+// or marked by a process that is gone.
+func (c *Catalog) notDeletingNow() bson.E {
+	c.mu.Lock()
+	before := c.staleBefore
+	c.mu.Unlock()
+	if before.IsZero() {
+		return notDeleting
+	}
+	return bson.E{Key: "$or", Value: bson.A{bson.D{notDeleting}, bson.D{{Key: fieldDeleting, Value: bson.D{{Key: "$lt", Value: before}}}}}}
+}
+
+// stale reports whether a marker set at t belongs to no live process.
+func (c *Catalog) stale(t time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.staleBefore.IsZero() && t.Before(c.staleBefore)
 }
 
 // New prepares the collections of the given kinds (unique key indexes) and
@@ -54,6 +81,9 @@ func New(ctx context.Context, db *mongo.Database, kinds ...*Kind) (*Catalog, err
 	return c, nil
 }
 
+// has reports whether the catalogue holds kind.
+func (c *Catalog) has(kind *Kind) bool { return slices.Contains(c.kinds, kind) }
+
 // Resource gives typed access to the objects of one kind.
 type Resource[S any] struct {
 	cat  *Catalog
@@ -71,6 +101,31 @@ func (r *Resource[S]) Kind() *Kind { return r.kind }
 
 func (r *Resource[S]) filter(key Key) bson.D { return keyFilter(r.kind, key) }
 
+// Two markers keep readers and writers apart without transactions (FerretDB
+// has none):
+//
+//   - pendingSince is a write-ahead intent: an object created with its
+//     content is inserted with it, and it is cleared once the content is
+//     stored. Readers treat a pending object as absent, so no reader sees an
+//     object without its content, and Recover removes the intents a killed
+//     process left behind.
+//   - deletingSince is a tombstone set first by Delete. Creates of children
+//     check it before and after they insert, so a child is either seen by
+//     the delete's check (409) or removes itself.
+const (
+	fieldPending  = "pendingSince"
+	fieldDeleting = "deletingSince"
+)
+
+// notPending matches objects that are not still being created.
+var notPending = bson.E{Key: fieldPending, Value: bson.D{{Key: "$exists", Value: false}}}
+
+// notDeleting matches objects that no delete is working on.
+var notDeleting = bson.E{Key: fieldDeleting, Value: bson.D{{Key: "$exists", Value: false}}}
+
+// visible is filter(key) for objects readers may see.
+func (r *Resource[S]) visible(key Key) bson.D { return append(r.filter(key), notPending) }
+
 // document is the stored form: key fields, then metadata and spec. Key fields
 // are written explicitly because a FerretDB upsert does not copy them from the
 // filter.
@@ -85,13 +140,36 @@ func (r *Resource[S]) checkKey(key Key) {
 	}
 }
 
-// parentExists returns NotFound when the parent object is missing.
+// parentAlive returns NotFound when the parent object is missing (or still
+// being created) and Conflict while it is being deleted.
+func (r *Resource[S]) parentAlive(ctx context.Context, parent Key) error {
+	p := r.kind.Parent
+	if p == nil {
+		return nil
+	}
+	var doc bson.Raw
+	err := r.cat.db.Collection(p.Collection).FindOne(ctx, append(keyFilter(p, parent), notPending),
+		options.FindOne().SetProjection(bson.D{{Key: fieldDeleting, Value: 1}})).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return errdefs.NotFound("%s not found", p.describe(parent))
+	}
+	if err != nil {
+		return fmt.Errorf("look up %s: %w", p.describe(parent), err)
+	}
+	if since, deleting := doc.Lookup(fieldDeleting).TimeOK(); deleting && !r.cat.stale(since) {
+		return errdefs.Conflict("%s is being deleted", p.describe(parent))
+	}
+	return nil
+}
+
+// parentExists returns NotFound when the parent object is missing; a parent
+// being deleted still exists for readers.
 func (r *Resource[S]) parentExists(ctx context.Context, parent Key) error {
 	p := r.kind.Parent
 	if p == nil {
 		return nil
 	}
-	n, err := r.cat.db.Collection(p.Collection).CountDocuments(ctx, For[bson.Raw](r.cat, p).filter(parent), options.Count().SetLimit(1))
+	n, err := r.cat.db.Collection(p.Collection).CountDocuments(ctx, append(keyFilter(p, parent), notPending), options.Count().SetLimit(1))
 	if err != nil {
 		return fmt.Errorf("look up %s: %w", p.describe(parent), err)
 	}
@@ -102,31 +180,123 @@ func (r *Resource[S]) parentExists(ctx context.Context, parent Key) error {
 }
 
 // Create stores a new object. The name in obj.Metadata must equal key.Name().
+// Racing with the delete of its parent, either the delete sees the new
+// object and refuses (409), or Create finds the parent going after its
+// insert, removes what it inserted and refuses.
 func (r *Resource[S]) Create(ctx context.Context, key Key, obj Object[S]) error {
+	return r.create(ctx, key, obj, nil)
+}
+
+// CreateWithContent stores a new object and its uploaded file as one step:
+// across a crash, either both exist for readers or neither does (see
+// Recover).
+func (r *Resource[S]) CreateWithContent(ctx context.Context, key Key, obj Object[S], content []byte) error {
+	if content == nil {
+		content = []byte{}
+	}
+	return r.create(ctx, key, obj, content)
+}
+
+func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], content []byte) error {
 	r.checkKey(key)
-	if err := r.parentExists(ctx, r.kind.ParentKey(key)); err != nil {
+	parent := r.kind.ParentKey(key)
+	if err := r.parentAlive(ctx, parent); err != nil {
 		return err
 	}
-	_, err := r.coll.InsertOne(ctx, r.document(key, obj))
+	doc := r.document(key, obj)
+	var intent time.Time
+	if content != nil {
+		// Millisecond precision, as stored, so the intent matches itself.
+		intent = time.Now().UTC().Truncate(time.Millisecond)
+		doc = append(doc, bson.E{Key: fieldPending, Value: intent})
+	}
+	ins, err := r.coll.InsertOne(ctx, doc)
+	if mongo.IsDuplicateKeyError(err) && r.takeOver(ctx, key) {
+		ins, err = r.coll.InsertOne(ctx, doc)
+	}
 	if mongo.IsDuplicateKeyError(err) {
 		return errdefs.Conflict("%s already exists", r.kind.describe(key))
 	}
 	if err != nil {
 		return fmt.Errorf("create %s: %w", r.kind.describe(key), err)
 	}
+	// This very document, not another one created under the same key after
+	// a concurrent delete of this one.
+	mine := bson.D{{Key: "_id", Value: ins.InsertedID}}
+	undo := func(cause error) error {
+		bg := context.WithoutCancel(ctx)
+		if _, err := r.coll.DeleteOne(bg, mine); err != nil {
+			return errors.Join(cause, fmt.Errorf("undo create %s: %w", r.kind.describe(key), err))
+		}
+		if content != nil {
+			if err := r.dropContent(bg, key, intent); err != nil {
+				return errors.Join(cause, fmt.Errorf("undo create %s: %w", r.kind.describe(key), err))
+			}
+		}
+		return cause
+	}
+	if err := r.parentAlive(ctx, parent); err != nil {
+		return undo(err)
+	}
+	if content == nil {
+		return nil
+	}
+	if err := r.writeContent(ctx, key, intent, content); err != nil {
+		return undo(err)
+	}
+	// One write makes the object visible and points it at its content.
+	res, err := r.coll.UpdateOne(ctx, append(mine, bson.E{Key: fieldPending, Value: intent}), bson.D{
+		{Key: "$unset", Value: bson.D{{Key: fieldPending, Value: ""}}},
+		{Key: "$set", Value: bson.D{{Key: fieldContentGen, Value: intent}, {Key: fieldContentSize, Value: int64(len(content))}}}})
+	if err != nil {
+		return undo(fmt.Errorf("create %s: %w", r.kind.describe(key), err))
+	}
+	if res.MatchedCount == 0 { // swept meanwhile: the content goes too
+		return undo(errdefs.Conflict("%s was removed while it was being created", r.kind.describe(key)))
+	}
 	return nil
+}
+
+// takeOver removes the intent a dead process left under key, if that is
+// what holds it: a write still in flight when its process was killed can
+// land after Recover ran, and must not keep the name taken until the next
+// restart. It reports whether it removed one.
+func (r *Resource[S]) takeOver(ctx context.Context, key Key) bool {
+	var doc bson.Raw
+	err := r.coll.FindOne(ctx, append(r.filter(key), bson.E{Key: fieldPending, Value: bson.D{{Key: "$exists", Value: true}}}),
+		options.FindOne().SetProjection(bson.D{{Key: fieldPending, Value: 1}})).Decode(&doc)
+	if err != nil {
+		return false
+	}
+	since, ok := doc.Lookup(fieldPending).TimeOK()
+	if !ok || !r.cat.stale(since) {
+		return false
+	}
+	res, err := r.coll.DeleteOne(ctx, append(r.filter(key), bson.E{Key: fieldPending, Value: since}))
+	if err != nil || res.DeletedCount == 0 {
+		return false
+	}
+	_ = r.dropContent(ctx, key, since)
+	return true
 }
 
 // Put creates or replaces an object and reports whether it was created.
 func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created bool, err error) {
 	r.checkKey(key)
-	if err := r.parentExists(ctx, r.kind.ParentKey(key)); err != nil {
+	if err := r.parentAlive(ctx, r.kind.ParentKey(key)); err != nil {
 		return false, err
 	}
-	res, err := r.coll.ReplaceOne(ctx, r.filter(key), r.document(key, obj), options.Replace().SetUpsert(true))
+	// Only a visible object no delete is working on is replaced; a pending
+	// or marked one makes the upsert collide with it: 409. $set keeps what
+	// the object carries besides its metadata and spec (its content).
+	// The key fields are set explicitly: a FerretDB upsert does not copy
+	// them from the filter.
+	set := append(r.filter(key), bson.E{Key: "metadata", Value: obj.Metadata}, bson.E{Key: "spec", Value: obj.Spec})
+	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}}, options.Update().SetUpsert(true))
 	if mongo.IsDuplicateKeyError(err) {
-		// Two concurrent upserts of a new key: the loser sees the winner's insert.
-		return false, errdefs.Conflict("%s was created concurrently", r.kind.describe(key))
+		// Two concurrent upserts of a new key (the loser sees the winner's
+		// insert), or an object being created or deleted.
+		return false, errdefs.Conflict("%s is being created, deleted or replaced concurrently", r.kind.describe(key))
 	}
 	if err != nil {
 		return false, fmt.Errorf("put %s: %w", r.kind.describe(key), err)
@@ -138,7 +308,10 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 // so a concurrent delete is not undone (NotFound instead).
 func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) error {
 	r.checkKey(key)
-	res, err := r.coll.ReplaceOne(ctx, r.filter(key), r.document(key, obj))
+	// $set, not a whole-document replace: the object keeps its content and
+	// markers; a pending object is absent and one being deleted stays so.
+	set := bson.D{{Key: "metadata", Value: obj.Metadata}, {Key: "spec", Value: obj.Spec}}
+	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}})
 	if err != nil {
 		return fmt.Errorf("replace %s: %w", r.kind.describe(key), err)
 	}
@@ -152,7 +325,7 @@ func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) error
 func (r *Resource[S]) Get(ctx context.Context, key Key) (Object[S], error) {
 	r.checkKey(key)
 	var obj Object[S]
-	err := r.coll.FindOne(ctx, r.filter(key)).Decode(&obj)
+	err := r.coll.FindOne(ctx, r.visible(key)).Decode(&obj)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return obj, errdefs.NotFound("%s not found", r.kind.describe(key))
 	}
@@ -175,7 +348,7 @@ func (r *Resource[S]) List(ctx context.Context, parent Key) ([]Object[S], error)
 	for _, f := range r.kind.OwnFields() {
 		sort = append(sort, bson.E{Key: f, Value: 1})
 	}
-	cur, err := r.coll.Find(ctx, r.filter(parent), options.Find().SetSort(sort))
+	cur, err := r.coll.Find(ctx, r.visible(parent), options.Find().SetSort(sort))
 	if err != nil {
 		return nil, fmt.Errorf("list %ss: %w", r.kind.Name, err)
 	}
@@ -187,40 +360,68 @@ func (r *Resource[S]) List(ctx context.Context, parent Key) ([]Object[S], error)
 }
 
 // Delete removes an object and its children of Cascade kinds. It refuses
-// with errdefs.ErrConflict while objects of another child kind exist under it.
-func (r *Resource[S]) Delete(ctx context.Context, key Key) error {
+// with errdefs.ErrConflict while objects of another child kind exist under it
+// (or are being created), or while another delete of it runs. Each of before,
+// given, runs once the object is marked as being deleted (no child can be
+// created under it from then on) and before anything is removed; an error
+// from one aborts the delete and is returned.
+func (r *Resource[S]) Delete(ctx context.Context, key Key, before ...func(context.Context) error) error {
 	r.checkKey(key)
+	mark := time.Now().UTC().Truncate(time.Millisecond)
+	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), r.cat.notDeletingNow()), bson.D{{Key: "$set", Value: bson.D{{Key: fieldDeleting, Value: mark}}}})
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", r.kind.describe(key), err)
+	}
+	if res.MatchedCount == 0 {
+		if _, err := r.Get(ctx, key); err != nil {
+			return err
+		}
+		return errdefs.Conflict("%s is already being deleted", r.kind.describe(key))
+	}
+	abort := func(cause error) error {
+		_, err := r.coll.UpdateOne(context.WithoutCancel(ctx), append(r.filter(key), bson.E{Key: fieldDeleting, Value: mark}),
+			bson.D{{Key: "$unset", Value: bson.D{{Key: fieldDeleting, Value: ""}}}})
+		if err != nil {
+			return errors.Join(cause, fmt.Errorf("unmark %s: %w", r.kind.describe(key), err))
+		}
+		return cause
+	}
+	for _, f := range before {
+		if err := f(ctx); err != nil {
+			return abort(err)
+		}
+	}
 	var cascade []*Kind
 	for _, child := range r.cat.children[r.kind] {
 		if child.Cascade {
 			cascade = append(cascade, child)
 			continue
 		}
+		// Pending children count: their creators passed the parent check
+		// before the mark, and will complete.
 		n, err := r.cat.db.Collection(child.Collection).CountDocuments(ctx, r.filter(key), options.Count().SetLimit(1))
 		if err != nil {
-			return fmt.Errorf("delete %s: check %ss: %w", r.kind.describe(key), child.Name, err)
+			return abort(fmt.Errorf("delete %s: check %ss: %w", r.kind.describe(key), child.Name, err))
 		}
 		if n > 0 {
-			return errdefs.Conflict("%s is in use: it still has %ss", r.kind.describe(key), child.Name)
+			return abort(errdefs.Conflict("%s is in use: it still has %ss", r.kind.describe(key), child.Name))
 		}
 	}
 	// Cascading children go first: were the process to die in between, an
 	// orphan would be left without a parent to reach it.
 	if err := r.deleteCascading(ctx, key, cascade); err != nil {
-		return err
+		return abort(err)
 	}
-	res, err := r.coll.DeleteOne(ctx, r.filter(key))
-	if err != nil {
-		return fmt.Errorf("delete %s: %w", r.kind.describe(key), err)
+	if _, err := r.coll.DeleteOne(ctx, append(r.filter(key), bson.E{Key: fieldDeleting, Value: mark})); err != nil {
+		return abort(fmt.Errorf("delete %s: %w", r.kind.describe(key), err))
 	}
-	if res.DeletedCount == 0 {
-		return errdefs.NotFound("%s not found", r.kind.describe(key))
-	}
-	if _, err := r.contents().DeleteOne(ctx, r.filter(key)); err != nil {
+	// From here on the object is gone for readers; a crash leaves at most
+	// content without its object, which Recover removes.
+	if _, err := r.contents().DeleteMany(ctx, r.filter(key)); err != nil {
 		return fmt.Errorf("delete content of %s: %w", r.kind.describe(key), err)
 	}
-	// Once more: a child created between the first pass and the parent's
-	// removal (its parent check passed) would otherwise be an orphan.
+	// Once more: a cascading child created between the first pass and the
+	// mark (its parent check passed) would otherwise be an orphan.
 	return r.deleteCascading(ctx, key, cascade)
 }
 
@@ -237,39 +438,24 @@ func (r *Resource[S]) deleteCascading(ctx context.Context, key Key, kinds []*Kin
 	return nil
 }
 
-// contents holds uploaded files (kubeconfigs, charts, profiles) apart from
-// the objects, so lists never carry them.
-func (r *Resource[S]) contents() *mongo.Collection {
-	return r.cat.db.Collection(r.kind.Collection + "_content")
-}
-
-// PutContent stores the object's uploaded file; the object must exist.
-func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) error {
+// Alive returns nil while the object exists, is complete and is not being
+// deleted; NotFound or Conflict otherwise. Work started on an object (an
+// instantiate, a deploy) checks it again once its effects exist, so a
+// concurrent delete either sees the work or the work sees the delete.
+func (r *Resource[S]) Alive(ctx context.Context, key Key) error {
 	r.checkKey(key)
-	if _, err := r.Get(ctx, key); err != nil {
-		return err
-	}
-	doc := append(r.filter(key), bson.E{Key: "content", Value: data})
-	if _, err := r.contents().ReplaceOne(ctx, r.filter(key), doc, options.Replace().SetUpsert(true)); err != nil {
-		return fmt.Errorf("store content of %s: %w", r.kind.describe(key), err)
-	}
-	return nil
-}
-
-// GetContent returns the object's uploaded file, NotFound when there is none.
-func (r *Resource[S]) GetContent(ctx context.Context, key Key) ([]byte, error) {
-	r.checkKey(key)
-	var doc struct {
-		Content []byte `bson:"content"`
-	}
-	err := r.contents().FindOne(ctx, r.filter(key)).Decode(&doc)
+	var doc bson.Raw
+	err := r.coll.FindOne(ctx, r.visible(key), options.FindOne().SetProjection(bson.D{{Key: fieldDeleting, Value: 1}})).Decode(&doc)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, errdefs.NotFound("%s has no uploaded content", r.kind.describe(key))
+		return errdefs.NotFound("%s not found", r.kind.describe(key))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("get content of %s: %w", r.kind.describe(key), err)
+		return fmt.Errorf("look up %s: %w", r.kind.describe(key), err)
 	}
-	return doc.Content, nil
+	if since, deleting := doc.Lookup(fieldDeleting).TimeOK(); deleting && !r.cat.stale(since) {
+		return errdefs.Conflict("%s is being deleted", r.kind.describe(key))
+	}
+	return nil
 }
 
 // Describe renders a key for messages.
@@ -278,7 +464,11 @@ func (r *Resource[S]) Describe(key Key) string { return r.kind.describe(key) }
 // CountWhere counts the kind's objects matching filter (field paths such as
 // "spec.request.rbName"), for references that are not parent and child.
 func (r *Resource[S]) CountWhere(ctx context.Context, filter bson.M) (int64, error) {
-	n, err := r.coll.CountDocuments(ctx, filter, options.Count().SetLimit(1))
+	f := bson.D{notPending}
+	for k, v := range filter {
+		f = append(f, bson.E{Key: k, Value: v})
+	}
+	n, err := r.coll.CountDocuments(ctx, f, options.Count().SetLimit(1))
 	if err != nil {
 		return 0, fmt.Errorf("count %ss: %w", r.kind.Name, err)
 	}
@@ -288,7 +478,7 @@ func (r *Resource[S]) CountWhere(ctx context.Context, filter bson.M) (int64, err
 // Each calls f with every object of the kind, whatever its parent, and its
 // key; used to resume work for all of them at start-up.
 func (r *Resource[S]) Each(ctx context.Context, f func(Key, Object[S]) error) error {
-	cur, err := r.coll.Find(ctx, bson.D{})
+	cur, err := r.coll.Find(ctx, bson.D{notPending})
 	if err != nil {
 		return fmt.Errorf("list %ss: %w", r.kind.Name, err)
 	}

@@ -26,6 +26,9 @@ const (
 	StateUpdated            = "Updated"
 	StateInstantiateStopped = "InstantiateStopped"
 	StateTerminateStopped   = "TerminateStopped"
+	// StateDeleting locks a lifecycle while its owner is deleted; it is no
+	// user action and never enters the history.
+	StateDeleting = "Deleting"
 )
 
 // StateAction is one entry of a DIG's history, as EMCO renders it.
@@ -152,6 +155,109 @@ func (c *Catalog) Transition(ctx context.Context, group, subject string, from []
 		}
 	}
 	return DIGState{}, errdefs.Conflict("%s changed concurrently; try again", subject)
+}
+
+// LockForDelete moves a lifecycle to Deleting when its state is one of
+// from (a lifecycle never acted on is Created), in one conditional write:
+// from then on every action on it is refused, so no action can start (and
+// create runtime state) while its owner is being deleted. UnlockForDelete
+// puts the state back, for a delete that did not happen.
+func (c *Catalog) LockForDelete(ctx context.Context, group, subject string, from []string) error {
+	for attempt := 0; attempt < 3; attempt++ {
+		cur, exists, err := c.getState(ctx, group)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(from, cur.Current) {
+			return errdefs.Conflict("%s is %s; it can be deleted when it is %s", subject, cur.Current, strings.Join(from, " or "))
+		}
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		if !exists {
+			doc := append(groupFilter(group), bson.E{Key: "current", Value: StateDeleting}, bson.E{Key: "actions", Value: []StateAction{}},
+				bson.E{Key: "contexts", Value: []string{}}, bson.E{Key: "deletingFrom", Value: cur.Current}, bson.E{Key: "deletingSince", Value: now})
+			if _, err := c.digStates().InsertOne(ctx, doc); mongo.IsDuplicateKeyError(err) {
+				continue
+			} else if err != nil {
+				return fmt.Errorf("lock %s: %w", subject, err)
+			}
+			return nil
+		}
+		filter := append(groupFilter(group), bson.E{Key: "current", Value: cur.Current}, bson.E{Key: "actions", Value: bson.D{{Key: "$size", Value: len(cur.Actions)}}})
+		res, err := c.digStates().UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: "current", Value: StateDeleting},
+			{Key: "deletingFrom", Value: cur.Current}, {Key: "deletingSince", Value: now}}}})
+		if err != nil {
+			return fmt.Errorf("lock %s: %w", subject, err)
+		}
+		if res.MatchedCount == 1 {
+			return nil
+		}
+	}
+	return errdefs.Conflict("%s changed concurrently; try again", subject)
+}
+
+// UnlockForDelete puts a lifecycle locked by LockForDelete back to its
+// state (a lifecycle never acted on goes back to none).
+func (c *Catalog) UnlockForDelete(ctx context.Context, group string) error {
+	res, err := c.digStates().DeleteOne(ctx, append(groupFilter(group), bson.E{Key: "current", Value: StateDeleting},
+		bson.E{Key: "actions", Value: bson.D{{Key: "$size", Value: 0}}}, bson.E{Key: "deletingFrom", Value: StateCreated}))
+	if err != nil {
+		return fmt.Errorf("unlock lifecycle: %w", err)
+	}
+	if res.DeletedCount == 1 {
+		return nil
+	}
+	return c.unlock(ctx, group)
+}
+
+// unlock puts a lifecycle locked by LockForDelete back to its state.
+func (c *Catalog) unlock(ctx context.Context, group string) error {
+	var doc struct {
+		From string `bson:"deletingFrom"`
+	}
+	filter := append(groupFilter(group), bson.E{Key: "current", Value: StateDeleting})
+	if err := c.digStates().FindOne(ctx, filter).Decode(&doc); err != nil {
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return nil
+		}
+		return fmt.Errorf("unlock lifecycle: %w", err)
+	}
+	_, err := c.digStates().UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: "current", Value: doc.From}}},
+		{Key: "$unset", Value: bson.D{{Key: "deletingFrom", Value: ""}, {Key: "deletingSince", Value: ""}}}})
+	if err != nil {
+		return fmt.Errorf("unlock lifecycle: %w", err)
+	}
+	return nil
+}
+
+// unlockStale puts back the lifecycles a killed process left locked.
+func (c *Catalog) unlockStale(ctx context.Context, before time.Time) (int, error) {
+	cur, err := c.digStates().Find(ctx, bson.D{{Key: "current", Value: StateDeleting}, {Key: "deletingSince", Value: bson.D{{Key: "$lt", Value: before}}}})
+	if err != nil {
+		return 0, fmt.Errorf("recover lifecycles: %w", err)
+	}
+	var docs []struct {
+		Group string `bson:"group"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return 0, fmt.Errorf("recover lifecycles: %w", err)
+	}
+	digs := For[bson.Raw](c, DeploymentIntentGroups)
+	for _, d := range docs {
+		// A DIG deleted before its lifecycle was: the lifecycle goes too,
+		// or a DIG created again under its name would inherit its history.
+		if key, ok := strings.CutPrefix(d.Group, "dig:"); ok && c.has(DeploymentIntentGroups) {
+			if _, err := digs.Get(ctx, Key(strings.Split(key, "/"))); errors.Is(err, errdefs.ErrNotFound) {
+				if _, err := c.digStates().DeleteOne(ctx, groupFilter(d.Group)); err != nil {
+					return 0, fmt.Errorf("recover lifecycles: %w", err)
+				}
+				continue
+			}
+		}
+		if err := c.unlock(ctx, d.Group); err != nil {
+			return 0, err
+		}
+	}
+	return len(docs), nil
 }
 
 // DeleteDIGState removes a DIG's state with the DIG.

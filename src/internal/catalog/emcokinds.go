@@ -3,7 +3,6 @@ package catalog
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/bson"
@@ -161,47 +160,6 @@ type KeyOption struct {
 type File struct {
 	Name    string `json:"name"`
 	Content []byte `json:"content"`
-}
-
-// StringMap is a map of strings whose keys may hold dots and dollars
-// (Kubernetes label keys, quota names): MongoDB forbids those in field
-// names, so it is stored as a list of {key, value} pairs, sorted by key.
-type StringMap map[string]string
-
-type pair struct {
-	Key   string `bson:"k"`
-	Value string `bson:"v"`
-}
-
-// MarshalBSONValue stores the map as an array of pairs.
-func (m StringMap) MarshalBSONValue() (bsontype.Type, []byte, error) {
-	pairs := make([]pair, 0, len(m))
-	for k, v := range m {
-		pairs = append(pairs, pair{k, v})
-	}
-	sort.Slice(pairs, func(i, j int) bool { return pairs[i].Key < pairs[j].Key })
-	return bson.MarshalValue(pairs)
-}
-
-// UnmarshalBSONValue reads the array of pairs.
-func (m *StringMap) UnmarshalBSONValue(t bsontype.Type, data []byte) error {
-	if t == bson.TypeNull || t == bson.TypeUndefined {
-		*m = nil
-		return nil
-	}
-	if t != bson.TypeArray {
-		return fmt.Errorf("string map: stored as %s, want an array of pairs", t)
-	}
-	var pairs []pair
-	if err := bson.UnmarshalValue(t, data, &pairs); err != nil {
-		return fmt.Errorf("string map: %w", err)
-	}
-	out := make(StringMap, len(pairs))
-	for _, p := range pairs {
-		out[p.Key] = p.Value
-	}
-	*m = out
-	return nil
 }
 
 // JSONValue is caller-given JSON kept verbatim (a JSON patch, whose values

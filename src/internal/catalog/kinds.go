@@ -50,10 +50,11 @@ type DIGSpec struct {
 	OverrideValues   []OverrideValue `json:"overrideValues,omitempty" bson:"overrideValues,omitempty"`
 }
 
-// OverrideValue sets dotted-key values for one app.
+// OverrideValue sets values for one app with Helm --set keys
+// ("image.repository": "x").
 type OverrideValue struct {
-	App    string            `json:"app" bson:"app"`
-	Values map[string]string `json:"values" bson:"values"`
+	App    string    `json:"app" bson:"app"`
+	Values StringMap `json:"values" bson:"values"`
 }
 
 // AppIntentSpec places one app.

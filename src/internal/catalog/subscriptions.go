@@ -14,10 +14,10 @@ func SubscriptionKinds() []*Kind { return []*Kind{InstanceSubscriptions, DIGSubs
 // section 8). The secret is kept because every delivery is signed with it;
 // the API never returns it.
 type SubscriptionSpec struct {
-	MinNotifyInterval int64          `json:"min-notify-interval" bson:"minNotifyInterval"`
-	CallbackURL       string         `json:"callback-url" bson:"callbackUrl"`
-	Metadata          map[string]any `json:"metadata,omitempty" bson:"metadata,omitempty"`
-	Secret            string         `json:"secret,omitempty" bson:"secret,omitempty"`
+	MinNotifyInterval int64  `json:"min-notify-interval" bson:"minNotifyInterval"`
+	CallbackURL       string `json:"callback-url" bson:"callbackUrl"`
+	Metadata          Values `json:"metadata,omitempty" bson:"metadata,omitempty"`
+	Secret            string `json:"secret,omitempty" bson:"secret,omitempty"`
 	// The status query filters, DIG subscriptions only.
 	Type     string   `json:"type,omitempty" bson:"type,omitempty"`
 	Output   string   `json:"output,omitempty" bson:"output,omitempty"`

@@ -92,8 +92,21 @@ func jsonAsBSON(v any) (bsontype.Type, []byte, error) {
 }
 
 func jsonFromBSON(t bsontype.Type, data []byte, v any) error {
-	if t == bson.TypeNull || t == bson.TypeUndefined {
+	switch t {
+	case bson.TypeNull, bson.TypeUndefined:
 		return nil
+	case bson.TypeEmbeddedDocument:
+		// Stored before it was JSON text, as a subdocument: read it as the
+		// JSON API would have given it.
+		var m bson.M
+		if err := bson.Unmarshal(data, &m); err != nil {
+			return fmt.Errorf("decode stored JSON: %w", err)
+		}
+		js, err := bson.MarshalExtJSON(m, false, false)
+		if err != nil {
+			return fmt.Errorf("decode stored JSON: %w", err)
+		}
+		return json.Unmarshal(js, v)
 	}
 	var s string
 	if err := bson.UnmarshalValue(t, data, &s); err != nil {
@@ -145,13 +158,13 @@ type ConfigTemplateSpec struct {
 
 // InstanceRequest is the body of POST /v1/instance and of an upgrade.
 type InstanceRequest struct {
-	RBName         string            `json:"rb-name" bson:"rbName"`
-	RBVersion      string            `json:"rb-version" bson:"rbVersion"`
-	ProfileName    string            `json:"profile-name" bson:"profileName"`
-	CloudRegion    string            `json:"cloud-region" bson:"cloudRegion"`
-	ReleaseName    string            `json:"release-name,omitempty" bson:"releaseName,omitempty"`
-	Labels         Labels            `json:"labels,omitempty" bson:"labels,omitempty"`
-	OverrideValues map[string]string `json:"override-values,omitempty" bson:"overrideValues,omitempty"`
+	RBName         string    `json:"rb-name" bson:"rbName"`
+	RBVersion      string    `json:"rb-version" bson:"rbVersion"`
+	ProfileName    string    `json:"profile-name" bson:"profileName"`
+	CloudRegion    string    `json:"cloud-region" bson:"cloudRegion"`
+	ReleaseName    string    `json:"release-name,omitempty" bson:"releaseName,omitempty"`
+	Labels         Labels    `json:"labels,omitempty" bson:"labels,omitempty"`
+	OverrideValues StringMap `json:"override-values,omitempty" bson:"overrideValues,omitempty"`
 }
 
 // ResourceRef names one resource of an instance.

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 )
 
@@ -212,4 +213,31 @@ func Reference(fs *flag.FlagSet) string {
 		fmt.Fprintf(&b, "| `--%s` | `%s` | `%s` | %s |\n", f.Name, EnvName(f.Name), def, f.Usage)
 	})
 	return b.String()
+}
+
+// Size is a flag.Value holding a byte count, written as a Kubernetes
+// quantity: "512Mi", "15Mi", "1G" or a plain number of bytes.
+type Size struct {
+	Value *int64
+}
+
+func (s Size) String() string {
+	if s.Value == nil {
+		return ""
+	}
+	return resource.NewQuantity(*s.Value, resource.BinarySI).String()
+}
+
+// Set accepts a non-negative quantity of whole bytes.
+func (s Size) Set(v string) error {
+	q, err := resource.ParseQuantity(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("not a size (e.g. 512Mi, 15Mi, 1G, 4096): %w", err)
+	}
+	n, ok := q.AsInt64()
+	if !ok || n < 0 {
+		return fmt.Errorf("%s is not a whole, non-negative number of bytes", v)
+	}
+	*s.Value = n
+	return nil
 }

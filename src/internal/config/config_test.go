@@ -100,3 +100,24 @@ func TestReferenceListsEveryFlag(t *testing.T) {
 		}
 	}
 }
+
+func TestSize(t *testing.T) {
+	var n int64 = 15 << 20
+	s := Size{Value: &n}
+	if s.String() != "15Mi" {
+		t.Fatalf("String = %q", s.String())
+	}
+	for in, want := range map[string]int64{"512Mi": 512 << 20, "1G": 1e9, "4096": 4096, " 2Ki ": 2048} {
+		if err := s.Set(in); err != nil || n != want {
+			t.Fatalf("Set(%q) = %d, %v; want %d", in, n, err, want)
+		}
+	}
+	for _, bad := range []string{"", "lots", "-1", "0.5"} {
+		if err := s.Set(bad); err == nil {
+			t.Fatalf("Set(%q) accepted", bad)
+		}
+	}
+	if (Size{}).String() != "" {
+		t.Fatal("zero Size must print empty")
+	}
+}

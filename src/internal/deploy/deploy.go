@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -31,11 +30,24 @@ type Rsync interface {
 	Idle(ctx context.Context, group string) error
 }
 
+// Renderer renders one app's chart with its profile and overrides.
+type Renderer interface {
+	Render(ctx context.Context, opts render.Options) ([]render.Resource, error)
+}
+
+var (
+	_ Renderer = (*render.Pool)(nil)
+	_ Renderer = render.InProcess{}
+)
+
 // Options configures a Service; Catalog, Contexts and Rsync are required.
 type Options struct {
 	Catalog  *catalog.Catalog
 	Contexts *appcontext.Store
 	Rsync    Rsync
+	// Renderer renders charts; nil renders in this process (render.InProcess),
+	// unbounded in time and memory: the orchestrator passes a render.Pool.
+	Renderer Renderer
 	// Issuer gets standard logical clouds' certificates issued; nil leaves
 	// only admin clouds available.
 	Issuer Issuer
@@ -77,6 +89,9 @@ func New(opts Options) (*Service, error) {
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return time.Now().UTC() }
 	}
+	if opts.Renderer == nil {
+		opts.Renderer = render.InProcess{}
+	}
 	if opts.BusyWait == 0 {
 		opts.BusyWait = 30 * time.Second
 	}
@@ -108,8 +123,16 @@ func (s *Service) Approve(ctx context.Context, dig catalog.Key) error {
 	if _, err := s.digIntents(ctx, dig); err != nil {
 		return err
 	}
-	_, err := s.opts.Catalog.TransitionDIG(ctx, dig, []string{catalog.StateCreated, catalog.StateApproved}, s.action(catalog.StateApproved, ""), "")
-	return err
+	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, []string{catalog.StateCreated, catalog.StateApproved}, s.action(catalog.StateApproved, ""), ""); err != nil {
+		return err
+	}
+	// A DIG deleted between the check above and the transition would leave
+	// a lifecycle behind, which a DIG created again under its name would
+	// inherit.
+	if _, err := s.digExists(ctx, dig); errors.Is(err, errdefs.ErrNotFound) {
+		return errors.Join(err, s.opts.Catalog.DeleteDIGState(context.WithoutCancel(ctx), dig))
+	}
+	return nil
 }
 
 // Instantiate renders and places every app, records a new context and
@@ -325,6 +348,7 @@ func (s *Service) plan(ctx context.Context, dig catalog.Key, spec catalog.DIGSpe
 		overrides[ov.App] = ov.Values
 	}
 	out := planned{namespace: cloud.namespace, cloud: cloud.name}
+	jobs := make([]renderJob, 0, len(apps))
 	for _, app := range apps {
 		name := app.Metadata.Name
 		intent, ok := intents[name]
@@ -339,22 +363,16 @@ func (s *Service) plan(ctx context.Context, dig catalog.Key, spec catalog.DIGSpe
 		if err != nil {
 			return planned{}, err
 		}
-		rendered, err := render.Render(render.Options{Chart: chart, Profile: profiles[name], ReleaseName: name,
-			Namespace: cloud.namespace, Overrides: overrides[name]})
-		if err != nil {
-			return planned{}, fmt.Errorf("app %q: %w", name, err)
-		}
-		resources := make([]appcontext.Resource, 0, len(rendered))
-		for _, r := range rendered {
-			manifest, err := json.Marshal(r.Object.Object)
-			if err != nil {
-				return planned{}, err
-			}
-			resources = append(resources, appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace, Manifest: manifest})
-		}
-		for _, ref := range refs {
+		jobs = append(jobs, renderJob{app: name, refs: refs, opts: render.Options{Chart: chart, Profile: profiles[name],
+			ReleaseName: name, Namespace: cloud.namespace, Overrides: overrides[name]}})
+	}
+	if err := s.renderAll(ctx, jobs); err != nil {
+		return planned{}, err
+	}
+	for _, j := range jobs {
+		for _, ref := range j.refs {
 			// Each placement gets its own slice: generic-k8s-intents change clusters apart.
-			out.placements = append(out.placements, &appcontext.Placement{App: name, Cluster: ref, Resources: append([]appcontext.Resource(nil), resources...)})
+			out.placements = append(out.placements, &appcontext.Placement{App: j.app, Cluster: ref, Resources: append([]appcontext.Resource(nil), j.resources...)})
 		}
 	}
 	for _, t := range []string{IntentGAC, IntentGACLong} {
@@ -365,6 +383,55 @@ func (s *Service) plan(ctx context.Context, dig catalog.Key, spec catalog.DIGSpe
 		}
 	}
 	return out, nil
+}
+
+// renderJob is one app to render and where it goes.
+type renderJob struct {
+	app       string
+	refs      []appcontext.ClusterRef
+	opts      render.Options
+	resources []appcontext.Resource
+	err       error
+}
+
+// renderAll renders the apps in parallel (the renderer bounds how many run
+// at once). The first failure, in app order, is the answer; it cancels the
+// renders still running, so a hostile app costs one render limit, not one
+// per app.
+func (s *Service) renderAll(ctx context.Context, jobs []renderJob) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range jobs {
+		j := &jobs[i]
+		wg.Go(func() {
+			rendered, err := s.opts.Renderer.Render(ctx, j.opts)
+			if err != nil {
+				j.err = fmt.Errorf("app %q: %w", j.app, err)
+				cancel()
+				return
+			}
+			j.resources = toContext(rendered)
+		})
+	}
+	wg.Wait()
+	var first error
+	for _, j := range jobs {
+		// A render cut short by another app's failure is not the reason.
+		if j.err != nil && (first == nil || errors.Is(first, context.Canceled) && !errors.Is(j.err, context.Canceled)) {
+			first = j.err
+		}
+	}
+	return first
+}
+
+// toContext turns rendered objects into AppContext resources.
+func toContext(rendered []render.Resource) []appcontext.Resource {
+	out := make([]appcontext.Resource, 0, len(rendered))
+	for _, r := range rendered {
+		out = append(out, appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace, Manifest: r.Manifest})
+	}
+	return out
 }
 
 // appIntents reads the app intents of the DIG's generic placement intent(s).

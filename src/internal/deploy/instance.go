@@ -42,6 +42,7 @@ func (s *Service) configs() *catalog.Resource[catalog.InstanceConfigSpec] {
 // v1Inputs is what every render of one instance shares.
 type v1Inputs struct {
 	defKey    catalog.Key
+	chartName string // picks the chart of an archive holding several
 	chart     []byte
 	profile   []byte
 	release   string
@@ -62,9 +63,11 @@ func (s *Service) instanceInputs(ctx context.Context, id string, req catalog.Ins
 	cat := s.opts.Catalog
 	in := v1Inputs{defKey: catalog.Key{req.RBName, req.RBVersion}}
 	defs := catalog.For[catalog.RBDefinitionSpec](cat, catalog.RBDefinitions)
-	if _, err := defs.Get(ctx, in.defKey); err != nil {
+	def, err := defs.Get(ctx, in.defKey)
+	if err != nil {
 		return in, err
 	}
+	in.chartName = def.Spec.ChartName
 	chart, err := defs.GetContent(ctx, in.defKey)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return in, errdefs.Invalid("rb definition %s/%s has no chart; upload its content first", req.RBName, req.RBVersion)
@@ -108,8 +111,8 @@ func (s *Service) instanceInputs(ctx context.Context, id string, req catalog.Ins
 // updates an object a config renders again. Every object carries
 // k8splugin's instance label.
 func (s *Service) renderInstance(ctx context.Context, id string, in v1Inputs, configs []catalog.Object[catalog.InstanceConfigSpec]) ([]appcontext.Resource, error) {
-	rendered, err := render.Render(render.Options{Chart: in.chart, Profile: in.profile, ReleaseName: in.release,
-		Namespace: in.namespace, Overrides: in.overrides})
+	rendered, err := s.opts.Renderer.Render(ctx, render.Options{Chart: in.chart, ChartName: in.chartName, Profile: in.profile,
+		ReleaseName: in.release, Namespace: in.namespace, Overrides: in.overrides})
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +129,7 @@ func (s *Service) renderInstance(ctx context.Context, id string, in v1Inputs, co
 		if err != nil {
 			return nil, fmt.Errorf("config %s: %w", content.ConfigName, err)
 		}
-		more, err := render.Render(render.Options{Chart: chart, Profile: in.profile, ReleaseName: in.release,
+		more, err := s.opts.Renderer.Render(ctx, render.Options{Chart: chart, Profile: in.profile, ReleaseName: in.release,
 			Namespace: in.namespace, Overrides: in.overrides, Values: content.Values})
 		if err != nil {
 			return nil, fmt.Errorf("config %s: %w", content.ConfigName, err)
@@ -201,6 +204,14 @@ func (s *Service) CreateInstance(ctx context.Context, req catalog.InstanceReques
 		return spec, fmt.Errorf("record context: %w", err)
 	}
 	s.opts.Rsync.Instantiate(meta.Group, id)
+	// A delete that marked the instance before this check may have asked
+	// rsync to terminate a context that did not exist yet: terminate it here
+	// (after the instantiate, as actions on a group are serialised), so no
+	// resource outlives its instance.
+	if err := s.instances().Alive(context.WithoutCancel(ctx), catalog.Key{id}); err != nil {
+		s.opts.Rsync.Terminate(meta.Group, id)
+		return spec, errdefs.Conflict("instance %s was deleted while it was being created", id)
+	}
 	s.log.WithFields(logrus.Fields{"instance": id, "release": in.release, "region": req.CloudRegion}).Info("instance created")
 	if s.opts.CreateWait > 0 {
 		wctx, cancel := context.WithTimeout(ctx, s.opts.CreateWait)
@@ -314,11 +325,12 @@ func (s *Service) waitIdle(ctx context.Context, id string) error {
 func (s *Service) DeleteInstance(ctx context.Context, id string) error {
 	unlock := s.lockInstance(id)
 	defer unlock()
-	if _, err := s.instances().Get(ctx, catalog.Key{id}); err != nil {
-		return err
-	}
-	s.opts.Rsync.Terminate(InstanceGroup(id), id)
-	if err := s.instances().Delete(ctx, catalog.Key{id}); err != nil {
+	// The instance is marked first, so a create still in flight sees the
+	// delete and terminates its own context (CreateInstance).
+	if err := s.instances().Delete(ctx, catalog.Key{id}, func(context.Context) error {
+		s.opts.Rsync.Terminate(InstanceGroup(id), id)
+		return nil
+	}); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.opts.DeleteWait)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/argus-mc/argus/src/internal/testenv"
+	"github.com/argus-mc/argus/src/internal/testenv/tgz"
 )
 
 // The EMCO examples' flow (issue 16): controllers registered, an admin and
@@ -35,12 +36,12 @@ const (
 )
 
 // webChart is a chart packed from inside its folder, as EMCO's scripts do
-// (`tar czf app.tgz -C chart .`: entries ./Chart.yaml, ...).
+// (`tar czf app.tgz -C chart .`: entries ./, ./Chart.yaml, ./templates/, ...).
 func webChart(t *testing.T) []byte {
-	return testenv.ArchiveFiles(t, map[string]string{
-		"./Chart.yaml":  "apiVersion: v2\nname: web\nversion: 0.1.0\n",
-		"./values.yaml": "image:\n  repository: nginx\n  tag: \"1.25\"\nservice:\n  port: 80\n",
-		"./templates/all.yaml": `apiVersion: apps/v1
+	return tgz.FromInside(t, map[string]string{
+		"Chart.yaml":  "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+		"values.yaml": "image:\n  repository: nginx\n  tag: \"1.25\"\nservice:\n  port: 80\n",
+		"templates/all.yaml": `apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: {{ .Release.Name }}

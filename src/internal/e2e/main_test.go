@@ -30,6 +30,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if code, ok := childProcess(); ok { // render workers, orchestrator processes
+		os.Exit(code)
+	}
 	testenv.MainWithClusters(m, 2, func(s *testenv.Stores, set *simcluster.Set) error {
 		stores, sim = s, set
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

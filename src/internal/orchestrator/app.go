@@ -20,6 +20,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/api"
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/authn"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/cluster"
@@ -31,6 +32,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/logicalcloud"
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/reload"
+	"github.com/argus-mc/argus/src/internal/render"
 	"github.com/argus-mc/argus/src/internal/rlimit"
 	"github.com/argus-mc/argus/src/internal/rsync"
 	"github.com/argus-mc/argus/src/internal/status"
@@ -97,6 +99,12 @@ type Options struct {
 	// ReplicaID names this orchestrator in answers that say which replica
 	// does what (a cluster's watcher owner); "" means the host name.
 	ReplicaID string
+	// Archive bounds every chart and profile archive accepted; zero fields
+	// are the archive package's defaults.
+	Archive archive.Limits
+	// Render bounds Helm rendering, which runs in a pool of child processes
+	// of this binary; zero fields are the render package's defaults.
+	Render RenderOptions
 	// Logger; nil discards.
 	Logger *logrus.Logger
 	// Registry for metrics; nil means a fresh one with Go and process collectors.
@@ -153,6 +161,20 @@ type AAIOptions struct {
 	Tenants map[string]string
 	// SelfLink is this API's external base URL, for objects' selflink.
 	SelfLink string
+}
+
+// RenderOptions configures the render worker pool.
+type RenderOptions struct {
+	// Workers renders at a time (and warm child processes); 0 means 2.
+	Workers int
+	// Timeout per render; 0 means 20s.
+	Timeout time.Duration
+	// MemoryLimit per worker in bytes; 0 means 512 MiB.
+	MemoryLimit int64
+	// MaxOutput bytes of manifests per render; 0 means 32 MiB.
+	MaxOutput int64
+	// MaxRequests a worker serves before it is replaced; 0 means 200.
+	MaxRequests int
 }
 
 // App is one orchestrator process.
@@ -281,6 +303,16 @@ func (a *App) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// Whatever a killed predecessor left half written (an app without its
+	// chart, a delete that never finished) is repaired before anyone reads.
+	recovered, err := cat.Recover(ctx, start)
+	if err != nil {
+		return fmt.Errorf("orchestrator: recover the catalogue: %w", err)
+	}
+	if recovered != (catalog.Recovered{}) {
+		a.log.WithFields(logrus.Fields{"intents": recovered.Intents, "unmarked": recovered.Unmarked,
+			"orphans": recovered.Orphans, "lifecycles": recovered.Lifecycles}).Warn("repaired the catalogue after an unclean stop")
+	}
 	contexts := appcontext.New(appcontext.Options{Client: etcd.Client, Prefix: a.opts.EtcdPrefix})
 	kubeconfigs := cluster.KubeconfigOptions{AllowProxy: a.opts.KubeconfigAllowProxy}
 	clusters := cluster.NewRegistry(cluster.Options{KubeconfigOptions: kubeconfigs, Kubeconfig: func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
@@ -294,6 +326,14 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer engine.Close() // cancels in-flight work; Resume continues it next start
+	renderMetrics, err := render.NewMetrics(a.opts.Registry)
+	if err != nil {
+		return err
+	}
+	renderer := render.NewPool(render.PoolOptions{Workers: a.opts.Render.Workers, Timeout: a.opts.Render.Timeout,
+		MemoryLimit: a.opts.Render.MemoryLimit, MaxOutput: a.opts.Render.MaxOutput, MaxRenders: a.opts.Render.MaxRequests,
+		Limits: a.opts.Archive, Metrics: renderMetrics, Logger: a.log.WithField("component", "render")})
+	defer renderer.Close()
 	var deployer *deploy.Service
 	issuer, err := logicalcloud.NewIssuer(logicalcloud.IssuerOptions{Clients: clusters, Logger: a.log.WithField("component", "issuer"),
 		// Set before any request is issued: requests come from the deployer.
@@ -304,7 +344,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer issuer.Close()
-	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Issuer: issuer, CreateWait: a.opts.V1CreateWait,
+	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Renderer: renderer, Issuer: issuer, CreateWait: a.opts.V1CreateWait,
 		Logger: a.log.WithField("component", "deploy")})
 	if err != nil {
 		return err
@@ -382,6 +422,8 @@ func (a *App) Run(ctx context.Context) (err error) {
 			"etcd":  etcd.Ping,
 			"mongo": mongo.Ping,
 		},
+		ArchiveLimits:      a.opts.Archive,
+		Archives:           renderer,
 		Logger:             a.log.WithField("component", "api"),
 		Registerer:         a.opts.Registry,
 		Gatherer:           a.opts.Registry,
@@ -449,16 +491,28 @@ func (a *App) Run(ctx context.Context) (err error) {
 	return nil
 }
 
-// liveOn lists the contexts still live on a cluster. The cache may trail
-// etcd by a moment (a v1 client deletes its cloud region right after its
-// instance's deletion finished), so what it calls live is confirmed in
-// etcd.
+// liveOn lists the contexts still live on a cluster, as etcd has them: the
+// cache may trail etcd by a moment either way (a v1 client deletes its
+// cloud region right after its instance's deletion finished; an instantiate
+// may have recorded a context the cache has not seen yet), and a cluster
+// must never be deleted from under a live context.
 func liveOn(ctx context.Context, cache *appcontext.Cache, contexts *appcontext.Store, ref appcontext.ClusterRef) ([]string, error) {
 	ids, err := cache.LiveOn(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	live := ids[:0]
+	if len(ids) == 0 { // confirm the absence too, with a range read
+		list, err := contexts.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, sm := range list {
+			if sm.Status.Status != appcontext.Terminated {
+				ids = append(ids, sm.Meta.ID)
+			}
+		}
+	}
+	var live []string
 	for _, id := range ids {
 		c, err := contexts.Get(ctx, id)
 		if errors.Is(err, errdefs.ErrNotFound) {
@@ -467,8 +521,14 @@ func liveOn(ctx context.Context, cache *appcontext.Cache, contexts *appcontext.S
 		if err != nil {
 			return nil, err
 		}
-		if c.Status.Status != appcontext.Terminated {
-			live = append(live, id)
+		if c.Status.Status == appcontext.Terminated {
+			continue
+		}
+		for _, p := range c.Placements {
+			if p.Cluster == ref {
+				live = append(live, id)
+				break
+			}
 		}
 	}
 	return live, nil

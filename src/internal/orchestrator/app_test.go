@@ -11,12 +11,18 @@ import (
 
 	"go.mongodb.org/mongo-driver/bson"
 
+	"github.com/argus-mc/argus/src/internal/render"
 	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
 var env *testenv.Stores
 
-func TestMain(m *testing.M) { testenv.Main(m, func(s *testenv.Stores) { env = s }) }
+func TestMain(m *testing.M) {
+	if render.IsWorker(os.Args[1:]) { // the apps' render workers
+		os.Exit(render.WorkerMain(os.Args[2:]))
+	}
+	testenv.Main(m, func(s *testenv.Stores) { env = s })
+}
 
 // running is an App started by a test, stopped at cleanup.
 type running struct {

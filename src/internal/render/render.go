@@ -1,12 +1,10 @@
 package render
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"sort"
 	"strings"
@@ -21,20 +19,49 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
+	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 )
 
+// DefaultMaxOutput bounds the manifests one render may produce.
+const DefaultMaxOutput = 32 << 20
+
+// ErrLimit marks a render stopped by one of its limits (time, memory,
+// output size); such errors are also errdefs.ErrInvalid, as the chart and
+// values that caused them are the caller's.
+var ErrLimit = errors.New("render limit")
+
+// limitError is both ErrLimit and errdefs.ErrInvalid.
+type limitError struct{ msg string }
+
+func (e *limitError) Error() string   { return e.msg }
+func (e *limitError) Unwrap() []error { return []error{ErrLimit, errdefs.ErrInvalid} }
+
+// LimitError reports a render stopped by a limit.
+func LimitError(format string, args ...any) error {
+	return &limitError{msg: fmt.Sprintf(format, args...)}
+}
+
 // Options says what to render.
 type Options struct {
-	// Chart is the chart archive (.tgz).
+	// Chart is the chart archive (.tgz) in any layout LoadChart accepts.
 	Chart []byte
+	// ChartName picks the chart when the archive holds several top-level
+	// chart directories (k8splugin's chart-name); "" accepts a single one.
+	ChartName string
 	// Profile is an optional profile archive (.tgz) holding manifest.yaml.
 	Profile []byte
 	// ReleaseName and Namespace are the release's; Namespace defaults to "default".
 	ReleaseName string
 	Namespace   string
-	// Overrides are dotted keys with --set semantics ("image.tag": "1.2").
+	// Overrides are dotted keys with --set semantics ("image.tag": "1.2"),
+	// applied in key order.
 	Overrides map[string]string
+	// Limits bound both archives; zero fields take archive's defaults.
+	Limits archive.Limits
+	// MaxOutput bounds the rendered manifests' total size in bytes; 0 means
+	// DefaultMaxOutput.
+	MaxOutput int64
 	// Values, when set, are merged over the profile's values and the
 	// overrides, winning over both (a v1 config's values).
 	Values map[string]any
@@ -45,19 +72,42 @@ type Resource struct {
 	GVK       schema.GroupVersionKind
 	Name      string
 	Namespace string // as rendered; "" for cluster-scoped or unspecified
-	Object    *unstructured.Unstructured
+	// Manifest is the object as JSON, as rendered; Object is the same
+	// decoded (a caller that changes Object marshals it again).
+	Manifest []byte
+	Object   *unstructured.Unstructured
 }
 
 // Key identifies a resource within one app: Kind/namespace/name.
 func (r Resource) Key() string { return r.GVK.Kind + "/" + r.Namespace + "/" + r.Name }
 
-// LoadChart loads and checks a chart archive; errors are ErrInvalid with
-// Helm's reason, so a corrupt upload is refused at the door.
-func LoadChart(data []byte) (*chart.Chart, error) {
-	if err := checkGzipTar(data); err != nil {
+// LoadChart loads and checks a chart archive. It accepts the layouts Helm
+// and EMCO users produce: `helm package` (files under one top-level
+// directory, "mychart/Chart.yaml"), a folder packed from inside (`tar czf
+// app.tgz -C mychart .`, "./Chart.yaml") and files at the root
+// ("Chart.yaml"). Errors are ErrInvalid (or ErrTooLarge for an archive
+// limit) with Helm's reason, so a corrupt upload is refused at the door.
+func LoadChart(data []byte, chartName string, lim archive.Limits) (*chart.Chart, error) {
+	files, _, err := archive.Read(bytes.NewReader(data), lim, nil)
+	if err != nil {
 		return nil, err
 	}
-	ch, err := loader.LoadArchive(bytes.NewReader(data))
+	root, err := chartRoot(files, chartName)
+	if err != nil {
+		return nil, err
+	}
+	var buffered []*loader.BufferedFile
+	for name, b := range files {
+		rel, ok := under(root, name)
+		if !ok {
+			continue
+		}
+		buffered = append(buffered, &loader.BufferedFile{Name: rel, Data: bytes.TrimPrefix(b, []byte("\xEF\xBB\xBF"))})
+	}
+	// Archive order does not matter to Helm, but a stable order keeps
+	// errors and chart.Raw reproducible.
+	sort.Slice(buffered, func(i, j int) bool { return buffered[i].Name < buffered[j].Name })
+	ch, err := loader.LoadFiles(buffered)
 	if err != nil {
 		return nil, errdefs.InvalidWrap(err, "not a Helm chart")
 	}
@@ -67,45 +117,85 @@ func LoadChart(data []byte) (*chart.Chart, error) {
 	return ch, nil
 }
 
-// checkGzipTar refuses anything that is not a gzip-compressed tar archive.
-func checkGzipTar(data []byte) error {
-	zr, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		return errdefs.InvalidWrap(err, "not a gzip-compressed tar archive")
+// chartRoot finds the directory holding Chart.yaml: the root, or a
+// top-level directory (the one named chartName when there are several).
+func chartRoot(files map[string][]byte, chartName string) (string, error) {
+	if _, ok := files["Chart.yaml"]; ok {
+		return "", nil
 	}
-	if _, err := tar.NewReader(zr).Next(); err != nil {
-		return errdefs.InvalidWrap(err, "not a gzip-compressed tar archive")
+	var roots []string
+	for name := range files {
+		if dir, rest, ok := strings.Cut(name, "/"); ok && rest == "Chart.yaml" {
+			roots = append(roots, dir)
+		}
 	}
-	return nil
+	sort.Strings(roots)
+	switch {
+	case len(roots) == 0:
+		return "", errdefs.Invalid("not a Helm chart: the archive has no Chart.yaml at its root or in a top-level directory")
+	case chartName != "":
+		for _, r := range roots {
+			if r == chartName {
+				return r, nil
+			}
+		}
+		if len(roots) == 1 {
+			return roots[0], nil
+		}
+		return "", errdefs.Invalid("the archive holds charts %s, none named %q", strings.Join(roots, ", "), chartName)
+	case len(roots) > 1:
+		return "", errdefs.Invalid("the archive holds several charts (%s); name the one to use", strings.Join(roots, ", "))
+	}
+	return roots[0], nil
 }
 
-// ProfileValues reads a profile archive: manifest.yaml's type.values names
-// the override values file. It returns nil values for a profile without one.
-func ProfileValues(data []byte) (map[string]any, error) {
+// under returns name relative to dir ("" is the root).
+func under(dir, name string) (string, bool) {
+	if dir == "" {
+		return name, true
+	}
+	return strings.CutPrefix(name, dir+"/")
+}
+
+// ProfileValues reads a profile archive: manifest.yaml (at the root or in a
+// single top-level directory) names the override values file in
+// type.values. It returns nil values for a profile without one.
+func ProfileValues(data []byte, lim archive.Limits) (map[string]any, error) {
 	if len(data) == 0 {
 		return nil, nil
 	}
-	files, err := untar(data)
+	files, _, err := archive.Read(bytes.NewReader(data), lim, nil)
 	if err != nil {
 		return nil, err
 	}
-	manifestFile, ok := files["manifest.yaml"]
-	if !ok {
-		return nil, errdefs.Invalid("profile archive has no manifest.yaml")
+	root := ""
+	if _, ok := files["manifest.yaml"]; !ok {
+		for name := range files {
+			if dir, rest, ok := strings.Cut(name, "/"); ok && rest == "manifest.yaml" {
+				if root != "" && root != dir {
+					return nil, errdefs.Invalid("profile archive holds several manifest.yaml files (%s, %s)", root, dir)
+				}
+				root = dir
+			}
+		}
+		if root == "" {
+			return nil, errdefs.Invalid("profile archive has no manifest.yaml")
+		}
 	}
+	at := func(name string) string { return path.Join(root, name) }
 	var manifest struct {
 		Version string `json:"version"`
 		Type    struct {
 			Values string `json:"values"`
 		} `json:"type"`
 	}
-	if err := yaml.Unmarshal(manifestFile, &manifest); err != nil {
+	if err := yaml.Unmarshal(files[at("manifest.yaml")], &manifest); err != nil {
 		return nil, errdefs.InvalidWrap(err, "profile manifest.yaml")
 	}
 	if manifest.Type.Values == "" {
 		return nil, nil
 	}
-	raw, ok := files[path.Clean(manifest.Type.Values)]
+	raw, ok := files[at(path.Clean("/" + manifest.Type.Values)[1:])]
 	if !ok {
 		return nil, errdefs.Invalid("profile manifest.yaml names values file %q, which the archive lacks", manifest.Type.Values)
 	}
@@ -116,54 +206,10 @@ func ProfileValues(data []byte) (map[string]any, error) {
 	return vals, nil
 }
 
-// untar returns the regular files of a .tgz by path, with any single
-// top-level directory stripped (profiles are often packed inside one).
-func untar(data []byte) (map[string][]byte, error) {
-	if err := checkGzipTar(data); err != nil {
-		return nil, err
-	}
-	zr, _ := gzip.NewReader(bytes.NewReader(data))
-	tr := tar.NewReader(zr)
-	files := map[string][]byte{}
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, errdefs.InvalidWrap(err, "read archive")
-		}
-		if h.Typeflag != tar.TypeReg {
-			continue
-		}
-		b, err := io.ReadAll(io.LimitReader(tr, 16<<20))
-		if err != nil {
-			return nil, errdefs.InvalidWrap(err, "read archive")
-		}
-		files[path.Clean(strings.TrimPrefix(h.Name, "./"))] = b
-	}
-	// Strip one common top-level directory.
-	prefix := ""
-	for name := range files {
-		dir, _, found := strings.Cut(name, "/")
-		if !found || (prefix != "" && dir != prefix) {
-			prefix = ""
-			break
-		}
-		prefix = dir
-	}
-	if prefix != "" {
-		stripped := make(map[string][]byte, len(files))
-		for name, b := range files {
-			stripped[strings.TrimPrefix(name, prefix+"/")] = b
-		}
-		files = stripped
-	}
-	return files, nil
-}
-
 // Values merges the profile's values and the overrides into the values
-// given to Helm (the chart's own values lie underneath).
+// given to Helm (the chart's own values lie underneath). Each override is
+// applied as Helm applies `--set key=value` (EMCO and k8splugin pass them
+// that way), in key order so that the result never depends on map order.
 func Values(profile map[string]any, overrides map[string]string) (map[string]any, error) {
 	vals := map[string]any{}
 	if profile != nil {
@@ -193,14 +239,15 @@ func copyMap(m map[string]any) map[string]any {
 	return out
 }
 
-// Render renders the chart: CRDs from crds/ first, then the templates in
-// Helm's install order. Hooks and NOTES are not applied.
+// Render renders the chart in this process: CRDs from crds/ first, then the
+// templates in Helm's install order. Hooks and NOTES are not applied. It is
+// bounded in output size only; Pool runs it bounded in time and memory too.
 func Render(opts Options) ([]Resource, error) {
-	ch, err := LoadChart(opts.Chart)
+	ch, err := LoadChart(opts.Chart, opts.ChartName, opts.Limits)
 	if err != nil {
 		return nil, err
 	}
-	profile, err := ProfileValues(opts.Profile)
+	profile, err := ProfileValues(opts.Profile, opts.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -215,6 +262,10 @@ func Render(opts Options) ([]Resource, error) {
 	if ns == "" {
 		ns = "default"
 	}
+	maxOutput := opts.MaxOutput
+	if maxOutput == 0 {
+		maxOutput = DefaultMaxOutput
+	}
 	release := chartutil.ReleaseOptions{Name: opts.ReleaseName, Namespace: ns, Revision: 1, IsInstall: true}
 	renderVals, err := chartutil.ToRenderValues(ch, vals, release, chartutil.DefaultCapabilities)
 	if err != nil {
@@ -224,10 +275,16 @@ func Render(opts Options) ([]Resource, error) {
 	if err != nil {
 		return nil, errdefs.InvalidWrap(err, "render chart %s", ch.Name())
 	}
-	for name := range files {
+	total := int64(0)
+	for name, content := range files {
 		if strings.HasSuffix(name, "NOTES.txt") {
 			delete(files, name)
+			continue
 		}
+		total += int64(len(content))
+	}
+	if maxOutput > 0 && total > maxOutput {
+		return nil, LimitError("chart %s rendered %d bytes of manifests; the render limit is %d", ch.Name(), total, maxOutput)
 	}
 	_, manifests, err := releaseutil.SortManifests(files, nil, releaseutil.InstallOrder)
 	if err != nil {
@@ -255,6 +312,9 @@ func Render(opts Options) ([]Resource, error) {
 			}
 			if seen[r.Key()] {
 				return errdefs.Invalid("chart %s renders %s twice", ch.Name(), r.Key())
+			}
+			if r.Manifest, err = json.Marshal(u.Object); err != nil {
+				return fmt.Errorf("chart %s: %s: %w", ch.Name(), source, err)
 			}
 			seen[r.Key()] = true
 			out = append(out, r)
