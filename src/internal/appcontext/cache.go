@@ -266,10 +266,8 @@ func (c *Cache) View(ctx context.Context, id string, f func(*Context, map[Cluste
 // LiveOn lists the contexts not yet Terminated that place anything on the
 // cluster, so a cluster still in use is not deleted from under them.
 func (c *Cache) LiveOn(ctx context.Context, ref ClusterRef) ([]string, error) {
-	select {
-	case <-c.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := c.waitLoaded(ctx); err != nil {
+		return nil, err
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -286,10 +284,8 @@ func (c *Cache) LiveOn(ctx context.Context, ref ClusterRef) ([]string, error) {
 // Groups lists the groups of every context known, once the cache is
 // loaded: what a consumer that keeps state per group catches up on.
 func (c *Cache) Groups(ctx context.Context) ([]string, error) {
-	select {
-	case <-c.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := c.waitLoaded(ctx); err != nil {
+		return nil, err
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -308,10 +304,8 @@ func (c *Cache) Groups(ctx context.Context) ([]string, error) {
 // ClusterStates returns a copy of every cluster state the watchers stored,
 // once the cache is loaded.
 func (c *Cache) ClusterStates(ctx context.Context) (map[ClusterRef]ClusterState, error) {
-	select {
-	case <-c.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := c.waitLoaded(ctx); err != nil {
+		return nil, err
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -320,4 +314,14 @@ func (c *Cache) ClusterStates(ctx context.Context) (map[ClusterRef]ClusterState,
 		out[ref] = st
 	}
 	return out, nil
+}
+
+// waitLoaded returns once the cache holds a complete copy, or ctx ends.
+func (c *Cache) waitLoaded(ctx context.Context) error {
+	select {
+	case <-c.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -115,17 +115,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 // through the stream; and GET …/status/history?resource= lists that move.
 func TestConsoleFollowsAClusterInTheBrowser(t *testing.T) {
 	ctx := browser(t)
-	o := startOrchestrator(t, testenv.UniqueName("console"), "/"+testenv.UniqueName("console"))
-	onboard(t, o, []any{map[string]any{"app": "frontend", "values": map[string]any{"replicaCount": "2"}}})
-	startMonitors(t, sim)
-	o.must(202, "POST", digPath+"/approve", nil)
-	o.must(202, "POST", digPath+"/instantiate", nil)
-	id := o.digState().ContextID
-	t.Cleanup(func() {
-		o.must(202, "POST", digPath+"/terminate", nil)
-		o.waitContext(id, "every resource Deleted", allResources(appcontext.RsyncDeleted))
-	})
-	o.waitStatus("type=cluster", "everything ready", everythingReady)
+	o := readyDIG(t, "console")
 
 	code, body := o.call("GET", "/", nil)
 	if code != 200 || !strings.Contains(body, "<title>Argus console</title>") {
@@ -249,6 +239,25 @@ func TestConsoleAsksForTheToken(t *testing.T) {
 	}
 }
 
+// readyDIG starts an orchestrator (database and prefix named for the test),
+// monitors, and the 3-app DIG on both clusters, waits until it is ready, and
+// terminates it when the test ends, so the shared clusters are left clean.
+func readyDIG(t *testing.T, name string) *orch {
+	t.Helper()
+	o := startOrchestrator(t, testenv.UniqueName(name), "/"+testenv.UniqueName(name))
+	onboard(t, o, []any{map[string]any{"app": "frontend", "values": map[string]any{"replicaCount": "2"}}})
+	startMonitors(t, sim)
+	o.must(202, "POST", digPath+"/approve", nil)
+	o.must(202, "POST", digPath+"/instantiate", nil)
+	id := o.digState().ContextID
+	t.Cleanup(func() {
+		o.must(202, "POST", digPath+"/terminate", nil)
+		o.waitContext(id, "every resource Deleted", allResources(appcontext.RsyncDeleted))
+	})
+	o.waitStatus("type=cluster", "everything ready", everythingReady)
+	return o
+}
+
 // history GETs the DIG's history with a query.
 func (o *orch) history(query string) []history.Entry {
 	o.t.Helper()
@@ -280,19 +289,9 @@ func describeHistory(l []history.Entry) string {
 // filters without disturbing its snapshot and change events, and
 // history=false leaves them out.
 func TestHistoryOverTheStream(t *testing.T) {
-	o := startOrchestrator(t, testenv.UniqueName("hist"), "/"+testenv.UniqueName("hist"))
-	onboard(t, o, []any{map[string]any{"app": "frontend", "values": map[string]any{"replicaCount": "2"}}})
-	startMonitors(t, sim)
-	o.must(202, "POST", digPath+"/approve", nil)
-	o.must(202, "POST", digPath+"/instantiate", nil)
-	id := o.digState().ContextID
-	t.Cleanup(func() {
-		o.must(202, "POST", digPath+"/terminate", nil)
-		o.waitContext(id, "every resource Deleted", allResources(appcontext.RsyncDeleted))
-	})
-	o.waitStatus("type=cluster", "everything ready", everythingReady)
+	o := readyDIG(t, "hist")
 	q := url.Values{"watch": {"true"}, "type": {"cluster"}, "resource": {"ConfigMap/backend-config"}}
-	events := o.watch(t, digPath+"/status?"+q.Encode())
+	events := o.watch(t, digPath+"/status?"+q.Encode()+"&history=true")
 	quiet := o.watch(t, digPath+"/status?"+q.Encode()+"&history=false")
 	for _, ch := range []<-chan sse{events, quiet} {
 		if first := <-ch; first.event != "snapshot" {
