@@ -399,3 +399,37 @@ func waitEntries(t *testing.T, store *Store, g string, n int) {
 		time.Sleep(20 * time.Millisecond) // polling with a deadline
 	}
 }
+
+// BenchmarkRecordOneChangeIn1000: recording one resource's transition in a
+// group of 1,000 resources (the diff, one entry and the cursor in one etcd
+// transaction), the recorder's cost per change besides the status answer.
+func BenchmarkRecordOneChangeIn1000(b *testing.B) {
+	ctx := context.Background()
+	store := NewStore(StoreOptions{Client: env.Etcd.Client, Prefix: env.EtcdPrefix()})
+	src := &source{}
+	now := t0
+	const g = "instance:bench"
+	rs := make([]status.ResourceState, 1000)
+	for i := range rs {
+		rs[i] = res(key("a", "c", "Pod", fmt.Sprintf("pod%04d", i)), "", "Present", "Ready", "")
+	}
+	src.set(g, snapshot("Instantiated", true, rs...))
+	rec, err := NewRecorder(RecorderOptions{Store: store, Source: src, Now: func() time.Time { return now }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := rec.Record(ctx, g); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		next := append([]status.ResourceState{}, rs...)
+		if i%2 == 0 {
+			next[i%1000].ReadyStatus = "Pending"
+		}
+		src.set(g, snapshot("Instantiated", i%2 == 1, next...))
+		if err := rec.Record(ctx, g); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
