@@ -16,10 +16,11 @@ GOLANGCI := $(CACHE)/tools/golangci-lint-$(GOLANGCI_VERSION)
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 FUZZTIME   ?= 60s
 
-.PHONY: all build run demo sim test bench fuzz lint docs generate clean
+.PHONY: all build run demo sim chromium test bench fuzz lint docs generate clean
 
 all: build
 
+# The web console (src/internal/console) is embedded in the orchestrator.
 build:
 	$(GO) build -o $(BIN)/orchestrator ./src/cmd/orchestrator
 	$(GO) build -o $(BIN)/monitor ./src/cmd/monitor
@@ -42,8 +43,22 @@ run: build
 demo:
 	@MAKE="$(MAKE)" ./scripts/demo/demo.sh
 
+# The console's browser test drives headless Chromium from the distribution's
+# packages: installed here when missing, as root with apt; otherwise the test
+# skips, saying so, and this says how to install it.
+CHROMIUM ?= $(firstword $(shell command -v chromium chromium-browser 2>/dev/null))
+chromium:
+	@if [ -n "$(CHROMIUM)" ] || [ -n "$$ARGUS_CHROMIUM" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "chromium: installing the distribution's chromium package for the console's browser test..."; \
+		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || \
+		echo "chromium: apt-get install chromium failed; the browser test will be skipped"; \
+	else \
+		echo "chromium: not found; the console's browser test will be skipped (install the 'chromium' package, or set ARGUS_CHROMIUM)"; \
+	fi
+
 # Integration tests run on simulated clusters, so their binaries come first.
-test: sim
+test: sim chromium
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 # Benchmarks for every performance target the issues name. The raw output

@@ -6,9 +6,12 @@
 # notification and the new status. Then it leaves everything running until
 # Ctrl-C and stops every process it started. See docs/demo.md.
 #
-# Environment (defaults in brackets):
+# Each step prints a short summary (what it made, states, counts, time);
+# a table of all steps ends the run. Environment (defaults in brackets):
 #   DEMO_EXIT=1               run every step, check each result, stop, exit 0
 #                             or non-zero naming the failed step [0]
+#   DEMO_VERBOSE=1            also print every onboarding call and the full
+#                             JSON answers [0]
 #   DEMO_DIR                  logs, kubeconfigs, data [.argus/demo]
 #   DEMO_PORT                 orchestrator API port [9015]
 #   DEMO_MONITOR_PORT         first monitor's health port; the second gets
@@ -22,6 +25,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 
 DEMO_EXIT=${DEMO_EXIT:-0}
+DEMO_VERBOSE=${DEMO_VERBOSE:-0}
 DEMO_DIR=${DEMO_DIR:-$root/.argus/demo}
 DEMO_PORT=${DEMO_PORT:-9015}
 DEMO_MONITOR_PORT=${DEMO_MONITOR_PORT:-9016}
@@ -51,10 +55,38 @@ expected_resources=26
 total_steps=9
 step_no=0
 step_name="starting"
+step_began=0
+table_steps=()
+table_results=()
+table_times=()
+# step TITLE SHORT: starts a step; SHORT names it in the final table.
 step() {
     step_no=$((step_no + 1))
     step_name=$1
-    printf '\n[%d/%d] %s  (at %ss)\n' "$step_no" "$total_steps" "$1" "$SECONDS"
+    step_short=${2:-$1}
+    step_began=$SECONDS
+    printf '\n[%d/%d] %s\n' "$step_no" "$total_steps" "$1"
+}
+
+# done_step RESULT: the step's one-line outcome, kept for the final table.
+done_step() {
+    local took=$((SECONDS - step_began))
+    printf '  => %s  (%ss)\n' "$1" "$took"
+    table_steps+=("$step_short")
+    table_results+=("$1")
+    table_times+=("$took")
+}
+
+# verbose: true with DEMO_VERBOSE=1 (full JSON answers and every call).
+verbose() { [ "$DEMO_VERBOSE" = 1 ]; }
+
+summary_table() {
+    local i
+    echo
+    printf '  %-4s %-14s %-70s %s\n' step what result time
+    for i in "${!table_steps[@]}"; do
+        printf '  %-4s %-14s %-70.70s %4ss\n' "$((i + 1))" "${table_steps[i]}" "${table_results[i]}" "${table_times[i]}"
+    done
 }
 
 # fail MESSAGE [LOG]: names the step, shows the log's tail, exits non-zero.
@@ -125,6 +157,10 @@ cleanup() {
         echo "demo: FAILED at step [$step_no/$total_steps] $step_name (exit $code; see the messages above)" >&2
     fi ;;
     esac
+    if [ -n "${build_pid:-}" ]; then
+        kill -TERM "$build_pid" 2>/dev/null || true
+        wait "$build_pid" 2>/dev/null || true
+    fi
     if [ ${#pids[@]} -gt 0 ]; then
         local began=$SECONDS
         echo
@@ -174,17 +210,13 @@ summary_ready() { [ "$(status 'type=cluster&output=summary' | field ready)" = "$
 
 # ---- 1: build ---------------------------------------------------------------
 
-step "checking ports and building (make build sim)"
+step "checking ports and building (make build sim)" "build"
+build_pid=""
 for port in "$DEMO_PORT" "$DEMO_MONITOR_PORT" "$((DEMO_MONITOR_PORT + 1))" "$DEMO_RECEIVER_PORT"; do
     if port_in_use "$port"; then
         fail "port $port is already in use (another demo or orchestrator?); stop it, or choose other ports with DEMO_PORT, DEMO_MONITOR_PORT (two ports) and DEMO_RECEIVER_PORT"
     fi
 done
-if [ ! -x "${ARGUS_CACHE_DIR:-$HOME/.cache/argus}/k8s-v1.34.4/bin/kube-apiserver" ]; then
-    echo "  first run: building the simulated clusters' Kubernetes binaries (about 10 minutes on 2 cores, cached afterwards)"
-fi
-"$MAKE" --no-print-directory build sim
-
 # A fresh directory each run; refuse to empty one the demo did not make.
 if [ -e "$DEMO_DIR" ] && [ ! -e "$DEMO_DIR/.argus-demo" ]; then
     fail "$DEMO_DIR exists and was not made by the demo; remove it or set DEMO_DIR"
@@ -192,20 +224,46 @@ fi
 rm -rf "$DEMO_DIR"
 mkdir -p "$logs"
 touch "$DEMO_DIR/.argus-demo"
+cold=0
+if [ ! -x "${ARGUS_CACHE_DIR:-$HOME/.cache/argus}/k8s-v1.34.4/bin/kube-apiserver" ]; then
+    cold=1
+    echo "  first run: building kube-apiserver, kube-controller-manager and kube-scheduler (Kubernetes v1.34.4)"
+    echo "  and kwok v0.8.0 for the simulated clusters: about 10 minutes on 2 cores, once (cached in ~/.cache/argus)"
+fi
+echo "  building bin/orchestrator (with the web console), bin/monitor, bin/simcluster; log $logs/build.log"
+# The build runs in the background so that a long one can report progress.
+"$MAKE" --no-print-directory build sim >"$logs/build.log" 2>&1 &
+build_pid=$!
+last_report=$SECONDS
+while kill -0 "$build_pid" 2>/dev/null; do
+    if [ $((SECONDS - last_report)) -ge 30 ]; then
+        last_report=$SECONDS
+        printf '  ... still building (%ss): %s\n' "$((SECONDS - step_began))" "$(grep -E '^sim: ' "$logs/build.log" | tail -n 1 || true)"
+    fi
+    sleep 1
+done
+wait "$build_pid" || { build_pid=""; fail "make build sim failed" "$logs/build.log"; }
+build_pid=""
+if [ "$cold" = 1 ]; then
+    done_step "built Argus and the simulated clusters' Kubernetes binaries"
+else
+    done_step "built Argus (Kubernetes binaries cached)"
+fi
 
 # ---- 2: clusters --------------------------------------------------------------
 
-step "starting ${#clusters[@]} simulated clusters"
+step "starting ${#clusters[@]} simulated clusters" "clusters"
 start simcluster "$logs/simcluster.log" "$sc" up --clusters "${#clusters[@]}" --nodes "$DEMO_NODES" --dir "$DEMO_DIR/clusters"
 wait_until 240 "the clusters serve (file $DEMO_DIR/clusters/ready)" "$proc" test -e "$DEMO_DIR/clusters/ready"
 for c in "${clusters[@]}"; do
     echo "  $c: kubeconfig $DEMO_DIR/clusters/$c/kubeconfig, $DEMO_NODES fake nodes"
 done
-echo "  logs: $logs/simcluster.log, $DEMO_DIR/clusters/<cluster>/*.log"
+if verbose; then echo "  logs: $logs/simcluster.log, $DEMO_DIR/clusters/<cluster>/*.log"; fi
+done_step "${#clusters[@]} clusters serving, $DEMO_NODES fake nodes each"
 
 # ---- 3: monitors ----------------------------------------------------------------
 
-step "installing the monitor's CRD and RBAC and starting one monitor per cluster"
+step "installing the monitor's CRD and RBAC and starting one monitor per cluster" "monitors"
 manifests=deployments/kubernetes/monitor
 for i in "${!clusters[@]}"; do
     c=${clusters[i]}
@@ -214,44 +272,54 @@ for i in "${!clusters[@]}"; do
     "$sc" apply --kubeconfig "$kc" "$manifests/k8splugin.io_resourcebundlestates.yaml" \
         "$manifests/namespace.yaml" "$manifests/rbac.yaml" >"$logs/install-$c.log" 2>&1 ||
         fail "applying $manifests to $c" "$logs/install-$c.log"
-    echo "  $c: $(grep -c '^applied' "$logs/install-$c.log") objects applied (CRD resourcebundlestates.k8splugin.io established)"
+    applied=$(grep -c '^applied' "$logs/install-$c.log")
     port=$((DEMO_MONITOR_PORT + i))
     # No --namespace: the monitor watches every namespace, so bundles and
     # objects outside "default" (a v1 instance's namespace, say) are tracked.
     start "monitor-$c" "$logs/monitor-$c.log" "$bin/monitor" --kubeconfig "$kc" \
         --listen "127.0.0.1:$port" --log-format text
     wait_until "$DEMO_TIMEOUT" "monitor of $c ready (http://127.0.0.1:$port/readyz)" "$proc" http_ok "http://127.0.0.1:$port/readyz"
-    echo "  $c: monitor running, health and metrics on http://127.0.0.1:$port, log $logs/monitor-$c.log"
+    echo "  $c: $applied objects applied (CRD, RBAC), monitor running (http://127.0.0.1:$port/metrics)"
 done
+done_step "CRD installed and a monitor running on each of ${#clusters[@]} clusters"
 
 # ---- 4: orchestrator --------------------------------------------------------------
 
-step "starting the orchestrator on embedded etcd and MongoDB-wire stores"
+step "starting the orchestrator on embedded etcd and MongoDB-wire stores" "orchestrator"
 # The demo's receiver listens on loopback, which callbacks may not reach by
 # default (docs/security.md): allow exactly that address.
 start orchestrator "$logs/orchestrator.log" "$bin/orchestrator" --data-dir "$DEMO_DIR/argus-data" \
     --listen "127.0.0.1:$DEMO_PORT" --log-format text --callback-allow 127.0.0.1
 orchestrator=$proc
 wait_until "$DEMO_TIMEOUT" "orchestrator ready ($argus/readyz)" "$proc" http_ok "$argus/readyz"
-echo "  API on $argus, data in $DEMO_DIR/argus-data, log $logs/orchestrator.log"
+echo "  API on $argus, web console on $argus/ , log $logs/orchestrator.log"
+done_step "orchestrator ready on embedded etcd and FerretDB"
 
 # ---- 5: onboard -------------------------------------------------------------------
 
-step "onboarding the sample app through the v2 API (scripts/demo/onboard.sh)"
+step "onboarding the sample app through the v2 API (scripts/demo/onboard.sh)" "onboard"
 onboard_args=()
 for c in "${clusters[@]}"; do onboard_args+=("$c=$DEMO_DIR/clusters/$c/kubeconfig"); done
-ARGUS_URL=$argus PROVIDER=$provider scripts/demo/onboard.sh "${onboard_args[@]}" ||
+if ! ARGUS_URL=$argus PROVIDER=$provider scripts/demo/onboard.sh "${onboard_args[@]}" >"$logs/onboard.log" 2>&1; then
+    cat "$logs/onboard.log" >&2
     fail "onboarding (the failing call is named above)" "${plogs[orchestrator]}"
+fi
+if verbose; then cat "$logs/onboard.log"; fi
+calls=$(grep -cE '^  (POST|PUT|GET) ' "$logs/onboard.log" || true)
+echo "  created: cluster provider $provider with ${#clusters[@]} clusters labelled edge, project demo,"
+echo "  composite app shop v1 (apps frontend, backend, db, a profile each), DIG shop placing every app on every edge cluster"
+echo "  approved and instantiated; every call in $logs/onboard.log"
+done_step "$calls API calls answered as expected; DIG shop instantiated"
 
 # ---- 6: ready -------------------------------------------------------------------
 
-step "waiting until every resource is ready on both clusters"
+step "waiting until every resource is ready on both clusters" "ready"
 deadline=$((SECONDS + DEMO_TIMEOUT))
 last=""
 until summary_ready true 2>/dev/null; do
     counts=$(status 'type=cluster&output=summary' 2>/dev/null | field ready-status 2>/dev/null | tr -d ' \n' || true)
     if [ -n "$counts" ] && [ "$counts" != "$last" ]; then
-        echo "  ready-status: $counts"
+        printf '  ... %ss: ready-status %s\n' "$((SECONDS - step_began))" "$counts"
         last=$counts
     fi
     if [ $SECONDS -ge $deadline ]; then
@@ -260,40 +328,62 @@ until summary_ready true 2>/dev/null; do
     sleep 0.5
 done
 ready_count=$(status 'type=cluster&output=summary' | field ready-status.Ready)
-echo "  ready: $ready_count resources Ready"
 if [ "$ready_count" != "$expected_resources" ]; then
     fail "$ready_count resources Ready, want $expected_resources" "${plogs[orchestrator]}"
 fi
+done_step "ready: $ready_count of $expected_resources resources Ready on both clusters"
 
 # ---- 7: subscribe ---------------------------------------------------------------------
 
-step "subscribing a local receiver to the DIG's status"
+step "subscribing a local receiver to the DIG's status" "subscribe"
 start receiver "$logs/receiver.log" "$sc" receive --listen "127.0.0.1:$DEMO_RECEIVER_PORT" --out "$notifications"
 wait_until "$DEMO_TIMEOUT" "receiver ready ($receiver/healthz)" "$proc" http_ok "$receiver/healthz"
 echo "  receiver on $receiver/notify appends every notification to $notifications"
 subscription='{"name":"demo","callback-url":"'$receiver'/notify","min-notify-interval":0,"metadata":{"demo":"true"},"type":"cluster","output":"all"}'
-echo "  POST $dig_path/status/subscriptions"
-echo "    $subscription"
+echo "  POST $dig_path/status/subscriptions  (type=cluster, output=all, to $receiver/notify)"
 code=$(curl -sS --max-time 10 -o "$DEMO_DIR/subscription.json" -w '%{http_code}' \
     -H 'Content-Type: application/json' --data-binary "$subscription" "$dig/status/subscriptions") || code=000
 if [ "$code" != 201 ]; then
     fail "creating the subscription answered $code, want 201: $(cat "$DEMO_DIR/subscription.json" 2>/dev/null)" "${plogs[orchestrator]}"
 fi
-echo "  -> 201"
-field "" <"$DEMO_DIR/subscription.json" | sed 's/^/    /'
+if verbose; then field "" <"$DEMO_DIR/subscription.json" | sed 's/^/    /'; fi
+done_step "subscription demo created (201); nothing sent until something changes"
 
 # ---- 8: status ----------------------------------------------------------------------------
 
-step "the status: GET $dig_path/status"
-echo "  ?type=cluster&output=summary"
-status 'type=cluster&output=summary' | field "" | sed 's/^/    /'
-echo
-echo "  ?type=cluster&output=all"
-status 'type=cluster&output=all' | field "" | sed 's/^/    /'
+step "the status: GET $dig_path/status" "status"
+# app_grid: ready/total of each app on each cluster, from GET /v2/overview.
+app_grid() {
+    local ov a c line name
+    ov=$(curl -sf --max-time 10 "$argus/v2/overview") || return 1
+    printf '  %-10s' app
+    for c in "${clusters[@]}"; do printf ' %-10s' "$c"; done
+    echo
+    for a in 0 1 2; do
+        name=$(printf '%s' "$ov" | field "deploymentIntentGroups.0.apps.$a.name" 2>/dev/null) || continue
+        line=$(printf '  %-10s' "$name")
+        for c in 0 1; do
+            line+=$(printf ' %-10s' "$(printf '%s' "$ov" | field "deploymentIntentGroups.0.apps.$a.clusters.$c.ready-count")/$(printf '%s' "$ov" | field "deploymentIntentGroups.0.apps.$a.clusters.$c.total")")
+        done
+        echo "$line"
+    done
+}
+echo "  state $(status 'type=cluster&output=summary' | field state.Actions.1.State), context $(status 'type=cluster&output=summary' | field status), ready $(status 'type=cluster&output=summary' | field ready); ready/total per app and cluster:"
+app_grid || fail "GET /v2/overview failed" "${plogs[orchestrator]}"
+if verbose; then
+    echo "  ?type=cluster&output=summary"
+    status 'type=cluster&output=summary' | field "" | sed 's/^/    /'
+    echo
+    echo "  ?type=cluster&output=all"
+    status 'type=cluster&output=all' | field "" | sed 's/^/    /'
+else
+    echo "  (DEMO_VERBOSE=1 prints the full JSON answers)"
+fi
+done_step "$(status 'type=cluster&output=summary' | field ready-status.Ready) Ready, ready=$(status 'type=cluster&output=summary' | field ready)"
 
 # ---- 9: a pod goes not ready --------------------------------------------------------------------
 
-step "making one pod not ready (annotation sim.argus.io/state=not-ready)"
+step "making one pod not ready (annotation sim.argus.io/state=not-ready)" "pod not ready"
 pod=$("$sc" pod-state --kubeconfig "$DEMO_DIR/clusters/cluster1/kubeconfig" --namespace default \
     --selector app=backend --state not-ready)
 echo "  cluster1: pod default/$pod annotated; kwok marks it Running but not Ready"
@@ -301,7 +391,7 @@ echo "  cluster1: pod default/$pod annotated; kwok marks it Running but not Read
 pattern="^  modified +Pod (default/)?$pod( |\$)"
 wait_until "$DEMO_TIMEOUT" "a notification with a 'modified' entry for pod $pod in $notifications" "$orchestrator" \
     grep -Eq "$pattern" "$notifications"
-echo "  the notification (headers and changes; the full body is in $notifications):"
+echo "  notification received after $((SECONDS - step_began))s (headers and changes; the full body is in $notifications):"
 # Print the head of the last record that names the pod, up to its body.
 awk -v pat="$pattern" '
     function flush() { if (matched) out = rec; rec = ""; matched = 0; body = 0 }
@@ -310,18 +400,30 @@ awk -v pat="$pattern" '
     !body { rec = rec $0 "\n"; if ($0 ~ pat) matched = 1 }
     END { flush(); printf "%s", out }' "$notifications" | sed 's/^/    /'
 wait_until "$DEMO_TIMEOUT" "the status summary reports not ready" "$orchestrator" summary_ready false
-echo "  ?type=cluster&output=summary"
-status 'type=cluster&output=summary' | field "" | sed 's/^/    /'
+if verbose; then
+    echo "  ?type=cluster&output=summary"
+    status 'type=cluster&output=summary' | field "" | sed 's/^/    /'
+fi
 pending=$(status 'type=cluster&output=summary' | field ready-status.Pending 2>/dev/null || echo 0)
 if [ "$pending" -lt 1 ]; then
     fail "ready is false but ready-status counts no Pending resource" "${plogs[orchestrator]}"
 fi
-echo "  backend on cluster1 (the pod and its Deployment):"
-status 'type=cluster&app=backend&cluster=demo-provider%2Bcluster1' | field apps.0.clusters.0.resources |
-    grep -E '"(Kind|name|ready-status|reason)"' | sed 's/^ */    /'
+echo "  the status now: ready false, $pending Pending; per app and cluster:"
+app_grid || fail "GET /v2/overview failed" "${plogs[orchestrator]}"
+# The pod's history: recorded once, from the change stream.
+history_has_pod() { curl -sf --max-time 10 "$dig/status/history?resource=Pod/$pod" | grep -q '"ready-status":"Pending"'; }
+wait_until "$DEMO_TIMEOUT" "the history lists pod $pod turning Pending" "$orchestrator" history_has_pod
+hist=$(curl -sf --max-time 10 "$dig/status/history?resource=Pod/$pod")
+n=0
+while [ "$(printf '%s' "$hist" | field "history.$n.seq" 2>/dev/null || true)" != "" ]; do n=$((n + 1)); done
+last=$((n - 1))
+echo "  GET $dig_path/status/history?resource=Pod/$pod: $n entries, the last:"
+echo "    $(printf '%s' "$hist" | field "history.$last.time")  $(printf '%s' "$hist" | field "history.$last.from.ready-status") -> $(printf '%s' "$hist" | field "history.$last.to.ready-status")  ($(printf '%s' "$hist" | field "history.$last.reason" 2>/dev/null || echo no reason))"
+done_step "pod $pod not ready: notified, status Pending, history recorded"
 
 # ---- done ------------------------------------------------------------------------------------
 
+summary_table
 if [ "$DEMO_EXIT" = 1 ]; then
     echo
     echo "demo: every step passed in ${SECONDS}s"
@@ -330,7 +432,8 @@ fi
 
 cat <<EOF
 
-The demo is running (ready in ${SECONDS}s). Try, from $root:
+The demo is running (ready in ${SECONDS}s). Open the web console at $argus/
+(overview, drill-down with history, clusters), or try, from $root:
 
   DIG=$dig
   curl -s "\$DIG/status?type=cluster&output=summary" | bin/simcluster json
@@ -339,6 +442,8 @@ The demo is running (ready in ${SECONDS}s). Try, from $root:
   curl -s "\$DIG/status?type=cluster&resource=Pod/$pod&output=detail" | bin/simcluster json
   curl -s "\$DIG/status?instance" | bin/simcluster json
   curl -s "\$DIG/status/subscriptions" | bin/simcluster json
+  curl -s "\$DIG/status/history?resource=Pod/$pod" | bin/simcluster json
+  curl -s "$argus/v2/overview" | bin/simcluster json
 
   # follow the status as Server-Sent Events (snapshot first, then each change):
   curl -sN "\$DIG/status?watch=true&type=cluster&output=summary"

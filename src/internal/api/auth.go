@@ -18,10 +18,13 @@ type TokenChecker interface {
 const Challenge = `Bearer realm="argus"`
 
 // isOpenPath reports the paths served without a token: kubelet probes carry
-// none, and k8splugin's deployments probe /v1/healthcheck. /metrics is not
-// among them; a scraper is configured with the token.
+// none, and k8splugin's deployments probe /v1/healthcheck. The console's
+// page and files (/ and /console/…) hold no data — a browser cannot send a
+// bearer token when it loads a page; the page asks for the token and sends
+// it with every API call. /metrics is not among them; a scraper is
+// configured with the token.
 func isOpenPath(path string) bool {
-	return path == "/healthz" || path == "/readyz" || path == "/v1/healthcheck"
+	return path == "/healthz" || path == "/readyz" || path == "/v1/healthcheck" || path == "/" || strings.HasPrefix(path, "/console/")
 }
 
 // authenticate refuses requests without a valid bearer token. It runs before

@@ -17,6 +17,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/deploy"
+	"github.com/argus-mc/argus/src/internal/history"
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/status"
 )
@@ -30,6 +31,8 @@ type (
 	stubInstances struct{ Instances }
 	stubClouds    struct{ Clouds }
 	stubStatus    struct{}
+	stubHistory   struct{ History }
+	stubOverview  struct{ OverviewReader }
 )
 
 func (stubStatus) DIG(context.Context, catalog.Key, url.Values) (any, error) { return nil, nil }
@@ -70,6 +73,7 @@ func routerOperations(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	s, err := newServer(Options{Catalog: cat, Deploy: stubDeployer{}, Clouds: stubClouds{}, Instances: stubInstances{}, Status: stubStatus{}, Subscriptions: stubSubs{},
+		History: stubHistory{}, Overview: stubOverview{}, Console: http.NotFoundHandler(),
 		Tokens: tokenFunc(func(string) bool { return true })})
 	if err != nil {
 		t.Fatal(err)
@@ -281,6 +285,22 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"DIGSubscription": notify.View{Subscription: notify.Subscription{Name: "s1", SubscriptionSpec: catalog.SubscriptionSpec{
 			CallbackURL: "http://so.example/cb", Type: "cluster", Output: "all", App: []string{"a"}, Cluster: []string{"cp+c1"},
 			Resource: []string{"Deployment/web"}}}},
+		"History": historyAnswer{History: []history.Entry{{Seq: 2, Time: time.Unix(1e9, 0).UTC(), Kind: history.KindResource, Instance: "1",
+			App: "a", ClusterProvider: "cp", Cluster: "c1", Resource: &history.Resource{GVK: status.GVK{Version: "v1", Kind: "ConfigMap"}, Name: "cm", Namespace: "ns"},
+			From: &history.State{RsyncStatus: "Applied", ClusterStatus: "Present", Ready: &yes, ReadyStatus: "Ready"},
+			To:   &history.State{RsyncStatus: "Applied", ClusterStatus: "NotPresent", Ready: new(bool), ReadyStatus: "NotPresent"}, Reason: "r"},
+			{Seq: 1, Time: time.Unix(1e9, 0).UTC(), Kind: history.KindAction, From: &history.State{State: "Approved"}, To: &history.State{State: "Instantiated", Status: "Instantiating"}}}},
+		"Overview": status.Overview{DeploymentIntentGroups: []status.Summary{{Kind: "dig", Project: "p", CompositeApp: "ca", Version: "v1", Name: "dig",
+			StatusURL: "/v2/…/status", State: "Instantiated", Status: "Instantiated", Instance: "1", Ready: false, ReadyStatus: "Pending",
+			ReadyCounts: map[string]int{"Ready": 1, "NotPresent": 1}, Total: 2, ReadyCount: 1,
+			Apps: []status.AppSummary{{Name: "a", Clusters: []status.ClusterSummary{{ClusterProvider: "cp", Cluster: "c1", ReadyStatus: "Pending",
+				Total: 2, ReadyCount: 1, Connectivity: "Available", Monitor: "Running"}}}},
+			NotReady: []status.NotReady{{App: "a", ClusterProvider: "cp", Cluster: "c1", GVK: status.GVK{Version: "v1", Kind: "ConfigMap"}, Name: "cm",
+				ClusterStatus: "NotPresent", ReadyStatus: "NotPresent", Reason: "r"}}, NotReadyCount: 1}},
+			Instances: []status.Summary{{Kind: "instance", ID: "123", Name: "rel", RBName: "rb", RBVersion: "v1", ProfileName: "p", CloudRegion: "r",
+				StatusURL: "/v1/instance/123/status", ReadyCounts: map[string]int{}, Apps: []status.AppSummary{}, NotReady: []status.NotReady{}}}},
+		"ClusterOverview": status.ClusterOverview{Replica: "r1", Clusters: []status.ClusterState{{ClusterProvider: "cp", Cluster: "c1",
+			Connectivity: "Available", Monitor: "Running", LastSeen: "2026-01-01T10:00:00Z", Reason: "r", Contexts: 2, WatcherOwner: "r1"}}},
 		"InstanceList": status.Instances{Name: "dig", Project: "p", CompositeApp: "ca", Version: "v1", Instances: []string{"1", "2"}},
 		"InstanceStatus": status.InstanceStatus{Request: req, Ready: true, ResourceCount: 1, ResourcesStatus: []status.ResourceStatus{{
 			Name: "web", GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Status: []byte(`{"replicas":1}`),

@@ -39,6 +39,17 @@ type Options struct {
 	// Subscriptions serves status subscriptions and ?watch=true; nil
 	// leaves them out.
 	Subscriptions Subscriptions
+	// History serves …/status/history and the history events of
+	// ?watch=true streams; nil leaves them out.
+	History History
+	// Overview serves GET /v2/overview and /v2/overview/clusters; nil
+	// leaves them out. Changes, when set, lets /v2/overview?watch=true
+	// follow every change.
+	Overview OverviewReader
+	Changes  Changes
+	// Console, when set, serves the web console at / and its files under
+	// /console/; they hold no data, so they are open like the probes.
+	Console http.Handler
 	// HeartbeatInterval is the comment heartbeat of a watch; 0 means 15s.
 	HeartbeatInterval time.Duration
 	// ClusterDeleted, when set, is told about a deleted cluster so its
@@ -173,7 +184,10 @@ func (s *server) routes() {
 	// Status routes first: /v1/instance/{id}/status must not be taken for
 	// an instance route.
 	s.statusRoutes(r)
+	s.historyRoutes(r)
 	s.subscriptionRoutes(r)
+	s.overviewRoutes(r)
+	s.consoleRoutes(r)
 	s.v2Routes(r)
 	s.emcoRoutes(r)
 	s.v1Routes(r)

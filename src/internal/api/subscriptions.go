@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
@@ -88,9 +89,10 @@ func (s *server) subscriptionRoutes(r *mux.Router) {
 	}
 }
 
-// forget tells the notifier a subject is gone. The delete itself
-// succeeded, so a failure here is logged, not answered.
+// forget tells the notifier a subject is gone, and drops its history. The
+// delete itself succeeded, so a failure here is logged, not answered.
 func (s *server) forget(ctx context.Context, subj notify.Subject) {
+	s.forgetHistory(ctx, subj)
 	if s.opts.Subscriptions == nil {
 		return
 	}
@@ -135,10 +137,17 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subj
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel() // ends the history follow whatever ends the stream
+	// History is followed from before the snapshot: an entry recorded in
+	// between is sent rather than lost.
+	follow, err := s.followHistory(ctx, r, subj)
+	if err != nil {
+		return err
+	}
 	last, _ := strconv.ParseInt(r.Header.Get("Last-Event-ID"), 10, 64)
 	watch := s.opts.Subscriptions.Watch(subj, sub, max(last, 0))
 	defer watch.Close()
-	ctx := r.Context()
 	// The baseline comes before the snapshot: a change in between is then
 	// sent again rather than lost.
 	seq, err := watch.Baseline(ctx)
@@ -150,21 +159,12 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subj
 	if err != nil {
 		return err
 	}
-	rc := http.NewResponseController(w)
-	// A stream outlives the server's read and write timeouts, which guard
-	// ordinary requests: it has its own heartbeat, and each write its own
-	// deadline, so a client that stops reading is cut off all the same.
-	// (Recorders in tests support neither; the errors say so, nothing more.)
-	_ = rc.SetReadDeadline(time.Time{})
-	write := func(f func() error) error {
-		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.StreamWriteTimeout))
-		return f()
+	var followed clientv3.WatchChan
+	if follow != nil {
+		followed = follow.C()
 	}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // proxies must not hold events back
-	if err := write(func() error { w.WriteHeader(http.StatusOK); return writeEvent(w, rc, seq, "snapshot", snap) }); err != nil {
+	sw := s.startStream(w)
+	if err := sw.event(seq, "snapshot", snap); err != nil {
 		return nil // the client went away
 	}
 	heartbeat := time.NewTicker(s.opts.HeartbeatInterval)
@@ -174,7 +174,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subj
 		case <-ctx.Done():
 			return nil
 		case <-heartbeat.C:
-			if err := write(func() error { return writeComment(w, rc, "heartbeat") }); err != nil {
+			if err := sw.comment("heartbeat"); err != nil {
 				return nil
 			}
 		case <-watch.Changed():
@@ -182,16 +182,64 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subj
 			if err != nil {
 				// The subject went away, or the stores failed: say so and end;
 				// the client reconnects and learns which.
-				_ = write(func() error { return writeEvent(w, rc, 0, "error", map[string]string{"error": err.Error()}) })
+				_ = sw.event(0, "error", map[string]string{"error": err.Error()})
 				return nil
 			}
 			if ok {
-				if err := write(func() error { return writeEvent(w, rc, seq, "change", json.RawMessage(data)) }); err != nil {
+				if err := sw.event(seq, "change", json.RawMessage(data)); err != nil {
+					return nil
+				}
+			}
+		case resp, open := <-followed:
+			entries, err := follow.Entries(resp)
+			if !open || err != nil {
+				followed = nil // the stream goes on without history
+				continue
+			}
+			// History events carry no id: Last-Event-ID numbers the
+			// snapshot and change events; GET …/history has the past.
+			for _, e := range entries {
+				if err := sw.event(0, "history", e); err != nil {
 					return nil
 				}
 			}
 		}
 	}
+}
+
+// streamWriter writes Server-Sent Events, each write with its own
+// deadline.
+type streamWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+// startStream sends a text/event-stream answer's headers. A stream
+// outlives the server's read and write timeouts, which guard ordinary
+// requests: it has its own heartbeat, and each write its own deadline, so
+// a client that stops reading is cut off all the same. (Recorders in tests
+// support neither; the errors say so, nothing more.)
+func (s *server) startStream(w http.ResponseWriter) *streamWriter {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // proxies must not hold events back
+	_ = rc.SetWriteDeadline(time.Now().Add(s.opts.StreamWriteTimeout))
+	w.WriteHeader(http.StatusOK)
+	return &streamWriter{w: w, rc: rc, timeout: s.opts.StreamWriteTimeout}
+}
+
+func (sw *streamWriter) event(id int64, event string, v any) error {
+	_ = sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
+	return writeEvent(sw.w, sw.rc, id, event, v)
+}
+
+func (sw *streamWriter) comment(text string) error {
+	_ = sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
+	return writeComment(sw.w, sw.rc, text)
 }
 
 func writeComment(w http.ResponseWriter, rc *http.ResponseController, text string) error {
@@ -217,7 +265,7 @@ func writeEvent(w http.ResponseWriter, rc *http.ResponseController, id int64, ev
 	return rc.Flush()
 }
 
-// subjectDeleted is the afterDelete of a DIG.
+// digDeleted is the afterDelete of a DIG.
 func (s *server) digDeleted(cat *catalog.Catalog) func(ctx context.Context, key catalog.Key) error {
 	return func(ctx context.Context, key catalog.Key) error {
 		s.forget(ctx, notify.DIGSubject(key))

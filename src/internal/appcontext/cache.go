@@ -272,10 +272,8 @@ func (c *Cache) View(ctx context.Context, id string, f func(*Context, map[Cluste
 // LiveOn lists the contexts not yet Terminated that place anything on the
 // cluster, so a cluster still in use is not deleted from under them.
 func (c *Cache) LiveOn(ctx context.Context, ref ClusterRef) ([]string, error) {
-	select {
-	case <-c.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := c.waitLoaded(ctx); err != nil {
+		return nil, err
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -287,4 +285,49 @@ func (c *Cache) LiveOn(ctx context.Context, ref ClusterRef) ([]string, error) {
 	})
 	sort.Strings(ids)
 	return ids, nil
+}
+
+// Groups lists the groups of every context known, once the cache is
+// loaded: what a consumer that keeps state per group catches up on.
+func (c *Cache) Groups(ctx context.Context) ([]string, error) {
+	if err := c.waitLoaded(ctx); err != nil {
+		return nil, err
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	seen := map[string]bool{}
+	var out []string
+	for _, b := range c.contexts {
+		if g := b.ctx.Meta.Group; g != "" && !seen[g] {
+			seen[g] = true
+			out = append(out, g)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// ClusterStates returns a copy of every cluster state the watchers stored,
+// once the cache is loaded.
+func (c *Cache) ClusterStates(ctx context.Context) (map[ClusterRef]ClusterState, error) {
+	if err := c.waitLoaded(ctx); err != nil {
+		return nil, err
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make(map[ClusterRef]ClusterState, len(c.clusters))
+	for ref, st := range c.clusters {
+		out[ref] = st
+	}
+	return out, nil
+}
+
+// waitLoaded returns once the cache holds a complete copy, or ctx ends.
+func (c *Cache) waitLoaded(ctx context.Context) error {
+	select {
+	case <-c.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -481,8 +481,10 @@ type sse struct{ id, event, data string }
 func (e sse) idN() int { n, _ := strconv.Atoi(e.id); return n }
 
 // watch opens a Server-Sent Events stream and delivers its events until
-// the test ends.
+// the test ends. History events are left out unless the path says
+// history=true or history=false (to see that they are left out).
 func (o *orch) watch(t *testing.T, path string) <-chan sse {
+	history := strings.Contains(path, "history=")
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", o.base+path, nil)
@@ -503,7 +505,7 @@ func (o *orch) watch(t *testing.T, path string) <-chan sse {
 			line := sc.Text()
 			switch {
 			case line == "":
-				if ev.event != "" {
+				if ev.event != "" && (history || ev.event != "history") {
 					select {
 					case out <- ev:
 					case <-ctx.Done():

@@ -18,6 +18,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/status"
 )
 
 // AAIOptions configures the AAI inventory sink.
@@ -147,7 +148,7 @@ func (a *AAISink) tenantURL(ctx context.Context, instanceID string) (string, err
 		a.opts.URL, url.PathEscape(owner), url.PathEscape(region), url.PathEscape(tenant)), nil
 }
 
-func (a *AAISink) selfLink(instanceID string, k ResourceKey) string {
+func (a *AAISink) selfLink(instanceID string, k status.ResourceKey) string {
 	q := url.Values{"ApiVersion": {strings.TrimPrefix(k.Group+"/"+k.Version, "/")}, "Kind": {k.Kind}, "Name": {k.Name}}
 	return strings.TrimRight(a.opts.SelfLink, "/") + "/v1/instance/" + url.PathEscape(instanceID) + "/query?" + q.Encode()
 }
@@ -238,9 +239,9 @@ func (a *AAISink) do(ctx context.Context, method, u, txID string, body []byte, o
 }
 
 // keyOfPayload reads a resource's identity back from its payload entry.
-func keyOfPayload(p map[string]any) ResourceKey {
+func keyOfPayload(p map[string]any) status.ResourceKey {
 	str := func(m map[string]any, k string) string { s, _ := m[k].(string); return s }
-	k := ResourceKey{App: str(p, "app"), ClusterProvider: str(p, "cluster-provider"), Cluster: str(p, "cluster"),
+	k := status.ResourceKey{App: str(p, "app"), ClusterProvider: str(p, "cluster-provider"), Cluster: str(p, "cluster"),
 		Namespace: str(p, "namespace"), Name: str(p, "name")}
 	if gvk, ok := p["GVK"].(map[string]any); ok {
 		k.Group, k.Version, k.Kind = str(gvk, "Group"), str(gvk, "Version"), str(gvk, "Kind")

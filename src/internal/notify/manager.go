@@ -172,6 +172,7 @@ type Manager struct {
 	wg        sync.WaitGroup
 	workers   map[string]*handle           // by state key
 	listeners map[string]map[uint64]func() // by group
+	all       map[uint64]func()            // told of every group's changes
 	gens      map[string]uint64            // change generation by group
 	memo      map[string]*memoEntry        // by group + query
 	aaiBusy   map[string]bool              // instances whose AAI mirroring is being checked
@@ -199,7 +200,7 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 		opts.Logger = logrus.NewEntry(logging.Discard())
 	}
 	return &Manager{opts: opts, log: opts.Logger, ready: make(chan struct{}), workers: map[string]*handle{},
-		listeners: map[string]map[uint64]func(){}, gens: map[string]uint64{}, memo: map[string]*memoEntry{},
+		listeners: map[string]map[uint64]func(){}, all: map[uint64]func(){}, gens: map[string]uint64{}, memo: map[string]*memoEntry{},
 		aaiBusy: map[string]bool{}, aaiSkip: map[string]bool{}}, nil
 }
 
@@ -256,6 +257,11 @@ func (m *Manager) Run(ctx context.Context) error {
 func (m *Manager) Changed(groups []string) {
 	var wake []func()
 	m.mu.Lock()
+	if len(groups) > 0 {
+		for _, f := range m.all {
+			wake = append(wake, f)
+		}
+	}
 	for _, g := range groups {
 		if len(m.listeners[g]) == 0 {
 			continue // nobody computes views of it, so no generation to keep
@@ -273,6 +279,21 @@ func (m *Manager) Changed(groups []string) {
 	}
 	for _, f := range wake {
 		f()
+	}
+}
+
+// ListenAll registers f to be called, without blocking, after any change
+// of any group (an overview follows them all), and returns its removal.
+func (m *Manager) ListenAll(f func()) func() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.nextID++
+	id := m.nextID
+	m.all[id] = f
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.all, id)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/status"
 )
 
 func TestPayloadAddsTheChangesToTheEnvelope(t *testing.T) {
@@ -38,8 +39,8 @@ func TestPayloadAddsTheChangesToTheEnvelope(t *testing.T) {
 }
 
 func TestResourceKeyRoundTrips(t *testing.T) {
-	k := ResourceKey{App: "a", ClusterProvider: "cp", Cluster: "c1", Group: "apps", Version: "v1", Kind: "Deployment", Namespace: "ns", Name: "web"}
-	back, ok := ParseResourceKey(k.String())
+	k := status.ResourceKey{App: "a", ClusterProvider: "cp", Cluster: "c1", Group: "apps", Version: "v1", Kind: "Deployment", Namespace: "ns", Name: "web"}
+	back, ok := status.ParseResourceKey(k.String())
 	if !ok || back != k {
 		t.Fatalf("round trip: %+v %v", back, ok)
 	}
@@ -49,7 +50,7 @@ func TestResourceKeyRoundTrips(t *testing.T) {
 		"GVK": map[string]any{"Group": "apps", "Version": "v1", "Kind": "Deployment"}}) != k {
 		t.Fatalf("deleted payload %v", p)
 	}
-	if _, ok := ParseResourceKey("a|b"); ok {
+	if _, ok := status.ParseResourceKey("a|b"); ok {
 		t.Fatal("a short key parsed")
 	}
 	if DeletedPayload("nonsense") != nil {

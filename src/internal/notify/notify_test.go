@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/status"
 	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
@@ -25,15 +26,15 @@ var env *testenv.Stores
 func TestMain(m *testing.M) { testenv.Main(m, func(s *testenv.Stores) { env = s }) }
 
 func TestDigestIgnoresChurn(t *testing.T) {
-	a := Digest("Ready", "", "Applied", "Present", json.RawMessage(`{"readyReplicas":2,"replicas":2}`))
-	b := Digest("Ready", "", "Applied", "Present", json.RawMessage(`{ "replicas": 2, "readyReplicas": 2 }`))
+	a := status.Digest("Ready", "", "Applied", "Present", json.RawMessage(`{"readyReplicas":2,"replicas":2}`))
+	b := status.Digest("Ready", "", "Applied", "Present", json.RawMessage(`{ "replicas": 2, "readyReplicas": 2 }`))
 	if a != b {
 		t.Fatal("key order or spacing of .status changed the digest")
 	}
 	for name, other := range map[string]string{
-		"readiness": Digest("Pending", "1 of 2", "Applied", "Present", json.RawMessage(`{"readyReplicas":2,"replicas":2}`)),
-		"status":    Digest("Ready", "", "Applied", "Present", json.RawMessage(`{"readyReplicas":1,"replicas":2}`)),
-		"rsync":     Digest("Ready", "", "Retrying", "Present", json.RawMessage(`{"readyReplicas":2,"replicas":2}`)),
+		"readiness": status.Digest("Pending", "1 of 2", "Applied", "Present", json.RawMessage(`{"readyReplicas":2,"replicas":2}`)),
+		"status":    status.Digest("Ready", "", "Applied", "Present", json.RawMessage(`{"readyReplicas":1,"replicas":2}`)),
+		"rsync":     status.Digest("Ready", "", "Retrying", "Present", json.RawMessage(`{"readyReplicas":2,"replicas":2}`)),
 	} {
 		if other == a {
 			t.Errorf("a change of %s left the digest unchanged", name)

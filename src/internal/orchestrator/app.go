@@ -24,8 +24,10 @@ import (
 	"github.com/argus-mc/argus/src/internal/authn"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/cluster"
+	"github.com/argus-mc/argus/src/internal/console"
 	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/history"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/logicalcloud"
 	"github.com/argus-mc/argus/src/internal/notify"
@@ -95,6 +97,12 @@ type Options struct {
 	// lacks, for DIGs and instances that do not say: Strict, Warn or
 	// Ignore; "" means Warn.
 	FieldValidation string
+	// HistoryLimit is how many history entries each DIG and v1 instance
+	// keeps (older ones are deleted); 0 means 1000.
+	HistoryLimit int
+	// ReplicaID names this orchestrator in answers that say which replica
+	// does what (a cluster's watcher owner); "" means the host name.
+	ReplicaID string
 	// Archive bounds every chart and profile archive accepted; zero fields
 	// are the archive package's defaults.
 	Archive archive.Limits
@@ -202,6 +210,15 @@ func New(opts Options) (*App, error) {
 	h := opts.HTTP
 	if h.MaxConnections < 0 || h.MaxJSONDepth < 0 || min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout) < 0 {
 		return nil, errors.New("orchestrator: connection limits and timeouts cannot be negative")
+	}
+	if opts.HistoryLimit < 0 {
+		return nil, errors.New("orchestrator: --history-limit cannot be negative")
+	}
+	if opts.ReplicaID == "" {
+		opts.ReplicaID, _ = os.Hostname()
+		if opts.ReplicaID == "" {
+			opts.ReplicaID = "orchestrator"
+		}
 	}
 	if err := notify.CheckPolicy(opts.CallbackAllow, opts.CallbackDeny); err != nil {
 		return nil, fmt.Errorf("orchestrator: %w", err)
@@ -355,14 +372,24 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	cache.OnChange(notifier.Changed)
+	histories := history.NewStore(history.StoreOptions{Client: etcd.Client, Prefix: a.opts.EtcdPrefix, Limit: a.opts.HistoryLimit})
+	// Every group is recorded here until replicas share the work (SPEC
+	// section 9): then the Owner says which are this replica's.
+	recorder, err := history.NewRecorder(history.RecorderOptions{Store: histories, Source: reader, Groups: cache.Groups,
+		Registerer: a.opts.Registry, Logger: a.log.WithField("component", "history")})
+	if err != nil {
+		return err
+	}
+	cache.OnChange(recorder.Changed)
 	watchCtx, stopWatchers := context.WithCancel(ctx)
-	watchDone, cacheDone, notifyDone := make(chan error, 1), make(chan error, 1), make(chan error, 1)
+	watchDone, cacheDone, notifyDone, historyDone := make(chan error, 1), make(chan error, 1), make(chan error, 1), make(chan error, 1)
 	go func() { watchDone <- watchers.Run(watchCtx) }()
 	go func() { cacheDone <- cache.Run(watchCtx) }()
 	go func() { notifyDone <- notifier.Run(watchCtx) }()
+	go func() { historyDone <- recorder.Run(watchCtx) }()
 	defer func() {
 		stopWatchers()
-		for name, done := range map[string]chan error{"watchers": watchDone, "context cache": cacheDone, "notifier": notifyDone} {
+		for name, done := range map[string]chan error{"watchers": watchDone, "context cache": cacheDone, "notifier": notifyDone, "history recorder": historyDone} {
 			if werr := <-done; werr != nil && !errors.Is(werr, context.Canceled) {
 				a.log.WithError(werr).Errorf("%s stopped", name)
 			}
@@ -384,6 +411,10 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Instances:     deployer,
 		Status:        reader,
 		Subscriptions: notifier,
+		History:       histories,
+		Overview:      overviews{Reader: reader, replica: a.opts.ReplicaID, watchers: watchers},
+		Changes:       notifier,
+		Console:       console.Handler(),
 		ClusterInUse: func(ctx context.Context, provider, name string) ([]string, error) {
 			return liveOn(ctx, cache, contexts, appcontext.ClusterRef{Provider: provider, Name: name})
 		},
@@ -555,6 +586,27 @@ func (a *App) notifier(cat *catalog.Catalog, etcd *etcdstore.Store, reader *stat
 		Deliverer: deliverer, Feeds: reader, CheckQuery: status.CheckQuery, AAI: sink, Metrics: metrics,
 		BackoffBase: a.opts.NotifyBackoffBase, Logger: a.log.WithField("component", "notify")})
 }
+
+// overviews answers the console's overview queries; the watcher of a
+// cluster is this replica's whenever it runs one.
+type overviews struct {
+	*status.Reader
+	replica  string
+	watchers *watcher.Manager
+}
+
+func (o overviews) ClusterOverview(ctx context.Context) (status.ClusterOverview, error) {
+	return o.Reader.ClusterOverview(ctx, o.replica, o)
+}
+
+func (o overviews) WatcherOwner(ref appcontext.ClusterRef) string {
+	if o.watchers.Watching(ref) {
+		return o.replica
+	}
+	return ""
+}
+
+var _ api.OverviewReader = overviews{}
 
 // serverLog carries net/http's own messages into the structured log. TLS
 // handshake failures are what port scanners and plain-HTTP clients cause,

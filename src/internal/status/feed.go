@@ -8,20 +8,19 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/health"
-	"github.com/argus-mc/argus/src/internal/notify"
 )
 
 // Entries flattens a context's status into notification entries, one per
 // resource (pods included), each carrying both the rsync and the cluster
 // view, whatever q.Type says: a subscriber hears of any change that alters
 // either. The filters of q (apps, clusters, resources) apply.
-func Entries(in Input, q Query) []notify.Entry {
+func Entries(in Input, q Query) []Entry {
 	if in.Context == nil {
 		return nil
 	}
 	q.Type, q.Output = TypeCluster, OutputDetail
 	in.withRsync = true
-	var out []notify.Entry
+	var out []Entry
 	for _, a := range Build(in, q).Apps {
 		for _, c := range a.Clusters {
 			for _, r := range c.Resources {
@@ -35,8 +34,8 @@ func Entries(in Input, q Query) []notify.Entry {
 // entry is a resourcesStatus-shaped payload (k8splugin: the whole object
 // under "status") plus the placement and both status views. Only the
 // object's .status enters the digest: metadata churn is not a change.
-func entry(app string, c Cluster, r Resource) notify.Entry {
-	key := notify.ResourceKey{App: app, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
+func entry(app string, c Cluster, r Resource) Entry {
+	key := ResourceKey{App: app, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
 		Group: r.GVK.Group, Version: r.GVK.Version, Kind: r.GVK.Kind, Namespace: r.Namespace, Name: r.Name}
 	p := key.Payload()
 	for k, v := range map[string]string{"rsync-status": r.RsyncStatus, "cluster-status": r.ClusterStatus,
@@ -55,17 +54,17 @@ func entry(app string, c Cluster, r Resource) notify.Entry {
 			objStatus = obj.Status
 		}
 	}
-	return notify.Entry{Key: key.String(), Payload: p,
-		Digest: notify.Digest(r.ReadyStatus, r.Reason, r.RsyncStatus, r.ClusterStatus, objStatus)}
+	return Entry{Key: key.String(), Payload: p,
+		Digest: Digest(r.ReadyStatus, r.Reason, r.RsyncStatus, r.ClusterStatus, objStatus)}
 }
 
 // InstanceFeed is a v1 instance's entries and whether it is ready, as
 // GET /v1/instance/{id}/status would say.
-func (r *Reader) InstanceFeed(ctx context.Context, id string) ([]notify.Entry, bool, error) {
+func (r *Reader) InstanceFeed(ctx context.Context, id string) ([]Entry, bool, error) {
 	if _, err := catalog.For[catalog.InstanceSpec](r.Catalog, catalog.Instances).Get(ctx, catalog.Key{id}); err != nil {
 		return nil, false, err
 	}
-	var entries []notify.Entry
+	var entries []Entry
 	ready := false
 	err := r.withInput(ctx, Header{Name: id}, catalog.DIGState{}, id, func(in Input) {
 		entries = Entries(in, Query{})
@@ -74,7 +73,7 @@ func (r *Reader) InstanceFeed(ctx context.Context, id string) ([]notify.Entry, b
 	return entries, ready, err
 }
 
-func instanceReady(entries []notify.Entry) bool {
+func instanceReady(entries []Entry) bool {
 	var statuses []health.Status
 	for _, e := range entries {
 		if rs, ok := e.Payload["ready-status"].(string); ok {
@@ -86,7 +85,7 @@ func instanceReady(entries []notify.Entry) bool {
 
 // DIGFeed is a DIG's entries for a subscription's filters and the status
 // response those filters give.
-func (r *Reader) DIGFeed(ctx context.Context, dig catalog.Key, v url.Values) ([]notify.Entry, any, string, error) {
+func (r *Reader) DIGFeed(ctx context.Context, dig catalog.Key, v url.Values) ([]Entry, any, string, error) {
 	q, err := ParseQuery(v)
 	if err != nil {
 		return nil, nil, "", err
@@ -99,7 +98,7 @@ func (r *Reader) DIGFeed(ctx context.Context, dig catalog.Key, v url.Values) ([]
 	if err != nil {
 		return nil, nil, "", err
 	}
-	var entries []notify.Entry
+	var entries []Entry
 	var resp Response
 	err = r.withInput(ctx, header, st, id, func(in Input) {
 		resp = Build(in, q)
@@ -120,7 +119,7 @@ func headDigest(r Response) string {
 	if r.Ready != nil {
 		ready = strconv.FormatBool(*r.Ready)
 	}
-	return notify.Digest(ready, last, r.Status, "", nil)
+	return Digest(ready, last, r.Status, "", nil)
 }
 
 // CheckQuery validates a subscription's filters as a status query would.

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
-	"github.com/argus-mc/argus/src/internal/notify"
 )
 
 func TestEntriesCarryBothViewsAndDigestOnlyWhatCounts(t *testing.T) {
@@ -55,11 +54,11 @@ func TestEntriesCarryBothViewsAndDigestOnlyWhatCounts(t *testing.T) {
 	}
 }
 
-func entryByKey(l []notify.Entry, key string) notify.Entry {
+func entryByKey(l []Entry, key string) Entry {
 	for _, e := range l {
 		if e.Key == key {
 			return e
 		}
 	}
-	return notify.Entry{}
+	return Entry{}
 }

@@ -120,3 +120,12 @@ func nonEmpty(l []string) []string {
 	}
 	return out
 }
+
+// Matches reports whether a resource passes the query's app, cluster and
+// resource filters, as a status answer would list it.
+func (q Query) Matches(app string, cluster appcontext.ClusterRef, kind, name string) bool {
+	return match(q.Apps, app) && matchCluster(q.Clusters, cluster) && matchResource(q.Resources, kind, name)
+}
+
+// Filtered reports whether any of the app, cluster and resource filters is set.
+func (q Query) Filtered() bool { return len(q.Apps)+len(q.Clusters)+len(q.Resources) > 0 }

@@ -1,0 +1,286 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/health"
+)
+
+// Overview is every deployment intent group and v1 instance with a summary
+// of its state: what GET /v2/overview answers, and what the console's
+// first page shows.
+type Overview struct {
+	DeploymentIntentGroups []Summary `json:"deploymentIntentGroups"`
+	Instances              []Summary `json:"instances"`
+}
+
+// Summary is one DIG or v1 instance at a glance.
+type Summary struct {
+	// Kind is "dig" or "instance".
+	Kind string `json:"kind"`
+	// Project, CompositeApp, Version and Name name a DIG; ID and the
+	// request's names an instance (Name is its release name).
+	Project      string `json:"project,omitempty"`
+	CompositeApp string `json:"compositeApp,omitempty"`
+	Version      string `json:"compositeAppVersion,omitempty"`
+	Name         string `json:"name"`
+	ID           string `json:"id,omitempty"`
+	RBName       string `json:"rb-name,omitempty"`
+	RBVersion    string `json:"rb-version,omitempty"`
+	ProfileName  string `json:"profile-name,omitempty"`
+	CloudRegion  string `json:"cloud-region,omitempty"`
+	// StatusURL is the subject's status resource; …/history and the
+	// subscriptions hang below it.
+	StatusURL string `json:"status-url"`
+	// State is the DIG's lifecycle state (Created, Approved,
+	// Instantiated…); Status the current context's (Instantiating…).
+	State    string `json:"state,omitempty"`
+	Status   string `json:"status,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	// Ready is true when every resource is Ready; ReadyStatus is the
+	// aggregate (Ready, Pending, Failed, Unknown), "" with no context.
+	Ready       bool           `json:"ready"`
+	ReadyStatus string         `json:"ready-status,omitempty"`
+	ReadyCounts map[string]int `json:"ready-counts"`
+	Total       int            `json:"total"`
+	ReadyCount  int            `json:"ready-count"`
+	Apps        []AppSummary   `json:"apps"`
+	// NotReady lists what is not Ready, at most MaxNotReady of them;
+	// NotReadyCount says how many there are.
+	NotReady      []NotReady `json:"not-ready"`
+	NotReadyCount int        `json:"not-ready-count"`
+}
+
+// MaxNotReady bounds the not-ready resources one Summary lists.
+const MaxNotReady = 20
+
+// AppSummary is one app's readiness per cluster.
+type AppSummary struct {
+	Name     string           `json:"name"`
+	Ready    bool             `json:"ready"`
+	Clusters []ClusterSummary `json:"clusters"`
+}
+
+// ClusterSummary is one app on one cluster.
+type ClusterSummary struct {
+	ClusterProvider string `json:"cluster-provider"`
+	Cluster         string `json:"cluster"`
+	Ready           bool   `json:"ready"`
+	ReadyStatus     string `json:"ready-status"`
+	Total           int    `json:"total"`
+	ReadyCount      int    `json:"ready-count"`
+	Connectivity    string `json:"connectivity,omitempty"`
+	Monitor         string `json:"monitor,omitempty"`
+}
+
+// NotReady is one resource that is not Ready, and why.
+type NotReady struct {
+	App             string `json:"app"`
+	ClusterProvider string `json:"cluster-provider"`
+	Cluster         string `json:"cluster"`
+	GVK             GVK    `json:"GVK"`
+	Name            string `json:"name"`
+	ClusterStatus   string `json:"cluster-status,omitempty"`
+	ReadyStatus     string `json:"ready-status"`
+	Reason          string `json:"reason,omitempty"`
+}
+
+// Overview summarises every DIG and v1 instance. It costs one catalogue
+// listing per kind, one state read per DIG, and no etcd read: the
+// contexts come from the cache.
+func (r *Reader) Overview(ctx context.Context) (Overview, error) {
+	out := Overview{DeploymentIntentGroups: []Summary{}, Instances: []Summary{}}
+	err := catalog.For[catalog.DIGSpec](r.Catalog, catalog.DeploymentIntentGroups).Each(ctx, func(dig catalog.Key, obj catalog.Object[catalog.DIGSpec]) error {
+		st, err := r.Catalog.GetDIGState(ctx, dig)
+		if err != nil {
+			return err
+		}
+		s := Summary{Kind: "dig", Project: dig[0], CompositeApp: dig[1], Version: dig[2], Name: dig[3], State: st.Current,
+			StatusURL: "/v2/projects/" + dig[0] + "/composite-apps/" + dig[1] + "/" + dig[2] + "/deployment-intent-groups/" + dig[3] + "/status"}
+		header := Header{Project: dig[0], CompositeApp: dig[1], Version: dig[2], CompositeProfile: obj.Spec.CompositeProfile, Name: dig[3]}
+		if err := r.summarise(ctx, header, st, st.ContextID, &s); err != nil {
+			return err
+		}
+		out.DeploymentIntentGroups = append(out.DeploymentIntentGroups, s)
+		return nil
+	})
+	if err != nil {
+		return Overview{}, err
+	}
+	err = catalog.For[catalog.InstanceSpec](r.Catalog, catalog.Instances).Each(ctx, func(key catalog.Key, obj catalog.Object[catalog.InstanceSpec]) error {
+		req := obj.Spec.Request
+		s := Summary{Kind: "instance", ID: key[0], Name: obj.Spec.ReleaseName, RBName: req.RBName, RBVersion: req.RBVersion,
+			ProfileName: req.ProfileName, CloudRegion: req.CloudRegion, StatusURL: "/v1/instance/" + key[0] + "/status"}
+		if err := r.summarise(ctx, Header{Name: key[0]}, catalog.DIGState{}, key[0], &s); err != nil {
+			return err
+		}
+		out.Instances = append(out.Instances, s)
+		return nil
+	})
+	if err != nil {
+		return Overview{}, err
+	}
+	return out, nil
+}
+
+// summarise fills s from the context's type=cluster answer. A context not
+// (or no longer) stored leaves the summary without one.
+func (r *Reader) summarise(ctx context.Context, header Header, st catalog.DIGState, id string, s *Summary) error {
+	s.ReadyCounts, s.Apps, s.NotReady = map[string]int{}, []AppSummary{}, []NotReady{}
+	if id == "" {
+		return nil
+	}
+	err := r.withInput(ctx, header, st, id, func(in Input) {
+		if in.Context == nil {
+			return
+		}
+		resp := Build(in, Query{Type: TypeCluster, Output: OutputAll})
+		s.Instance, s.Status = in.Context.Meta.ID, in.Context.Status.Status
+		s.Ready = resp.Ready != nil && *resp.Ready
+		var all []health.Status
+		for _, a := range resp.Apps {
+			as := AppSummary{Name: a.Name, Ready: a.Ready != nil && *a.Ready}
+			for _, c := range a.Clusters {
+				cs := ClusterSummary{ClusterProvider: c.ClusterProvider, Cluster: c.Cluster, Ready: c.Ready != nil && *c.Ready,
+					Connectivity: c.Connectivity, Monitor: c.Monitor}
+				var statuses []health.Status
+				for _, res := range c.Resources {
+					cs.Total++
+					s.ReadyCounts[res.ReadyStatus]++
+					statuses = append(statuses, health.Status(res.ReadyStatus))
+					if res.ReadyStatus == string(health.Ready) {
+						cs.ReadyCount++
+						continue
+					}
+					s.NotReadyCount++
+					if len(s.NotReady) < MaxNotReady {
+						s.NotReady = append(s.NotReady, NotReady{App: a.Name, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
+							GVK: res.GVK, Name: res.Name, ClusterStatus: res.ClusterStatus, ReadyStatus: res.ReadyStatus, Reason: res.Reason})
+					}
+				}
+				if len(statuses) > 0 {
+					cs.ReadyStatus = string(health.Aggregate(statuses...))
+				}
+				all = append(all, statuses...)
+				s.Total += cs.Total
+				s.ReadyCount += cs.ReadyCount
+				as.Clusters = append(as.Clusters, cs)
+			}
+			s.Apps = append(s.Apps, as)
+		}
+		if len(all) > 0 {
+			s.ReadyStatus = string(health.Aggregate(all...))
+		}
+	})
+	if err != nil && !isNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// ClusterOverview is every registered cluster (and v1 cloud region) with
+// its connectivity, monitor and watcher: GET /v2/overview/clusters.
+type ClusterOverview struct {
+	// Replica names the orchestrator replica that answered, so a client
+	// can tell the watchers it runs from those of other replicas.
+	Replica  string         `json:"replica"`
+	Clusters []ClusterState `json:"clusters"`
+}
+
+// ClusterState is one cluster as the watchers see it.
+type ClusterState struct {
+	ClusterProvider string `json:"cluster-provider"`
+	Cluster         string `json:"cluster"`
+	// Connectivity and Monitor are Unknown while no watcher has reported
+	// (no live context places anything on the cluster).
+	Connectivity string `json:"connectivity"`
+	Monitor      string `json:"monitor"`
+	LastSeen     string `json:"last-seen,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+	// Contexts counts the live (not terminated) contexts on the cluster.
+	Contexts int `json:"contexts"`
+	// WatcherOwner names the replica that watches the cluster, "" when
+	// none does.
+	WatcherOwner string `json:"watcher-owner,omitempty"`
+}
+
+// WatcherOwners says which replica watches a cluster ("" for none).
+type WatcherOwners interface {
+	WatcherOwner(ref appcontext.ClusterRef) string
+}
+
+// ClusterOverview lists the clusters with their states.
+func (r *Reader) ClusterOverview(ctx context.Context, replica string, owners WatcherOwners) (ClusterOverview, error) {
+	out := ClusterOverview{Replica: replica, Clusters: []ClusterState{}}
+	var refs []appcontext.ClusterRef
+	err := catalog.For[catalog.Empty](r.Catalog, catalog.Clusters).Each(ctx, func(key catalog.Key, _ catalog.Object[catalog.Empty]) error {
+		refs = append(refs, appcontext.ClusterRef{Provider: key[0], Name: key[1]})
+		return nil
+	})
+	if err != nil {
+		return out, err
+	}
+	err = catalog.For[catalog.ConnectivitySpec](r.Catalog, catalog.ConnectivityInfos).Each(ctx, func(key catalog.Key, _ catalog.Object[catalog.ConnectivitySpec]) error {
+		refs = append(refs, appcontext.ClusterRef{Provider: appcontext.V1Provider, Name: key[0]})
+		return nil
+	})
+	if err != nil {
+		return out, err
+	}
+	var states map[appcontext.ClusterRef]appcontext.ClusterState
+	if r.Cache != nil {
+		if states, err = r.Cache.ClusterStates(ctx); err != nil {
+			return out, err
+		}
+	} else if states, err = r.Contexts.ClusterStates(ctx); err != nil {
+		return out, err
+	}
+	now := time.Now()
+	if r.Now != nil {
+		now = r.Now()
+	}
+	silent := r.SilentAfter
+	if silent == 0 {
+		silent = 30 * time.Second
+	}
+	for _, ref := range refs {
+		cs := ClusterState{ClusterProvider: ref.Provider, Cluster: ref.Name, Connectivity: Unknown, Monitor: Unknown}
+		if st, ok := states[ref]; ok {
+			cs.Connectivity, cs.Monitor, cs.Reason = st.Connectivity, st.Monitor, st.Reason
+			if st.UnusableReason != "" {
+				cs.Reason = st.UnusableReason
+			}
+			if !st.LastSeen.IsZero() {
+				cs.LastSeen = st.LastSeen.UTC().Format(time.RFC3339)
+			}
+			if st.Monitor == appcontext.MonitorRunning && now.Sub(st.LastSeen) > silent {
+				cs.Monitor = appcontext.MonitorSilent
+			}
+		}
+		if r.Cache != nil {
+			live, err := r.Cache.LiveOn(ctx, ref)
+			if err != nil {
+				return out, err
+			}
+			cs.Contexts = len(live)
+		}
+		if owners != nil {
+			cs.WatcherOwner = owners.WatcherOwner(ref)
+		}
+		out.Clusters = append(out.Clusters, cs)
+	}
+	sort.Slice(out.Clusters, func(i, j int) bool {
+		a, b := out.Clusters[i], out.Clusters[j]
+		return strings.Compare(a.ClusterProvider+"+"+a.Cluster, b.ClusterProvider+"+"+b.Cluster) < 0
+	})
+	return out, nil
+}
+
+func isNotFound(err error) bool { return errors.Is(err, errdefs.ErrNotFound) }

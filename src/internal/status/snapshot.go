@@ -1,0 +1,76 @@
+package status
+
+import (
+	"context"
+	"strings"
+
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/errdefs"
+)
+
+// Snapshot is what a DIG or v1 instance is now, reduced to what a history
+// of transitions records: its user actions, its context's status and
+// readiness, and each resource's three views.
+type Snapshot struct {
+	// Instance is the current context ("" before the first instantiation).
+	Instance string
+	// Actions are the user actions, oldest first (DIGs only).
+	Actions []catalog.StateAction
+	// Status and Error are the context's; Ready is the aggregate readiness.
+	Status, Error string
+	Ready         bool
+	Resources     []ResourceState
+}
+
+// ResourceState is one resource in a Snapshot.
+type ResourceState struct {
+	Key                                     ResourceKey
+	RsyncStatus, ClusterStatus, ReadyStatus string
+	Reason                                  string
+}
+
+// Snapshot answers for a change-routing group ("dig:<p>/<ca>/<v>/<dig>" or
+// "instance:<id>"); a group whose subject no longer exists is NotFound.
+func (r *Reader) Snapshot(ctx context.Context, group string) (Snapshot, error) {
+	if id, ok := strings.CutPrefix(group, "instance:"); ok {
+		var out Snapshot
+		_, err := r.instance(ctx, id, func(in Input) { out = snapshotOf(in) })
+		return out, err
+	}
+	rest, ok := strings.CutPrefix(group, "dig:")
+	dig := catalog.Key(strings.Split(rest, "/"))
+	if !ok || len(dig) != 4 {
+		return Snapshot{}, errdefs.Invalid("group %q is neither a deployment intent group nor an instance", group)
+	}
+	header, st, err := r.digHeader(ctx, dig)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	var out Snapshot
+	err = r.withInput(ctx, header, st, st.ContextID, func(in Input) { out = snapshotOf(in) })
+	return out, err
+}
+
+// snapshotOf builds a Snapshot as a type=cluster answer that also carries
+// each resource's rsync status would report it.
+func snapshotOf(in Input) Snapshot {
+	out := Snapshot{Actions: in.State}
+	if in.Context == nil {
+		return out
+	}
+	in.withRsync = true
+	resp := Build(in, Query{Type: TypeCluster, Output: OutputAll})
+	out.Instance, out.Status, out.Error = in.Context.Meta.ID, in.Context.Status.Status, in.Context.Status.Error
+	out.Ready = resp.Ready != nil && *resp.Ready
+	for _, a := range resp.Apps {
+		for _, c := range a.Clusters {
+			for _, res := range c.Resources {
+				out.Resources = append(out.Resources, ResourceState{
+					Key: ResourceKey{App: a.Name, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
+						Group: res.GVK.Group, Version: res.GVK.Version, Kind: res.GVK.Kind, Namespace: res.Namespace, Name: res.Name},
+					RsyncStatus: res.RsyncStatus, ClusterStatus: res.ClusterStatus, ReadyStatus: res.ReadyStatus, Reason: res.Reason})
+			}
+		}
+	}
+	return out
+}
