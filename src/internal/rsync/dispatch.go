@@ -121,8 +121,10 @@ func NewDispatcher(opts DispatcherOptions) (*Dispatcher, error) {
 func (d *Dispatcher) actionsPrefix() string  { return d.pre + "actions/" }
 func (d *Dispatcher) progressPrefix() string { return d.pre + "progress/" }
 
-func (d *Dispatcher) recordKey(group, id string) string   { return d.actionsPrefix() + group + "/" + id }
-func (d *Dispatcher) progressKey(group, id string) string { return d.progressPrefix() + group + "/" + id }
+func (d *Dispatcher) recordKey(group, id string) string { return d.actionsPrefix() + group + "/" + id }
+func (d *Dispatcher) progressKey(group, id string) string {
+	return d.progressPrefix() + group + "/" + id
+}
 
 // split parses "<group>/<id>"; ids never hold a '/', groups may.
 func split(rest string) (group, id string, ok bool) {
