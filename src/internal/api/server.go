@@ -92,6 +92,11 @@ type Options struct {
 	Archives ArchiveChecker
 	// CheckTimeout bounds each readiness check; 0 means 2s.
 	CheckTimeout time.Duration
+	// Replicas serves GET /v2/system/replicas; nil leaves it out.
+	Replicas ReplicaSet
+	// Consistency, when set, gives clients read-your-writes (see
+	// RevisionHeader); nil answers from the caches as they are.
+	Consistency Consistency
 }
 
 // ArchiveChecker loads chart and profile archives as rendering will;
@@ -118,7 +123,7 @@ func New(opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.observe(s.recovery(s.authenticate(s.router))), nil
+	return s.observe(s.recovery(s.authenticate(s.consistent(s.router)))), nil
 }
 
 // newServer builds the server with its routes registered.
@@ -188,6 +193,7 @@ func (s *server) routes() {
 	s.subscriptionRoutes(r)
 	s.overviewRoutes(r)
 	s.consoleRoutes(r)
+	s.systemRoutes(r)
 	s.v2Routes(r)
 	s.emcoRoutes(r)
 	s.v1Routes(r)

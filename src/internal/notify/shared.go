@@ -244,7 +244,13 @@ func (m *Manager) ReleasedSubscription(key string) {
 	m.ops.Lock()
 	m.stopWorker(key)
 	m.ops.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	m.mu.Lock()
+	ctx := m.runCtx
+	m.mu.Unlock()
+	if ctx == nil || ctx.Err() != nil {
+		return // shutting down: the acknowledgement goes with the lease
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := m.opts.States.cli.Delete(ctx, m.ackPrefix()+key); err != nil {
 		m.log.WithError(err).WithField("subscription", key).Warn("cannot withdraw a subscription's acknowledgement")

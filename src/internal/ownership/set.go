@@ -217,10 +217,15 @@ func (s *Set) Run(ctx context.Context) error {
 		}
 		if sess != nil {
 			// Revoking deletes this replica's member key and claims at
-			// once: the others take over without waiting for the TTL.
-			if err := sess.Close(); err != nil {
+			// once: the others take over without waiting for the TTL. An
+			// etcd that does not answer must not hold the shutdown: the
+			// lease then expires by itself.
+			sess.Orphan()
+			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if _, err := s.opts.Client.Revoke(rctx, sess.Lease()); err != nil {
 				s.log.WithError(err).Warn("cannot revoke the replica's lease; it expires by itself")
 			}
+			cancel()
 		}
 	}()
 	for attempt := 1; ctx.Err() == nil; attempt++ {
