@@ -67,6 +67,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.opts.ReplicaID, "replica-id", "", "this orchestrator's name among the replicas sharing the stores, unique among live ones (GET /v2/system/replicas); empty means the host name")
 	fs.StringVar(&s.opts.AdvertiseURL, "advertise-url", "", "where clients reach this replica's API, shown to operators in GET /v2/system/replicas; empty derives it from --listen (the host name for an unspecified host)")
 	fs.DurationVar(&s.opts.LeaseTTL, "lease-ttl", 10*time.Second, "TTL of this replica's etcd lease (whole seconds): the work of a replica that dies (its clusters' watchers, groups' rsync actions, subscriptions' deliveries) moves to the others within it")
+	fs.IntVar(&s.opts.ListPageSize, "list-page-size", 1000, "most objects a collection GET answers without ?limit= (1 to 10000); a longer list is paged, a Link header naming the next page (?limit=, ?continue=)")
 	fs.IntVar(&s.opts.HistoryLimit, "history-limit", 1000, "history entries kept per deployment intent group and v1 instance (GET …/status/history); older ones are deleted")
 	fs.StringVar(&s.opts.AAI.URL, "aai-url", "", "ONAP AAI base URL (e.g. https://aai:8443/aai/v24); empty turns the AAI sink off")
 	fs.StringVar(&s.opts.AAI.Username, "aai-username", "", "AAI user name")

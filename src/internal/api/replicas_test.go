@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -100,5 +101,58 @@ func TestReplicasRoute(t *testing.T) {
 	}
 	if code, _, _ := f.do(t, "POST", "/v2/system/replicas", ""); code != 405 {
 		t.Fatalf("POST: %d", code)
+	}
+}
+
+// Lists come a page at a time when asked (?limit=, ?continue= from the
+// Link header), with the catalogue's index and without.
+func TestListPages(t *testing.T) {
+	for _, indexed := range []bool{false, true} {
+		f := newFixture(t)
+		if indexed {
+			if _, err := f.cat.UseIndex(context.Background(), env.Etcd.Client, env.EtcdPrefix()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if code, body, _ := f.do(t, "POST", "/v2/projects", `{"metadata":{"name":"p"}}`); code != 201 {
+			t.Fatalf("%d %s", code, body)
+		}
+		for _, n := range []string{"e", "a", "c", "b", "d"} {
+			if code, body, _ := f.do(t, "POST", "/v2/projects/p/composite-apps", `{"metadata":{"name":"`+n+`"},"spec":{"compositeAppVersion":"v1"}}`); code != 201 {
+				t.Fatalf("%d %s", code, body)
+			}
+		}
+		var names []string
+		path := "/v2/projects/p/composite-apps?limit=2"
+		for pages := 0; path != ""; pages++ {
+			code, body, h := f.do(t, "GET", path, "")
+			var objs []struct {
+				Metadata struct{ Name string } `json:"metadata"`
+			}
+			if err := json.Unmarshal([]byte(body), &objs); code != 200 || err != nil || pages > 3 || len(objs) > 2 {
+				t.Fatalf("indexed=%v page %d: %d %s %v", indexed, pages, code, body, err)
+			}
+			for _, o := range objs {
+				names = append(names, o.Metadata.Name)
+			}
+			path = ""
+			if link := h.Get("Link"); link != "" {
+				path = strings.TrimSuffix(strings.TrimPrefix(link, "<"), `>; rel="next"`)
+			}
+		}
+		if strings.Join(names, ",") != "a,b,c,d,e" {
+			t.Fatalf("indexed=%v: pages gave %v", indexed, names)
+		}
+		if code, body, h := f.do(t, "GET", "/v2/projects/p/composite-apps", ""); code != 200 || h.Get("Link") != "" || strings.Count(body, `"name"`) != 5 {
+			t.Fatalf("indexed=%v: the whole list: %d %s", indexed, code, body)
+		}
+		for _, bad := range []string{"0", "x", "10001"} {
+			if code, _, _ := f.do(t, "GET", "/v2/projects/p/composite-apps?limit="+bad, ""); code != 400 {
+				t.Errorf("limit=%s: %d, want 400", bad, code)
+			}
+		}
+		if code, _, _ := f.do(t, "GET", "/v2/projects/p/composite-apps?continue=!!", ""); code != 400 {
+			t.Errorf("a bad continue token: %d, want 400", code)
+		}
 	}
 }

@@ -92,6 +92,10 @@ type Options struct {
 	Archives ArchiveChecker
 	// CheckTimeout bounds each readiness check; 0 means 2s.
 	CheckTimeout time.Duration
+	// ListPageSize is how many objects a collection GET answers at most
+	// when it names no ?limit=; 0 means 1000. Longer lists are paged (a
+	// Link header names the next page).
+	ListPageSize int
 	// Replicas serves GET /v2/system/replicas; nil leaves it out.
 	Replicas ReplicaSet
 	// Consistency, when set, gives clients read-your-writes (see
@@ -158,6 +162,12 @@ func newServer(opts Options) (*server, error) {
 	}
 	if opts.CheckTimeout == 0 {
 		opts.CheckTimeout = 2 * time.Second
+	}
+	if opts.ListPageSize == 0 {
+		opts.ListPageSize = 1000
+	}
+	if opts.ListPageSize < 0 || opts.ListPageSize > MaxListPageSize {
+		return nil, fmt.Errorf("api: the list page size %d is not from 1 to %d", opts.ListPageSize, MaxListPageSize)
 	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {

@@ -57,6 +57,15 @@ func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) erro
 	if err := r.Alive(ctx, key); err != nil {
 		return err
 	}
+	x := r.cat.index()
+	var prev bson.Raw
+	var rev int64
+	if x != nil {
+		var err error
+		if prev, rev, err = x.read(ctx, r.kind, key); err != nil {
+			return err
+		}
+	}
 	gen := time.Now().UTC().Truncate(time.Millisecond)
 	if err := r.writeContent(ctx, key, gen, data); err != nil {
 		_ = r.dropContent(context.WithoutCancel(ctx), key, gen)
@@ -73,6 +82,11 @@ func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) erro
 	}
 	// Earlier generations (and a file stored before content was chunked)
 	// are unreachable now; a crash here leaves them to Recover.
+	if x != nil {
+		if err := r.indexUpdate(ctx, x, key, prev, rev, bson.D{{Key: fieldContentGen, Value: gen}, {Key: fieldContentSize, Value: int64(len(data))}}); err != nil {
+			return err
+		}
+	}
 	if _, err := r.contents().DeleteMany(ctx, append(r.filter(key), bson.E{Key: "gen", Value: bson.D{{Key: "$ne", Value: gen}}})); err != nil {
 		return fmt.Errorf("store content of %s: drop the previous one: %w", r.kind.describe(key), err)
 	}
@@ -87,7 +101,19 @@ func (r *Resource[S]) GetContent(ctx context.Context, key Key) ([]byte, error) {
 		Gen  *time.Time `bson:"contentGen"`
 		Size int64      `bson:"contentSize"`
 	}
-	err := r.coll.FindOne(ctx, r.visible(key), options.FindOne().SetProjection(bson.D{{Key: fieldContentGen, Value: 1}, {Key: fieldContentSize, Value: 1}})).Decode(&obj)
+	var err error
+	if x := r.cat.index(); x != nil {
+		var doc bson.Raw
+		if doc, _, err = x.read(ctx, r.kind, key); err == nil {
+			if doc == nil {
+				err = mongo.ErrNoDocuments
+			} else {
+				err = bson.Unmarshal(doc, &obj)
+			}
+		}
+	} else {
+		err = r.coll.FindOne(ctx, r.visible(key), options.FindOne().SetProjection(bson.D{{Key: fieldContentGen, Value: 1}, {Key: fieldContentSize, Value: 1}})).Decode(&obj)
+	}
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, errdefs.NotFound("%s not found", r.kind.describe(key))
 	}

@@ -99,6 +99,9 @@ type Options struct {
 	// lacks, for DIGs and instances that do not say: Strict, Warn or
 	// Ignore; "" means Warn.
 	FieldValidation string
+	// ListPageSize is how many objects a collection GET answers at most
+	// when it names no ?limit=; 0 means 1000.
+	ListPageSize int
 	// HistoryLimit is how many history entries each DIG and v1 instance
 	// keeps (older ones are deleted); 0 means 1000.
 	HistoryLimit int
@@ -323,28 +326,6 @@ func (a *App) Run(ctx context.Context) (err error) {
 		a.log.Info("stores closed")
 	}()
 
-	cat, err := catalog.New(ctx, mongo.DB, catalog.AllKinds()...)
-	if err != nil {
-		return err
-	}
-	// Whatever a killed predecessor left half written (an app without its
-	// chart, a delete that never finished) is repaired before anyone reads.
-	recovered, err := cat.Recover(ctx, start)
-	if err != nil {
-		return fmt.Errorf("orchestrator: recover the catalogue: %w", err)
-	}
-	if recovered != (catalog.Recovered{}) {
-		a.log.WithFields(logrus.Fields{"intents": recovered.Intents, "unmarked": recovered.Unmarked,
-			"orphans": recovered.Orphans, "lifecycles": recovered.Lifecycles}).Warn("repaired the catalogue after an unclean stop")
-	}
-	contexts := appcontext.New(appcontext.Options{Client: etcd.Client, Prefix: a.opts.EtcdPrefix})
-	kubeconfigs := cluster.KubeconfigOptions{AllowProxy: a.opts.KubeconfigAllowProxy}
-	clusters := cluster.NewRegistry(cluster.Options{KubeconfigOptions: kubeconfigs, Kubeconfig: func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
-		if ref.Provider == deploy.V1Provider { // a v1 cloud region
-			return catalog.For[catalog.ConnectivitySpec](cat, catalog.ConnectivityInfos).GetContent(ctx, catalog.Key{ref.Name})
-		}
-		return catalog.For[catalog.Empty](cat, catalog.Clusters).GetContent(ctx, catalog.Key{ref.Provider, ref.Name})
-	}, CloudKubeconfig: logicalcloud.Source{Catalog: cat}.ForCluster})
 	prefix := a.opts.EtcdPrefix
 	if prefix == "" {
 		prefix = "/argus"
@@ -359,6 +340,59 @@ func (a *App) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	cat, err := catalog.New(ctx, mongo.DB, catalog.AllKinds()...)
+	if err != nil {
+		return err
+	}
+	// Markers (an upload in flight, a delete in progress) are signed with
+	// this replica's lease, so another replica starting never clears them,
+	// and those of a replica that died are cleared as soon as its lease is
+	// gone.
+	cat.SetOwner(catalog.Owner{ID: a.opts.ReplicaID, Lease: func() int64 { return int64(replicas.Lease()) },
+		Alive: func(ctx context.Context, lease int64) (bool, error) {
+			resp, err := etcd.Client.TimeToLive(ctx, clientv3.LeaseID(lease))
+			if err != nil {
+				return false, err
+			}
+			return resp.TTL > 0, nil
+		}})
+	// Whatever a killed predecessor left half written (an app without its
+	// chart, a delete that never finished) is repaired before anyone reads.
+	// Unsigned leftovers (an older release's) count as a predecessor's when
+	// no other replica runs; otherwise only once older than any request
+	// can run.
+	before := start
+	if others, err := replicas.Others(ctx); err != nil {
+		return fmt.Errorf("orchestrator: list the replicas: %w", err)
+	} else if others {
+		before = start.Add(-markerLifetime)
+	}
+	recovered, err := cat.Recover(ctx, before)
+	if err != nil {
+		return fmt.Errorf("orchestrator: recover the catalogue: %w", err)
+	}
+	if recovered != (catalog.Recovered{}) {
+		a.log.WithFields(logrus.Fields{"intents": recovered.Intents, "unmarked": recovered.Unmarked,
+			"orphans": recovered.Orphans, "lifecycles": recovered.Lifecycles}).Warn("repaired the catalogue after an unclean stop")
+	}
+	// Gets, lists and parent checks read the catalogue's index in etcd,
+	// which stays fast however large the catalogue grows (FerretDB reads a
+	// whole collection for most queries).
+	reconciled, err := cat.UseIndex(ctx, etcd.Client, a.opts.EtcdPrefix)
+	if err != nil {
+		return fmt.Errorf("orchestrator: index the catalogue: %w", err)
+	}
+	if reconciled.Fixed > 0 {
+		a.log.WithField("entries", reconciled.Fixed).Info("catalogue index brought up to date")
+	}
+	contexts := appcontext.New(appcontext.Options{Client: etcd.Client, Prefix: a.opts.EtcdPrefix})
+	kubeconfigs := cluster.KubeconfigOptions{AllowProxy: a.opts.KubeconfigAllowProxy}
+	clusters := cluster.NewRegistry(cluster.Options{KubeconfigOptions: kubeconfigs, Kubeconfig: func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
+		if ref.Provider == deploy.V1Provider { // a v1 cloud region
+			return catalog.For[catalog.ConnectivitySpec](cat, catalog.ConnectivityInfos).GetContent(ctx, catalog.Key{ref.Name})
+		}
+		return catalog.For[catalog.Empty](cat, catalog.Clusters).GetContent(ctx, catalog.Key{ref.Provider, ref.Name})
+	}, CloudKubeconfig: logicalcloud.Source{Catalog: cat}.ForCluster})
 	groupWork := &groupHandler{}
 	groups := replicas.Kind(kindGroups, groupWork)
 	engine, err := rsync.New(rsync.Options{Store: contexts, Clusters: clusters, FieldValidation: a.opts.FieldValidation,
@@ -467,14 +501,19 @@ func (a *App) Run(ctx context.Context) (err error) {
 			}
 		}
 	}()
-	// Subscriptions resume before the API serves, so none is missing from it.
-	select {
-	case <-notifier.Ready():
-	case err := <-notifyDone:
-		notifyDone <- err // for the deferred wait
-		return fmt.Errorf("orchestrator: notifier: %w", err)
-	case <-ctx.Done():
-		return nil
+	// Subscriptions resume before the API serves, so none is missing from
+	// it; and the replica registers first, so what the API starts is
+	// signed with its lease (a replica whose id another process still
+	// holds waits for that lease to go).
+	for _, ready := range []<-chan struct{}{notifier.Ready(), replicas.Ready()} {
+		select {
+		case <-ready:
+		case err := <-notifyDone:
+			notifyDone <- err // for the deferred wait
+			return fmt.Errorf("orchestrator: notifier: %w", err)
+		case <-ctx.Done():
+			return nil
+		}
 	}
 	apiOpts := api.Options{
 		Catalog:       cat,
@@ -516,6 +555,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Gatherer:           a.opts.Registry,
 		Kubeconfig:         kubeconfigs,
 		MaxJSONDepth:       a.opts.HTTP.MaxJSONDepth,
+		ListPageSize:       a.opts.ListPageSize,
 		StreamWriteTimeout: a.opts.HTTP.StreamWriteTimeout,
 	}
 	if a.tokens != nil { // never a typed nil in the interface
@@ -577,6 +617,11 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	return nil
 }
+
+// markerLifetime bounds how long a request may leave a catalogue marker
+// (an upload's intent, a delete's mark) in place: well above the longest
+// request the HTTP timeouts allow.
+const markerLifetime = 10 * time.Minute
 
 // liveOn lists the contexts still live on a cluster, as etcd has them: the
 // cache may trail etcd by a moment either way (a v1 client deletes its

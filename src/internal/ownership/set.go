@@ -558,6 +558,21 @@ func (s *Set) Members(ctx context.Context) ([]MemberState, error) {
 	return out, nil
 }
 
+// Others reports whether a replica other than this one (by id) is
+// registered now.
+func (s *Set) Others(ctx context.Context) (bool, error) {
+	resp, err := s.opts.Client.Get(ctx, s.replicasPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return false, fmt.Errorf("list replicas: %w", err)
+	}
+	for _, kv := range resp.Kvs {
+		if strings.TrimPrefix(string(kv.Key), s.replicasPrefix()) != s.opts.ID {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // MemberState is a member with its lease's expiry.
 type MemberState struct {
 	Member
