@@ -102,7 +102,8 @@ func (r *Resource[S]) GetContent(ctx context.Context, key Key) ([]byte, error) {
 		Size int64      `bson:"contentSize"`
 	}
 	var err error
-	if x := r.cat.index(); x != nil {
+	x := r.cat.index()
+	if x != nil {
 		var doc bson.Raw
 		if doc, _, err = x.read(ctx, r.kind, key); err == nil {
 			if doc == nil {
@@ -114,15 +115,38 @@ func (r *Resource[S]) GetContent(ctx context.Context, key Key) ([]byte, error) {
 	} else {
 		err = r.coll.FindOne(ctx, r.visible(key), options.FindOne().SetProjection(bson.D{{Key: fieldContentGen, Value: 1}, {Key: fieldContentSize, Value: 1}})).Decode(&obj)
 	}
+	if err == nil && x != nil {
+		data, cerr := r.readContent(ctx, key, obj.Gen, obj.Size)
+		if cerr == nil {
+			return data, nil
+		}
+		// The index names a generation MongoDB no longer has (the content
+		// was replaced behind this catalogue's back): read MongoDB's, and
+		// bring the entry up to date.
+		if rerr := r.cat.refresh(ctx, x, r.kind, key); rerr != nil {
+			return nil, errors.Join(cerr, rerr)
+		}
+		err = r.coll.FindOne(ctx, r.visible(key), options.FindOne().SetProjection(bson.D{{Key: fieldContentGen, Value: 1}, {Key: fieldContentSize, Value: 1}})).Decode(&obj)
+	}
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, errdefs.NotFound("%s not found", r.kind.describe(key))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get content of %s: %w", r.kind.describe(key), err)
 	}
-	if obj.Gen == nil {
+	return r.readContent(ctx, key, obj.Gen, obj.Size)
+}
+
+// readContent reads generation gen of the object's content, of size
+// bytes; a nil gen is a file stored whole, before chunks.
+func (r *Resource[S]) readContent(ctx context.Context, key Key, gen *time.Time, size int64) ([]byte, error) {
+	if gen == nil {
 		return r.legacyContent(ctx, key)
 	}
+	obj := struct {
+		Gen  *time.Time
+		Size int64
+	}{gen, size}
 	cur, err := r.contents().Find(ctx, append(r.filter(key), bson.E{Key: "gen", Value: *obj.Gen}), options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("get content of %s: %w", r.kind.describe(key), err)

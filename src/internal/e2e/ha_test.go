@@ -25,7 +25,7 @@ import (
 // haSet is scripts/ha-up.sh run by a test: its replicas, and the script's
 // process group, stopped at cleanup.
 type haSet struct {
-	t        *testing.T
+	t        testing.TB
 	dir      string
 	cmd      *exec.Cmd
 	exited   chan struct{}
@@ -57,7 +57,7 @@ var buildOrchestrator = sync.OnceValues(func() (string, error) {
 
 // startHA runs scripts/ha-up.sh with n replicas and the given orchestrator
 // flags, and returns once DIR/ready exists.
-func startHA(t *testing.T, n int, flags ...string) *haSet {
+func startHA(t testing.TB, n int, flags ...string) *haSet {
 	t.Helper()
 	bin, err := buildOrchestrator()
 	if err != nil {
