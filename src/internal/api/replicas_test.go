@@ -43,7 +43,9 @@ func (l replicaList) Replicas(context.Context) ([]Replica, error) { return l, ni
 
 type failingReplicas struct{}
 
-func (failingReplicas) Replicas(context.Context) ([]Replica, error) { return nil, errors.New("etcd down") }
+func (failingReplicas) Replicas(context.Context) ([]Replica, error) {
+	return nil, errors.New("etcd down")
+}
 
 // A request that may write is answered once this replica's caches reached
 // the store's revision, which the answer names; a request naming a
