@@ -242,11 +242,7 @@ func TestCacheWaitRevision(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s := New(Options{Client: env.Etcd.Client, Prefix: env.EtcdPrefix()})
-	cache := NewCache(s, nil)
-	cctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- cache.Run(cctx) }()
-	defer func() { stop(); <-done }()
+	cache := runCache(t, s)
 	for range 20 {
 		id := NewID()
 		meta := Meta{ID: id, Kind: "dig", Group: "g/" + id, StatusID: id, Created: time.Now().UTC()}
@@ -275,4 +271,20 @@ func TestCacheWaitRevision(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("caught up with a write outside the prefix in %s", time.Since(start))
+}
+
+// runCache runs a cache over s until the test ends.
+func runCache(t testing.TB, s *Store) *Cache {
+	t.Helper()
+	cache := NewCache(s, nil)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cache.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return cache
 }

@@ -130,36 +130,44 @@ func (r *Resource[S]) checkKey(key Key) {
 // parentAlive returns NotFound when the parent object is missing (or still
 // being created) and Conflict while it is being deleted.
 func (r *Resource[S]) parentAlive(ctx context.Context, parent Key) error {
-	p := r.kind.Parent
-	if p == nil {
-		return nil
-	}
-	if x := r.cat.index(); x != nil {
-		doc, _, err := x.read(ctx, p, parent)
-		if err != nil {
-			return err
-		}
-		if doc == nil {
-			return errdefs.NotFound("%s not found", p.describe(parent))
-		}
-		if marked, stale := r.cat.staleDoc(ctx, doc, fieldDeleting, fieldDeletingBy); marked && !stale {
-			return errdefs.Conflict("%s is being deleted", p.describe(parent))
-		}
-		return nil
-	}
-	var doc bson.Raw
-	err := r.cat.db.Collection(p.Collection).FindOne(ctx, append(keyFilter(p, parent), notPending),
-		options.FindOne().SetProjection(bson.D{{Key: fieldDeleting, Value: 1}, {Key: fieldDeletingBy, Value: 1}})).Decode(&doc)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return errdefs.NotFound("%s not found", p.describe(parent))
-	}
-	if err != nil {
-		return fmt.Errorf("look up %s: %w", p.describe(parent), err)
-	}
-	if marked, stale := r.cat.staleDoc(ctx, doc, fieldDeleting, fieldDeletingBy); marked && !stale {
-		return errdefs.Conflict("%s is being deleted", p.describe(parent))
+	if p := r.kind.Parent; p != nil {
+		return r.cat.alive(ctx, p, parent)
 	}
 	return nil
+}
+
+// alive returns nil while an object exists, is complete and no live
+// delete works on it; NotFound or Conflict otherwise.
+func (c *Catalog) alive(ctx context.Context, k *Kind, key Key) error {
+	doc, err := c.lookup(ctx, k, key, bson.D{{Key: fieldDeleting, Value: 1}, {Key: fieldDeletingBy, Value: 1}})
+	if err != nil {
+		return err
+	}
+	if marked, stale := c.staleDoc(ctx, doc, fieldDeleting, fieldDeletingBy); marked && !stale {
+		return errdefs.Conflict("%s is being deleted", k.describe(key))
+	}
+	return nil
+}
+
+// lookup returns a visible object's document, from the index when there
+// is one (whole) or from MongoDB (projected); NotFound when absent.
+func (c *Catalog) lookup(ctx context.Context, k *Kind, key Key, projection bson.D) (bson.Raw, error) {
+	if x := c.index(); x != nil {
+		doc, _, err := x.read(ctx, k, key)
+		if err == nil && doc == nil {
+			err = errdefs.NotFound("%s not found", k.describe(key))
+		}
+		return doc, err
+	}
+	var doc bson.Raw
+	err := c.db.Collection(k.Collection).FindOne(ctx, append(keyFilter(k, key), notPending), options.FindOne().SetProjection(projection)).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, errdefs.NotFound("%s not found", k.describe(key))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up %s: %w", k.describe(key), err)
+	}
+	return doc, nil
 }
 
 // parentExists returns NotFound when the parent object is missing; a parent
@@ -169,15 +177,9 @@ func (r *Resource[S]) parentExists(ctx context.Context, parent Key) error {
 	if p == nil {
 		return nil
 	}
-	if x := r.cat.index(); x != nil {
-		doc, _, err := x.read(ctx, p, parent)
-		if err != nil {
-			return err
-		}
-		if doc == nil {
-			return errdefs.NotFound("%s not found", p.describe(parent))
-		}
-		return nil
+	if r.cat.index() != nil {
+		_, err := r.cat.lookup(ctx, p, parent, nil)
+		return err
 	}
 	n, err := r.cat.db.Collection(p.Collection).CountDocuments(ctx, append(keyFilter(p, parent), notPending), options.Count().SetLimit(1))
 	if err != nil {
@@ -291,6 +293,17 @@ func (r *Resource[S]) indexDoc(ctx context.Context, x *index, key Key, rev int64
 	return r.cat.write(ctx, x, r.kind, key, rev, data)
 }
 
+// entry reads the object's index entry (and its revision) before a write;
+// nil index when the catalogue has none.
+func (r *Resource[S]) entry(ctx context.Context, key Key) (*index, bson.Raw, int64, error) {
+	x := r.cat.index()
+	if x == nil {
+		return nil, nil, 0, nil
+	}
+	prev, rev, err := x.read(ctx, r.kind, key)
+	return x, prev, rev, err
+}
+
 // indexUpdate sets fields of the object's index entry as read (prev, at
 // rev) before a MongoDB write; without one, the entry is copied from
 // MongoDB.
@@ -339,13 +352,9 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 	// the object carries besides its metadata and spec (its content).
 	// The key fields are set explicitly: a FerretDB upsert does not copy
 	// them from the filter.
-	x := r.cat.index()
-	var prev bson.Raw
-	var rev int64
-	if x != nil {
-		if prev, rev, err = x.read(ctx, r.kind, key); err != nil {
-			return false, err
-		}
+	x, prev, rev, err := r.entry(ctx, key)
+	if err != nil {
+		return false, err
 	}
 	set := append(r.filter(key), bson.E{Key: "metadata", Value: obj.Metadata}, bson.E{Key: "spec", Value: obj.Spec})
 	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}}, options.Update().SetUpsert(true))
@@ -374,14 +383,9 @@ func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) error
 	r.checkKey(key)
 	// $set, not a whole-document replace: the object keeps its content and
 	// markers; a pending object is absent and one being deleted stays so.
-	x := r.cat.index()
-	var prev bson.Raw
-	var rev int64
-	if x != nil {
-		var err error
-		if prev, rev, err = x.read(ctx, r.kind, key); err != nil {
-			return err
-		}
+	x, prev, rev, err := r.entry(ctx, key)
+	if err != nil {
+		return err
 	}
 	set := bson.D{{Key: "metadata", Value: obj.Metadata}, {Key: "spec", Value: obj.Spec}}
 	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}})
@@ -585,31 +589,7 @@ func (r *Resource[S]) deleteCascading(ctx context.Context, key Key, kinds []*Kin
 // concurrent delete either sees the work or the work sees the delete.
 func (r *Resource[S]) Alive(ctx context.Context, key Key) error {
 	r.checkKey(key)
-	if x := r.cat.index(); x != nil {
-		doc, _, err := x.read(ctx, r.kind, key)
-		if err != nil {
-			return err
-		}
-		if doc == nil {
-			return errdefs.NotFound("%s not found", r.kind.describe(key))
-		}
-		if marked, stale := r.cat.staleDoc(ctx, doc, fieldDeleting, fieldDeletingBy); marked && !stale {
-			return errdefs.Conflict("%s is being deleted", r.kind.describe(key))
-		}
-		return nil
-	}
-	var doc bson.Raw
-	err := r.coll.FindOne(ctx, r.visible(key), options.FindOne().SetProjection(bson.D{{Key: fieldDeleting, Value: 1}, {Key: fieldDeletingBy, Value: 1}})).Decode(&doc)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return errdefs.NotFound("%s not found", r.kind.describe(key))
-	}
-	if err != nil {
-		return fmt.Errorf("look up %s: %w", r.kind.describe(key), err)
-	}
-	if marked, stale := r.cat.staleDoc(ctx, doc, fieldDeleting, fieldDeletingBy); marked && !stale {
-		return errdefs.Conflict("%s is being deleted", r.kind.describe(key))
-	}
-	return nil
+	return r.cat.alive(ctx, r.kind, key)
 }
 
 // Describe renders a key for messages.

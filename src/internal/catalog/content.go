@@ -57,14 +57,9 @@ func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) erro
 	if err := r.Alive(ctx, key); err != nil {
 		return err
 	}
-	x := r.cat.index()
-	var prev bson.Raw
-	var rev int64
-	if x != nil {
-		var err error
-		if prev, rev, err = x.read(ctx, r.kind, key); err != nil {
-			return err
-		}
+	x, prev, rev, err := r.entry(ctx, key)
+	if err != nil {
+		return err
 	}
 	gen := time.Now().UTC().Truncate(time.Millisecond)
 	if err := r.writeContent(ctx, key, gen, data); err != nil {

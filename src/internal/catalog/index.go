@@ -174,14 +174,20 @@ func (c *Catalog) write(ctx context.Context, x *index, k *Kind, key Key, rev int
 	if doc != nil {
 		op = clientv3.OpPut(ek, string(doc))
 	}
-	resp, err := x.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(ek), "=", rev)).Then(op).Commit()
-	if err != nil {
-		return errdefs.Unavailable(err, "%s is stored, but the catalogue index could not be updated (it is repaired at the next start)", k.describe(key))
-	}
-	if resp.Succeeded {
-		return nil
+	if done, err := x.commit(ctx, k, key, rev, op); done || err != nil {
+		return err
 	}
 	return c.refresh(ctx, x, k, key)
+}
+
+// commit applies op to an object's entry if it is still at revision rev;
+// false when it is not.
+func (x *index) commit(ctx context.Context, k *Kind, key Key, rev int64, op clientv3.Op) (bool, error) {
+	resp, err := x.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(x.key(k, key)), "=", rev)).Then(op).Commit()
+	if err != nil {
+		return false, errdefs.Unavailable(err, "%s is stored, but the catalogue index could not be updated (it is repaired at the next start)", k.describe(key))
+	}
+	return resp.Succeeded, nil
 }
 
 // refresh copies an object's entry from MongoDB (or removes it when the
@@ -207,12 +213,8 @@ func (c *Catalog) refresh(ctx context.Context, x *index, k *Kind, key Key) error
 			}
 			op = clientv3.OpPut(ek, string(doc))
 		}
-		resp, err := x.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(ek), "=", rev)).Then(op).Commit()
-		if err != nil {
-			return errdefs.Unavailable(err, "%s is stored, but the catalogue index could not be updated (it is repaired at the next start)", k.describe(key))
-		}
-		if resp.Succeeded {
-			return nil
+		if done, err := x.commit(ctx, k, key, rev, op); done || err != nil {
+			return err
 		}
 	}
 	return errdefs.Unavailable(nil, "the catalogue index entry of %s keeps changing", k.describe(key))
