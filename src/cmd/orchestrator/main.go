@@ -16,6 +16,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/api"
 	"github.com/argus-mc/argus/src/internal/archive"
+	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/config"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
@@ -57,6 +58,8 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.Var(&s.allow, "callback-allow", "comma-separated host names (a.example, *.example), addresses and CIDRs subscription callbacks may reach although refused by default (loopback, link-local, unspecified, broadcast, multicast, cloud metadata) or by a shorter --callback-deny prefix; a named host is trusted wherever it resolves")
 	fs.Var(&s.deny, "callback-deny", "comma-separated host names, addresses and CIDRs subscription callbacks may never reach (e.g. 0.0.0.0/0,::/0 with --callback-allow to allow only the listed receivers); the longest matching prefix of the two lists wins, deny wins a tie")
 	fs.BoolVar(&s.opts.KubeconfigAllowProxy, "kubeconfig-allow-proxy", false, "accept proxy-url in uploaded and stored cluster kubeconfigs (refused by default: a proxy hides where requests go)")
+	s.opts.ClusterMaxResponse = cluster.DefaultMaxResponse
+	fs.Var(config.Size{Value: &s.opts.ClusterMaxResponse}, "cluster-max-response", "largest answer read from a cluster's API server (a list, discovery, OpenAPI); larger fails that request (a watch event is bounded at 16Mi)")
 	fs.IntVar(&s.opts.HTTP.MaxConnections, "max-connections", 0, "cap on concurrent API client connections, more wait in the listen backlog; 0 picks min(4096, a quarter of the open-file limit); lowered if it would leave fewer than 256 descriptors")
 	fs.DurationVar(&s.opts.HTTP.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "how long a client may take to send a request's headers")
 	fs.DurationVar(&s.opts.HTTP.ReadTimeout, "read-timeout", time.Minute, "how long a client may take to send a whole request, body included (408 beyond)")

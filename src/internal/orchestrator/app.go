@@ -76,6 +76,9 @@ type Options struct {
 	CallbackDeny []string
 	// KubeconfigAllowProxy accepts proxy-url in cluster kubeconfigs.
 	KubeconfigAllowProxy bool
+	// ClusterMaxResponse bounds one answer of a cluster's API server; 0
+	// means cluster.DefaultMaxResponse.
+	ClusterMaxResponse int64
 	// HTTP bounds client connections and requests; zero values are the
 	// documented defaults.
 	HTTP HTTPOptions
@@ -319,7 +322,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	contexts := appcontext.New(appcontext.Options{Client: etcd.Client, Prefix: a.opts.EtcdPrefix})
 	kubeconfigs := cluster.KubeconfigOptions{AllowProxy: a.opts.KubeconfigAllowProxy}
-	clusters := cluster.NewRegistry(cluster.Options{KubeconfigOptions: kubeconfigs, Kubeconfig: func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
+	clusters := cluster.NewRegistry(cluster.Options{KubeconfigOptions: kubeconfigs, MaxResponse: a.opts.ClusterMaxResponse, Kubeconfig: func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
 		if ref.Provider == deploy.V1Provider { // a v1 cloud region
 			return catalog.For[catalog.ConnectivitySpec](cat, catalog.ConnectivityInfos).GetContent(ctx, catalog.Key{ref.Name})
 		}
