@@ -65,6 +65,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.DurationVar(&s.opts.HTTP.ReadTimeout, "read-timeout", time.Minute, "how long a client may take to send a whole request, body included (408 beyond)")
 	fs.DurationVar(&s.opts.HTTP.WriteTimeout, "write-timeout", 2*time.Minute, "how long a request may take from its headers to the end of the answer; watch streams are exempt")
 	fs.DurationVar(&s.opts.HTTP.IdleTimeout, "idle-timeout", 2*time.Minute, "how long an idle kept-alive connection stays open")
+	fs.IntVar(&s.opts.HTTP.MaxStreams, "max-watch-streams", 0, "cap on ?watch=true streams open at once (status and overview), more get 503 with Retry-After; 0 is half of the connection cap, so streams never hold every connection")
 	fs.DurationVar(&s.opts.HTTP.StreamWriteTimeout, "watch-write-timeout", 30*time.Second, "how long one write of a ?watch=true stream may block before the stream is closed (a client that stopped reading)")
 	fs.IntVar(&s.opts.HTTP.MaxJSONDepth, "max-json-depth", api.DefaultMaxJSONDepth, "deepest nesting of arrays and objects a JSON body may have (400 beyond)")
 	fs.IntVar(&s.opts.HistoryLimit, "history-limit", 1000, "history entries kept per deployment intent group and v1 instance (GET …/status/history); older ones are deleted")

@@ -1,9 +1,14 @@
 package api
 
 import (
+	"bufio"
+	"context"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/argus-mc/argus/src/internal/console"
 	"github.com/argus-mc/argus/src/internal/gac"
 )
 
@@ -45,6 +50,101 @@ func TestGACUploadsAreBounded(t *testing.T) {
 		code, got, _ := f.send(t, "POST", u.path, body, hdr)
 		if code != u.code || !strings.Contains(got, u.has) {
 			t.Errorf("%s: got %d %.200q, want %d containing %q", u.name, code, got, u.code, u.has)
+		}
+	}
+}
+
+type noChanges struct{}
+
+func (noChanges) ListenAll(func()) func() { return func() {} }
+
+// openOverview opens GET /v2/overview?watch=true and waits for its first
+// event; it returns the response (nil body on refusal) and a closer.
+func openOverview(t *testing.T, f *fixture) (*http.Response, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/v2/overview?watch=true", nil)
+	resp, err := f.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		line, err := bufio.NewReader(resp.Body).ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "id:") && !strings.HasPrefix(line, "event:") {
+			t.Fatalf("first line %q, %v", line, err)
+		}
+	}
+	return resp, func() { cancel(); _ = resp.Body.Close() }
+}
+
+// TestWatchStreamsAreCapped: a watch stream holds its connection for as
+// long as its client likes; without a cap one caller could hold every
+// connection the server allows, probes and all. Streams past MaxStreams
+// are 503 with Retry-After, and a closed stream frees its place.
+func TestWatchStreamsAreCapped(t *testing.T) {
+	f := newFixtureWith(t, func(o *Options) {
+		o.Overview, o.Changes, o.MaxStreams = stubOverviewData{}, noChanges{}, 3
+	})
+	var closers []func()
+	for range 3 {
+		resp, done := openOverview(t, f)
+		closers = append(closers, done)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream within the cap: %d", resp.StatusCode)
+		}
+	}
+	resp, done := openOverview(t, f)
+	done()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a stream over the cap: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	// Ordinary requests are not streams and still answer.
+	if code, _, _ := f.do(t, "GET", "/v2/overview", ""); code != 200 {
+		t.Fatalf("GET /v2/overview with the streams full: %d", code)
+	}
+	if code, body, _ := f.do(t, "GET", "/metrics", ""); code != 200 || !strings.Contains(body, "argus_http_open_streams 3") {
+		t.Fatalf("metrics: %d, open streams not 3", code)
+	}
+	closers[0]()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, done := openOverview(t, f)
+		done()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed stream never freed its place: %d", resp.StatusCode)
+		}
+		time.Sleep(50 * time.Millisecond) // polling with a deadline
+	}
+	for _, c := range closers[1:] {
+		c()
+	}
+}
+
+// TestOpenPathsDoNotOpenTheAPI: the console's paths are open; no spelling
+// of a path through them reaches the API without a token.
+func TestOpenPathsDoNotOpenTheAPI(t *testing.T) {
+	f := newFixtureWith(t, func(o *Options) {
+		o.Console = console.Handler()
+		o.Overview = stubOverviewData{}
+		o.Tokens = tokenFunc(func(tok string) bool { return tok == "secret-token" })
+	})
+	f.srv.Client().CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	for _, p := range []string{"/console/../v2/overview", "/console/%2e%2e/v2/overview", "/console/..%2fv2%2foverview",
+		"//v2/overview", "/console//v2/overview", "/./v2/overview", "/console/x/../../v2/projects", "/console/%2fv2%2foverview"} {
+		req, _ := http.NewRequest(http.MethodGet, f.srv.URL+"/", nil)
+		req.URL.Opaque = p // sent as written, not cleaned by the client
+		resp, err := f.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 512)
+		n, _ := resp.Body.Read(buf)
+		_ = resp.Body.Close()
+		if strings.Contains(string(buf[:n]), "deploymentIntentGroups") || resp.StatusCode == http.StatusOK && !strings.Contains(resp.Header.Get("Content-Type"), "text/") {
+			t.Errorf("%s answered %d %q without a token", p, resp.StatusCode, buf[:n])
 		}
 	}
 }

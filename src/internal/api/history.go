@@ -136,6 +136,11 @@ func (s *server) streamOverview(w http.ResponseWriter, r *http.Request) error {
 	if s.opts.Changes == nil {
 		return errdefs.Unavailable(nil, "watch is not available: this server has no notifier")
 	}
+	release, err := s.openStream(w)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx := r.Context()
 	changed := make(chan struct{}, 1)
 	remove := s.opts.Changes.ListenAll(func() {

@@ -56,6 +56,7 @@ type routeHolder struct{ template string }
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	streams  prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -69,8 +70,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "HTTP request latency by route template and method.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"route", "method"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "argus", Subsystem: "http", Name: "open_streams",
+			Help: "Watch streams (?watch=true) open now; at --max-watch-streams more are refused with 503.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.streams} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

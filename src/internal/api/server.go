@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -79,6 +80,12 @@ type Options struct {
 	// client that reads nothing for this long is cut off. The server's
 	// WriteTimeout does not apply to streams. 0 means 30s.
 	StreamWriteTimeout time.Duration
+	// MaxStreams bounds the ?watch=true streams open at once (status and
+	// overview); one more is 503 with Retry-After. A stream holds its
+	// connection for as long as the client likes, so without a bound one
+	// caller could take every connection the server has. 0 means
+	// DefaultMaxStreams.
+	MaxStreams int
 	// Kubeconfig says what an uploaded kubeconfig may hold beyond inline
 	// data; the zero value refuses proxies (see cluster.ParseKubeconfig).
 	Kubeconfig cluster.KubeconfigOptions
@@ -110,6 +117,7 @@ type server struct {
 	opts    Options
 	metrics *metrics
 	router  *mux.Router
+	streams atomic.Int64 // watch streams open
 }
 
 // New builds the complete handler: routes behind the middleware chain.
@@ -144,6 +152,9 @@ func newServer(opts Options) (*server, error) {
 	}
 	if opts.StreamWriteTimeout == 0 {
 		opts.StreamWriteTimeout = 30 * time.Second
+	}
+	if opts.MaxStreams <= 0 {
+		opts.MaxStreams = DefaultMaxStreams
 	}
 	if opts.HeartbeatInterval == 0 {
 		opts.HeartbeatInterval = 15 * time.Second

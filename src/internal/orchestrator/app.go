@@ -137,6 +137,9 @@ type HTTPOptions struct {
 	IdleTimeout time.Duration
 	// StreamWriteTimeout bounds each write of a watch stream; 0 means 30s.
 	StreamWriteTimeout time.Duration
+	// MaxStreams bounds the watch streams open at once; 0 means half the
+	// connection cap, so streams can never hold every connection.
+	MaxStreams int
 	// MaxJSONDepth bounds the nesting of JSON bodies; 0 means 64.
 	MaxJSONDepth int
 }
@@ -211,7 +214,7 @@ func New(opts Options) (*App, error) {
 	}
 	opts.HTTP.defaults()
 	h := opts.HTTP
-	if h.MaxConnections < 0 || h.MaxJSONDepth < 0 || min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout) < 0 {
+	if h.MaxConnections < 0 || h.MaxStreams < 0 || h.MaxJSONDepth < 0 || min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout) < 0 {
 		return nil, errors.New("orchestrator: connection limits and timeouts cannot be negative")
 	}
 	if opts.HistoryLimit < 0 {
@@ -438,6 +441,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Kubeconfig:         kubeconfigs,
 		MaxJSONDepth:       a.opts.HTTP.MaxJSONDepth,
 		StreamWriteTimeout: a.opts.HTTP.StreamWriteTimeout,
+		MaxStreams:         maxStreams(a.opts.HTTP.MaxStreams, maxConns),
 	}
 	if a.tokens != nil { // never a typed nil in the interface
 		apiOpts.Tokens = a.tokens
@@ -704,4 +708,13 @@ func (m *connMetrics) track(_ net.Conn, state http.ConnState) {
 	case http.StateClosed, http.StateHijacked:
 		m.open.Dec()
 	}
+}
+
+// maxStreams is the watch stream cap: as asked, else half the connection
+// cap (at least one), leaving the other half to ordinary requests.
+func maxStreams(asked, maxConns int) int {
+	if asked > 0 {
+		return asked
+	}
+	return max(1, maxConns/2)
 }
