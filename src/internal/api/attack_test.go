@@ -148,3 +148,21 @@ func TestOpenPathsDoNotOpenTheAPI(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswersAreNeverPages: what callers named comes back in JSON and text
+// answers; a browser must not sniff them into HTML or frame them, while
+// the console keeps its own policy.
+func TestAnswersAreNeverPages(t *testing.T) {
+	f := newFixtureWith(t, func(o *Options) { o.Console = console.Handler() })
+	f.do(t, "POST", "/v2/projects", `{"metadata":{"name":"p1","description":"<script>alert(1)</script>"}}`)
+	for _, p := range []string{"/v2/projects/p1", "/v2/projects/nope", "/no/such/<b>path</b>"} {
+		_, _, h := f.do(t, "GET", p, "")
+		if h.Get("X-Content-Type-Options") != "nosniff" || !strings.Contains(h.Get("Content-Security-Policy"), "default-src 'none'") {
+			t.Errorf("%s: headers %v", p, h)
+		}
+	}
+	_, _, h := f.do(t, "GET", "/", "")
+	if csp := h.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "sandbox") {
+		t.Errorf("console CSP %q", csp)
+	}
+}

@@ -98,6 +98,11 @@ func (s *server) observe(next http.Handler) http.Handler {
 			id = newRequestID()
 		}
 		w.Header().Set(RequestIDHeader, id)
+		// Answers carry names, labels and reasons that callers and clusters
+		// chose: no browser may sniff one into a page or frame it. The
+		// console's files set their own policy over this one.
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'; sandbox")
 		log := s.opts.Logger.WithField("request_id", id)
 		route := &routeHolder{}
 		ctx := context.WithValue(r.Context(), keyRequestID, id)
