@@ -65,6 +65,8 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.DurationVar(&s.opts.HTTP.ReadTimeout, "read-timeout", time.Minute, "how long a client may take to send a whole request, body included (408 beyond)")
 	fs.DurationVar(&s.opts.HTTP.WriteTimeout, "write-timeout", 2*time.Minute, "how long a request may take from its headers to the end of the answer; watch streams are exempt")
 	fs.DurationVar(&s.opts.HTTP.IdleTimeout, "idle-timeout", 2*time.Minute, "how long an idle kept-alive connection stays open")
+	s.opts.HTTP.MaxBodyMemory = api.DefaultMaxBodyMemory
+	fs.Var(config.Size{Value: &s.opts.HTTP.MaxBodyMemory}, "max-body-memory", "request body bytes all requests together may hold while they are read and checked (each reserves its Content-Length, or its limit); a body that does not fit waits up to 10s, then gets 503 with Retry-After")
 	fs.IntVar(&s.opts.HTTP.MaxStreams, "max-watch-streams", 0, "cap on ?watch=true streams open at once (status and overview), more get 503 with Retry-After; 0 is half of the connection cap, so streams never hold every connection")
 	fs.DurationVar(&s.opts.HTTP.StreamWriteTimeout, "watch-write-timeout", 30*time.Second, "how long one write of a ?watch=true stream may block before the stream is closed (a client that stopped reading)")
 	fs.IntVar(&s.opts.HTTP.MaxJSONDepth, "max-json-depth", api.DefaultMaxJSONDepth, "deepest nesting of arrays and objects a JSON body may have (400 beyond)")

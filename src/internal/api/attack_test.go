@@ -2,11 +2,17 @@ package api
 
 import (
 	"bufio"
+	"cmp"
 	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/argus-mc/argus/src/internal/console"
 	"github.com/argus-mc/argus/src/internal/gac"
@@ -38,7 +44,7 @@ func TestGACUploadsAreBounded(t *testing.T) {
 		has                    string
 	}{
 		{"template", res, `{"metadata":{"name":"cm"},"spec":{"app":"a","newObject":"true","resourceGVK":{"apiVersion":"v1","kind":"ConfigMap","name":"cm"}}}`,
-			"file", map[string]string{"cm.yaml": "kind: ConfigMap\n#" + half + half}, 413, "more than"},
+			"file", map[string]string{"cm.yaml": "kind: ConfigMap\n#" + half + half}, 413, "larger than 3145728 bytes"},
 		{"resource", res, `{"metadata":{"name":"cm"},"spec":{"app":"a","newObject":"true","resourceGVK":{"apiVersion":"v1","kind":"ConfigMap","name":"cm"}}}`,
 			"file", nil, 201, ""},
 		{"files", res + "/cm/customizations", `{"metadata":{"name":"c1"},"spec":{"clusterSpecific":"false","clusterInfo":{"scope":"label","clusterProvider":"cp","mode":"allow"}}}`,
@@ -164,5 +170,79 @@ func TestAnswersAreNeverPages(t *testing.T) {
 	_, _, h := f.do(t, "GET", "/", "")
 	if csp := h.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "sandbox") {
 		t.Errorf("console CSP %q", csp)
+	}
+}
+
+// bareServer is a server without routes or stores, for the decoders.
+func bareServer(t testing.TB, opts Options) *server {
+	t.Helper()
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.MaxBodyMemory = cmp.Or(opts.MaxBodyMemory, DefaultMaxBodyMemory)
+	opts.BodyWait = cmp.Or(opts.BodyWait, DefaultBodyWait)
+	return &server{opts: opts, metrics: m, bodies: semaphore.NewWeighted(opts.MaxBodyMemory)}
+}
+
+// TestBodiesShareAMemoryBudget: request bodies are held while they are
+// checked, so together they draw on one budget; a request that does not
+// fit waits, then gets 503 with Retry-After, and small ones pass beside a
+// large one. Before, every connection could hold 64 MiB.
+func TestBodiesShareAMemoryBudget(t *testing.T) {
+	f := newFixtureWith(t, func(o *Options) { o.MaxBodyMemory, o.BodyWait = 2<<20, 300*time.Millisecond })
+	f.do(t, "POST", "/v2/cluster-providers", `{"metadata":{"name":"cp"}}`)
+	// A cluster upload that declares 2,000,000 bytes and sends a few.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(f.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v2/cluster-providers/cp/clusters HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 2000000\r\n\r\n--b\r\n")
+	waitFor(t, func() bool {
+		_, body, _ := f.do(t, "GET", "/metrics", "")
+		return strings.Contains(body, "argus_http_body_bytes_reserved 2e+06")
+	})
+	if code, body, _ := f.do(t, "POST", "/v2/projects", `{"metadata":{"name":"small"}}`); code != 201 {
+		t.Fatalf("a small body beside the large one: %d %s", code, body)
+	}
+	big := `{"metadata":{"name":"big","description":"` + strings.Repeat("x", 200<<10) + `"}}`
+	code, body, h := f.do(t, "POST", "/v2/projects", big)
+	if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || !strings.Contains(body, "memory budget") {
+		t.Fatalf("a body that does not fit: %d %q %v", code, body, h)
+	}
+	_ = conn.Close() // the large upload ends; its reservation goes back
+	waitFor(t, func() bool {
+		code, _, _ := f.do(t, "POST", "/v2/projects", big)
+		return code == 201
+	})
+}
+
+// TestUploadPartsAreReadUnderTheirKindsLimit: a file part is refused as
+// soon as it passes what its kind can be (a kubeconfig 1 MiB, a chart the
+// archive limit), not after 64 MiB of it are held.
+func TestUploadPartsAreReadUnderTheirKindsLimit(t *testing.T) {
+	f := newFixture(t)
+	f.do(t, "POST", "/v2/cluster-providers", `{"metadata":{"name":"cp"}}`)
+	body, hdr := filesBody(t, `{"metadata":{"name":"c1"}}`, "file", map[string]string{"kc": strings.Repeat("#", 5<<20)})
+	code, got, _ := f.send(t, "POST", "/v2/cluster-providers/cp/clusters", body, hdr)
+	if code != 413 || !strings.Contains(got, "larger than 1048576 bytes") {
+		t.Fatalf("a 5 MiB kubeconfig: %d %.200q", code, got)
+	}
+	body, hdr = filesBody(t, `{"cloud-region":"r1","cloud-owner":"o"}`, "file", map[string]string{"kc": strings.Repeat("#", 5<<20)})
+	if code, got, _ := f.send(t, "POST", "/v1/connectivity-info", body, hdr); code != 413 || !strings.Contains(got, "1048576") {
+		t.Fatalf("a 5 MiB v1 kubeconfig: %d %.200q", code, got)
+	}
+}
+
+// waitFor polls cond until it holds, for at most 30 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 30s")
+		}
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
 	}
 }

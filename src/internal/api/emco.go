@@ -212,10 +212,10 @@ func (s *server) gacRoutes(r *mux.Router) {
 		collection: pGKIs, item: pGKI, parentVars: vDIG, itemVars: []string{"genericK8sIntent"}})
 	registerCRUD(r, s, crud[catalog.GACResourceSpec]{res: catalog.For[catalog.GACResourceSpec](cat, catalog.GACResources),
 		collection: pGKI + "/resources", item: pGRes, parentVars: vGKI, itemVars: []string{"genericResource"},
-		fileParts: []string{"file"}, files: gacResourceFiles})
+		fileParts: []string{"file"}, files: gacResourceFiles, maxFile: gac.MaxObjectBytes})
 	registerCRUD(r, s, crud[catalog.CustomizationSpec]{res: catalog.For[catalog.CustomizationSpec](cat, catalog.GACCustomizations),
 		collection: pGRes + "/customizations", item: pGRes + "/customizations/{customization}", parentVars: vGRs,
-		itemVars: []string{"customization"}, fileParts: []string{"files", "file"}, files: gacCustomizationFiles})
+		itemVars: []string{"customization"}, fileParts: []string{"files", "file"}, files: gacCustomizationFiles, maxFile: gac.MaxObjectBytes})
 }
 
 // gacResourceFiles checks a GAC resource and keeps its one optional file:

@@ -54,9 +54,10 @@ type routeHolder struct{ template string }
 
 // metrics are the HTTP server's Prometheus series.
 type metrics struct {
-	requests *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-	streams  prometheus.Gauge
+	requests  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	streams   prometheus.Gauge
+	bodyBytes prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -75,7 +76,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Watch streams (?watch=true) open now; at --max-watch-streams more are refused with 503.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.streams} {
+	m.bodyBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "argus", Subsystem: "http", Name: "body_bytes_reserved",
+		Help: "Request body bytes reserved by requests being read and checked; at --max-body-memory more wait, then get 503.",
+	})
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.streams, m.bodyBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

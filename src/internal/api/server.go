@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/catalog"
@@ -80,6 +81,12 @@ type Options struct {
 	// client that reads nothing for this long is cut off. The server's
 	// WriteTimeout does not apply to streams. 0 means 30s.
 	StreamWriteTimeout time.Duration
+	// MaxBodyMemory bounds the request body bytes all requests together
+	// may hold while they are read and checked; 0 means
+	// DefaultMaxBodyMemory. BodyWait is how long a request waits for room
+	// before it is answered 503; 0 means DefaultBodyWait.
+	MaxBodyMemory int64
+	BodyWait      time.Duration
 	// MaxStreams bounds the ?watch=true streams open at once (status and
 	// overview); one more is 503 with Retry-After. A stream holds its
 	// connection for as long as the client likes, so without a bound one
@@ -118,6 +125,7 @@ type server struct {
 	metrics *metrics
 	router  *mux.Router
 	streams atomic.Int64 // watch streams open
+	bodies  *semaphore.Weighted
 }
 
 // New builds the complete handler: routes behind the middleware chain.
@@ -153,6 +161,12 @@ func newServer(opts Options) (*server, error) {
 	if opts.StreamWriteTimeout == 0 {
 		opts.StreamWriteTimeout = 30 * time.Second
 	}
+	if opts.MaxBodyMemory <= 0 {
+		opts.MaxBodyMemory = DefaultMaxBodyMemory
+	}
+	if opts.BodyWait <= 0 {
+		opts.BodyWait = DefaultBodyWait
+	}
 	if opts.MaxStreams <= 0 {
 		opts.MaxStreams = DefaultMaxStreams
 	}
@@ -169,7 +183,7 @@ func newServer(opts Options) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
-	s := &server{opts: opts, metrics: m, router: mux.NewRouter()}
+	s := &server{opts: opts, metrics: m, router: mux.NewRouter(), bodies: semaphore.NewWeighted(opts.MaxBodyMemory)}
 	s.routes()
 	return s, nil
 }

@@ -140,6 +140,9 @@ type HTTPOptions struct {
 	// MaxStreams bounds the watch streams open at once; 0 means half the
 	// connection cap, so streams can never hold every connection.
 	MaxStreams int
+	// MaxBodyMemory bounds the request body bytes held at once while they
+	// are read and checked; 0 means api.DefaultMaxBodyMemory.
+	MaxBodyMemory int64
 	// MaxJSONDepth bounds the nesting of JSON bodies; 0 means 64.
 	MaxJSONDepth int
 }
@@ -214,7 +217,7 @@ func New(opts Options) (*App, error) {
 	}
 	opts.HTTP.defaults()
 	h := opts.HTTP
-	if h.MaxConnections < 0 || h.MaxStreams < 0 || h.MaxJSONDepth < 0 || min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout) < 0 {
+	if h.MaxConnections < 0 || h.MaxStreams < 0 || h.MaxBodyMemory < 0 || h.MaxJSONDepth < 0 || min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout) < 0 {
 		return nil, errors.New("orchestrator: connection limits and timeouts cannot be negative")
 	}
 	if opts.HistoryLimit < 0 {
@@ -442,6 +445,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		MaxJSONDepth:       a.opts.HTTP.MaxJSONDepth,
 		StreamWriteTimeout: a.opts.HTTP.StreamWriteTimeout,
 		MaxStreams:         maxStreams(a.opts.HTTP.MaxStreams, maxConns),
+		MaxBodyMemory:      a.opts.HTTP.MaxBodyMemory,
 	}
 	if a.tokens != nil { // never a typed nil in the interface
 		apiOpts.Tokens = a.tokens
