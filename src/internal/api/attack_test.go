@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/console"
 	"github.com/argus-mc/argus/src/internal/gac"
+	"github.com/argus-mc/argus/src/internal/status"
 )
 
 // TestGACUploadsAreBounded: GAC files become Kubernetes objects copied to
@@ -244,5 +247,76 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 30s")
 		}
 		time.Sleep(20 * time.Millisecond) // polling with a deadline
+	}
+}
+
+// countingOverview counts the overviews computed.
+type countingOverview struct {
+	stubOverviewData
+	n atomic.Int64
+}
+
+func (c *countingOverview) Overview(ctx context.Context) (status.Overview, error) {
+	c.n.Add(1)
+	return c.stubOverviewData.Overview(ctx)
+}
+
+// firingChanges lets a test announce a change to every listener.
+type firingChanges struct {
+	mu        sync.Mutex
+	listeners map[int]func()
+	next      int
+}
+
+func (c *firingChanges) ListenAll(f func()) func() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.listeners == nil {
+		c.listeners = map[int]func(){}
+	}
+	id := c.next
+	c.next++
+	c.listeners[id] = f
+	return func() { c.mu.Lock(); delete(c.listeners, id); c.mu.Unlock() }
+}
+
+func (c *firingChanges) fire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range c.listeners {
+		f()
+	}
+}
+
+// TestOverviewStreamsShareTheWork: an overview is a pass over every
+// subject; N streams used to cost N passes per change, which a caller
+// could multiply at will. Streams now share one per change.
+func TestOverviewStreamsShareTheWork(t *testing.T) {
+	counter, changes := &countingOverview{}, &firingChanges{}
+	f := newFixtureWith(t, func(o *Options) { o.Overview, o.Changes = counter, changes })
+	const streams = 10
+	var readers []*bufio.Reader
+	for range streams {
+		resp, done := openOverview(t, f)
+		defer done()
+		readers = append(readers, bufio.NewReader(resp.Body))
+	}
+	if n := counter.n.Load(); n != 1 {
+		t.Fatalf("%d streams opened without a change computed %d overviews, want 1", streams, n)
+	}
+	changes.fire()
+	for i, r := range readers {
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatalf("stream %d: %v", i, err)
+			}
+			if strings.HasPrefix(line, "event: overview") {
+				break
+			}
+		}
+	}
+	if n := counter.n.Load(); n > 3 {
+		t.Fatalf("one change sent to %d streams computed %d overviews", streams, n)
 	}
 }

@@ -126,6 +126,9 @@ type server struct {
 	router  *mux.Router
 	streams atomic.Int64 // watch streams open
 	bodies  *semaphore.Weighted
+	// overviews is shared by the overview streams; nil without Overview
+	// and Changes.
+	overviews *sharedOverview
 }
 
 // New builds the complete handler: routes behind the middleware chain.
@@ -184,6 +187,9 @@ func newServer(opts Options) (*server, error) {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
 	s := &server{opts: opts, metrics: m, router: mux.NewRouter(), bodies: semaphore.NewWeighted(opts.MaxBodyMemory)}
+	if opts.Overview != nil && opts.Changes != nil {
+		s.overviews = newSharedOverview(opts.Overview, opts.Changes)
+	}
 	s.routes()
 	return s, nil
 }
