@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -29,6 +31,18 @@ const (
 	maxErrorBody = 64 << 10
 )
 
+// ErrAnswerTooLarge marks an answer cut off at its bound (the error is
+// also errdefs.ErrUnavailable).
+var ErrAnswerTooLarge = errors.New("answer over its size bound")
+
+type maxResponseKey struct{}
+
+// WithMaxResponse lowers the bound on the answers to requests made with
+// ctx (a query that returns what it reads to an API caller).
+func WithMaxResponse(ctx context.Context, n int64) context.Context {
+	return context.WithValue(ctx, maxResponseKey{}, n)
+}
+
 // boundedTransport bounds what a cluster's answers may cost and keeps the
 // bodies of answers that are not the API server's own (a foreign service a
 // kubeconfig points at) out of errors, where client-go would quote them to
@@ -43,12 +57,16 @@ func (t *boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if err != nil || resp.Body == nil {
 		return resp, err
 	}
-	watch, _ := strconv.ParseBool(req.URL.Query().Get("watch"))
-	if !watch && resp.ContentLength > t.maxResponse {
-		_ = resp.Body.Close()
-		return nil, tooLarge(req, t.maxResponse)
+	limit := t.maxResponse
+	if n, ok := req.Context().Value(maxResponseKey{}).(int64); ok && n > 0 && n < limit {
+		limit = n
 	}
-	body := &boundedBody{rc: resp.Body, req: req, max: t.maxResponse, watch: watch}
+	watch, _ := strconv.ParseBool(req.URL.Query().Get("watch"))
+	if !watch && resp.ContentLength > limit {
+		_ = resp.Body.Close()
+		return nil, tooLarge(req, limit)
+	}
+	body := &boundedBody{rc: resp.Body, req: req, max: limit, watch: watch}
 	if watch {
 		body.max = MaxWatchEvent
 	}
@@ -141,5 +159,5 @@ func tooLarge(req *http.Request, limit int64) error {
 	if w, _ := strconv.ParseBool(req.URL.Query().Get("watch")); w {
 		what = "watch event"
 	}
-	return errdefs.Unavailable(nil, "the cluster's %s to %s %s is larger than %d bytes", what, req.Method, req.URL.Path, limit)
+	return errdefs.Unavailable(ErrAnswerTooLarge, "the cluster's %s to %s %s is larger than %d bytes", what, req.Method, req.URL.Path, limit)
 }
