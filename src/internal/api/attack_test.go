@@ -152,6 +152,7 @@ func TestOpenPathsDoNotOpenTheAPI(t *testing.T) {
 		buf := make([]byte, 512)
 		n, _ := resp.Body.Read(buf)
 		_ = resp.Body.Close()
+		t.Logf("%s: %d %s", p, resp.StatusCode, resp.Header.Get("Location"))
 		if strings.Contains(string(buf[:n]), "deploymentIntentGroups") || resp.StatusCode == http.StatusOK && !strings.Contains(resp.Header.Get("Content-Type"), "text/") {
 			t.Errorf("%s answered %d %q without a token", p, resp.StatusCode, buf[:n])
 		}

@@ -160,3 +160,39 @@ func TestForeignErrorBodiesAreNotShown(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// FuzzBoundedBody: whatever a cluster sends, the bounded body passes at
+// most max bytes of an answer (of a watch event, counting from its last
+// newline) and never more than it was given.
+func FuzzBoundedBody(f *testing.F) {
+	f.Add([]byte("{\"a\":1}\n{\"b\":2}\n"), uint8(8), true)
+	f.Add([]byte(strings.Repeat("x", 300)), uint8(100), false)
+	f.Add([]byte("\n\n\nxxxxxxxxxxxxxxxxxxxxxxxxxxxx"), uint8(3), true)
+	f.Fuzz(func(t *testing.T, data []byte, limit uint8, watch bool) {
+		req, _ := http.NewRequest(http.MethodGet, "http://c/api?watch="+map[bool]string{true: "true", false: "false"}[watch], nil)
+		b := &boundedBody{rc: io.NopCloser(&oneByteReader{strings.NewReader(string(data))}), req: req, max: int64(limit), watch: watch}
+		got, err := io.ReadAll(b)
+		if !strings.HasPrefix(string(data), string(got)) {
+			t.Fatalf("read %q, not a prefix of the input", got)
+		}
+		longest, run := 0, 0
+		for _, c := range got {
+			if c == '\n' {
+				run = 0
+				continue
+			}
+			run++
+			longest = max(longest, run)
+		}
+		switch {
+		case !watch && int64(len(got)) > int64(limit):
+			t.Fatalf("passed %d bytes over a %d-byte bound", len(got), limit)
+		case watch && int64(longest) > int64(limit):
+			t.Fatalf("passed an event of %d bytes over a %d-byte bound", longest, limit)
+		case err == nil && len(got) != len(data):
+			t.Fatalf("stopped early without an error")
+		case err != nil && !errors.Is(err, ErrAnswerTooLarge):
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
