@@ -152,7 +152,10 @@ func (s *server) streamOverview(w http.ResponseWriter, r *http.Request) error {
 		}
 	})
 	defer remove()
-	first, err := s.overviews.get(ctx)
+	// The first overview is the stream's own: the catalogue (a DIG just
+	// created) announces no change, so a shared one could be stale. The
+	// ones that follow changes are shared.
+	first, err := s.opts.Overview.Overview(ctx)
 	if err != nil {
 		return err
 	}
