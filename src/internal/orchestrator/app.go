@@ -100,6 +100,10 @@ type Options struct {
 	// HistoryLimit is how many history entries each DIG and v1 instance
 	// keeps (older ones are deleted); 0 means 1000.
 	HistoryLimit int
+	// RevisionLimit is how many revisions each DIG keeps for rollback
+	// (older ones, and the manifests only they refer to, are deleted); 0
+	// means 20.
+	RevisionLimit int
 	// ReplicaID names this orchestrator in answers that say which replica
 	// does what (a cluster's watcher owner); "" means the host name.
 	ReplicaID string
@@ -214,6 +218,9 @@ func New(opts Options) (*App, error) {
 	if opts.HistoryLimit < 0 {
 		return nil, errors.New("orchestrator: --history-limit cannot be negative")
 	}
+	if opts.RevisionLimit < 0 {
+		return nil, errors.New("orchestrator: --revision-limit cannot be negative")
+	}
 	if opts.ReplicaID == "" {
 		opts.ReplicaID, _ = os.Hostname()
 		if opts.ReplicaID == "" {
@@ -325,8 +332,11 @@ func (a *App) Run(ctx context.Context) (err error) {
 		}
 		return catalog.For[catalog.Empty](cat, catalog.Clusters).GetContent(ctx, catalog.Key{ref.Provider, ref.Name})
 	}, CloudKubeconfig: logicalcloud.Source{Catalog: cat}.ForCluster})
+	// The cache is created before rsync, which orders dependent apps by
+	// what it observes; it runs with the watchers below.
+	cache := appcontext.NewCache(contexts, a.log.WithField("component", "cache"))
 	engine, err := rsync.New(rsync.Options{Store: contexts, Clusters: clusters, FieldValidation: a.opts.FieldValidation,
-		Logger: a.log.WithField("component", "rsync")})
+		Observed: cache, Logger: a.log.WithField("component", "rsync")})
 	if err != nil {
 		return err
 	}
@@ -350,7 +360,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	defer issuer.Close()
 	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Renderer: renderer, Issuer: issuer, CreateWait: a.opts.V1CreateWait,
-		Logger: a.log.WithField("component", "deploy")})
+		RevisionLimit: a.opts.RevisionLimit, Logger: a.log.WithField("component", "deploy")})
 	if err != nil {
 		return err
 	}
@@ -365,7 +375,6 @@ func (a *App) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	cache := appcontext.NewCache(contexts, a.log.WithField("component", "cache"))
 	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter, Clusters: clusters}
 	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(ln, etcd, mongo))
 	if err != nil {
