@@ -46,6 +46,10 @@ import (
 type Options struct {
 	// Listen is the API's address; "" means ":9015".
 	Listen string
+	// GRPCListen is the address of the gRPC status notification service
+	// (EMCO's StatusNotify: emcoctl watch); "" leaves it off. EMCO's
+	// clients expect port 9016.
+	GRPCListen string
 	// DataDir holds the embedded stores' data.
 	DataDir string
 	// EtcdEndpoints of an external etcd; empty starts an embedded one.
@@ -195,8 +199,9 @@ type App struct {
 	tokens *authn.TokenFile
 	cert   *reload.Certificate
 
-	mu   sync.Mutex
-	addr net.Addr
+	mu       sync.Mutex
+	addr     net.Addr
+	grpcAddr net.Addr
 }
 
 // New validates opts and returns an App ready to Run.
@@ -478,6 +483,14 @@ func (a *App) Run(ctx context.Context) (err error) {
 	} else {
 		go func() { serveErr <- srv.Serve(limited) }()
 	}
+
+	stopGRPC, err := a.serveStatusNotify(reader, notifier)
+	if err != nil {
+		_ = srv.Close()
+		<-serveErr
+		return err
+	}
+	defer stopGRPC()
 
 	a.mu.Lock()
 	a.addr = ln.Addr()
