@@ -62,7 +62,46 @@ type AppDependencySpec struct {
 // KvPairsSpec is a list of key-value maps kept for other controllers
 // (clm's cluster kv-pairs, dcm's logical cloud kv-pairs).
 type KvPairsSpec struct {
-	Kv []StringMap `json:"kv" bson:"kv"`
+	Kv KvList `json:"kv" bson:"kv"`
+}
+
+// KvList is a list of key-value maps. In JSON it is a list of objects, as
+// EMCO has it; in the document store each map is wrapped in a document,
+// since FerretDB stores no arrays directly inside arrays.
+type KvList []StringMap
+
+type kvDoc struct {
+	M StringMap `bson:"m"`
+}
+
+// MarshalBSONValue stores the list as [{m: map}, ...].
+func (l KvList) MarshalBSONValue() (bsontype.Type, []byte, error) {
+	if l == nil {
+		return bson.TypeNull, nil, nil
+	}
+	docs := make([]kvDoc, len(l))
+	for i, m := range l {
+		docs[i] = kvDoc{M: m}
+	}
+	return bson.MarshalValue(docs)
+}
+
+// UnmarshalBSONValue reads the list back.
+func (l *KvList) UnmarshalBSONValue(t bsontype.Type, data []byte) error {
+	if t == bson.TypeNull || t == bson.TypeUndefined {
+		*l = nil
+		return nil
+	}
+	var docs []kvDoc
+	if err := bson.UnmarshalValue(t, data, &docs); err != nil {
+		return fmt.Errorf("kv list: %w", err)
+	}
+	out := make(KvList, len(docs))
+	for i, d := range docs {
+		out[i] = d.M
+	}
+	*l = out
+	return nil
 }
 
 // Controller types (EMCO: an action controller edits the AppContext, a

@@ -101,7 +101,7 @@ func reached(want, obs *appcontext.Placement, opStatus, namespace string) (bool,
 		}
 		st := obs.StatusOf(r.Key())
 		if st.Status != appcontext.RsyncApplied || (r.ManifestRef != nil && st.Manifest != r.ManifestRef.SHA256) {
-			return false, fmt.Sprintf("%s is %s", r.Key(), st.Status)
+			return false, fmt.Sprintf("%s/%s is not applied yet (rsync: %s)", r.GVK.Kind, r.Name, st.Status)
 		}
 	}
 	if opStatus != appcontext.OpStatusReady {
@@ -128,9 +128,9 @@ func reached(want, obs *appcontext.Placement, opStatus, namespace string) (bool,
 		}
 		switch {
 		case e == nil:
-			return false, r.Key() + " is not reported by the cluster yet"
+			return false, r.GVK.Kind + "/" + r.Name + " is not reported by the cluster yet"
 		case e.ReadyStatus != "Ready":
-			reason := r.Key() + " is " + e.ReadyStatus
+			reason := r.GVK.Kind + "/" + r.Name + " is " + e.ReadyStatus
 			if e.Reason != "" {
 				reason += " (" + e.Reason + ")"
 			}
