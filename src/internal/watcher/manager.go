@@ -238,7 +238,7 @@ func (m *Manager) setStatusID(id, statusID string) {
 func (m *Manager) placedContext(ref appcontext.ClusterRef, statusID, app string) (string, bool) {
 	m.placedMu.RLock()
 	defer m.placedMu.RUnlock()
-	if m.placed[ref][statusID][app] {
+	if m.placed[ref][statusID][app] && m.statusIDs[statusID] == "" {
 		return statusID, true
 	}
 	for id, apps := range m.placed[ref] {
