@@ -157,7 +157,7 @@ func serve(t *testing.T, opts Options) pb.StatusNotifyClient {
 
 func digReg(client, dig string) *pb.StatusRegistration {
 	return &pb.StatusRegistration{ClientId: client, StatusType: pb.StatusValue_DEPLOYED,
-		Key: &pb.StatusRegistration_DigKey{DigKey: &pb.DigKey{Project: "p", CompositeApp: "ca", CompositeAppVersion: "v1", DeploymentIntentGroup: dig}},
+		Key:  &pb.StatusRegistration_DigKey{DigKey: &pb.DigKey{Project: "p", CompositeApp: "ca", CompositeAppVersion: "v1", DeploymentIntentGroup: dig}},
 		Apps: []string{"fw"}, Clusters: []string{"cp+e1"}}
 }
 
