@@ -499,3 +499,79 @@ func watchDeployments(t *testing.T, cluster string, typ watch.EventType) func(na
 		return seen[name]
 	}
 }
+
+// Migrate (EMCO's POST …/migrate): DIG v1 (mweb, mold) hands its deployment
+// to DIG v2 (mweb with other values, mnew). The target keeps the source's
+// status context id, so mweb is changed in place; mold goes, mnew comes;
+// the target's readiness comes from the same bundles; the source ends.
+func TestDayTwoMigrate(t *testing.T) {
+	o := startOrchestrator(t, testenv.UniqueName("mig"), "/"+testenv.UniqueName("mig"))
+	startMonitors(t, sim)
+	ctx := context.Background()
+	o.must(201, "POST", "/v2/cluster-providers", meta("mig-cp"))
+	o.uploadOK("/v2/cluster-providers/mig-cp/clusters", meta("edge01"), edge("edge01").Kubeconfig)
+	o.must(201, "POST", "/v2/projects", meta("mig"))
+	version := func(v string, apps ...string) string {
+		ca := "/v2/projects/mig/composite-apps/mig/" + v
+		o.must(201, "POST", "/v2/projects/mig/composite-apps", obj("mig", map[string]any{"compositeAppVersion": v}))
+		o.must(201, "POST", ca+"/composite-profiles", meta("prof"))
+		for _, a := range apps {
+			o.uploadOK(ca+"/apps", meta(a), vfwChart(t, a))
+			o.uploadOK(ca+"/composite-profiles/prof/profiles", obj(a+"-profile", map[string]any{"app": a}),
+				testenv.ArchiveFiles(t, map[string]string{"manifest.yaml": "version: v1\ntype:\n  values: override_values.yaml\n", "override_values.yaml": ""}))
+		}
+		dig := ca + "/deployment-intent-groups/dig-" + v
+		o.must(201, "POST", ca+"/deployment-intent-groups", obj("dig-"+v, map[string]any{"compositeProfile": "prof", "version": "r1",
+			"overrideValues": []any{map[string]any{"app": "mweb", "values": map[string]any{"version": v}}}}))
+		o.must(201, "POST", dig+"/generic-placement-intents", meta("gpi"))
+		for _, a := range apps {
+			o.must(201, "POST", dig+"/generic-placement-intents/gpi/app-intents", placementOn(a, map[string]any{"clusterProvider": "mig-cp", "cluster": "edge01"}))
+		}
+		o.must(201, "POST", dig+"/intents", obj("intents", map[string]any{"intent": map[string]any{"genericPlacementIntent": "gpi"}}))
+		o.must(202, "POST", dig+"/approve", nil)
+		return dig
+	}
+	src := version("v1", "mweb", "mold")
+	dst := version("v2", "mweb", "mnew")
+	o.must(202, "POST", src+"/instantiate", nil)
+	before := o.waitJSON(src+"/status?status=ready", "v1 Ready", func(v map[string]any) bool {
+		return v["deployedStatus"] == "Instantiated" && v["readyStatus"] == "Ready"
+	})
+	web := deploymentUID(t, "edge01", "mweb")
+	if web == "" || deploymentUID(t, "edge01", "mold") == "" {
+		t.Fatal("v1 is not deployed")
+	}
+
+	o.must(400, "POST", src+"/migrate", map[string]any{"spec": map[string]any{"targetCompositeAppVersion": "v1", "targetDeploymentIntentGroup": "dig-v1"}})
+	o.must(404, "POST", src+"/migrate", map[string]any{"spec": map[string]any{"targetCompositeAppVersion": "v2", "targetDeploymentIntentGroup": "nope"}})
+	start := time.Now()
+	o.must(202, "POST", src+"/migrate", map[string]any{"spec": map[string]any{"targetCompositeAppVersion": "v2", "targetDeploymentIntentGroup": "dig-v2"}})
+	after := o.waitJSON(dst+"/status?status=ready", "v2 Ready after the migration", func(v map[string]any) bool {
+		return v["deployedStatus"] == "Instantiated" && v["readyStatus"] == "Ready"
+	})
+	t.Logf("migrate v1 -> v2: the target Ready %s after the 202", time.Since(start).Round(time.Millisecond))
+	waitDeployment(t, "edge01", "mold", false)
+	if deploymentUID(t, "edge01", "mnew") == "" {
+		t.Fatal("mnew was not created by the migration")
+	}
+	if got := deploymentUID(t, "edge01", "mweb"); got != web {
+		t.Fatalf("mweb was replaced (uid %s, was %s): a migration changes common objects in place", got, web)
+	}
+	cm, err := edge("edge01").Clientset().CoreV1().ConfigMaps("default").Get(ctx, "mweb-config", metav1.GetOptions{})
+	if err != nil || cm.Data["version"] != "v2" {
+		t.Fatalf("mweb's ConfigMap after the migration: %v %v", cm, err)
+	}
+	statusCtx := func(v map[string]any) any { return v["states"].(map[string]any)["statusctxid"] }
+	if statusCtx(after) != statusCtx(before) {
+		t.Fatalf("the target's status context id %v is not the source's %v", statusCtx(after), statusCtx(before))
+	}
+	o.waitJSON(src+"/status?status=deployed", "v1 Terminated", deployedStatusIs("Terminated"))
+	if d := deploymentUID(t, "edge01", "mweb"); d != web {
+		t.Fatal("the source's end deleted the target's objects")
+	}
+	o.must(202, "POST", dst+"/terminate", nil)
+	o.waitJSON(dst+"/status?status=deployed", "v2 Terminated", deployedStatusIs("Terminated"))
+	for _, a := range []string{"mweb", "mnew"} {
+		waitDeployment(t, "edge01", a, false)
+	}
+}
