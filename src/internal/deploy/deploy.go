@@ -243,24 +243,11 @@ func (s *Service) Update(ctx context.Context, dig catalog.Key) (int64, error) {
 		return 0, errdefs.Conflict("an update cannot move the deployment intent group to another logical cloud or namespace (%q in %q now); terminate and instantiate instead",
 			old.Meta.LogicalCloud, old.Meta.Namespace)
 	}
-	since, err := s.opts.Contexts.CurrentRevision(ctx)
-	if err != nil {
-		return 0, err
-	}
-	next := s.action(catalog.StateUpdated, state.ContextID)
-	next.Revision = catalog.NextRevision
-	st, err := s.opts.Catalog.TransitionDIG(ctx, dig, dayTwoFrom, next, "")
-	if err != nil {
-		return 0, err
-	}
-	number := lastRevision(st)
 	meta := old.Meta
-	meta.FieldValidation, meta.Revision, meta.Dependencies = obj.Spec.FieldValidation, number, pl.deps
-	if err := s.applyUpdate(ctx, Group(dig), old.Meta.ID, pl.placements, &meta); err != nil {
-		return 0, err
-	}
-	s.record(ctx, old.Meta.ID, newRevision(number, appcontext.RevisionUpdate, pl, obj.Spec.FieldValidation), since)
-	return number, nil
+	meta.FieldValidation, meta.Dependencies = obj.Spec.FieldValidation, pl.deps
+	return s.redeploy(ctx, dig, old, pl.placements, meta, func(n int64) *appcontext.Revision {
+		return newRevision(n, appcontext.RevisionUpdate, pl, obj.Spec.FieldValidation)
+	})
 }
 
 // applyUpdate records a new plan in an existing context — new and changed

@@ -96,27 +96,42 @@ func (s *Service) Rollback(ctx context.Context, dig catalog.Key, revision string
 	if err != nil {
 		return 0, err
 	}
+	meta := old.Meta
+	meta.Dependencies, meta.FieldValidation = rev.Dependencies, rev.FieldValidation
+	placements := rev.AsPlacements()
+	number, err := s.redeploy(ctx, dig, old, placements, meta, func(number int64) *appcontext.Revision {
+		again := appcontext.NewRevision(number, appcontext.RevisionRollback, placements)
+		again.From, again.Intents, again.Dependencies, again.FieldValidation = n, rev.Intents, rev.Dependencies, rev.FieldValidation
+		return again
+	})
+	if err == nil {
+		s.log.WithFields(logrus.Fields{"dig": strings.Join(dig, "/"), "context": old.Meta.ID, "revision": number, "from": n}).Info("rolling back")
+	}
+	return number, err
+}
+
+// redeploy makes the next revision of a DIG's context: it records the
+// action (numbered in the transition itself), writes placements and meta
+// into the context, has rsync apply the difference, and keeps the
+// revision that revision builds. It returns the revision number.
+func (s *Service) redeploy(ctx context.Context, dig catalog.Key, old *appcontext.Context, placements []*appcontext.Placement,
+	meta appcontext.Meta, revision func(number int64) *appcontext.Revision) (int64, error) {
 	since, err := s.opts.Contexts.CurrentRevision(ctx)
 	if err != nil {
 		return 0, err
 	}
-	next := s.action(catalog.StateUpdated, state.ContextID)
+	next := s.action(catalog.StateUpdated, old.Meta.ID)
 	next.Revision = catalog.NextRevision
 	st, err := s.opts.Catalog.TransitionDIG(ctx, dig, dayTwoFrom, next, "")
 	if err != nil {
 		return 0, err
 	}
 	number := lastRevision(st)
-	meta := old.Meta
-	meta.Revision, meta.Dependencies, meta.FieldValidation = number, rev.Dependencies, rev.FieldValidation
-	placements := rev.AsPlacements()
+	meta.Revision = number
 	if err := s.applyUpdate(ctx, Group(dig), old.Meta.ID, placements, &meta); err != nil {
 		return 0, err
 	}
-	again := appcontext.NewRevision(number, appcontext.RevisionRollback, placements)
-	again.From, again.Intents, again.Dependencies, again.FieldValidation = n, rev.Intents, rev.Dependencies, rev.FieldValidation
-	s.record(ctx, old.Meta.ID, again, since)
-	s.log.WithFields(logrus.Fields{"dig": strings.Join(dig, "/"), "context": old.Meta.ID, "revision": number, "from": n}).Info("rolling back")
+	s.record(ctx, old.Meta.ID, revision(number), since)
 	return number, nil
 }
 

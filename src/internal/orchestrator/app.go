@@ -487,8 +487,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	stopGRPC, err := a.serveStatusNotify(reader, notifier)
 	if err != nil {
 		_ = srv.Close()
-		<-serveErr
-		return err
+		return errors.Join(err, ignoreClosed(<-serveErr))
 	}
 	defer stopGRPC()
 
@@ -723,4 +722,12 @@ func (m *connMetrics) track(_ net.Conn, state http.ConnState) {
 	case http.StateClosed, http.StateHijacked:
 		m.open.Dec()
 	}
+}
+
+// ignoreClosed drops the error Serve returns after Close.
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
 }
