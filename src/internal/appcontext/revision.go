@@ -143,6 +143,15 @@ func (s *Store) PutRevision(ctx context.Context, id string, rev *Revision, keep 
 	return s.pruneBlobs(ctx, id, since)
 }
 
+// DeleteRevisions deletes a context's revisions: once it is terminated
+// (or handed over by a migration), nothing can roll back to them.
+func (s *Store) DeleteRevisions(ctx context.Context, id string) error {
+	if _, err := s.cli.Delete(ctx, s.revisionPrefix(id), clientv3.WithPrefix()); err != nil {
+		return fmt.Errorf("delete the revisions of context %s: %w", id, err)
+	}
+	return nil
+}
+
 // Revisions lists the numbers of a context's kept revisions, oldest first.
 func (s *Store) Revisions(ctx context.Context, id string) ([]int64, error) {
 	resp, err := s.cli.Get(ctx, s.revisionPrefix(id), clientv3.WithPrefix(), clientv3.WithKeysOnly())

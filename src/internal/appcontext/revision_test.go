@@ -134,4 +134,14 @@ func TestRevisionsAreKeptBoundedAndPruneManifests(t *testing.T) {
 	if resp, _ := env.Etcd.Client.Get(ctx, s.blobPrefix(id)+late.SHA256+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()); resp.Count != 1 {
 		t.Fatal("a manifest written after since was pruned")
 	}
+	// Terminated: the revisions go, the context stays readable.
+	if err := s.DeleteRevisions(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if nums, err := s.Revisions(ctx, id); err != nil || len(nums) != 0 {
+		t.Fatalf("revisions after DeleteRevisions: %v %v", nums, err)
+	}
+	if _, err := s.Get(ctx, id); err != nil {
+		t.Fatal(err)
+	}
 }

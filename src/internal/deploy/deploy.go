@@ -311,6 +311,11 @@ func (s *Service) Terminate(ctx context.Context, dig catalog.Key) error {
 		return err
 	}
 	s.opts.Rsync.Terminate(Group(dig), st.ContextID)
+	// A terminated context is never rolled back: its revisions go (the
+	// context itself stays, for ?instance=).
+	if err := s.opts.Contexts.DeleteRevisions(context.WithoutCancel(ctx), st.ContextID); err != nil {
+		s.log.WithError(err).WithField("context", st.ContextID).Warn("cannot delete the revisions")
+	}
 	return nil
 }
 

@@ -230,6 +230,9 @@ func (s *Service) Migrate(ctx context.Context, dig catalog.Key, targetVersion, t
 	}
 	s.opts.Rsync.Instantiate(meta.Group, id)
 	s.record(ctx, id, newRevision(1, appcontext.RevisionMigrate, pl, tobj.Spec.FieldValidation), since)
+	if err := s.opts.Contexts.DeleteRevisions(context.WithoutCancel(ctx), old.Meta.ID); err != nil {
+		s.log.WithError(err).WithField("context", old.Meta.ID).Warn("cannot delete the source's revisions")
+	}
 	s.log.WithFields(logrus.Fields{"dig": strings.Join(dig, "/"), "target": strings.Join(target, "/"), "context": id,
 		"status_context": old.Meta.StatusID}).Info("migrating")
 	return nil
