@@ -75,6 +75,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzMultipart -fuzztime $(FUZZTIME) ./src/internal/api
 	$(GO) test -run '^$$' -fuzz FuzzDepth -fuzztime $(FUZZTIME) ./src/internal/jsonlimit
 	$(GO) test -run '^$$' -fuzz FuzzKubeconfig -fuzztime $(FUZZTIME) ./src/internal/cluster
+	$(GO) test -run '^$$' -fuzz FuzzBoundedBody -fuzztime $(FUZZTIME) ./src/internal/cluster
 	$(GO) test -run '^$$' -fuzz FuzzBundle -fuzztime $(FUZZTIME) ./src/internal/watcher
 	$(GO) test -run '^$$' -fuzz FuzzParseQuery -fuzztime $(FUZZTIME) ./src/internal/status
 	$(GO) test -run '^$$' -fuzz FuzzSubscriptionBody -fuzztime $(FUZZTIME) ./src/internal/notify

@@ -62,7 +62,7 @@ func (s *server) v2Routes(r *mux.Router) {
 		collection: pProviders, item: pProvider, itemVars: vProvider})
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.Clusters),
 		collection: pClusters, item: pCluster, parentVars: vProvider, itemVars: []string{"cluster"},
-		upload: func(_ context.Context, b []byte) error { return s.checkKubeconfig(b) }, noPut: true,
+		upload: func(_ context.Context, b []byte) error { return s.checkKubeconfig(b) }, maxFile: cluster.MaxKubeconfigBytes, noPut: true,
 		beforeDelete: func(ctx context.Context, key catalog.Key) error {
 			if s.opts.ClusterInUse == nil {
 				return nil
@@ -112,7 +112,7 @@ func (s *server) v2Routes(r *mux.Router) {
 			}
 			return nil
 		},
-		upload: s.checkChart})
+		upload: s.checkChart, maxFile: s.archiveMax()})
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.CompositeProfiles),
 		collection: pCA + "/composite-profiles", item: pCA + "/composite-profiles/{compositeProfile}", parentVars: vCA, itemVars: []string{"compositeProfile"}})
 	registerCRUD(r, s, crud[catalog.AppProfileSpec]{res: catalog.For[catalog.AppProfileSpec](cat, catalog.AppProfiles),
@@ -124,7 +124,7 @@ func (s *server) v2Routes(r *mux.Router) {
 			}
 			return nil
 		},
-		upload: s.checkProfile})
+		upload: s.checkProfile, maxFile: s.archiveMax()})
 	registerCRUD(r, s, crud[catalog.DIGSpec]{res: catalog.For[catalog.DIGSpec](cat, catalog.DeploymentIntentGroups),
 		collection: pDIGs, item: pDIG, parentVars: vCA, itemVars: []string{"deploymentIntentGroup"},
 		validate: func(o *catalog.Object[catalog.DIGSpec]) error {

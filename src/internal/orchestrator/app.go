@@ -80,6 +80,9 @@ type Options struct {
 	CallbackDeny []string
 	// KubeconfigAllowProxy accepts proxy-url in cluster kubeconfigs.
 	KubeconfigAllowProxy bool
+	// ClusterMaxResponse bounds one answer of a cluster's API server; 0
+	// means cluster.DefaultMaxResponse.
+	ClusterMaxResponse int64
 	// HTTP bounds client connections and requests; zero values are the
 	// documented defaults.
 	HTTP HTTPOptions
@@ -142,6 +145,12 @@ type HTTPOptions struct {
 	IdleTimeout time.Duration
 	// StreamWriteTimeout bounds each write of a watch stream; 0 means 30s.
 	StreamWriteTimeout time.Duration
+	// MaxStreams bounds the watch streams open at once; 0 means half the
+	// connection cap, so streams can never hold every connection.
+	MaxStreams int
+	// MaxBodyMemory bounds the request body bytes held at once while they
+	// are read and checked; 0 means api.DefaultMaxBodyMemory.
+	MaxBodyMemory int64
 	// MaxJSONDepth bounds the nesting of JSON bodies; 0 means 64.
 	MaxJSONDepth int
 }
@@ -217,7 +226,7 @@ func New(opts Options) (*App, error) {
 	}
 	opts.HTTP.defaults()
 	h := opts.HTTP
-	if h.MaxConnections < 0 || h.MaxJSONDepth < 0 || min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout) < 0 {
+	if h.MaxConnections < 0 || h.MaxStreams < 0 || h.MaxBodyMemory < 0 || h.MaxJSONDepth < 0 || min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout) < 0 {
 		return nil, errors.New("orchestrator: connection limits and timeouts cannot be negative")
 	}
 	if opts.HistoryLimit < 0 {
@@ -331,7 +340,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	contexts := appcontext.New(appcontext.Options{Client: etcd.Client, Prefix: a.opts.EtcdPrefix})
 	kubeconfigs := cluster.KubeconfigOptions{AllowProxy: a.opts.KubeconfigAllowProxy}
-	clusters := cluster.NewRegistry(cluster.Options{KubeconfigOptions: kubeconfigs, Kubeconfig: func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
+	clusters := cluster.NewRegistry(cluster.Options{KubeconfigOptions: kubeconfigs, MaxResponse: a.opts.ClusterMaxResponse, Kubeconfig: func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
 		if ref.Provider == deploy.V1Provider { // a v1 cloud region
 			return catalog.For[catalog.ConnectivitySpec](cat, catalog.ConnectivityInfos).GetContent(ctx, catalog.Key{ref.Name})
 		}
@@ -449,6 +458,8 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Kubeconfig:         kubeconfigs,
 		MaxJSONDepth:       a.opts.HTTP.MaxJSONDepth,
 		StreamWriteTimeout: a.opts.HTTP.StreamWriteTimeout,
+		MaxStreams:         maxStreams(a.opts.HTTP.MaxStreams, maxConns),
+		MaxBodyMemory:      a.opts.HTTP.MaxBodyMemory,
 	}
 	if a.tokens != nil { // never a typed nil in the interface
 		apiOpts.Tokens = a.tokens
@@ -730,4 +741,13 @@ func ignoreClosed(err error) error {
 		return nil
 	}
 	return err
+}
+
+// maxStreams is the watch stream cap: as asked, else half the connection
+// cap (at least one), leaving the other half to ordinary requests.
+func maxStreams(asked, maxConns int) int {
+	if asked > 0 {
+		return asked
+	}
+	return max(1, maxConns/2)
 }
