@@ -313,6 +313,15 @@ func (a *App) Run(ctx context.Context) (err error) {
 			_ = ln.Close()
 		}
 	}()
+	grpcLn, err := a.listenStatusNotify()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if grpcLn != nil && !serving {
+			_ = grpcLn.Close()
+		}
+	}()
 	etcd, mongo, err := a.openStores(ctx)
 	if err != nil {
 		return err
@@ -390,7 +399,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter, Clusters: clusters}
-	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(ln, etcd, mongo))
+	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(etcd, mongo, ln, grpcLn))
 	if err != nil {
 		return err
 	}
@@ -495,7 +504,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		go func() { serveErr <- srv.Serve(limited) }()
 	}
 
-	stopGRPC, err := a.serveStatusNotify(reader, notifier)
+	stopGRPC, err := a.serveStatusNotify(grpcLn, reader, notifier)
 	if err != nil {
 		_ = srv.Close()
 		return errors.Join(err, ignoreClosed(<-serveErr))
@@ -697,10 +706,16 @@ func (a *App) openStores(ctx context.Context) (*etcdstore.Store, *mongostore.Sto
 	return etcd, mongo, nil
 }
 
-// selfAddrs lists the addresses that reach this process: the API and the
+// selfAddrs lists the addresses that reach this process: the API (and the
+// gRPC status notifications) and the
 // embedded stores. Callbacks never go there.
-func selfAddrs(ln net.Listener, etcd *etcdstore.Store, mongo *mongostore.Store) []string {
-	listen := []string{ln.Addr().String()}
+func selfAddrs(etcd *etcdstore.Store, mongo *mongostore.Store, listeners ...net.Listener) []string {
+	var listen []string
+	for _, ln := range listeners {
+		if ln != nil {
+			listen = append(listen, ln.Addr().String())
+		}
+	}
 	for _, u := range append(etcd.Endpoints(), mongo.EmbeddedURI()) {
 		if p, err := url.Parse(u); err == nil && p.Host != "" {
 			listen = append(listen, p.Host)

@@ -12,12 +12,27 @@ import (
 	"github.com/argus-mc/argus/src/internal/statusnotify"
 )
 
-// serveStatusNotify starts the gRPC status notification service when
-// GRPCListen is set, with the API's TLS certificate and bearer tokens, and
-// returns what stops it: every stream is cut (they last as long as their
-// clients), and its goroutine waited for.
-func (a *App) serveStatusNotify(reader *status.Reader, notifier *notify.Manager) (func(), error) {
+// listenStatusNotify takes the gRPC status notification port when
+// GRPCListen is set (nil otherwise), before any store is opened, as the
+// API's is: a taken port fails at once, and the callback policy knows the
+// address as the orchestrator's own.
+func (a *App) listenStatusNotify() (net.Listener, error) {
 	if a.opts.GRPCListen == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", a.opts.GRPCListen)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: listen on %s (gRPC status notifications): %w", a.opts.GRPCListen, err)
+	}
+	return ln, nil
+}
+
+// serveStatusNotify serves the gRPC status notification service on ln
+// (nothing when nil), with the API's TLS certificate and bearer tokens,
+// and returns what stops it: every stream is cut (they last as long as
+// their clients), and its goroutine waited for.
+func (a *App) serveStatusNotify(ln net.Listener, reader *status.Reader, notifier *notify.Manager) (func(), error) {
+	if ln == nil {
 		return func() {}, nil
 	}
 	opts := statusnotify.Options{Status: reader, Changes: notifier, Logger: a.log.WithField("component", "statusnotify")}
@@ -26,15 +41,12 @@ func (a *App) serveStatusNotify(reader *status.Reader, notifier *notify.Manager)
 	}
 	svc, err := statusnotify.New(opts)
 	if err != nil {
+		_ = ln.Close()
 		return nil, err
 	}
 	serverOpts := svc.ServerOptions()
 	if a.cert != nil {
 		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(a.cert.ServerConfig())))
-	}
-	ln, err := net.Listen("tcp", a.opts.GRPCListen)
-	if err != nil {
-		return nil, fmt.Errorf("orchestrator: listen on %s (gRPC status notifications): %w", a.opts.GRPCListen, err)
 	}
 	srv := grpc.NewServer(serverOpts...)
 	svc.Register(srv)
