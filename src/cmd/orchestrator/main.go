@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/argus-mc/argus/src/internal/api"
+	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/config"
@@ -45,6 +46,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs := flag.NewFlagSet("orchestrator", flag.ContinueOnError)
 	fs.StringVar(&s.config, config.ConfigFlag, "", "YAML file with flag values, keyed by flag name")
 	fs.StringVar(&s.opts.Listen, "listen", ":9015", "address the REST API listens on")
+	fs.StringVar(&s.opts.GRPCListen, "grpc-listen", "", "address the gRPC status notification service (EMCO's StatusNotify, for emcoctl watch) listens on, with the API's TLS and tokens; EMCO's clients expect :9016; empty turns it off")
 	fs.StringVar(&s.opts.DataDir, "data-dir", "argus-data", "directory for the embedded stores' data")
 	fs.Var(&s.endpoints, "etcd-endpoints", "comma-separated etcd client URLs; empty starts an embedded etcd under --data-dir")
 	fs.StringVar(&s.opts.MongoURI, "mongo-uri", "", "MongoDB connection URI; empty starts an embedded FerretDB under --data-dir")
@@ -71,6 +73,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.DurationVar(&s.opts.HTTP.StreamWriteTimeout, "watch-write-timeout", 30*time.Second, "how long one write of a ?watch=true stream may block before the stream is closed (a client that stopped reading)")
 	fs.IntVar(&s.opts.HTTP.MaxJSONDepth, "max-json-depth", api.DefaultMaxJSONDepth, "deepest nesting of arrays and objects a JSON body may have (400 beyond)")
 	fs.IntVar(&s.opts.HistoryLimit, "history-limit", 1000, "history entries kept per deployment intent group and v1 instance (GET …/status/history); older ones are deleted")
+	fs.IntVar(&s.opts.RevisionLimit, "revision-limit", appcontext.DefaultRevisionLimit, "revisions kept per deployment intent group for rollback (each instantiate, update, rollback and migrate makes one); older ones, and the manifests only they use, are deleted")
 	fs.StringVar(&s.opts.AAI.URL, "aai-url", "", "ONAP AAI base URL (e.g. https://aai:8443/aai/v24); empty turns the AAI sink off")
 	fs.StringVar(&s.opts.AAI.Username, "aai-username", "", "AAI user name")
 	fs.StringVar(&s.opts.AAI.PasswordFile, "aai-password-file", "", "file holding the AAI password")

@@ -47,6 +47,9 @@ type crud[S any] struct {
 	fileParts []string
 	// beforeWrite may refuse a create or replace of the object at key.
 	beforeWrite func(ctx context.Context, key catalog.Key, obj *catalog.Object[S]) error
+	// view, when set, answers an item's GET instead of the object (a
+	// kv-pair's ?key= query).
+	view func(r *http.Request, obj catalog.Object[S]) (any, error)
 	// maxFile bounds the bytes of an upload's files together, read as they
 	// arrive: a file over it is refused before it is held; 0 means
 	// MaxUploadBody.
@@ -170,6 +173,14 @@ func (c crud[S]) get(s *server, w http.ResponseWriter, r *http.Request) error {
 	obj, err := c.res.Get(r.Context(), varsKey(r, c.parentVars, c.itemVars))
 	if err != nil {
 		return err
+	}
+	if c.view != nil {
+		v, err := c.view(r, obj)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, v)
+		return nil
 	}
 	writeJSON(w, http.StatusOK, obj)
 	return nil

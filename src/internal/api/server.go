@@ -221,6 +221,7 @@ func (s *server) routes() {
 	s.consoleRoutes(r)
 	s.v2Routes(r)
 	s.emcoRoutes(r)
+	s.dayTwoRoutes(r)
 	s.v1Routes(r)
 }
 

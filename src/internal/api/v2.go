@@ -20,7 +20,12 @@ import (
 type Deployer interface {
 	Approve(ctx context.Context, dig catalog.Key) error
 	Instantiate(ctx context.Context, dig catalog.Key) (string, error)
-	Update(ctx context.Context, dig catalog.Key) error
+	// Update returns the revision it made; Rollback returns the DIG to an
+	// earlier one (making the next); Migrate hands the deployment to
+	// another DIG of the composite app.
+	Update(ctx context.Context, dig catalog.Key) (int64, error)
+	Rollback(ctx context.Context, dig catalog.Key, revision string) (int64, error)
+	Migrate(ctx context.Context, dig catalog.Key, targetVersion, targetDIG string) error
 	Terminate(ctx context.Context, dig catalog.Key) error
 	Stop(ctx context.Context, dig catalog.Key) error
 	ApplyNetworks(ctx context.Context, provider, cluster string) (string, error)
@@ -193,7 +198,13 @@ func (s *server) digAction(action string) handlerFunc {
 		case "stop":
 			err = s.opts.Deploy.Stop(r.Context(), dig)
 		case "update":
-			err = s.opts.Deploy.Update(r.Context(), dig)
+			// EMCO answers an update with the new revision number.
+			rev, err := s.opts.Deploy.Update(r.Context(), dig)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusAccepted, rev)
+			return nil
 		}
 		if err != nil {
 			return err

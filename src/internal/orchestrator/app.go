@@ -46,6 +46,10 @@ import (
 type Options struct {
 	// Listen is the API's address; "" means ":9015".
 	Listen string
+	// GRPCListen is the address of the gRPC status notification service
+	// (EMCO's StatusNotify: emcoctl watch); "" leaves it off. EMCO's
+	// clients expect port 9016.
+	GRPCListen string
 	// DataDir holds the embedded stores' data.
 	DataDir string
 	// EtcdEndpoints of an external etcd; empty starts an embedded one.
@@ -103,6 +107,10 @@ type Options struct {
 	// HistoryLimit is how many history entries each DIG and v1 instance
 	// keeps (older ones are deleted); 0 means 1000.
 	HistoryLimit int
+	// RevisionLimit is how many revisions each DIG keeps for rollback
+	// (older ones, and the manifests only they refer to, are deleted); 0
+	// means 20.
+	RevisionLimit int
 	// ReplicaID names this orchestrator in answers that say which replica
 	// does what (a cluster's watcher owner); "" means the host name.
 	ReplicaID string
@@ -200,8 +208,9 @@ type App struct {
 	tokens *authn.TokenFile
 	cert   *reload.Certificate
 
-	mu   sync.Mutex
-	addr net.Addr
+	mu       sync.Mutex
+	addr     net.Addr
+	grpcAddr net.Addr
 }
 
 // New validates opts and returns an App ready to Run.
@@ -222,6 +231,9 @@ func New(opts Options) (*App, error) {
 	}
 	if opts.HistoryLimit < 0 {
 		return nil, errors.New("orchestrator: --history-limit cannot be negative")
+	}
+	if opts.RevisionLimit < 0 {
+		return nil, errors.New("orchestrator: --revision-limit cannot be negative")
 	}
 	if opts.ReplicaID == "" {
 		opts.ReplicaID, _ = os.Hostname()
@@ -301,6 +313,15 @@ func (a *App) Run(ctx context.Context) (err error) {
 			_ = ln.Close()
 		}
 	}()
+	grpcLn, err := a.listenStatusNotify()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if grpcLn != nil && !serving {
+			_ = grpcLn.Close()
+		}
+	}()
 	etcd, mongo, err := a.openStores(ctx)
 	if err != nil {
 		return err
@@ -334,8 +355,11 @@ func (a *App) Run(ctx context.Context) (err error) {
 		}
 		return catalog.For[catalog.Empty](cat, catalog.Clusters).GetContent(ctx, catalog.Key{ref.Provider, ref.Name})
 	}, CloudKubeconfig: logicalcloud.Source{Catalog: cat}.ForCluster})
+	// The cache is created before rsync, which orders dependent apps by
+	// what it observes; it runs with the watchers below.
+	cache := appcontext.NewCache(contexts, a.log.WithField("component", "cache"))
 	engine, err := rsync.New(rsync.Options{Store: contexts, Clusters: clusters, FieldValidation: a.opts.FieldValidation,
-		Logger: a.log.WithField("component", "rsync")})
+		Observed: cache, Logger: a.log.WithField("component", "rsync")})
 	if err != nil {
 		return err
 	}
@@ -359,7 +383,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	defer issuer.Close()
 	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Renderer: renderer, Issuer: issuer, CreateWait: a.opts.V1CreateWait,
-		Logger: a.log.WithField("component", "deploy")})
+		RevisionLimit: a.opts.RevisionLimit, Logger: a.log.WithField("component", "deploy")})
 	if err != nil {
 		return err
 	}
@@ -374,9 +398,8 @@ func (a *App) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	cache := appcontext.NewCache(contexts, a.log.WithField("component", "cache"))
 	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter, Clusters: clusters}
-	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(ln, etcd, mongo))
+	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(etcd, mongo, ln, grpcLn))
 	if err != nil {
 		return err
 	}
@@ -480,6 +503,13 @@ func (a *App) Run(ctx context.Context) (err error) {
 	} else {
 		go func() { serveErr <- srv.Serve(limited) }()
 	}
+
+	stopGRPC, err := a.serveStatusNotify(grpcLn, reader, notifier)
+	if err != nil {
+		_ = srv.Close()
+		return errors.Join(err, ignoreClosed(<-serveErr))
+	}
+	defer stopGRPC()
 
 	a.mu.Lock()
 	a.addr = ln.Addr()
@@ -676,10 +706,16 @@ func (a *App) openStores(ctx context.Context) (*etcdstore.Store, *mongostore.Sto
 	return etcd, mongo, nil
 }
 
-// selfAddrs lists the addresses that reach this process: the API and the
+// selfAddrs lists the addresses that reach this process: the API (and the
+// gRPC status notifications) and the
 // embedded stores. Callbacks never go there.
-func selfAddrs(ln net.Listener, etcd *etcdstore.Store, mongo *mongostore.Store) []string {
-	listen := []string{ln.Addr().String()}
+func selfAddrs(etcd *etcdstore.Store, mongo *mongostore.Store, listeners ...net.Listener) []string {
+	var listen []string
+	for _, ln := range listeners {
+		if ln != nil {
+			listen = append(listen, ln.Addr().String())
+		}
+	}
 	for _, u := range append(etcd.Endpoints(), mongo.EmbeddedURI()) {
 		if p, err := url.Parse(u); err == nil && p.Host != "" {
 			listen = append(listen, p.Host)
@@ -712,6 +748,14 @@ func (m *connMetrics) track(_ net.Conn, state http.ConnState) {
 	case http.StateClosed, http.StateHijacked:
 		m.open.Dec()
 	}
+}
+
+// ignoreClosed drops the error Serve returns after Close.
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
 }
 
 // maxStreams is the watch stream cap: as asked, else half the connection
