@@ -58,5 +58,6 @@ ENV ARGUS_DATA_DIR=/var/lib/argus
 WORKDIR /var/lib/argus
 # distroless "nonroot" is uid/gid 65532; numeric, so runAsNonRoot can verify it.
 USER 65532:65532
-EXPOSE 9015
+# 9016: gRPC status notifications, when --grpc-listen turns them on.
+EXPOSE 9015 9016
 ENTRYPOINT ["/usr/local/bin/orchestrator"]

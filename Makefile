@@ -75,6 +75,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzMultipart -fuzztime $(FUZZTIME) ./src/internal/api
 	$(GO) test -run '^$$' -fuzz FuzzDepth -fuzztime $(FUZZTIME) ./src/internal/jsonlimit
 	$(GO) test -run '^$$' -fuzz FuzzKubeconfig -fuzztime $(FUZZTIME) ./src/internal/cluster
+	$(GO) test -run '^$$' -fuzz FuzzBoundedBody -fuzztime $(FUZZTIME) ./src/internal/cluster
 	$(GO) test -run '^$$' -fuzz FuzzBundle -fuzztime $(FUZZTIME) ./src/internal/watcher
 	$(GO) test -run '^$$' -fuzz FuzzParseQuery -fuzztime $(FUZZTIME) ./src/internal/status
 	$(GO) test -run '^$$' -fuzz FuzzSubscriptionBody -fuzztime $(FUZZTIME) ./src/internal/notify
@@ -97,9 +98,24 @@ $(GOLANGCI):
 
 # Regenerates the ResourceBundleState deepcopy code and CRD from the Go types
 # (src/apis); the monitor's integration test proves the CRD keeps every field.
+# Then the gRPC status notification code from its .proto: protoc from the
+# distribution's protobuf-compiler package (installed here when missing, as
+# root with apt), the Go plugins at the versions go.mod's protobuf and grpc
+# take. The generated files are committed: building needs none of this.
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.19.0
+PROTOC_GEN_GO_VERSION      := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
+PROTO_BIN := $(CACHE)/tools/proto-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)
 generate:
 	$(CONTROLLER_GEN) object crd:crdVersions=v1 paths=./src/apis/... output:crd:dir=deployments/kubernetes/monitor
+	@command -v protoc >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null; } || \
+		{ echo "generate: protoc not found; install the protobuf-compiler package"; exit 1; }
+	@[ -x $(PROTO_BIN)/protoc-gen-go ] || GOBIN=$(PROTO_BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	@[ -x $(PROTO_BIN)/protoc-gen-go-grpc ] || GOBIN=$(PROTO_BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	protoc --plugin=protoc-gen-go=$(PROTO_BIN)/protoc-gen-go --plugin=protoc-gen-go-grpc=$(PROTO_BIN)/protoc-gen-go-grpc \
+		-I src/apis/statusnotify --go_out=src/apis/statusnotify --go_opt=paths=source_relative \
+		--go-grpc_out=src/apis/statusnotify --go-grpc_opt=paths=source_relative statusnotify.proto
 
 # Regenerates the generated parts of docs/ (the configuration reference).
 docs:

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/argus-mc/argus/src/internal/api"
+	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/archive"
+	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/config"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
@@ -44,6 +46,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs := flag.NewFlagSet("orchestrator", flag.ContinueOnError)
 	fs.StringVar(&s.config, config.ConfigFlag, "", "YAML file with flag values, keyed by flag name")
 	fs.StringVar(&s.opts.Listen, "listen", ":9015", "address the REST API listens on")
+	fs.StringVar(&s.opts.GRPCListen, "grpc-listen", "", "address the gRPC status notification service (EMCO's StatusNotify, for emcoctl watch) listens on, with the API's TLS and tokens; EMCO's clients expect :9016; empty turns it off")
 	fs.StringVar(&s.opts.DataDir, "data-dir", "argus-data", "directory for the embedded stores' data")
 	fs.Var(&s.endpoints, "etcd-endpoints", "comma-separated etcd client URLs; empty starts an embedded etcd under --data-dir")
 	fs.StringVar(&s.opts.MongoURI, "mongo-uri", "", "MongoDB connection URI; empty starts an embedded FerretDB under --data-dir")
@@ -57,11 +60,16 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.Var(&s.allow, "callback-allow", "comma-separated host names (a.example, *.example), addresses and CIDRs subscription callbacks may reach although refused by default (loopback, link-local, unspecified, broadcast, multicast, cloud metadata) or by a shorter --callback-deny prefix; a named host is trusted wherever it resolves")
 	fs.Var(&s.deny, "callback-deny", "comma-separated host names, addresses and CIDRs subscription callbacks may never reach (e.g. 0.0.0.0/0,::/0 with --callback-allow to allow only the listed receivers); the longest matching prefix of the two lists wins, deny wins a tie")
 	fs.BoolVar(&s.opts.KubeconfigAllowProxy, "kubeconfig-allow-proxy", false, "accept proxy-url in uploaded and stored cluster kubeconfigs (refused by default: a proxy hides where requests go)")
+	s.opts.ClusterMaxResponse = cluster.DefaultMaxResponse
+	fs.Var(config.Size{Value: &s.opts.ClusterMaxResponse}, "cluster-max-response", "largest answer read from a cluster's API server (a list, discovery, OpenAPI); larger fails that request (a watch event is bounded at 16Mi)")
 	fs.IntVar(&s.opts.HTTP.MaxConnections, "max-connections", 0, "cap on concurrent API client connections, more wait in the listen backlog; 0 picks min(4096, a quarter of the open-file limit); lowered if it would leave fewer than 256 descriptors")
 	fs.DurationVar(&s.opts.HTTP.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "how long a client may take to send a request's headers")
 	fs.DurationVar(&s.opts.HTTP.ReadTimeout, "read-timeout", time.Minute, "how long a client may take to send a whole request, body included (408 beyond)")
 	fs.DurationVar(&s.opts.HTTP.WriteTimeout, "write-timeout", 2*time.Minute, "how long a request may take from its headers to the end of the answer; watch streams are exempt")
 	fs.DurationVar(&s.opts.HTTP.IdleTimeout, "idle-timeout", 2*time.Minute, "how long an idle kept-alive connection stays open")
+	s.opts.HTTP.MaxBodyMemory = api.DefaultMaxBodyMemory
+	fs.Var(config.Size{Value: &s.opts.HTTP.MaxBodyMemory}, "max-body-memory", "request body bytes all requests together may hold while they are read and checked (each reserves its Content-Length, or its limit); a body that does not fit waits up to 10s, then gets 503 with Retry-After")
+	fs.IntVar(&s.opts.HTTP.MaxStreams, "max-watch-streams", 0, "cap on ?watch=true streams open at once (status and overview), more get 503 with Retry-After; 0 is half of the connection cap, so streams never hold every connection")
 	fs.DurationVar(&s.opts.HTTP.StreamWriteTimeout, "watch-write-timeout", 30*time.Second, "how long one write of a ?watch=true stream may block before the stream is closed (a client that stopped reading)")
 	fs.IntVar(&s.opts.HTTP.MaxJSONDepth, "max-json-depth", api.DefaultMaxJSONDepth, "deepest nesting of arrays and objects a JSON body may have (400 beyond)")
 	fs.StringVar(&s.opts.ReplicaID, "replica-id", "", "this orchestrator's name among the replicas sharing the stores, unique among live ones (GET /v2/system/replicas); empty means the host name")
@@ -69,6 +77,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.DurationVar(&s.opts.LeaseTTL, "lease-ttl", 10*time.Second, "TTL of this replica's etcd lease (whole seconds): the work of a replica that dies (its clusters' watchers, groups' rsync actions, subscriptions' deliveries) moves to the others within it")
 	fs.IntVar(&s.opts.ListPageSize, "list-page-size", 1000, "most objects a collection GET answers without ?limit= (1 to 10000); a longer list is paged, a Link header naming the next page (?limit=, ?continue=)")
 	fs.IntVar(&s.opts.HistoryLimit, "history-limit", 1000, "history entries kept per deployment intent group and v1 instance (GET …/status/history); older ones are deleted")
+	fs.IntVar(&s.opts.RevisionLimit, "revision-limit", appcontext.DefaultRevisionLimit, "revisions kept per deployment intent group for rollback (each instantiate, update, rollback and migrate makes one); older ones, and the manifests only they use, are deleted")
 	fs.StringVar(&s.opts.AAI.URL, "aai-url", "", "ONAP AAI base URL (e.g. https://aai:8443/aai/v24); empty turns the AAI sink off")
 	fs.StringVar(&s.opts.AAI.Username, "aai-username", "", "AAI user name")
 	fs.StringVar(&s.opts.AAI.PasswordFile, "aai-password-file", "", "file holding the AAI password")

@@ -26,6 +26,11 @@ const (
 // than MaxJSONDepth → 400; anything that is not exactly one JSON value →
 // 422; a body trickled past the server's read timeout → 408.
 func (s *server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	release, err := s.reserveBody(w, r, s.opts.MaxJSONBody)
+	if err != nil {
+		return err
+	}
+	defer release()
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxJSONBody))
 	if err != nil {
 		return readError(err, "request body")

@@ -48,6 +48,13 @@ type crud[S any] struct {
 	fileParts []string
 	// beforeWrite may refuse a create or replace of the object at key.
 	beforeWrite func(ctx context.Context, key catalog.Key, obj *catalog.Object[S]) error
+	// view, when set, answers an item's GET instead of the object (a
+	// kv-pair's ?key= query).
+	view func(r *http.Request, obj catalog.Object[S]) (any, error)
+	// maxFile bounds the bytes of an upload's files together, read as they
+	// arrive: a file over it is refused before it is held; 0 means
+	// MaxUploadBody.
+	maxFile int64
 }
 
 func registerCRUD[S any](r *mux.Router, s *server, c crud[S]) {
@@ -121,7 +128,7 @@ func (c crud[S]) create(s *server, w http.ResponseWriter, r *http.Request) error
 	var file []byte
 	if c.upload != nil {
 		var err error
-		if file, err = s.decodeMultipart(w, r, &obj); err != nil {
+		if file, err = s.decodeMultipart(w, r, &obj, c.maxFile); err != nil {
 			return err
 		}
 	} else if err := s.decodeJSON(w, r, &obj); err != nil {
@@ -176,6 +183,14 @@ func (c crud[S]) get(s *server, w http.ResponseWriter, r *http.Request) error {
 	obj, err := c.res.Get(r.Context(), varsKey(r, c.parentVars, c.itemVars))
 	if err != nil {
 		return err
+	}
+	if c.view != nil {
+		v, err := c.view(r, obj)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, v)
+		return nil
 	}
 	writeJSON(w, http.StatusOK, obj)
 	return nil
@@ -247,9 +262,9 @@ func (c crud[S]) delete(s *server, w http.ResponseWriter, r *http.Request) error
 }
 
 // decodeMultipart reads an EMCO upload: part "metadata" (JSON) into v and
-// part "file", returned.
-func (s *server) decodeMultipart(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
-	files, err := s.decodeParts(w, r, v, []string{"file"}, 1)
+// part "file" of at most maxFile bytes (0: MaxUploadBody), returned.
+func (s *server) decodeMultipart(w http.ResponseWriter, r *http.Request, v any, maxFile int64) ([]byte, error) {
+	files, err := s.decodeParts(w, r, v, []string{"file"}, 1, maxFile)
 	if err != nil {
 		return nil, err
 	}
@@ -262,14 +277,25 @@ func (s *server) decodeMultipart(w http.ResponseWriter, r *http.Request, v any) 
 // decodeParts reads a multipart upload: part "metadata" (JSON) into v and,
 // in order, up to maxFiles parts whose form name is in fileParts, each with
 // its file name. Parts are streamed, each under its own limit — the
-// metadata as a JSON body, a file as an upload — and the whole body under
-// MaxUploadBody; other parts are skipped unread past their limit.
-func (s *server) decodeParts(w http.ResponseWriter, r *http.Request, v any, fileParts []string, maxFiles int) ([]catalog.File, error) {
+// metadata as a JSON body, the files together under maxFile (0:
+// MaxUploadBody) — and the whole body under MaxUploadBody; other parts are
+// skipped unread past their limit. What it holds is reserved from the
+// upload memory budget first.
+func (s *server) decodeParts(w http.ResponseWriter, r *http.Request, v any, fileParts []string, maxFiles int, maxFile int64) ([]catalog.File, error) {
 	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mediaType != "multipart/form-data" || params["boundary"] == "" {
 		return nil, errdefs.Invalid("expected a multipart/form-data upload with part \"metadata\" and file parts %q", fileParts)
 	}
+	if maxFile <= 0 || maxFile > s.opts.MaxUploadBody {
+		maxFile = s.opts.MaxUploadBody
+	}
+	release, err := s.reserveBody(w, r, maxFile+s.opts.MaxJSONBody)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	mr := multipart.NewReader(http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBody), params["boundary"])
+	var held int64 // bytes of files kept so far
 	var meta []byte
 	var files []catalog.File
 	for n := 0; ; n++ {
@@ -295,11 +321,17 @@ func (s *server) decodeParts(w http.ResponseWriter, r *http.Request, v any, file
 		}
 		limit := s.opts.MaxJSONBody
 		if isFile {
-			limit = s.opts.MaxUploadBody
+			limit = maxFile - held
 		}
 		data, err := readPart(part, limit, isFile || name == "metadata")
 		if err != nil {
+			if isFile && held > 0 && errors.Is(err, errdefs.ErrTooLarge) {
+				return nil, errdefs.TooLarge("the upload's files hold more than %d bytes together", maxFile)
+			}
 			return nil, err
+		}
+		if isFile {
+			held += int64(len(data))
 		}
 		switch {
 		case name == "metadata":

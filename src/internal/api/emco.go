@@ -212,10 +212,10 @@ func (s *server) gacRoutes(r *mux.Router) {
 		collection: pGKIs, item: pGKI, parentVars: vDIG, itemVars: []string{"genericK8sIntent"}})
 	registerCRUD(r, s, crud[catalog.GACResourceSpec]{res: catalog.For[catalog.GACResourceSpec](cat, catalog.GACResources),
 		collection: pGKI + "/resources", item: pGRes, parentVars: vGKI, itemVars: []string{"genericResource"},
-		fileParts: []string{"file"}, files: gacResourceFiles})
+		fileParts: []string{"file"}, files: gacResourceFiles, maxFile: gac.MaxObjectBytes})
 	registerCRUD(r, s, crud[catalog.CustomizationSpec]{res: catalog.For[catalog.CustomizationSpec](cat, catalog.GACCustomizations),
 		collection: pGRes + "/customizations", item: pGRes + "/customizations/{customization}", parentVars: vGRs,
-		itemVars: []string{"customization"}, fileParts: []string{"files", "file"}, files: gacCustomizationFiles})
+		itemVars: []string{"customization"}, fileParts: []string{"files", "file"}, files: gacCustomizationFiles, maxFile: gac.MaxObjectBytes})
 }
 
 // gacResourceFiles checks a GAC resource and keeps its one optional file:
@@ -234,6 +234,9 @@ func gacResourceFiles(o *catalog.Object[catalog.GACResourceSpec], files []catalo
 	}
 	if len(files) > 1 {
 		return nil, errdefs.Invalid("a generic resource takes one file, got %d", len(files))
+	}
+	if err := gacFilesFit(files); err != nil {
+		return nil, err
 	}
 	kind := strings.ToLower(g.Kind)
 	if len(files) == 0 || len(files[0].Content) == 0 {
@@ -279,6 +282,9 @@ func gacCustomizationFiles(o *catalog.Object[catalog.CustomizationSpec], files [
 	if err := gac.ValidatePatch(sp); err != nil {
 		return nil, err
 	}
+	if err := gacFilesFit(files); err != nil {
+		return nil, err
+	}
 	var kept []catalog.File
 	for _, f := range files {
 		if len(f.Content) > 0 { // EMCO drops empty files too
@@ -286,4 +292,18 @@ func gacCustomizationFiles(o *catalog.Object[catalog.CustomizationSpec], files [
 		}
 	}
 	return encodeFiles(kept)
+}
+
+// gacFilesFit refuses GAC files that could not become a Kubernetes object
+// anyway: each new or patched object is copied to every cluster of its
+// app, so their size is what bounds the plan's.
+func gacFilesFit(files []catalog.File) error {
+	total := 0
+	for _, f := range files {
+		total += len(f.Content)
+	}
+	if total > gac.MaxObjectBytes {
+		return errdefs.TooLarge("the upload's files hold %d bytes, more than the %d a generic resource or customization may have", total, gac.MaxObjectBytes)
+	}
+	return nil
 }

@@ -180,14 +180,14 @@ func FuzzMultipart(f *testing.F) {
 	f.Add(boundary, ok)
 	f.Add(boundary, []byte("--"+boundary+"\r\nContent-Disposition: form-data; name=\"metadata\"\r\n\r\n[[[[\r\n--"+boundary+"--\r\n"))
 	f.Add("b", []byte("--b\r\n\r\n--b--"))
-	s := &server{opts: Options{MaxJSONBody: 256, MaxUploadBody: 4096, MaxJSONDepth: 8}}
+	s := bareServer(f, Options{MaxJSONBody: 256, MaxUploadBody: 4096, MaxJSONDepth: 8})
 	f.Fuzz(func(t *testing.T, boundary string, body []byte) {
 		req := httptest.NewRequest("POST", "/", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "multipart/form-data; boundary=\""+strings.ReplaceAll(boundary, `"`, "")+"\"")
 		var v struct {
 			Metadata map[string]any `json:"metadata"`
 		}
-		file, err := s.decodeMultipart(httptest.NewRecorder(), req, &v)
+		file, err := s.decodeMultipart(httptest.NewRecorder(), req, &v, 0)
 		if err != nil {
 			for _, kind := range []error{errdefs.ErrInvalid, errdefs.ErrUnprocessable, errdefs.ErrTooLarge} {
 				if errors.Is(err, kind) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -136,6 +138,11 @@ func (s *server) streamOverview(w http.ResponseWriter, r *http.Request) error {
 	if s.opts.Changes == nil {
 		return errdefs.Unavailable(nil, "watch is not available: this server has no notifier")
 	}
+	release, err := s.openStream(w)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx := r.Context()
 	changed := make(chan struct{}, 1)
 	remove := s.opts.Changes.ListenAll(func() {
@@ -145,6 +152,9 @@ func (s *server) streamOverview(w http.ResponseWriter, r *http.Request) error {
 		}
 	})
 	defer remove()
+	// The first overview is the stream's own: the catalogue (a DIG just
+	// created) announces no change, so a shared one could be stale. The
+	// ones that follow changes are shared.
 	first, err := s.opts.Overview.Overview(ctx)
 	if err != nil {
 		return err
@@ -165,7 +175,7 @@ func (s *server) streamOverview(w http.ResponseWriter, r *http.Request) error {
 				return nil
 			}
 		case <-changed:
-			o, err := s.opts.Overview.Overview(ctx)
+			o, err := s.overviews.get(ctx)
 			if err != nil {
 				_ = sw.event(0, "error", map[string]string{"error": err.Error()})
 				return nil
@@ -181,5 +191,63 @@ func (s *server) streamOverview(w http.ResponseWriter, r *http.Request) error {
 			case <-time.After(overviewInterval):
 			}
 		}
+	}
+}
+
+// sharedOverview gives every overview stream one computation per change:
+// an overview costs a pass over every subject, and each stream asking for
+// its own made N streams cost N passes a change. A value computed after
+// the latest change is shared; while one is being computed, others wait
+// for it.
+type sharedOverview struct {
+	compute func(context.Context) (status.Overview, error)
+	gen     atomic.Uint64 // changes seen
+
+	mu     sync.Mutex
+	value  status.Overview
+	valid  bool
+	at     uint64        // the gen value was computed after
+	flight chan struct{} // closed when the computation running ends
+}
+
+// newSharedOverview follows changes (for the server's life) to know when
+// a computed overview is stale.
+func newSharedOverview(r OverviewReader, changes Changes) *sharedOverview {
+	o := &sharedOverview{compute: r.Overview}
+	changes.ListenAll(func() { o.gen.Add(1) })
+	return o
+}
+
+// get returns an overview computed after every change seen so far.
+func (o *sharedOverview) get(ctx context.Context) (status.Overview, error) {
+	want := o.gen.Load()
+	for {
+		o.mu.Lock()
+		if o.valid && o.at >= want {
+			v := o.value
+			o.mu.Unlock()
+			return v, nil
+		}
+		if wait := o.flight; wait != nil {
+			o.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return status.Overview{}, ctx.Err()
+			}
+		}
+		o.flight = make(chan struct{})
+		start := o.gen.Load()
+		o.mu.Unlock()
+		v, err := o.compute(ctx)
+		o.mu.Lock()
+		if err == nil {
+			o.value, o.valid, o.at = v, true, start
+		}
+		close(o.flight)
+		o.flight = nil
+		o.mu.Unlock()
+		return v, err
 	}
 }

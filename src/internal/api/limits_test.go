@@ -57,17 +57,19 @@ func TestUploadLimit(t *testing.T) {
 	// so the test does not wait for a parser to chew through 60 MiB.
 	const apps = "/v2/projects/p1/composite-apps/ca1/v1/apps"
 
-	for _, path := range []string{apps, "/v2/cluster-providers/cp1/clusters"} {
+	// A file part is read under its kind's limit, lower than the upload
+	// limit: a chart's is the archive limit, a kubeconfig's 1 MiB.
+	for path, limit := range map[string]string{apps: "15728640", "/v2/cluster-providers/cp1/clusters": "1048576"} {
 		ct, body := multipartUpload(t, DefaultMaxUploadBody+1024)
 		code, msg := f.post(t, path, ct, body)
-		if code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "larger than 67108864 bytes") {
+		if code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "larger than "+limit+" bytes") {
 			t.Fatalf("%s: multipart upload just over 64 MiB: got %d %q, want 413", path, code, msg)
 		}
 	}
 
-	// Comfortably below the limit the upload is read whole and judged on its
+	// Below its kind's limit the upload is read whole and judged on its
 	// content: this "chart" is rubbish, so 400, but never 413.
-	ct, body := multipartUpload(t, DefaultMaxUploadBody-(4<<20))
+	ct, body := multipartUpload(t, archive.DefaultMaxCompressed-(1<<20))
 	code, msg := f.post(t, apps, ct, body)
 	if code == http.StatusRequestEntityTooLarge || code >= 500 {
 		t.Fatalf("multipart upload below 64 MiB: got %d %q", code, msg)

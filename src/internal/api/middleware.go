@@ -54,8 +54,10 @@ type routeHolder struct{ template string }
 
 // metrics are the HTTP server's Prometheus series.
 type metrics struct {
-	requests *prometheus.CounterVec
-	duration *prometheus.HistogramVec
+	requests  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	streams   prometheus.Gauge
+	bodyBytes prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -69,8 +71,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "HTTP request latency by route template and method.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"route", "method"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "argus", Subsystem: "http", Name: "open_streams",
+			Help: "Watch streams (?watch=true) open now; at --max-watch-streams more are refused with 503.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration} {
+	m.bodyBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "argus", Subsystem: "http", Name: "body_bytes_reserved",
+		Help: "Request body bytes reserved by requests being read and checked; at --max-body-memory more wait, then get 503.",
+	})
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.streams, m.bodyBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -93,6 +103,11 @@ func (s *server) observe(next http.Handler) http.Handler {
 			id = newRequestID()
 		}
 		w.Header().Set(RequestIDHeader, id)
+		// Answers carry names, labels and reasons that callers and clusters
+		// chose: no browser may sniff one into a page or frame it. The
+		// console's files set their own policy over this one.
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'; sandbox")
 		log := s.opts.Logger.WithField("request_id", id)
 		route := &routeHolder{}
 		ctx := context.WithValue(r.Context(), keyRequestID, id)

@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/catalog"
@@ -79,6 +81,18 @@ type Options struct {
 	// client that reads nothing for this long is cut off. The server's
 	// WriteTimeout does not apply to streams. 0 means 30s.
 	StreamWriteTimeout time.Duration
+	// MaxBodyMemory bounds the request body bytes all requests together
+	// may hold while they are read and checked; 0 means
+	// DefaultMaxBodyMemory. BodyWait is how long a request waits for room
+	// before it is answered 503; 0 means DefaultBodyWait.
+	MaxBodyMemory int64
+	BodyWait      time.Duration
+	// MaxStreams bounds the ?watch=true streams open at once (status and
+	// overview); one more is 503 with Retry-After. A stream holds its
+	// connection for as long as the client likes, so without a bound one
+	// caller could take every connection the server has. 0 means
+	// DefaultMaxStreams.
+	MaxStreams int
 	// Kubeconfig says what an uploaded kubeconfig may hold beyond inline
 	// data; the zero value refuses proxies (see cluster.ParseKubeconfig).
 	Kubeconfig cluster.KubeconfigOptions
@@ -119,6 +133,11 @@ type server struct {
 	opts    Options
 	metrics *metrics
 	router  *mux.Router
+	streams atomic.Int64 // watch streams open
+	bodies  *semaphore.Weighted
+	// overviews is shared by the overview streams; nil without Overview
+	// and Changes.
+	overviews *sharedOverview
 }
 
 // New builds the complete handler: routes behind the middleware chain.
@@ -154,6 +173,15 @@ func newServer(opts Options) (*server, error) {
 	if opts.StreamWriteTimeout == 0 {
 		opts.StreamWriteTimeout = 30 * time.Second
 	}
+	if opts.MaxBodyMemory <= 0 {
+		opts.MaxBodyMemory = DefaultMaxBodyMemory
+	}
+	if opts.BodyWait <= 0 {
+		opts.BodyWait = DefaultBodyWait
+	}
+	if opts.MaxStreams <= 0 {
+		opts.MaxStreams = DefaultMaxStreams
+	}
 	if opts.HeartbeatInterval == 0 {
 		opts.HeartbeatInterval = 15 * time.Second
 	}
@@ -173,7 +201,10 @@ func newServer(opts Options) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
-	s := &server{opts: opts, metrics: m, router: mux.NewRouter()}
+	s := &server{opts: opts, metrics: m, router: mux.NewRouter(), bodies: semaphore.NewWeighted(opts.MaxBodyMemory)}
+	if opts.Overview != nil && opts.Changes != nil {
+		s.overviews = newSharedOverview(opts.Overview, opts.Changes)
+	}
 	s.routes()
 	return s, nil
 }
@@ -206,6 +237,7 @@ func (s *server) routes() {
 	s.systemRoutes(r)
 	s.v2Routes(r)
 	s.emcoRoutes(r)
+	s.dayTwoRoutes(r)
 	s.v1Routes(r)
 }
 

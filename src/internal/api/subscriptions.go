@@ -137,6 +137,11 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subj
 	if err != nil {
 		return err
 	}
+	release, err := s.openStream(w)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel() // ends the history follow whatever ends the stream
 	// History is followed from before the snapshot: an entry recorded in
@@ -205,6 +210,25 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subj
 			}
 		}
 	}
+}
+
+// DefaultMaxStreams is how many watch streams may be open at once unless
+// Options.MaxStreams says otherwise.
+const DefaultMaxStreams = 1024
+
+// openStream counts a watch stream in, or refuses it with 503 when
+// MaxStreams are open; release counts it out.
+func (s *server) openStream(w http.ResponseWriter) (release func(), err error) {
+	if n := s.streams.Add(1); n > int64(s.opts.MaxStreams) {
+		s.streams.Add(-1)
+		w.Header().Set("Retry-After", "30")
+		return nil, errdefs.Unavailable(nil, "%d watch streams are open, the most this server allows; retry later", s.opts.MaxStreams)
+	}
+	s.metrics.streams.Inc()
+	return func() {
+		s.streams.Add(-1)
+		s.metrics.streams.Dec()
+	}, nil
 }
 
 // streamWriter writes Server-Sent Events, each write with its own

@@ -15,7 +15,7 @@ const maxUploadFiles = 64
 // files; the files become its stored content.
 func (c crud[S]) writeWithFiles(s *server, w http.ResponseWriter, r *http.Request, replace bool) error {
 	var obj catalog.Object[S]
-	files, err := s.decodeParts(w, r, &obj, c.fileParts, maxUploadFiles)
+	files, err := s.decodeParts(w, r, &obj, c.fileParts, maxUploadFiles, c.maxFile)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 )
 
@@ -66,7 +67,7 @@ func (s *server) connectivityRoutes(r *mux.Router) {
 	// Multipart: part metadata and part file (the kubeconfig).
 	r.HandleFunc("/v1/connectivity-info", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		var spec catalog.ConnectivitySpec
-		file, err := s.decodeMultipart(w, r, &spec)
+		file, err := s.decodeMultipart(w, r, &spec, cluster.MaxKubeconfigBytes)
 		if err != nil {
 			return err
 		}
@@ -471,7 +472,13 @@ func deleted(w http.ResponseWriter, err error) error {
 func (s *server) putRawContent(w http.ResponseWriter, r *http.Request, res interface {
 	PutContent(ctx context.Context, key catalog.Key, data []byte) error
 }, key catalog.Key, check func(context.Context, []byte) error) error {
-	data, err := readUpload(w, r, min(s.opts.MaxUploadBody, s.archiveMax()))
+	limit := min(s.opts.MaxUploadBody, s.archiveMax())
+	release, err := s.reserveBody(w, r, limit)
+	if err != nil {
+		return err
+	}
+	defer release()
+	data, err := readUpload(w, r, limit)
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,12 @@ import (
 type Deployer interface {
 	Approve(ctx context.Context, dig catalog.Key) error
 	Instantiate(ctx context.Context, dig catalog.Key) (string, error)
-	Update(ctx context.Context, dig catalog.Key) error
+	// Update returns the revision it made; Rollback returns the DIG to an
+	// earlier one (making the next); Migrate hands the deployment to
+	// another DIG of the composite app.
+	Update(ctx context.Context, dig catalog.Key) (int64, error)
+	Rollback(ctx context.Context, dig catalog.Key, revision string) (int64, error)
+	Migrate(ctx context.Context, dig catalog.Key, targetVersion, targetDIG string) error
 	Terminate(ctx context.Context, dig catalog.Key) error
 	Stop(ctx context.Context, dig catalog.Key) error
 	ApplyNetworks(ctx context.Context, provider, cluster string) (string, error)
@@ -57,7 +62,7 @@ func (s *server) v2Routes(r *mux.Router) {
 		collection: pProviders, item: pProvider, itemVars: vProvider})
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.Clusters),
 		collection: pClusters, item: pCluster, parentVars: vProvider, itemVars: []string{"cluster"},
-		upload: func(_ context.Context, b []byte) error { return s.checkKubeconfig(b) }, noPut: true,
+		upload: func(_ context.Context, b []byte) error { return s.checkKubeconfig(b) }, maxFile: cluster.MaxKubeconfigBytes, noPut: true,
 		beforeDelete: func(ctx context.Context, key catalog.Key) error {
 			if s.opts.ClusterInUse == nil {
 				return nil
@@ -107,7 +112,7 @@ func (s *server) v2Routes(r *mux.Router) {
 			}
 			return nil
 		},
-		upload: s.checkChart})
+		upload: s.checkChart, maxFile: s.archiveMax()})
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.CompositeProfiles),
 		collection: pCA + "/composite-profiles", item: pCA + "/composite-profiles/{compositeProfile}", parentVars: vCA, itemVars: []string{"compositeProfile"}})
 	registerCRUD(r, s, crud[catalog.AppProfileSpec]{res: catalog.For[catalog.AppProfileSpec](cat, catalog.AppProfiles),
@@ -119,7 +124,7 @@ func (s *server) v2Routes(r *mux.Router) {
 			}
 			return nil
 		},
-		upload: s.checkProfile})
+		upload: s.checkProfile, maxFile: s.archiveMax()})
 	registerCRUD(r, s, crud[catalog.DIGSpec]{res: catalog.For[catalog.DIGSpec](cat, catalog.DeploymentIntentGroups),
 		collection: pDIGs, item: pDIG, parentVars: vCA, itemVars: []string{"deploymentIntentGroup"},
 		validate: func(o *catalog.Object[catalog.DIGSpec]) error {
@@ -193,7 +198,13 @@ func (s *server) digAction(action string) handlerFunc {
 		case "stop":
 			err = s.opts.Deploy.Stop(r.Context(), dig)
 		case "update":
-			err = s.opts.Deploy.Update(r.Context(), dig)
+			// EMCO answers an update with the new revision number.
+			rev, err := s.opts.Deploy.Update(r.Context(), dig)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusAccepted, rev)
+			return nil
 		}
 		if err != nil {
 			return err

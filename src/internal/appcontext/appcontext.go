@@ -68,8 +68,8 @@ func ValidFieldValidation(v string) bool {
 	return false
 }
 
-// Meta describes a context; it is written once, and again by an update
-// that changes FieldValidation.
+// Meta describes a context; it is written once, and again by each update
+// (its revision, dependencies and field validation mode).
 type Meta struct {
 	ID string `json:"id"`
 	// Kind is "dig", "instance" or "network".
@@ -93,7 +93,30 @@ type Meta struct {
 	// FieldValidation is how the API servers treat fields their schema
 	// lacks: Strict, Warn or Ignore; "" is rsync's default.
 	FieldValidation string `json:"fieldValidation,omitempty"`
+	// Revision is the revision of the desired state the context holds
+	// (1 for its instantiation; each update or rollback makes the next).
+	Revision int64 `json:"revision,omitempty"`
+	// Dependencies order the apps: by app, what it waits for on each
+	// cluster before rsync applies it (and, reversed, what goes first on
+	// terminate).
+	Dependencies map[string][]Dependency `json:"dependencies,omitempty"`
 }
+
+// Dependency makes an app wait until another reached OpStatus (Deployed:
+// every resource Applied; Ready: every resource Ready as the cluster
+// reports it) on the same cluster, or on every cluster it is placed on
+// when it is not placed on that one, and then Wait more.
+type Dependency struct {
+	App      string        `json:"app"`
+	OpStatus string        `json:"opStatus"`
+	Wait     time.Duration `json:"wait,omitempty"`
+}
+
+// Dependency operational states.
+const (
+	OpStatusDeployed = "Deployed"
+	OpStatusReady    = "Ready"
+)
 
 // Status is a context's lifecycle state.
 type Status struct {

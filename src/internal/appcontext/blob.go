@@ -134,14 +134,14 @@ func (b *builder) applyBlobKey(rest string, v []byte, deleted bool) {
 		return
 	}
 	bl := b.blobs[sum]
+	if deleted {
+		// Manifests are deleted whole, once nothing refers to them; the
+		// resources that did keep their assembled bytes.
+		delete(b.blobs, sum)
+		return
+	}
 	if bl != nil && bl.data != nil {
 		return // complete; content-addressed, so a rewrite is identical
-	}
-	if deleted {
-		if bl != nil {
-			delete(bl.chunks, idx)
-		}
-		return
 	}
 	if bl == nil {
 		bl = &blob{chunks: map[int][]byte{}}

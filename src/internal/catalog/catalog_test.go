@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/testenv"
@@ -208,5 +209,44 @@ func TestV1CascadeAndJSONValues(t *testing.T) {
 	back, err := cfgs.Get(ctx, Key{"1", "c"})
 	if err != nil || back.Spec.History[0].Content.Values["image.tag"] != "1" || !back.Spec.Active() || back.Spec.Current() != 1 {
 		t.Fatalf("config = %+v %v", back.Spec, err)
+	}
+}
+
+// Revisions number one context's desired states: its instantiation is 1,
+// each update the next, counted as the status counted them for lifecycles
+// recorded before revisions were; NextRevision is resolved in the
+// transition's own conditional write.
+func TestRevisions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	legacy := DIGState{Actions: []StateAction{{State: StateApproved}, {State: StateInstantiated, ContextID: "1"},
+		{State: StateUpdated, ContextID: "1"}, {State: StateUpdated, ContextID: "1"}, {State: StateTerminated, ContextID: "1"},
+		{State: StateInstantiated, ContextID: "2", Revision: 1}}}
+	if got := legacy.LatestRevision("1"); got != 3 {
+		t.Errorf("legacy context 1: latest revision %d, want 3", got)
+	}
+	if got := legacy.LatestRevision("2"); got != 1 {
+		t.Errorf("context 2: latest revision %d, want 1", got)
+	}
+	c, err := New(ctx, env.Database(t), Projects, CompositeApps, DeploymentIntentGroups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dig := Key{"p", "ca", "v1", "dig"}
+	step := func(from []string, state string, rev int64) DIGState {
+		t.Helper()
+		st, err := c.TransitionDIG(ctx, dig, from, StateAction{State: state, ContextID: "9", TimeStamp: time.Now(), Revision: rev}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	step([]string{StateCreated}, StateApproved, 0)
+	step([]string{StateApproved}, StateInstantiated, 1)
+	for want := int64(2); want <= 4; want++ {
+		st := step([]string{StateInstantiated, StateUpdated}, StateUpdated, NextRevision)
+		if got := st.Actions[len(st.Actions)-1].Revision; got != want {
+			t.Fatalf("update: revision %d, want %d", got, want)
+		}
 	}
 }

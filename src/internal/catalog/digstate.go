@@ -32,10 +32,39 @@ const (
 )
 
 // StateAction is one entry of a DIG's history, as EMCO renders it.
+// Revision numbers the desired states of one context: its instantiation
+// is 1, each update or rollback the next (0 for actions that make none).
 type StateAction struct {
 	State     string    `json:"State" bson:"state"`
 	ContextID string    `json:"ContextId" bson:"contextId"`
 	TimeStamp time.Time `json:"TimeStamp" bson:"timeStamp"`
+	Revision  int64     `json:"Revision,omitempty" bson:"revision,omitempty"`
+}
+
+// NextRevision, as a StateAction's Revision, asks Transition to number
+// the action one past the latest revision of its context, in the same
+// conditional write, so two updates never get the same number.
+const NextRevision = -1
+
+// LatestRevision is the newest revision recorded for a context (0 when
+// none was: a lifecycle from before revisions were recorded counts its
+// instantiation as 1 and each update as one more, as the status did).
+func (s DIGState) LatestRevision(contextID string) int64 {
+	var latest, counted int64
+	for _, a := range s.Actions {
+		if a.ContextID != contextID {
+			continue
+		}
+		switch {
+		case a.Revision > 0:
+			latest, counted = a.Revision, a.Revision
+		case a.State == StateInstantiated:
+			counted = 1
+		case a.State == StateUpdated:
+			counted++
+		}
+	}
+	return max(latest, counted)
 }
 
 // DIGState is a lifecycle (a DIG's, or a cluster's network intents'): its
@@ -130,6 +159,10 @@ func (c *Catalog) Transition(ctx context.Context, group, subject string, from []
 		}
 		if !slices.Contains(from, cur.Current) {
 			return cur, errdefs.Conflict("%s is %s; this action needs it to be %s", subject, cur.Current, strings.Join(from, " or "))
+		}
+		next := next
+		if next.Revision == NextRevision {
+			next.Revision = cur.LatestRevision(next.ContextID) + 1
 		}
 		set := bson.D{{Key: "current", Value: next.State}}
 		if next.ContextID != "" {

@@ -25,15 +25,83 @@ var (
 	ClusterQuotas     = &Kind{Name: "cluster quota", Collection: "clusterquotas", Parent: LogicalClouds}
 
 	GenericK8sIntents = &Kind{Name: "generic k8s intent", Collection: "generick8sintents", Parent: DeploymentIntentGroups}
-	GACResources      = &Kind{Name: "generic resource", Collection: "gacresources", Parent: GenericK8sIntents}
-	GACCustomizations = &Kind{Name: "customization", Collection: "gaccustomizations", Parent: GACResources}
+
+	// AppDependencies order an app after others (orchestrator); the kv
+	// pairs are clm's per cluster and dcm's per logical cloud.
+	AppDependencies     = &Kind{Name: "app dependency", Collection: "appdependencies", Parent: Apps}
+	ClusterKvPairs      = &Kind{Name: "cluster kv pair", Collection: "clusterkvpairs", Parent: Clusters}
+	LogicalCloudKvPairs = &Kind{Name: "logical cloud kv pair", Collection: "logicalcloudkvpairs", Parent: LogicalClouds}
+	GACResources        = &Kind{Name: "generic resource", Collection: "gacresources", Parent: GenericK8sIntents}
+	GACCustomizations   = &Kind{Name: "customization", Collection: "gaccustomizations", Parent: GACResources}
 )
 
 // EMCOKinds lists the kinds above, parents before children.
 func EMCOKinds() []*Kind {
 	return []*Kind{Controllers, DTCControllers, CLMControllers,
 		LogicalClouds, ClusterReferences, UserPermissions, ClusterQuotas,
-		GenericK8sIntents, GACResources, GACCustomizations}
+		GenericK8sIntents, GACResources, GACCustomizations,
+		AppDependencies, ClusterKvPairs, LogicalCloudKvPairs}
+}
+
+// Dependency operational states: an app waits until the app it depends
+// on is Deployed (every resource applied) or Ready (every resource Ready)
+// on the cluster.
+const (
+	OpStatusDeployed = "Deployed"
+	OpStatusReady    = "Ready"
+)
+
+// AppDependencySpec makes the app wait for another (EMCO's shape).
+type AppDependencySpec struct {
+	App      string `json:"app,omitempty" bson:"app"`
+	OpStatus string `json:"opStatus,omitempty" bson:"opStatus"`
+	// Wait is how many seconds to wait once OpStatus is reached.
+	Wait int `json:"wait,omitempty" bson:"wait,omitempty"`
+}
+
+// KvPairsSpec is a list of key-value maps kept for other controllers
+// (clm's cluster kv-pairs, dcm's logical cloud kv-pairs).
+type KvPairsSpec struct {
+	Kv KvList `json:"kv" bson:"kv"`
+}
+
+// KvList is a list of key-value maps. In JSON it is a list of objects, as
+// EMCO has it; in the document store each map is wrapped in a document,
+// since FerretDB stores no arrays directly inside arrays.
+type KvList []StringMap
+
+type kvDoc struct {
+	M StringMap `bson:"m"`
+}
+
+// MarshalBSONValue stores the list as [{m: map}, ...].
+func (l KvList) MarshalBSONValue() (bsontype.Type, []byte, error) {
+	if l == nil {
+		return bson.TypeNull, nil, nil
+	}
+	docs := make([]kvDoc, len(l))
+	for i, m := range l {
+		docs[i] = kvDoc{M: m}
+	}
+	return bson.MarshalValue(docs)
+}
+
+// UnmarshalBSONValue reads the list back.
+func (l *KvList) UnmarshalBSONValue(t bsontype.Type, data []byte) error {
+	if t == bson.TypeNull || t == bson.TypeUndefined {
+		*l = nil
+		return nil
+	}
+	var docs []kvDoc
+	if err := bson.UnmarshalValue(t, data, &docs); err != nil {
+		return fmt.Errorf("kv list: %w", err)
+	}
+	out := make(KvList, len(docs))
+	for i, d := range docs {
+		out[i] = d.M
+	}
+	*l = out
+	return nil
 }
 
 // Controller types (EMCO: an action controller edits the AppContext, a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"net/http"
 	"sync"
 
 	"k8s.io/client-go/discovery"
@@ -51,6 +52,9 @@ type Options struct {
 	// KubeconfigOptions says what a stored kubeconfig may contain; the zero
 	// value is the strict default (see ParseKubeconfig).
 	KubeconfigOptions KubeconfigOptions
+	// MaxResponse bounds one answer of a cluster's API server (a watch's
+	// events are bounded by MaxWatchEvent); 0 means DefaultMaxResponse.
+	MaxResponse int64
 }
 
 // Registry builds and caches clients.
@@ -74,6 +78,9 @@ type cached struct {
 
 // NewRegistry returns a Registry.
 func NewRegistry(opts Options) *Registry {
+	if opts.MaxResponse <= 0 {
+		opts.MaxResponse = DefaultMaxResponse
+	}
 	return &Registry{opts: opts, clients: map[clientKey]cached{}}
 }
 
@@ -124,6 +131,11 @@ func (r *Registry) client(key clientKey, kc []byte) (*Client, error) {
 	cfg.UserAgent = "argus-orchestrator"
 	// Warnings go to the requests that asked for them (WithWarnings).
 	cfg.WarningHandlerWithContext = contextWarnings{}
+	// The cluster's answers are bounded, and foreign error bodies never
+	// reach an error message (see boundedTransport).
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return &boundedTransport{next: rt, maxResponse: r.opts.MaxResponse}
+	})
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -62,6 +63,9 @@ type Options struct {
 	// DeleteWait bounds how long a v1 instance delete waits for the
 	// resources to be deleted before it answers; 0 means 30s.
 	DeleteWait time.Duration
+	// RevisionLimit is how many revisions each DIG's context keeps for
+	// rollback; 0 means appcontext.DefaultRevisionLimit.
+	RevisionLimit int
 }
 
 // Service runs DIG and logical cloud lifecycle actions and v1 instance actions.
@@ -123,6 +127,19 @@ func (s *Service) Approve(ctx context.Context, dig catalog.Key) error {
 	if _, err := s.digIntents(ctx, dig); err != nil {
 		return err
 	}
+	// A dependency cycle would leave apps waiting for ever: refused here,
+	// and again by every instantiate and update (dependencies may change).
+	apps, err := catalog.For[catalog.Empty](s.opts.Catalog, catalog.Apps).List(ctx, dig[:3])
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(apps))
+	for _, a := range apps {
+		names = append(names, a.Metadata.Name)
+	}
+	if _, err := s.dependencies(ctx, dig[:3], names); err != nil {
+		return err
+	}
 	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, []string{catalog.StateCreated, catalog.StateApproved}, s.action(catalog.StateApproved, ""), ""); err != nil {
 		return err
 	}
@@ -160,8 +177,14 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 	}
 	placements := pl.placements
 	planMS := time.Since(start).Milliseconds()
+	since, err := s.opts.Contexts.CurrentRevision(ctx)
+	if err != nil {
+		return "", err
+	}
 	id := appcontext.NewID()
-	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, from, s.action(catalog.StateInstantiated, id), id); err != nil {
+	next := s.action(catalog.StateInstantiated, id)
+	next.Revision = 1
+	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, from, next, id); err != nil {
 		return "", err
 	}
 	meta := appcontext.Meta{
@@ -169,6 +192,7 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 		Project: dig[0], CompositeApp: dig[1], Version: dig[2], DIG: dig[3],
 		CompositeProfile: obj.Spec.CompositeProfile, Namespace: pl.namespace, LogicalCloud: pl.cloud,
 		StatusID: id, Created: s.opts.Now(), FieldValidation: obj.Spec.FieldValidation,
+		Revision: 1, Dependencies: pl.deps,
 	}
 	start = time.Now()
 	if err := s.opts.Contexts.Create(ctx, meta, appcontext.Status{Status: appcontext.Instantiating, Updated: s.opts.Now()}, placements); err != nil {
@@ -176,6 +200,7 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 	}
 	storeMS := time.Since(start).Milliseconds()
 	s.opts.Rsync.Instantiate(meta.Group, id)
+	s.record(ctx, id, newRevision(1, appcontext.RevisionInstantiate, pl, obj.Spec.FieldValidation), since)
 	s.log.WithFields(logrus.Fields{"dig": strings.Join(dig, "/"), "context": id, "placements": len(placements),
 		"plan_ms": planMS, "store_ms": storeMS}).Info("instantiating")
 	return id, nil
@@ -187,45 +212,42 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 // (Failed, Waiting, Retrying) is tried again. It is also how a failed DIG
 // is retried without terminating it, as in EMCO. An update supersedes the
 // action in flight on the DIG (an instantiation still waiting for a CRD,
-// say): that action is cancelled first.
-func (s *Service) Update(ctx context.Context, dig catalog.Key) error {
+// say): that action is cancelled first. It returns the new revision
+// number, which EMCO's update answers with.
+func (s *Service) Update(ctx context.Context, dig catalog.Key) (int64, error) {
+	unlock := s.lockInstance(Group(dig))
+	defer unlock()
 	obj, err := s.digExists(ctx, dig)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	state, err := s.opts.Catalog.GetDIGState(ctx, dig)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	from := []string{catalog.StateInstantiated, catalog.StateUpdated, catalog.StateInstantiateStopped}
-	if !slices.Contains(from, state.Current) {
-		return errdefs.Conflict("the deployment intent group is %s; update needs it to be Instantiated, Updated or InstantiateStopped", state.Current)
+	if !slices.Contains(dayTwoFrom, state.Current) {
+		return 0, errdefs.Conflict("the deployment intent group is %s; update needs it to be Instantiated, Updated or InstantiateStopped", state.Current)
 	}
 	if !appcontext.ValidFieldValidation(obj.Spec.FieldValidation) {
-		return errdefs.Invalid("spec.fieldValidation %q is not one of Strict, Warn, Ignore", obj.Spec.FieldValidation)
+		return 0, errdefs.Invalid("spec.fieldValidation %q is not one of Strict, Warn, Ignore", obj.Spec.FieldValidation)
 	}
 	pl, err := s.plan(ctx, dig, obj.Spec)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	old, err := s.opts.Contexts.Get(ctx, state.ContextID)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if old.Meta.Namespace != pl.namespace || old.Meta.LogicalCloud != pl.cloud {
-		return errdefs.Conflict("an update cannot move the deployment intent group to another logical cloud or namespace (%q in %q now); terminate and instantiate instead",
+		return 0, errdefs.Conflict("an update cannot move the deployment intent group to another logical cloud or namespace (%q in %q now); terminate and instantiate instead",
 			old.Meta.LogicalCloud, old.Meta.Namespace)
 	}
-	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, from, s.action(catalog.StateUpdated, state.ContextID), ""); err != nil {
-		return err
-	}
-	var meta *appcontext.Meta
-	if old.Meta.FieldValidation != obj.Spec.FieldValidation {
-		m := old.Meta
-		m.FieldValidation = obj.Spec.FieldValidation
-		meta = &m
-	}
-	return s.applyUpdate(ctx, Group(dig), old.Meta.ID, pl.placements, meta)
+	meta := old.Meta
+	meta.FieldValidation, meta.Dependencies = obj.Spec.FieldValidation, pl.deps
+	return s.redeploy(ctx, dig, old, pl.placements, meta, func(n int64) *appcontext.Revision {
+		return newRevision(n, appcontext.RevisionUpdate, pl, obj.Spec.FieldValidation)
+	})
 }
 
 // applyUpdate records a new plan in an existing context — new and changed
@@ -289,6 +311,11 @@ func (s *Service) Terminate(ctx context.Context, dig catalog.Key) error {
 		return err
 	}
 	s.opts.Rsync.Terminate(Group(dig), st.ContextID)
+	// A terminated context is never rolled back: its revisions go (the
+	// context itself stays, for ?instance=).
+	if err := s.opts.Contexts.DeleteRevisions(context.WithoutCancel(ctx), st.ContextID); err != nil {
+		s.log.WithError(err).WithField("context", st.ContextID).Warn("cannot delete the revisions")
+	}
 	return nil
 }
 
@@ -328,6 +355,8 @@ type planned struct {
 	placements []*appcontext.Placement
 	namespace  string
 	cloud      string // "" for the clusters' own credentials
+	deps       map[string][]appcontext.Dependency
+	intents    json.RawMessage // what produced the plan
 }
 
 // plan renders every app of the DIG's composite app in its logical cloud's
@@ -366,7 +395,15 @@ func (s *Service) plan(ctx context.Context, dig catalog.Key, spec catalog.DIGSpe
 	for _, ov := range spec.OverrideValues {
 		overrides[ov.App] = ov.Values
 	}
-	out := planned{namespace: cloud.namespace, cloud: cloud.name}
+	names := make([]string, 0, len(apps))
+	for _, app := range apps {
+		names = append(names, app.Metadata.Name)
+	}
+	deps, err := s.dependencies(ctx, caKey, names)
+	if err != nil {
+		return planned{}, err
+	}
+	out := planned{namespace: cloud.namespace, cloud: cloud.name, deps: deps, intents: intentsOf(spec, byType, intents, deps)}
 	jobs := make([]renderJob, 0, len(apps))
 	for _, app := range apps {
 		name := app.Metadata.Name

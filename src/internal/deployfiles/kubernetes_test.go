@@ -2,6 +2,7 @@ package deployfiles
 
 import (
 	"context"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -216,9 +217,18 @@ func TestOrchestratorManifests(t *testing.T) {
 			t.Errorf("Service selector %v does not select the pod labels %v", svc.Spec.Selector, d.Spec.Template.Labels)
 		}
 	}
-	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 9015 || containerPort(c, svc.Spec.Ports[0].TargetPort) != 9015 ||
-		svc.Spec.Type != corev1.ServiceTypeClusterIP {
-		t.Errorf("Service ports %+v type %s, want ClusterIP 9015 to the container's 9015", svc.Spec.Ports, svc.Spec.Type)
+	// The REST API and EMCO's status notification gRPC service, each to the
+	// container port of the same number.
+	want := map[int32]bool{9015: true, 9016: true}
+	got := map[int32]bool{}
+	for _, p := range svc.Spec.Ports {
+		if containerPort(c, p.TargetPort) != p.Port {
+			t.Errorf("Service port %d goes to container port %d", p.Port, containerPort(c, p.TargetPort))
+		}
+		got[p.Port] = true
+	}
+	if !maps.Equal(got, want) || svc.Spec.Type != corev1.ServiceTypeClusterIP {
+		t.Errorf("Service ports %+v type %s, want ClusterIP 9015 and 9016", svc.Spec.Ports, svc.Spec.Type)
 	}
 }
 

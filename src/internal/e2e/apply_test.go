@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
@@ -311,7 +312,11 @@ func TestFailedDIGRetriedByUpdate(t *testing.T) {
 func TestFiveMegabyteApp(t *testing.T) {
 	const ns = "apply-e2e-big"
 	cleanupApplyObjects(t, ns)
-	o := startOrchestrator(t, testenv.UniqueName("big"), "/"+testenv.UniqueName("big"))
+	// The render workers are this (race-instrumented) test binary: on a busy
+	// machine 5.5 MB of template output can take longer than the default
+	// limit, which is not what this test is about.
+	o := startOrchestrator(t, testenv.UniqueName("big"), "/"+testenv.UniqueName("big"),
+		func(opts *orchestrator.Options) { opts.Render.Timeout = 3 * time.Minute })
 	onboardApps(t, o, map[string][]byte{"huge": testenv.ArchiveFiles(t, map[string]string{
 		"huge/Chart.yaml": "apiVersion: v2\nname: huge\nversion: 0.1.0\n",
 		"huge/templates/cms.yaml": `{{- range $i := until 6 }}

@@ -298,6 +298,9 @@ func ValidatePatch(s catalog.CustomizationSpec) error {
 		if len(ops) == 0 {
 			return errdefs.Invalid("patchType json needs a non-empty patchJson")
 		}
+		if len(ops) > MaxPatchOps {
+			return errdefs.Invalid("patchJson has %d operations, more than %d", len(ops), MaxPatchOps)
+		}
 		for _, op := range ops {
 			if v, ok := op["value"].(string); ok && strings.HasPrefix(v, "$(http") && strings.HasSuffix(v, ")$") {
 				return errdefs.Invalid("patch values looked up from a URL (%s) are not supported: Argus does not fetch addresses given in requests", v)

@@ -38,6 +38,9 @@ type Entry struct {
 	// Reason says why: a resource's reason for not being Ready, or the
 	// context's error.
 	Reason string `json:"reason,omitempty"`
+	// Revision is the revision an action made (instantiate, update,
+	// rollback, migrate).
+	Revision int64 `json:"revision,omitempty"`
 }
 
 // Resource names the resource of an entry.
@@ -141,7 +144,7 @@ func diff(c cursor, snap status.Snapshot, now time.Time) []Entry {
 			from = snap.Actions[i-1].State
 		}
 		out = append(out, Entry{Time: a.TimeStamp.UTC(), Kind: KindAction, Instance: a.ContextID,
-			From: &State{State: from}, To: &State{State: a.State}})
+			From: &State{State: from}, To: &State{State: a.State}, Revision: max(a.Revision, 0)})
 	}
 	if snap.Instance != "" && (!c.Head || c.Instance != snap.Instance || c.Status != snap.Status || c.Ready != snap.Ready) {
 		ready := snap.Ready

@@ -324,6 +324,11 @@ func (m *Manager) ListenAll(f func()) func() {
 	}
 }
 
+// Listen registers f, which must not block, for the changes of a group's
+// status (the gRPC status notifications follow it) and returns its
+// removal.
+func (m *Manager) Listen(group string, f func()) func() { return m.listen(group, f) }
+
 // listen registers f for a group's changes and returns its removal.
 func (m *Manager) listen(group string, f func()) func() {
 	m.mu.Lock()

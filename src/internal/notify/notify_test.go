@@ -210,13 +210,14 @@ func TestCallbackPolicyAtSubscribeTime(t *testing.T) {
 func TestCallbackAllowAndDeny(t *testing.T) {
 	ctx := context.Background()
 	d := deliverer(t, DelivererOptions{
-		Allow: []string{"127.0.0.1", "10.9.1.0/24", "localhost", "*.trusted.example", "fe80::/10"},
+		Allow: []string{"127.0.0.0/8", "10.9.1.0/24", "localhost", "*.trusted.example", "fe80::/10"},
 		Deny:  []string{"10.9.0.0/16", "0.0.0.0/0", "::/0", "so.internal", "*.bad.example"},
 		Self:  []string{"127.0.0.1:9015"},
 	})
 	for url, want := range map[string]string{
-		"http://127.0.0.1:8080/x":     "",            // allowed /32 beats denied /0
+		"http://127.0.0.1:8080/x":     "",            // allowed /8 beats denied /0
 		"http://127.0.0.1:9015/x":     "own address", // never, whatever Allow says
+		"http://127.0.0.2:9015/x":     "own address", // a loopback alias reaches a listener on every address
 		"http://localhost:9015/x":     "own address",
 		"http://localhost:8080/x":     "", // a named host is trusted wherever it resolves
 		"http://10.9.1.7/x":           "", // the /24 is longer than the denied /16
@@ -270,6 +271,8 @@ func TestCallbackPolicyAtDialTime(t *testing.T) {
 		{plain, "[::1]:80", "loopback"},
 		{plain, "0.0.0.0:80", "unspecified"},
 		{plain, "10.0.0.5:9015", "own address"},
+		{plain, "[64:ff9b::a9fe:a9fe]:80", "169.254.169.254 is a link-local"}, // NAT64 of the metadata address
+		{plain, "[64:ff9b::a01:203]:80", ""},                                  // NAT64 of 10.1.2.3
 		{plain, "10.1.2.3:8080", ""},
 		{plain, "192.168.0.10:443", ""},
 		{plain, "172.31.255.254:80", ""},

@@ -146,9 +146,12 @@ func (p *policy) checkHost(host string) (trusted bool, err error) {
 // checkAddr judges the address a callback goes to. A trusted host's
 // addresses are only kept off the orchestrator itself.
 func (p *policy) checkAddr(ip netip.Addr, port uint16, trusted bool) error {
-	ip = ip.Unmap().WithZone("")
+	ip = viaNAT64(ip.Unmap().WithZone(""))
 	for _, s := range p.self {
-		if s.Port() == port && s.Addr() == ip {
+		// A listener on the unspecified address answers on every loopback
+		// address, not only the 127.0.0.1 it is listed under: 127.0.0.2
+		// reaches it too.
+		if s.Port() == port && (s.Addr() == ip || s.Addr().IsLoopback() && ip.IsLoopback()) {
 			return &RefusedError{Reason: fmt.Sprintf("%s is the orchestrator's own address", netip.AddrPortFrom(ip, port))}
 		}
 	}
@@ -178,6 +181,19 @@ func (p *policy) control(ctx context.Context, _, address string, _ syscall.RawCo
 	}
 	trusted, _ := ctx.Value(trustedHostKey{}).(bool)
 	return p.checkAddr(ap.Addr(), ap.Port(), trusted)
+}
+
+// nat64 is the well-known NAT64 prefix (RFC 6052): on an IPv6-only network
+// with a NAT64 gateway, 64:ff9b::a9fe:a9fe is 169.254.169.254.
+var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+
+// viaNAT64 returns the IPv4 address a NAT64 address reaches, else ip.
+func viaNAT64(ip netip.Addr) netip.Addr {
+	if !nat64.Contains(ip) {
+		return ip
+	}
+	b := ip.As16()
+	return netip.AddrFrom4([4]byte(b[12:]))
 }
 
 // refusedKind names why the defaults refuse ip, or "" when they allow it.

@@ -48,6 +48,10 @@ import (
 type Options struct {
 	// Listen is the API's address; "" means ":9015".
 	Listen string
+	// GRPCListen is the address of the gRPC status notification service
+	// (EMCO's StatusNotify: emcoctl watch); "" leaves it off. EMCO's
+	// clients expect port 9016.
+	GRPCListen string
 	// DataDir holds the embedded stores' data.
 	DataDir string
 	// EtcdEndpoints of an external etcd; empty starts an embedded one.
@@ -78,6 +82,9 @@ type Options struct {
 	CallbackDeny []string
 	// KubeconfigAllowProxy accepts proxy-url in cluster kubeconfigs.
 	KubeconfigAllowProxy bool
+	// ClusterMaxResponse bounds one answer of a cluster's API server; 0
+	// means cluster.DefaultMaxResponse.
+	ClusterMaxResponse int64
 	// HTTP bounds client connections and requests; zero values are the
 	// documented defaults.
 	HTTP HTTPOptions
@@ -105,6 +112,10 @@ type Options struct {
 	// HistoryLimit is how many history entries each DIG and v1 instance
 	// keeps (older ones are deleted); 0 means 1000.
 	HistoryLimit int
+	// RevisionLimit is how many revisions each DIG keeps for rollback
+	// (older ones, and the manifests only they refer to, are deleted); 0
+	// means 20.
+	RevisionLimit int
 	// ReplicaID names this orchestrator among the replicas sharing the
 	// stores (GET /v2/system/replicas, a cluster's watcher owner); it must
 	// be unique among live replicas. "" means the host name.
@@ -148,6 +159,12 @@ type HTTPOptions struct {
 	IdleTimeout time.Duration
 	// StreamWriteTimeout bounds each write of a watch stream; 0 means 30s.
 	StreamWriteTimeout time.Duration
+	// MaxStreams bounds the watch streams open at once; 0 means half the
+	// connection cap, so streams can never hold every connection.
+	MaxStreams int
+	// MaxBodyMemory bounds the request body bytes held at once while they
+	// are read and checked; 0 means api.DefaultMaxBodyMemory.
+	MaxBodyMemory int64
 	// MaxJSONDepth bounds the nesting of JSON bodies; 0 means 64.
 	MaxJSONDepth int
 }
@@ -205,8 +222,9 @@ type App struct {
 	tokens *authn.TokenFile
 	cert   *reload.Certificate
 
-	mu   sync.Mutex
-	addr net.Addr
+	mu       sync.Mutex
+	addr     net.Addr
+	grpcAddr net.Addr
 }
 
 // New validates opts and returns an App ready to Run.
@@ -222,11 +240,14 @@ func New(opts Options) (*App, error) {
 	}
 	opts.HTTP.defaults()
 	h := opts.HTTP
-	if h.MaxConnections < 0 || h.MaxJSONDepth < 0 || min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout) < 0 {
+	if h.MaxConnections < 0 || h.MaxStreams < 0 || h.MaxBodyMemory < 0 || h.MaxJSONDepth < 0 || min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout) < 0 {
 		return nil, errors.New("orchestrator: connection limits and timeouts cannot be negative")
 	}
 	if opts.HistoryLimit < 0 {
 		return nil, errors.New("orchestrator: --history-limit cannot be negative")
+	}
+	if opts.RevisionLimit < 0 {
+		return nil, errors.New("orchestrator: --revision-limit cannot be negative")
 	}
 	if opts.LeaseTTL < 0 {
 		return nil, errors.New("orchestrator: --lease-ttl cannot be negative")
@@ -315,6 +336,15 @@ func (a *App) Run(ctx context.Context) (err error) {
 			_ = ln.Close()
 		}
 	}()
+	grpcLn, err := a.listenStatusNotify()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if grpcLn != nil && !serving {
+			_ = grpcLn.Close()
+		}
+	}()
 	etcd, mongo, err := a.openStores(ctx)
 	if err != nil {
 		return err
@@ -387,7 +417,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	contexts := appcontext.New(appcontext.Options{Client: etcd.Client, Prefix: a.opts.EtcdPrefix})
 	kubeconfigs := cluster.KubeconfigOptions{AllowProxy: a.opts.KubeconfigAllowProxy}
-	clusters := cluster.NewRegistry(cluster.Options{KubeconfigOptions: kubeconfigs, Kubeconfig: func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
+	clusters := cluster.NewRegistry(cluster.Options{KubeconfigOptions: kubeconfigs, MaxResponse: a.opts.ClusterMaxResponse, Kubeconfig: func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
 		if ref.Provider == deploy.V1Provider { // a v1 cloud region
 			return catalog.For[catalog.ConnectivitySpec](cat, catalog.ConnectivityInfos).GetContent(ctx, catalog.Key{ref.Name})
 		}
@@ -395,8 +425,11 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}, CloudKubeconfig: logicalcloud.Source{Catalog: cat}.ForCluster})
 	groupWork := &groupHandler{}
 	groups := replicas.Kind(kindGroups, groupWork)
+	// The cache is created before rsync, which orders dependent apps by
+	// what it observes; it runs with the watchers below.
+	cache := appcontext.NewCache(contexts, a.log.WithField("component", "cache"))
 	engine, err := rsync.New(rsync.Options{Store: contexts, Clusters: clusters, FieldValidation: a.opts.FieldValidation,
-		Logger: a.log.WithField("component", "rsync")})
+		Observed: cache, Logger: a.log.WithField("component", "rsync")})
 	if err != nil {
 		return err
 	}
@@ -425,7 +458,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	defer issuer.Close()
 	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: dispatcher, Renderer: renderer, Issuer: issuer, CreateWait: a.opts.V1CreateWait,
-		Logger: a.log.WithField("component", "deploy")})
+		RevisionLimit: a.opts.RevisionLimit, Logger: a.log.WithField("component", "deploy")})
 	if err != nil {
 		return err
 	}
@@ -437,11 +470,10 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	clusterWork.set(watchers.Acquired, watchers.Released)
-	cache := appcontext.NewCache(contexts, a.log.WithField("component", "cache"))
 	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter, Clusters: clusters}
 	subscriptions := &lateHandler{}
 	sinks := &lateHandler{}
-	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(ln, etcd, mongo), notifyReplicas{
+	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(etcd, mongo, ln, grpcLn), notifyReplicas{
 		subscriptions: replicas.Kind(kindSubscriptions, subscriptions), sinks: replicas.Kind(kindSinks, sinks), lease: replicas.Lease})
 	if err != nil {
 		return err
@@ -557,6 +589,8 @@ func (a *App) Run(ctx context.Context) (err error) {
 		MaxJSONDepth:       a.opts.HTTP.MaxJSONDepth,
 		ListPageSize:       a.opts.ListPageSize,
 		StreamWriteTimeout: a.opts.HTTP.StreamWriteTimeout,
+		MaxStreams:         maxStreams(a.opts.HTTP.MaxStreams, maxConns),
+		MaxBodyMemory:      a.opts.HTTP.MaxBodyMemory,
 	}
 	if a.tokens != nil { // never a typed nil in the interface
 		apiOpts.Tokens = a.tokens
@@ -591,6 +625,13 @@ func (a *App) Run(ctx context.Context) (err error) {
 	} else {
 		go func() { serveErr <- srv.Serve(limited) }()
 	}
+
+	stopGRPC, err := a.serveStatusNotify(grpcLn, reader, notifier)
+	if err != nil {
+		_ = srv.Close()
+		return errors.Join(err, ignoreClosed(<-serveErr))
+	}
+	defer stopGRPC()
 
 	a.mu.Lock()
 	a.addr = ln.Addr()
@@ -796,10 +837,16 @@ func (a *App) openStores(ctx context.Context) (*etcdstore.Store, *mongostore.Sto
 	return etcd, mongo, nil
 }
 
-// selfAddrs lists the addresses that reach this process: the API and the
+// selfAddrs lists the addresses that reach this process: the API (and the
+// gRPC status notifications) and the
 // embedded stores. Callbacks never go there.
-func selfAddrs(ln net.Listener, etcd *etcdstore.Store, mongo *mongostore.Store) []string {
-	listen := []string{ln.Addr().String()}
+func selfAddrs(etcd *etcdstore.Store, mongo *mongostore.Store, listeners ...net.Listener) []string {
+	var listen []string
+	for _, ln := range listeners {
+		if ln != nil {
+			listen = append(listen, ln.Addr().String())
+		}
+	}
 	for _, u := range append(etcd.Endpoints(), mongo.EmbeddedURI()) {
 		if p, err := url.Parse(u); err == nil && p.Host != "" {
 			listen = append(listen, p.Host)
@@ -832,4 +879,21 @@ func (m *connMetrics) track(_ net.Conn, state http.ConnState) {
 	case http.StateClosed, http.StateHijacked:
 		m.open.Dec()
 	}
+}
+
+// ignoreClosed drops the error Serve returns after Close.
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// maxStreams is the watch stream cap: as asked, else half the connection
+// cap (at least one), leaving the other half to ordinary requests.
+func maxStreams(asked, maxConns int) int {
+	if asked > 0 {
+		return asked
+	}
+	return max(1, maxConns/2)
 }

@@ -142,6 +142,14 @@ func (pa *placementApply) run(ctx context.Context) {
 		}
 	}
 	bundleSettled := false
+	// An app that depends on others waits for them before it applies
+	// anything; it has made its first pass as far as the rest of the
+	// action is concerned (bundles, Idle).
+	if deps := pa.c.Meta.Dependencies[p.App]; len(deps) > 0 && len(todo) > 0 {
+		if !pa.waitDependencies(ctx, deps, todo, firstDone) {
+			return
+		}
+	}
 
 	classes := map[string]class{}
 	transientAttempt, waitAttempt := 0, 0
@@ -173,7 +181,12 @@ func (pa *placementApply) run(ctx context.Context) {
 		if !bundleSettled && ctx.Err() == nil {
 			select { // the bundle follows the resources of every app on the cluster
 			case <-pa.clusterPassed:
-				bundleSettled = pa.applyBundle(ctx, labels)
+				if emptied(p) { // the app left the cluster: so does its bundle
+					pa.e.deleteBundle(ctx, pa.c, p)
+					bundleSettled = true
+				} else {
+					bundleSettled = pa.applyBundle(ctx, labels)
+				}
 			case <-ctx.Done():
 			}
 		}

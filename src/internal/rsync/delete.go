@@ -16,7 +16,8 @@ import (
 )
 
 // delete deletes a context's resources from every cluster at once, each
-// placement's in reverse apply order, after its ResourceBundleState.
+// placement's in reverse apply order, after its ResourceBundleState. An app
+// others depend on goes once they are gone (dependencies in reverse).
 func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error {
 	c, err := e.opts.Store.Get(ctx, id)
 	if err != nil {
@@ -28,11 +29,23 @@ func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error
 		}
 	}
 	rec := newRecorder(e.opts.Store, c, deleteNames, log)
+	gone := make(map[*appcontext.Placement]chan struct{}, len(c.Placements))
+	for _, p := range c.Placements {
+		gone[p] = make(chan struct{})
+	}
 	var wg sync.WaitGroup
 	for _, p := range c.Placements {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer close(gone[p])
+			for _, d := range dependents(c, p) {
+				select {
+				case <-gone[d]:
+				case <-ctx.Done():
+					return
+				}
+			}
 			e.deleteBundle(ctx, c, p)
 			var left []appcontext.Resource
 			for _, r := range p.Resources {

@@ -54,7 +54,11 @@ type Options struct {
 	// FieldValidation is the default mode for contexts that name none;
 	// "" means Warn.
 	FieldValidation string
-	Logger          *logrus.Entry
+	// Observed is the watch-fed view of the contexts (the orchestrator's
+	// appcontext.Cache): apps that depend on others wait for what it
+	// reports. nil leaves dependencies unordered (unit tests).
+	Observed Observed
+	Logger   *logrus.Entry
 }
 
 // Engine runs rsync actions. It owns every goroutine it starts; Close stops
@@ -73,6 +77,9 @@ type Engine struct {
 	mu       sync.Mutex
 	groups   map[string]*run // the last action started per group
 	clusters map[appcontext.ClusterRef]*clusterState
+	// waiters are told of changes of a group (dependency waits).
+	waiters    map[string]map[uint64]chan struct{}
+	nextWaiter uint64
 }
 
 // run is one action on one group. Runs on a group form a chain: each
@@ -119,8 +126,12 @@ func New(opts Options) (*Engine, error) {
 		opts.Logger = logrus.NewEntry(logging.Discard())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Engine{opts: opts, log: opts.Logger, ctx: ctx, cancel: cancel, groups: map[string]*run{},
-		clusters: map[appcontext.ClusterRef]*clusterState{}}, nil
+	e := &Engine{opts: opts, log: opts.Logger, ctx: ctx, cancel: cancel, groups: map[string]*run{},
+		clusters: map[appcontext.ClusterRef]*clusterState{}, waiters: map[string]map[uint64]chan struct{}{}}
+	if opts.Observed != nil {
+		opts.Observed.OnChange(e.changed)
+	}
+	return e, nil
 }
 
 // Close cancels every action and waits for them. Their progress is in etcd;

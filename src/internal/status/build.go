@@ -260,16 +260,20 @@ func allReadyOf(statuses []health.Status) bool {
 	return len(statuses) > 0 && health.Aggregate(statuses...) == health.Ready
 }
 
-// states renders the history in EMCO's shape; an instantiation starts
-// revision 1 and each update adds one, as EMCO counts them.
+// states renders the history in EMCO's shape: each action with the
+// revision it made (an instantiation 1, each update or rollback the next)
+// or the one in force. Actions recorded before revisions were are counted
+// as EMCO counts them.
 func states(statusID string, actions []catalog.StateAction) States {
 	out := States{StatusContextID: statusID, Actions: make([]StateAction, 0, len(actions))}
 	var rev int64
 	for _, a := range actions {
-		switch a.State {
-		case catalog.StateInstantiated:
+		switch {
+		case a.Revision > 0:
+			rev = a.Revision
+		case a.State == catalog.StateInstantiated:
 			rev = 1
-		case catalog.StateUpdated:
+		case a.State == catalog.StateUpdated:
 			rev++
 		}
 		out.Actions = append(out.Actions, StateAction{State: a.State, Instance: a.ContextID, Time: a.TimeStamp, Revision: rev})

@@ -34,6 +34,9 @@ type Clusters interface {
 const (
 	queryTimeout = 15 * time.Second
 	queryLimit   = 500
+	// queryMaxBytes bounds what one query reads from the cluster (the
+	// cluster's answer; what is decoded from it is a few times more).
+	queryMaxBytes = 16 << 20
 )
 
 // QueryStatus is GET /v1/query's answer (k8splugin's shape).
@@ -143,7 +146,7 @@ func (r *Reader) list(ctx context.Context, ref appcontext.ClusterRef, q v1Query)
 	if err != nil {
 		return nil, errdefs.Unavailable(err, "cloud region %s", ref.Name)
 	}
-	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	qctx, cancel := context.WithTimeout(cluster.WithMaxResponse(ctx, queryMaxBytes), queryTimeout)
 	defer cancel()
 	opts := metav1.ListOptions{LabelSelector: q.selector.String(), Limit: queryLimit}
 	if q.name != "" {
@@ -159,6 +162,9 @@ func (r *Reader) list(ctx context.Context, ref appcontext.ClusterRef, q v1Query)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || qctx.Err() != nil {
 			return nil, errdefs.Unavailable(err, "cloud region %s did not answer in %s", ref.Name, queryTimeout)
+		}
+		if errors.Is(err, cluster.ErrAnswerTooLarge) {
+			return nil, errdefs.Unavailable(nil, "the objects selected on cloud region %s are more than %d bytes; narrow the query (Name, Labels, Namespace)", ref.Name, queryMaxBytes)
 		}
 		return nil, errdefs.Unavailable(err, "list %s on cloud region %s", mapping.Resource.Resource, ref.Name)
 	}

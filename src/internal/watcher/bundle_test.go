@@ -94,3 +94,26 @@ func FuzzBundle(f *testing.F) {
 		}
 	})
 }
+
+// A migrated DIG's context keeps its source's status context id, which
+// labels the bundles: they are stored with the live context that keeps it.
+func TestBundlesOfAKeptStatusID(t *testing.T) {
+	m := &Manager{placed: map[appcontext.ClusterRef]map[string]map[string]bool{}, statusIDs: map[string]string{}}
+	c1 := appcontext.ClusterRef{Provider: "cp", Name: "c1"}
+	m.setPlaced("7", map[appcontext.ClusterRef]map[string]bool{c1: {"web": true}})
+	m.setStatusID("7", "42") // the target of a migration from context 42
+	if id, ok := m.placedContext(c1, "42", "web"); !ok || id != "7" {
+		t.Fatalf("bundle labelled 42: %q %v, want context 7", id, ok)
+	}
+	if _, ok := m.placedContext(c1, "42", "db"); ok {
+		t.Fatal("an app the context does not place is accepted")
+	}
+	if _, ok := m.placedContext(c1, "7", "web"); ok {
+		t.Fatal("a bundle labelled with the context's own id is accepted although it keeps another")
+	}
+	m.setPlaced("7", nil)
+	m.setStatusID("7", "")
+	if _, ok := m.placedContext(c1, "42", "web"); ok || len(m.statusIDs) != 0 {
+		t.Fatal("a context that ended still receives bundles")
+	}
+}

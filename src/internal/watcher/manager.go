@@ -69,6 +69,9 @@ type Manager struct {
 	// mu may be held waiting for one of them to stop.
 	placedMu sync.RWMutex
 	placed   map[appcontext.ClusterRef]map[string]map[string]bool
+	// statusIDs are the live contexts' status context ids, which label
+	// their bundles: a migrated DIG's context keeps its source's.
+	statusIDs map[string]string
 }
 
 // New returns a Manager.
@@ -95,7 +98,8 @@ func New(opts Options) (*Manager, error) {
 		opts.Now = time.Now
 	}
 	return &Manager{opts: opts, log: opts.Logger, watchers: map[appcontext.ClusterRef]*clusterWatcher{},
-		users: map[appcontext.ClusterRef]map[string]bool{}, owned: map[appcontext.ClusterRef]bool{}, placed: map[appcontext.ClusterRef]map[string]map[string]bool{}}, nil
+		users: map[appcontext.ClusterRef]map[string]bool{}, owned: map[appcontext.ClusterRef]bool{}, placed: map[appcontext.ClusterRef]map[string]map[string]bool{},
+		statusIDs: map[string]string{}}, nil
 }
 
 // Run starts watchers for the live contexts and follows context changes
@@ -144,12 +148,14 @@ func live(status string) bool {
 func (m *Manager) contextChanged(ctx context.Context, id, status string) {
 	var clusters []appcontext.ClusterRef
 	apps := map[appcontext.ClusterRef]map[string]bool{}
+	statusID := ""
 	if live(status) {
 		c, err := m.opts.Store.Get(ctx, id)
 		if err != nil {
 			m.log.WithError(err).WithField("context", id).Warn("cannot read context")
 			return
 		}
+		statusID = c.Meta.StatusID
 		for _, p := range c.Placements {
 			if apps[p.Cluster] == nil {
 				apps[p.Cluster] = map[string]bool{}
@@ -159,6 +165,7 @@ func (m *Manager) contextChanged(ctx context.Context, id, status string) {
 		}
 	}
 	m.setPlaced(id, apps)
+	m.setStatusID(id, statusID)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	keep := map[appcontext.ClusterRef]bool{}
@@ -271,6 +278,35 @@ func (m *Manager) isPlaced(ref appcontext.ClusterRef, id, app string) bool {
 	m.placedMu.RLock()
 	defer m.placedMu.RUnlock()
 	return m.placed[ref][id][app]
+}
+
+// setStatusID records a live context's status context id ("" once it is
+// no longer live).
+func (m *Manager) setStatusID(id, statusID string) {
+	m.placedMu.Lock()
+	defer m.placedMu.Unlock()
+	if statusID == "" || statusID == id {
+		delete(m.statusIDs, id)
+		return
+	}
+	m.statusIDs[id] = statusID
+}
+
+// placedContext is the live context a bundle labelled with a status
+// context id reports for: the context of that id, or one that keeps it
+// (a migrated DIG's), if it places app on the cluster.
+func (m *Manager) placedContext(ref appcontext.ClusterRef, statusID, app string) (string, bool) {
+	m.placedMu.RLock()
+	defer m.placedMu.RUnlock()
+	if m.placed[ref][statusID][app] && m.statusIDs[statusID] == "" {
+		return statusID, true
+	}
+	for id, apps := range m.placed[ref] {
+		if m.statusIDs[id] == statusID && apps[app] {
+			return id, true
+		}
+	}
+	return "", false
 }
 
 // Forget stops a deleted cluster's watcher.

@@ -175,15 +175,16 @@ func (w *clusterWatcher) syncBundle(ctx context.Context, key string, inf cache.S
 		return err
 	}
 	u := obj.(*unstructured.Unstructured)
-	id, app := u.GetLabels()[v1alpha1.LabelContextID], u.GetLabels()[v1alpha1.LabelApp]
-	if id == "" || app == "" {
+	statusID, app := u.GetLabels()[v1alpha1.LabelContextID], u.GetLabels()[v1alpha1.LabelApp]
+	if statusID == "" || app == "" {
 		return nil
 	}
-	// The labels name where the snapshot is stored: only a context that
-	// places this app on this cluster may be written to, whatever else a
-	// bundle on the cluster claims.
-	if !w.m.isPlaced(w.ref, id, app) {
-		return fmt.Errorf("%w: context %.40q, app %.60q", errNotPlaced, id, app)
+	// The labels name where the snapshot is stored: only a live context
+	// that places this app on this cluster may be written to, whatever
+	// else a bundle on the cluster claims.
+	id, ok := w.m.placedContext(w.ref, statusID, app)
+	if !ok {
+		return fmt.Errorf("%w: context %.40q, app %.60q", errNotPlaced, statusID, app)
 	}
 	w.mu.Lock()
 	w.bundles[key] = [2]string{id, app}

@@ -1,0 +1,76 @@
+package orchestrator
+
+import (
+	"fmt"
+	"net"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/argus-mc/argus/src/internal/notify"
+	"github.com/argus-mc/argus/src/internal/status"
+	"github.com/argus-mc/argus/src/internal/statusnotify"
+)
+
+// listenStatusNotify takes the gRPC status notification port when
+// GRPCListen is set (nil otherwise), before any store is opened, as the
+// API's is: a taken port fails at once, and the callback policy knows the
+// address as the orchestrator's own.
+func (a *App) listenStatusNotify() (net.Listener, error) {
+	if a.opts.GRPCListen == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", a.opts.GRPCListen)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: listen on %s (gRPC status notifications): %w", a.opts.GRPCListen, err)
+	}
+	return ln, nil
+}
+
+// serveStatusNotify serves the gRPC status notification service on ln
+// (nothing when nil), with the API's TLS certificate and bearer tokens,
+// and returns what stops it: every stream is cut (they last as long as
+// their clients), and its goroutine waited for.
+func (a *App) serveStatusNotify(ln net.Listener, reader *status.Reader, notifier *notify.Manager) (func(), error) {
+	if ln == nil {
+		return func() {}, nil
+	}
+	opts := statusnotify.Options{Status: reader, Changes: notifier, Logger: a.log.WithField("component", "statusnotify")}
+	if a.tokens != nil { // never a typed nil in the interface
+		opts.Tokens = a.tokens
+	}
+	svc, err := statusnotify.New(opts)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	serverOpts := svc.ServerOptions()
+	if a.cert != nil {
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(a.cert.ServerConfig())))
+	}
+	srv := grpc.NewServer(serverOpts...)
+	svc.Register(srv)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil {
+			a.log.WithError(err).Error("gRPC status notifications stopped")
+		}
+	}()
+	a.mu.Lock()
+	a.grpcAddr = ln.Addr()
+	a.mu.Unlock()
+	a.log.WithField("addr", ln.Addr().String()).Info("gRPC status notifications serving")
+	return func() {
+		srv.Stop()
+		<-done
+	}, nil
+}
+
+// GRPCAddr is the address of the gRPC status notification service; nil
+// when it is off. Valid after Ready.
+func (a *App) GRPCAddr() net.Addr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.grpcAddr
+}

@@ -1,0 +1,304 @@
+package statusnotify
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/argus-mc/argus/src/apis/statusnotify"
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/status"
+)
+
+// Status answers status queries as the REST API does (status.Reader).
+type Status interface {
+	DIG(ctx context.Context, dig catalog.Key, v url.Values) (any, error)
+	Cluster(ctx context.Context, provider, name string, v url.Values) (any, error)
+	LogicalCloud(ctx context.Context, key catalog.Key, v url.Values) (any, error)
+}
+
+// Changes tells of changes of a group's status (notify.Manager).
+type Changes interface {
+	// Listen registers f, which must not block, for the group's changes
+	// and returns its removal.
+	Listen(group string, f func()) func()
+}
+
+// TokenChecker says whether a bearer token may use the service.
+type TokenChecker interface {
+	Valid(token string) bool
+}
+
+// Options configures a Server; Status and Changes are required.
+type Options struct {
+	Status  Status
+	Changes Changes
+	// Tokens, when set, requires a valid bearer token on every call.
+	Tokens TokenChecker
+	// MaxStreams bounds the registrations open at once; 0 means 1024.
+	MaxStreams int
+	Logger     *logrus.Entry
+}
+
+// Limits on what a registration may carry: a client id is an identifier,
+// filters are lists a person writes.
+const (
+	maxClientID = 256
+	maxFilters  = status.MaxFilterValues
+)
+
+// Server implements the StatusNotify service.
+type Server struct {
+	pb.UnimplementedStatusNotifyServer
+	opts Options
+	log  *logrus.Entry
+
+	mu      sync.Mutex
+	clients map[string]context.CancelFunc // open registrations by client id
+}
+
+// New returns a Server.
+func New(opts Options) (*Server, error) {
+	if opts.Status == nil || opts.Changes == nil {
+		return nil, errors.New("statusnotify: Status and Changes are required")
+	}
+	if opts.MaxStreams == 0 {
+		opts.MaxStreams = 1024
+	}
+	if opts.Logger == nil {
+		opts.Logger = logrus.NewEntry(logging.Discard())
+	}
+	return &Server{opts: opts, log: opts.Logger, clients: map[string]context.CancelFunc{}}, nil
+}
+
+// ServerOptions are the options a grpc.Server serving s needs: the bearer
+// token check on every call when tokens are configured.
+func (s *Server) ServerOptions() []grpc.ServerOption {
+	if s.opts.Tokens == nil {
+		return nil
+	}
+	return []grpc.ServerOption{
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := s.authenticate(ctx); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := s.authenticate(ss.Context()); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}),
+	}
+}
+
+// authenticate checks the call's "authorization: Bearer <token>".
+func (s *Server) authenticate(ctx context.Context) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		scheme, token, _ := strings.Cut(strings.TrimSpace(v), " ")
+		if strings.EqualFold(scheme, "Bearer") && strings.TrimSpace(token) != "" && s.opts.Tokens.Valid(strings.TrimSpace(token)) {
+			return nil
+		}
+	}
+	return grpcstatus.Error(codes.Unauthenticated, `authentication required: send metadata "authorization: Bearer <token>"`)
+}
+
+// Register adds the service to g.
+func (s *Server) Register(g *grpc.Server) { pb.RegisterStatusNotifyServer(g, s) }
+
+// subject is what a registration follows.
+type subject struct {
+	group string
+	query func(ctx context.Context, v url.Values) (any, error)
+	// clusters: details are per cluster (a cluster or a logical cloud),
+	// not per app.
+	clusters bool
+	// readyWhenDeployed: READY follows the deployed status alone, as EMCO's
+	// dcm says of a logical cloud.
+	readyWhenDeployed bool
+}
+
+func (s *Server) subjectOf(reg *pb.StatusRegistration) (subject, error) {
+	switch k := reg.GetKey().(type) {
+	case *pb.StatusRegistration_DigKey:
+		dig := catalog.Key{k.DigKey.GetProject(), k.DigKey.GetCompositeApp(), k.DigKey.GetCompositeAppVersion(), k.DigKey.GetDeploymentIntentGroup()}
+		if err := validKey(dig); err != nil {
+			return subject{}, err
+		}
+		return subject{group: catalog.DIGGroup(dig), query: func(ctx context.Context, v url.Values) (any, error) {
+			return s.opts.Status.DIG(ctx, dig, v)
+		}}, nil
+	case *pb.StatusRegistration_ClusterKey:
+		p, c := k.ClusterKey.GetClusterProvider(), k.ClusterKey.GetCluster()
+		if err := validKey(catalog.Key{p, c}); err != nil {
+			return subject{}, err
+		}
+		return subject{group: catalog.ClusterGroup(p, c), clusters: true, query: func(ctx context.Context, v url.Values) (any, error) {
+			return s.opts.Status.Cluster(ctx, p, c, v)
+		}}, nil
+	case *pb.StatusRegistration_LcKey:
+		lc := catalog.Key{k.LcKey.GetProject(), k.LcKey.GetLogicalCloud()}
+		if err := validKey(lc); err != nil {
+			return subject{}, err
+		}
+		return subject{group: catalog.LogicalCloudGroup(lc[0], lc[1]), clusters: true, readyWhenDeployed: true,
+			query: func(ctx context.Context, v url.Values) (any, error) { return s.opts.Status.LogicalCloud(ctx, lc, v) }}, nil
+	}
+	return subject{}, grpcstatus.Error(codes.InvalidArgument, "the registration names no deployment intent group, cluster or logical cloud key")
+}
+
+func validKey(k catalog.Key) error {
+	for _, part := range k {
+		if err := catalog.ValidateName("key", part); err != nil {
+			return grpcstatus.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	return nil
+}
+
+// query is the status query of a registration.
+func query(reg *pb.StatusRegistration) (url.Values, bool, error) {
+	if len(reg.GetApps()) > maxFilters || len(reg.GetClusters()) > maxFilters || len(reg.GetResources()) > maxFilters {
+		return nil, false, grpcstatus.Errorf(codes.InvalidArgument, "at most %d apps, clusters and resources may filter a registration", maxFilters)
+	}
+	v := url.Values{}
+	ready := true
+	switch reg.GetStatusType() {
+	case pb.StatusValue_DEPLOYED, pb.StatusValue_NOT_DEPLOYED:
+		ready = false
+		v.Set("type", status.TypeRsync)
+	default: // READY, as emcoctl asks unless told otherwise
+		v.Set("type", status.TypeCluster)
+	}
+	v.Set("output", status.OutputSummary)
+	if reg.GetOutput() == pb.OutputType_ALL {
+		v.Set("output", status.OutputAll)
+	}
+	for name, list := range map[string][]string{"app": reg.GetApps(), "cluster": reg.GetClusters(), "resource": reg.GetResources()} {
+		for _, f := range list {
+			if f != "" {
+				v.Add(name, f)
+			}
+		}
+	}
+	return v, ready, nil
+}
+
+// StatusRegister streams notifications of a subject's status until the
+// client goes away or deregisters.
+func (s *Server) StatusRegister(reg *pb.StatusRegistration, stream grpc.ServerStreamingServer[pb.StatusNotification]) error {
+	id := reg.GetClientId()
+	if id == "" || len(id) > maxClientID {
+		return grpcstatus.Errorf(codes.InvalidArgument, "clientId must be 1 to %d characters", maxClientID)
+	}
+	subj, err := s.subjectOf(reg)
+	if err != nil {
+		return err
+	}
+	v, ready, err := query(reg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	s.mu.Lock()
+	switch {
+	case s.clients[id] != nil:
+		s.mu.Unlock()
+		return grpcstatus.Errorf(codes.AlreadyExists, "client id %q is already registered", id)
+	case len(s.clients) >= s.opts.MaxStreams:
+		s.mu.Unlock()
+		return grpcstatus.Errorf(codes.ResourceExhausted, "%d registrations are open; at most %d may be", len(s.clients), s.opts.MaxStreams)
+	}
+	s.clients[id] = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.clients, id)
+		s.mu.Unlock()
+	}()
+
+	// Listening before the first query: a change in between is not lost.
+	changed := make(chan struct{}, 1)
+	stop := s.opts.Changes.Listen(subj.group, func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	})
+	defer stop()
+	log := s.log.WithFields(logrus.Fields{"client": id, "group": subj.group})
+	log.Info("status notification registration")
+	var last *pb.StatusNotification
+	for {
+		resp, err := subj.query(ctx, v)
+		switch {
+		case ctx.Err() != nil:
+			return nil // deregistered, or the client went away
+		case err != nil && last == nil:
+			return grpcError(err) // the subject does not exist, a bad filter
+		case err != nil:
+			log.WithError(err).Warn("cannot compute the status; waiting for the next change")
+		default:
+			if r, ok := resp.(status.Response); ok {
+				n := notification(r, ready, reg.GetOutput() == pb.OutputType_ALL, subj)
+				if last == nil || !proto.Equal(last, n) {
+					if err := stream.Send(n); err != nil {
+						return err
+					}
+					last = n
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+// StatusDeregister ends a client's stream; an unknown client id is no
+// error (it may have gone already), as in EMCO.
+func (s *Server) StatusDeregister(_ context.Context, d *pb.StatusDeregistration) (*pb.StatusDeregistrationResponse, error) {
+	s.mu.Lock()
+	cancel := s.clients[d.GetClientId()]
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	return &pb.StatusDeregistrationResponse{}, nil
+}
+
+// grpcError maps a domain error to a gRPC status (api.statusFor does the
+// same for HTTP).
+func grpcError(err error) error {
+	code := codes.Internal
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, errdefs.ErrInvalid), errors.Is(err, errdefs.ErrUnprocessable):
+		code = codes.InvalidArgument
+	case errors.Is(err, errdefs.ErrConflict):
+		code = codes.FailedPrecondition
+	case errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		code = codes.Unavailable
+	}
+	if code == codes.Internal {
+		return grpcstatus.Error(code, "internal error")
+	}
+	return grpcstatus.Error(code, err.Error())
+}
