@@ -185,7 +185,7 @@ func TestComposeHAProfile(t *testing.T) {
 		t.Fatalf("services %v, want %v", got, want)
 	}
 	first := service(t, p, "orchestrator")
-	ids, ports := map[string]bool{}, map[string]bool{}
+	ids, ports, grpcPorts := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, name := range []string{"orchestrator", "orchestrator-2", "orchestrator-3"} {
 		s := service(t, p, name)
 		env := func(k string) string {
@@ -194,7 +194,7 @@ func TestComposeHAProfile(t *testing.T) {
 			}
 			return ""
 		}
-		for _, k := range []string{"ARGUS_ETCD_ENDPOINTS", "ARGUS_MONGO_URI", "ARGUS_MONGO_DATABASE", "ARGUS_LEASE_TTL"} {
+		for _, k := range []string{"ARGUS_ETCD_ENDPOINTS", "ARGUS_MONGO_URI", "ARGUS_MONGO_DATABASE", "ARGUS_LEASE_TTL", "ARGUS_GRPC_LISTEN"} {
 			if env(k) == "" || env(k) != *first.Environment[k] {
 				t.Errorf("%s: %s %q, want the first replica's", name, k, env(k))
 			}
@@ -203,9 +203,14 @@ func TestComposeHAProfile(t *testing.T) {
 			t.Errorf("%s advertises %q, want its service name on 9015", name, env("ARGUS_ADVERTISE_URL"))
 		}
 		ids[env("ARGUS_REPLICA_ID")] = true
+		// The REST API and the gRPC status notifications (every replica
+		// serves both), each on host ports of its own.
 		for _, port := range s.Ports {
-			if port.Target == 9015 {
+			switch port.Target {
+			case 9015:
 				ports[port.Published] = true
+			case 9016:
+				grpcPorts[port.Published] = true
 			}
 		}
 		if s.Image != first.Image || !s.ReadOnly || s.Restart != first.Restart || !reflect.DeepEqual(s.DependsOn, first.DependsOn) {
@@ -215,7 +220,12 @@ func TestComposeHAProfile(t *testing.T) {
 			t.Errorf("%s profiles %v, want [ha]", name, s.Profiles)
 		}
 	}
-	if len(ids) != 3 || len(ports) != 3 {
-		t.Errorf("replica ids %v and published ports %v, want three distinct of each", ids, ports)
+	if len(ids) != 3 || len(ports) != 3 || len(grpcPorts) != 3 {
+		t.Errorf("replica ids %v, published API ports %v and gRPC ports %v, want three distinct of each", ids, ports, grpcPorts)
+	}
+	for p := range ports {
+		if grpcPorts[p] {
+			t.Errorf("host port %s published for both the API and gRPC", p)
+		}
 	}
 }
