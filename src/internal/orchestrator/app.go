@@ -458,7 +458,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	defer issuer.Close()
 	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: dispatcher, Renderer: renderer, Issuer: issuer, CreateWait: a.opts.V1CreateWait,
-		RevisionLimit: a.opts.RevisionLimit, Logger: a.log.WithField("component", "deploy")})
+		RevisionLimit: a.opts.RevisionLimit, Locks: replicas, Logger: a.log.WithField("component", "deploy")})
 	if err != nil {
 		return err
 	}

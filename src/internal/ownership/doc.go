@@ -8,6 +8,7 @@
 //
 //	<prefix>/replicas/<id>            Member (id, url, started, lease)
 //	<prefix>/owners/<kind>/<item>     the holder's id, on the holder's lease
+//	<prefix>/locks/<name>/<lease>     Set.Lock's mutexes (concurrency.Mutex)
 //
 // An item belongs to the live replica that rendezvous (highest random
 // weight) hashing picks from the members every replica sees, so a replica

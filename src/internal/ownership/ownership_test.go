@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -305,5 +306,58 @@ func TestGuard(t *testing.T) {
 	sort.Strings(owned)
 	if !slices.Equal(owned, []string{"item"}) {
 		t.Fatalf("owned = %v", owned)
+	}
+}
+
+// Lock is exclusive across replicas: a second replica waits while the
+// first holds it, and gets it once released; names are separate locks.
+func TestLockAcrossReplicas(t *testing.T) {
+	prefix := env.EtcdPrefix()
+	cli := env.Etcd.Client
+	r1 := startReplica(t, cli, prefix, "r1", 5*time.Second, HandlerFuncs{}, nil)
+	r2 := startReplica(t, cli, prefix, "r2", 5*time.Second, HandlerFuncs{}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	unlock1, err := r1.set.Lock(ctx, "dig:p/ca/v1/dig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := r2.set.Lock(ctx, "dig:p/ca/v1/dig2") // another name is free
+	if err != nil {
+		t.Fatal(err)
+	}
+	other()
+	got := make(chan func(), 1)
+	go func() {
+		unlock2, err := r2.set.Lock(ctx, "dig:p/ca/v1/dig")
+		if err != nil {
+			t.Error(err)
+			unlock2 = func() {}
+		}
+		got <- unlock2
+	}()
+	// r2 is queued (its key is in etcd) and must still wait.
+	waitFor(t, "r2 queued for the lock", 30*time.Second, func() (bool, string) {
+		resp, err := cli.Get(ctx, strings.TrimRight(prefix, "/")+"/locks/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return false, err.Error()
+		}
+		var keys []string
+		for _, kv := range resp.Kvs {
+			keys = append(keys, string(kv.Key))
+		}
+		return len(keys) == 2, fmt.Sprintf("lock keys %q", keys)
+	})
+	select {
+	case <-got:
+		t.Fatal("r2 took the lock r1 holds")
+	default:
+	}
+	unlock1()
+	select {
+	case unlock2 := <-got:
+		unlock2()
+	case <-time.After(30 * time.Second):
+		t.Fatal("r2 did not get the lock after r1 released it")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -74,6 +75,7 @@ type Set struct {
 	members map[string]Member
 	ids     []string // sorted ids of members
 	lease   clientv3.LeaseID
+	sess    *concurrency.Session // the registered session, nil while there is none
 }
 
 // New returns a Set; Run starts it.
@@ -135,6 +137,36 @@ func (s *Set) Lease() clientv3.LeaseID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lease
+}
+
+// Lock takes the lock called name, shared by every replica (an etcd
+// concurrency.Mutex on this replica's session, so a replica that dies
+// holding it lets it go within the TTL), and returns its release. It
+// serialises what the owner of an item cannot: requests that any replica
+// may take, such as two updates of one deployment through two replicas.
+// The mutex's key is this replica's lease, so goroutines of one process
+// must take a process-local lock of the same name first.
+func (s *Set) Lock(ctx context.Context, name string) (func(), error) {
+	s.mu.Lock()
+	sess := s.sess
+	s.mu.Unlock()
+	if sess == nil {
+		return nil, errors.New("ownership: this replica is not registered")
+	}
+	// Escaped: no name's prefix range may hold another name's keys.
+	m := concurrency.NewMutex(sess, s.opts.Prefix+"/locks/"+url.PathEscape(name)+"/")
+	if err := m.Lock(ctx); err != nil {
+		return nil, fmt.Errorf("ownership: lock %s: %w", name, err)
+	}
+	return func() {
+		// The key goes with the lease anyway; an unanswered etcd must not
+		// hold the caller.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := m.Unlock(uctx); err != nil {
+			s.log.WithError(err).WithField("lock", name).Warn("cannot release a lock; it goes with the lease")
+		}
+	}, nil
 }
 
 func (s *Set) replicasPrefix() string { return s.opts.Prefix + "/replicas/" }
@@ -239,7 +271,7 @@ func (s *Set) Run(ctx context.Context) error {
 			continue
 		}
 		err = s.serve(ctx, sess)
-		s.setLease(0)
+		s.setSession(nil)
 		s.enqueueAll() // workers release what the old lease held
 		if ctx.Err() != nil {
 			return nil
@@ -283,9 +315,14 @@ func retryDelay(attempt int) time.Duration {
 	return min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second)
 }
 
-func (s *Set) setLease(l clientv3.LeaseID) {
+// setSession records the session this replica is registered on (nil:
+// none).
+func (s *Set) setSession(sess *concurrency.Session) {
 	s.mu.Lock()
-	s.lease = l
+	s.sess, s.lease = sess, 0
+	if sess != nil {
+		s.lease = sess.Lease()
+	}
 	s.mu.Unlock()
 }
 
@@ -313,7 +350,7 @@ func (s *Set) serve(ctx context.Context, sess *concurrency.Session) error {
 				return nil
 			}
 		}
-		s.setLease(sess.Lease())
+		s.setSession(sess)
 		s.once.Do(func() { close(s.ready) })
 		s.enqueueAll()
 		err = s.follow(ctx, sess, rev)
