@@ -521,8 +521,9 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	done := map[string]chan error{}
 	for name, run := range background {
-		done[name] = make(chan error, 1)
-		go func() { done[name] <- run(watchCtx) }()
+		ch := make(chan error, 1) // the goroutine never reads the map, which this loop writes
+		done[name] = ch
+		go func() { ch <- run(watchCtx) }()
 	}
 	notifyDone := done["notifier"]
 	defer func() {
