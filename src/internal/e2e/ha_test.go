@@ -209,7 +209,9 @@ func contiguous(l []int64) bool {
 // other sees it; each cluster is watched by one replica; a subscription
 // made through another gets each change once; and when the replica that
 // delivers it is killed, a survivor delivers the next change, with
-// contiguous sequence numbers, and takes its clusters over.
+// contiguous sequence numbers, and takes its clusters over. Then two
+// updates taken at once by two replicas get revisions of their own, and a
+// rollback through one is applied.
 func TestHAReplicas(t *testing.T) {
 	startMonitors(t, sim)
 	h := startHA(t, 3, "--callback-allow", "127.0.0.1", "--lease-ttl", "5s")
@@ -323,6 +325,57 @@ func TestHAReplicas(t *testing.T) {
 	}
 	scale(t, "cluster1", "default", "frontend", 2)
 	scale(t, "cluster2", "default", "frontend", 2)
+
+	// Day 2 across replicas: two updates of the DIG taken at once by the
+	// two survivors run one after the other (an etcd lock), each with its
+	// own revision; a rollback through one of them is applied by the
+	// group's owner, as both see it.
+	type answer struct {
+		code int
+		body string
+	}
+	answers := make(chan answer, len(rest))
+	for _, r := range rest {
+		go func() {
+			code, body := r.call("POST", digPath+"/update", nil)
+			answers <- answer{code, body}
+		}()
+	}
+	var revs []int64
+	for range rest {
+		a := <-answers
+		rev, err := strconv.ParseInt(strings.TrimSpace(a.body), 10, 64)
+		if a.code != 202 || err != nil {
+			t.Fatalf("update: %d %q, want 202 with a revision", a.code, a.body)
+		}
+		revs = append(revs, rev)
+	}
+	slices.Sort(revs)
+	if !slices.Equal(revs, []int64{2, 3}) {
+		t.Fatalf("two updates at once through two replicas made revisions %v, want 2 and 3", revs)
+	}
+	rest[1].must(202, "POST", digPath+"/rollback", map[string]any{"spec": map[string]any{"revision": "1"}})
+	// The replica that took the rollback first: its cache has the rollback
+	// (read-your-writes), so only the owner's apply satisfies the check.
+	for _, r := range []*haReplica{rest[1], rest[0]} {
+		took := r.waitStatus("type=rsync", "rolled back, every resource Applied as "+r.id+" sees it", func(s status.Response) (bool, string) {
+			n := 0
+			for k, res := range resources(s) {
+				if k.kind != "Pod" {
+					n++
+					if res.RsyncStatus != "Applied" {
+						return false, fmt.Sprintf("%v %s", k, res.RsyncStatus)
+					}
+				}
+			}
+			return n > 0 && s.Status == "Updated", fmt.Sprintf("status %s, %d resources", s.Status, n)
+		})
+		t.Logf("updates through %s and %s, rollback through %s: Applied as %s sees it after %s",
+			rest[0].id, rest[1].id, rest[1].id, r.id, took.Round(time.Millisecond))
+	}
+	if got := rest[0].lastRevision(digPath); got != 4 {
+		t.Fatalf("revision after the rollback = %d, want 4", got)
+	}
 	if t.Failed() {
 		t.Logf("log of %s: %s", survivor.id, h.log(survivor.id))
 	}
