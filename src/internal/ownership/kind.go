@@ -213,7 +213,6 @@ func (k *Kind) sync(ctx context.Context, item string) error {
 	mine := want && k.s.mine(v, item)
 	if held && (lease != v.lease || !mine || holder != k.s.opts.ID) {
 		k.release(item)
-		held = false
 		if lease == v.lease && v.lease != 0 {
 			// Only this replica's own claim: one of its lease that is
 			// gone was deleted with it.
