@@ -8,6 +8,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"slices"
+	"strconv"
 
 	"github.com/gorilla/mux"
 
@@ -160,12 +161,21 @@ func (c crud[S]) create(s *server, w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
+// list answers a collection GET, a page at a time: ?limit= (1 to
+// MaxListPageSize; ListPageSize by default) and ?continue= (the token the
+// previous page's Link header carries). A list that fits one page is
+// answered whole, as EMCO does.
 func (c crud[S]) list(s *server, w http.ResponseWriter, r *http.Request) error {
-	objs, err := c.res.List(r.Context(), varsKey(r, c.parentVars))
+	limit, cont, err := s.pageParams(r)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, objs)
+	page, err := c.res.ListPage(r.Context(), varsKey(r, c.parentVars), cont, limit)
+	if err != nil {
+		return err
+	}
+	setNextLink(w, r, limit, page.Continue)
+	writeJSON(w, http.StatusOK, page.Items)
 	return nil
 }
 
@@ -371,4 +381,32 @@ func readPart(part *multipart.Part, limit int64, keep bool) ([]byte, error) {
 		data = []byte{} // present, if empty
 	}
 	return data, nil
+}
+
+// MaxListPageSize bounds ?limit= on lists.
+const MaxListPageSize = 10000
+
+// pageParams reads a list's ?limit= and ?continue=.
+func (s *server) pageParams(r *http.Request) (int, string, error) {
+	q := r.URL.Query()
+	limit := s.opts.ListPageSize
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxListPageSize {
+			return 0, "", errdefs.Invalid("limit %q is not a number from 1 to %d", v, MaxListPageSize)
+		}
+		limit = n
+	}
+	return limit, q.Get("continue"), nil
+}
+
+// setNextLink points at the next page, if there is one (RFC 8288).
+func setNextLink(w http.ResponseWriter, r *http.Request, limit int, cont string) {
+	if cont == "" {
+		return
+	}
+	q := r.URL.Query()
+	q.Set("limit", strconv.Itoa(limit))
+	q.Set("continue", cont)
+	w.Header().Set("Link", "<"+r.URL.Path+"?"+q.Encode()+`>; rel="next"`)
 }

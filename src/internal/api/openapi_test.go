@@ -33,6 +33,7 @@ type (
 	stubStatus    struct{}
 	stubHistory   struct{ History }
 	stubOverview  struct{ OverviewReader }
+	stubReplicas  struct{ ReplicaSet }
 )
 
 func (stubStatus) DIG(context.Context, catalog.Key, url.Values) (any, error) { return nil, nil }
@@ -73,7 +74,7 @@ func routerOperations(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	s, err := newServer(Options{Catalog: cat, Deploy: stubDeployer{}, Clouds: stubClouds{}, Instances: stubInstances{}, Status: stubStatus{}, Subscriptions: stubSubs{},
-		History: stubHistory{}, Overview: stubOverview{}, Console: http.NotFoundHandler(),
+		History: stubHistory{}, Overview: stubOverview{}, Console: http.NotFoundHandler(), Replicas: stubReplicas{},
 		Tokens: tokenFunc(func(string) bool { return true })})
 	if err != nil {
 		t.Fatal(err)

@@ -106,6 +106,15 @@ type Options struct {
 	Archives ArchiveChecker
 	// CheckTimeout bounds each readiness check; 0 means 2s.
 	CheckTimeout time.Duration
+	// ListPageSize is how many objects a collection GET answers at most
+	// when it names no ?limit=; 0 means 1000. Longer lists are paged (a
+	// Link header names the next page).
+	ListPageSize int
+	// Replicas serves GET /v2/system/replicas; nil leaves it out.
+	Replicas ReplicaSet
+	// Consistency, when set, gives clients read-your-writes (see
+	// RevisionHeader); nil answers from the caches as they are.
+	Consistency Consistency
 }
 
 // ArchiveChecker loads chart and profile archives as rendering will;
@@ -137,7 +146,7 @@ func New(opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.observe(s.recovery(s.authenticate(s.router))), nil
+	return s.observe(s.recovery(s.authenticate(s.consistent(s.router)))), nil
 }
 
 // newServer builds the server with its routes registered.
@@ -182,6 +191,12 @@ func newServer(opts Options) (*server, error) {
 	if opts.CheckTimeout == 0 {
 		opts.CheckTimeout = 2 * time.Second
 	}
+	if opts.ListPageSize == 0 {
+		opts.ListPageSize = 1000
+	}
+	if opts.ListPageSize < 0 || opts.ListPageSize > MaxListPageSize {
+		return nil, fmt.Errorf("api: the list page size %d is not from 1 to %d", opts.ListPageSize, MaxListPageSize)
+	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
@@ -219,6 +234,7 @@ func (s *server) routes() {
 	s.subscriptionRoutes(r)
 	s.overviewRoutes(r)
 	s.consoleRoutes(r)
+	s.systemRoutes(r)
 	s.v2Routes(r)
 	s.emcoRoutes(r)
 	s.dayTwoRoutes(r)

@@ -233,3 +233,58 @@ func TestLargeManifests(t *testing.T) {
 		t.Fatalf("statuses: %+v %+v", got.Status, p.Statuses)
 	}
 }
+
+// WaitRevision gives a writer read-your-writes through the cache: once it
+// returns for a write's revision, the cache shows the write; and it
+// returns for a revision of a write outside the cache's prefix, which no
+// event brings (a progress report does).
+func TestCacheWaitRevision(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := New(Options{Client: env.Etcd.Client, Prefix: env.EtcdPrefix()})
+	cache := runCache(t, s)
+	for range 20 {
+		id := NewID()
+		meta := Meta{ID: id, Kind: "dig", Group: "g/" + id, StatusID: id, Created: time.Now().UTC()}
+		if err := s.Create(ctx, meta, Status{Status: Instantiating}, nil); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := env.Etcd.Client.Get(ctx, "x", clientv3.WithCountOnly()) // the store's revision now
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cache.WaitRevision(ctx, resp.Header.Revision); err != nil {
+			t.Fatal(err)
+		}
+		seen := false
+		_ = cache.View(ctx, id, func(c *Context, _ map[ClusterRef]ClusterState) { seen = c != nil })
+		if !seen {
+			t.Fatal("the cache reached the write's revision without the write")
+		}
+	}
+	other, err := env.Etcd.Client.Put(ctx, env.EtcdPrefix()+"elsewhere", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := cache.WaitRevision(ctx, other.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("caught up with a write outside the prefix in %s", time.Since(start))
+}
+
+// runCache runs a cache over s until the test ends.
+func runCache(t testing.TB, s *Store) *Cache {
+	t.Helper()
+	cache := NewCache(s, nil)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cache.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return cache
+}

@@ -30,6 +30,10 @@ type Cache struct {
 	clusters map[ClusterRef]ClusterState
 	ready    chan struct{}
 	once     sync.Once
+	// rev is the etcd revision the cache reflects: every change up to it
+	// has been applied. revCh is closed (and replaced) when it advances.
+	rev   int64
+	revCh chan struct{}
 	// onChange are told which groups a batch of watch events touched.
 	onChange []func(groups []string)
 }
@@ -40,7 +44,8 @@ func NewCache(store *Store, log *logrus.Entry) *Cache {
 	if log == nil {
 		log = logrus.NewEntry(logging.Discard())
 	}
-	return &Cache{store: store, log: log, contexts: map[string]*builder{}, clusters: map[ClusterRef]ClusterState{}, ready: make(chan struct{})}
+	return &Cache{store: store, log: log, contexts: map[string]*builder{}, clusters: map[ClusterRef]ClusterState{}, ready: make(chan struct{}),
+		revCh: make(chan struct{})}
 }
 
 // OnChange registers f to be told, after every batch of changes the watch
@@ -129,7 +134,56 @@ func (c *Cache) load(ctx context.Context) (int64, error) {
 	for _, b := range c.contexts {
 		b.resolve()
 	}
+	c.advanceLocked(resp.Header.Revision)
 	return resp.Header.Revision, nil
+}
+
+// advanceLocked records that the cache reflects etcd up to rev.
+func (c *Cache) advanceLocked(rev int64) {
+	if rev > c.rev {
+		c.rev = rev
+		close(c.revCh)
+		c.revCh = make(chan struct{})
+	}
+}
+
+// Revision is the etcd revision the cache reflects.
+func (c *Cache) Revision() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.rev
+}
+
+// WaitRevision returns once the cache reflects every etcd change up to
+// rev (a write's revision: its writer then reads what it wrote), or ctx
+// ends. The watch may carry nothing under the cache's prefix for a while,
+// so the cache asks etcd for a progress report, which says how far it is.
+func (c *Cache) WaitRevision(ctx context.Context, rev int64) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for asked := false; ; {
+		c.mu.RLock()
+		cur, ch := c.rev, c.revCh
+		c.mu.RUnlock()
+		if cur >= rev {
+			return nil
+		}
+		if !asked {
+			asked = true
+			// The cache's watch runs on the stream of contexts that
+			// require a leader; a progress request goes to that stream.
+			if err := c.store.cli.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil {
+				return fmt.Errorf("cache: request watch progress: %w", err)
+			}
+		}
+		select {
+		case <-ch:
+		case <-tick.C:
+			asked = false
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func (c *Cache) follow(ctx context.Context, rev int64) error {
@@ -144,6 +198,14 @@ func (c *Cache) follow(ctx context.Context, rev int64) error {
 			for _, g := range c.applyLocked(string(ev.Kv.Key), ev.Kv.Value, ev.Type == clientv3.EventTypeDelete) {
 				groups[g] = struct{}{}
 			}
+		}
+		// A progress report says every change up to its header's revision
+		// was delivered; a batch of events, only up to its last event (the
+		// header may run ahead while the watch catches up).
+		if resp.IsProgressNotify() {
+			c.advanceLocked(resp.Header.Revision)
+		} else if n := len(resp.Events); n > 0 {
+			c.advanceLocked(resp.Events[n-1].Kv.ModRevision)
 		}
 		for _, b := range c.contexts {
 			b.resolve() // cheap unless a manifest's chunks just arrived

@@ -156,5 +156,9 @@ func (s *Store) ClusterStates(ctx context.Context) (map[ClusterRef]ClusterState,
 // every context lifecycle change.
 func (s *Store) StatusPrefix() string { return s.prefix + "/status/" }
 
+// Prefix is the prefix of every key the store writes (no trailing '/'):
+// others keep their own keys beside it (rsync's action records).
+func (s *Store) Prefix() string { return s.prefix }
+
 // Client exposes the etcd client for watches.
 func (s *Store) Client() *clientv3.Client { return s.cli }

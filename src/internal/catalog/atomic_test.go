@@ -288,6 +288,8 @@ func TestContentChunksAndGenerations(t *testing.T) {
 	if rec, err := c.Recover(ctx, time.Now()); err != nil || rec.Orphans != 0 {
 		t.Fatalf("recover touched a legacy file: %+v, %v", rec, err)
 	}
+	reindex(t, ctx, c) // written behind the catalogue's back, as before the index
+
 	if b, err := apps.GetContent(ctx, Key{"p", "old"}); err != nil || string(b) != "legacy" {
 		t.Fatalf("legacy content: %q, %v", b, err)
 	}
@@ -336,5 +338,16 @@ func TestStaleMarkersAreTakenOver(t *testing.T) {
 	}
 	if err := projects.Delete(ctx, Key{"p"}); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "still has") {
 		t.Fatalf("delete over a dead mark: %v, want 409 for its apps", err)
+	}
+}
+
+// reindex reconciles an indexed catalogue's index with MongoDB, as a
+// start-up does, after a test wrote to MongoDB directly.
+func reindex(t *testing.T, ctx context.Context, c *Catalog) {
+	t.Helper()
+	if x := c.index(); x != nil {
+		if _, err := c.UseIndex(ctx, x.cli, strings.TrimSuffix(x.prefix, "/catalog/")); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -25,25 +26,11 @@ type Catalog struct {
 	// older than it belong to no live process (see takeOver).
 	mu          sync.Mutex
 	staleBefore time.Time
-}
-
-// notDeletingNow matches objects no live delete is working on: unmarked,
-// or marked by a process that is gone.
-func (c *Catalog) notDeletingNow() bson.E {
-	c.mu.Lock()
-	before := c.staleBefore
-	c.mu.Unlock()
-	if before.IsZero() {
-		return notDeleting
-	}
-	return bson.E{Key: "$or", Value: bson.A{bson.D{notDeleting}, bson.D{{Key: fieldDeleting, Value: bson.D{{Key: "$lt", Value: before}}}}}}
-}
-
-// stale reports whether a marker set at t belongs to no live process.
-func (c *Catalog) stale(t time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return !c.staleBefore.IsZero() && t.Before(c.staleBefore)
+	// idx, once UseIndex ran, serves reads; nil reads MongoDB alone.
+	idx *index
+	// owner signs this process's markers (see Owner); nil judges them by
+	// staleBefore alone.
+	owner *Owner
 }
 
 // New prepares the collections of the given kinds (unique key indexes) and
@@ -143,23 +130,44 @@ func (r *Resource[S]) checkKey(key Key) {
 // parentAlive returns NotFound when the parent object is missing (or still
 // being created) and Conflict while it is being deleted.
 func (r *Resource[S]) parentAlive(ctx context.Context, parent Key) error {
-	p := r.kind.Parent
-	if p == nil {
-		return nil
-	}
-	var doc bson.Raw
-	err := r.cat.db.Collection(p.Collection).FindOne(ctx, append(keyFilter(p, parent), notPending),
-		options.FindOne().SetProjection(bson.D{{Key: fieldDeleting, Value: 1}})).Decode(&doc)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return errdefs.NotFound("%s not found", p.describe(parent))
-	}
-	if err != nil {
-		return fmt.Errorf("look up %s: %w", p.describe(parent), err)
-	}
-	if since, deleting := doc.Lookup(fieldDeleting).TimeOK(); deleting && !r.cat.stale(since) {
-		return errdefs.Conflict("%s is being deleted", p.describe(parent))
+	if p := r.kind.Parent; p != nil {
+		return r.cat.alive(ctx, p, parent)
 	}
 	return nil
+}
+
+// alive returns nil while an object exists, is complete and no live
+// delete works on it; NotFound or Conflict otherwise.
+func (c *Catalog) alive(ctx context.Context, k *Kind, key Key) error {
+	doc, err := c.lookup(ctx, k, key, bson.D{{Key: fieldDeleting, Value: 1}, {Key: fieldDeletingBy, Value: 1}})
+	if err != nil {
+		return err
+	}
+	if marked, stale := c.staleDoc(ctx, doc, fieldDeleting, fieldDeletingBy); marked && !stale {
+		return errdefs.Conflict("%s is being deleted", k.describe(key))
+	}
+	return nil
+}
+
+// lookup returns a visible object's document, from the index when there
+// is one (whole) or from MongoDB (projected); NotFound when absent.
+func (c *Catalog) lookup(ctx context.Context, k *Kind, key Key, projection bson.D) (bson.Raw, error) {
+	if x := c.index(); x != nil {
+		doc, _, err := x.read(ctx, k, key)
+		if err == nil && doc == nil {
+			err = errdefs.NotFound("%s not found", k.describe(key))
+		}
+		return doc, err
+	}
+	var doc bson.Raw
+	err := c.db.Collection(k.Collection).FindOne(ctx, append(keyFilter(k, key), notPending), options.FindOne().SetProjection(projection)).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, errdefs.NotFound("%s not found", k.describe(key))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up %s: %w", k.describe(key), err)
+	}
+	return doc, nil
 }
 
 // parentExists returns NotFound when the parent object is missing; a parent
@@ -168,6 +176,10 @@ func (r *Resource[S]) parentExists(ctx context.Context, parent Key) error {
 	p := r.kind.Parent
 	if p == nil {
 		return nil
+	}
+	if r.cat.index() != nil {
+		_, err := r.cat.lookup(ctx, p, parent, nil)
+		return err
 	}
 	n, err := r.cat.db.Collection(p.Collection).CountDocuments(ctx, append(keyFilter(p, parent), notPending), options.Count().SetLimit(1))
 	if err != nil {
@@ -203,12 +215,20 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 	if err := r.parentAlive(ctx, parent); err != nil {
 		return err
 	}
+	x := r.cat.index()
+	var rev int64 // the entry's revision before the insert
+	if x != nil {
+		var err error
+		if _, rev, err = x.read(ctx, r.kind, key); err != nil {
+			return err
+		}
+	}
 	doc := r.document(key, obj)
 	var intent time.Time
 	if content != nil {
 		// Millisecond precision, as stored, so the intent matches itself.
 		intent = time.Now().UTC().Truncate(time.Millisecond)
-		doc = append(doc, bson.E{Key: fieldPending, Value: intent})
+		doc = append(doc, r.cat.markerFields(fieldPending, fieldPendingBy, intent)...)
 	}
 	ins, err := r.coll.InsertOne(ctx, doc)
 	if mongo.IsDuplicateKeyError(err) && r.takeOver(ctx, key) {
@@ -239,6 +259,9 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 		return undo(err)
 	}
 	if content == nil {
+		if x != nil {
+			return r.indexDoc(ctx, x, key, rev, r.document(key, obj))
+		}
 		return nil
 	}
 	if err := r.writeContent(ctx, key, intent, content); err != nil {
@@ -246,7 +269,7 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 	}
 	// One write makes the object visible and points it at its content.
 	res, err := r.coll.UpdateOne(ctx, append(mine, bson.E{Key: fieldPending, Value: intent}), bson.D{
-		{Key: "$unset", Value: bson.D{{Key: fieldPending, Value: ""}}},
+		{Key: "$unset", Value: bson.D{{Key: fieldPending, Value: ""}, {Key: fieldPendingBy, Value: ""}}},
 		{Key: "$set", Value: bson.D{{Key: fieldContentGen, Value: intent}, {Key: fieldContentSize, Value: int64(len(content))}}}})
 	if err != nil {
 		return undo(fmt.Errorf("create %s: %w", r.kind.describe(key), err))
@@ -254,7 +277,45 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 	if res.MatchedCount == 0 { // swept meanwhile: the content goes too
 		return undo(errdefs.Conflict("%s was removed while it was being created", r.kind.describe(key)))
 	}
+	if x != nil {
+		return r.indexDoc(ctx, x, key, rev, append(r.document(key, obj),
+			bson.E{Key: fieldContentGen, Value: intent}, bson.E{Key: fieldContentSize, Value: int64(len(content))}))
+	}
 	return nil
+}
+
+// indexDoc writes a document as the object's index entry (see index).
+func (r *Resource[S]) indexDoc(ctx context.Context, x *index, key Key, rev int64, doc bson.D) error {
+	data, err := bson.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	return r.cat.write(ctx, x, r.kind, key, rev, data)
+}
+
+// entry reads the object's index entry (and its revision) before a write;
+// nil index when the catalogue has none.
+func (r *Resource[S]) entry(ctx context.Context, key Key) (*index, bson.Raw, int64, error) {
+	x := r.cat.index()
+	if x == nil {
+		return nil, nil, 0, nil
+	}
+	prev, rev, err := x.read(ctx, r.kind, key)
+	return x, prev, rev, err
+}
+
+// indexUpdate sets fields of the object's index entry as read (prev, at
+// rev) before a MongoDB write; without one, the entry is copied from
+// MongoDB.
+func (r *Resource[S]) indexUpdate(ctx context.Context, x *index, key Key, prev bson.Raw, rev int64, set bson.D) error {
+	if prev == nil {
+		return r.cat.refresh(ctx, x, r.kind, key)
+	}
+	data, err := withFields(prev, set)
+	if err != nil {
+		return err
+	}
+	return r.cat.write(ctx, x, r.kind, key, rev, data)
 }
 
 // takeOver removes the intent a dead process left under key, if that is
@@ -264,12 +325,12 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 func (r *Resource[S]) takeOver(ctx context.Context, key Key) bool {
 	var doc bson.Raw
 	err := r.coll.FindOne(ctx, append(r.filter(key), bson.E{Key: fieldPending, Value: bson.D{{Key: "$exists", Value: true}}}),
-		options.FindOne().SetProjection(bson.D{{Key: fieldPending, Value: 1}})).Decode(&doc)
+		options.FindOne().SetProjection(bson.D{{Key: fieldPending, Value: 1}, {Key: fieldPendingBy, Value: 1}})).Decode(&doc)
 	if err != nil {
 		return false
 	}
-	since, ok := doc.Lookup(fieldPending).TimeOK()
-	if !ok || !r.cat.stale(since) {
+	since, _ := doc.Lookup(fieldPending).TimeOK()
+	if marked, stale := r.cat.staleDoc(ctx, doc, fieldPending, fieldPendingBy); !marked || !stale {
 		return false
 	}
 	res, err := r.coll.DeleteOne(ctx, append(r.filter(key), bson.E{Key: fieldPending, Value: since}))
@@ -291,6 +352,10 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 	// the object carries besides its metadata and spec (its content).
 	// The key fields are set explicitly: a FerretDB upsert does not copy
 	// them from the filter.
+	x, prev, rev, err := r.entry(ctx, key)
+	if err != nil {
+		return false, err
+	}
 	set := append(r.filter(key), bson.E{Key: "metadata", Value: obj.Metadata}, bson.E{Key: "spec", Value: obj.Spec})
 	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}}, options.Update().SetUpsert(true))
 	if mongo.IsDuplicateKeyError(err) {
@@ -301,7 +366,15 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 	if err != nil {
 		return false, fmt.Errorf("put %s: %w", r.kind.describe(key), err)
 	}
-	return res.UpsertedCount > 0, nil
+	created = res.UpsertedCount > 0
+	if x != nil {
+		if created {
+			err = r.indexDoc(ctx, x, key, rev, set)
+		} else {
+			err = r.indexUpdate(ctx, x, key, prev, rev, bson.D{{Key: "metadata", Value: obj.Metadata}, {Key: "spec", Value: obj.Spec}})
+		}
+	}
+	return created, err
 }
 
 // Replace replaces an existing object; unlike Put it never creates one,
@@ -310,6 +383,10 @@ func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) error
 	r.checkKey(key)
 	// $set, not a whole-document replace: the object keeps its content and
 	// markers; a pending object is absent and one being deleted stays so.
+	x, prev, rev, err := r.entry(ctx, key)
+	if err != nil {
+		return err
+	}
 	set := bson.D{{Key: "metadata", Value: obj.Metadata}, {Key: "spec", Value: obj.Spec}}
 	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}})
 	if err != nil {
@@ -318,6 +395,9 @@ func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) error
 	if res.MatchedCount == 0 {
 		return errdefs.NotFound("%s not found", r.kind.describe(key))
 	}
+	if x != nil {
+		return r.indexUpdate(ctx, x, key, prev, rev, set)
+	}
 	return nil
 }
 
@@ -325,6 +405,19 @@ func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) error
 func (r *Resource[S]) Get(ctx context.Context, key Key) (Object[S], error) {
 	r.checkKey(key)
 	var obj Object[S]
+	if x := r.cat.index(); x != nil {
+		doc, _, err := x.read(ctx, r.kind, key)
+		if err != nil {
+			return obj, err
+		}
+		if doc == nil {
+			return obj, errdefs.NotFound("%s not found", r.kind.describe(key))
+		}
+		if err := bson.Unmarshal(doc, &obj); err != nil {
+			return obj, fmt.Errorf("get %s: %w", r.kind.describe(key), err)
+		}
+		return obj, nil
+	}
 	err := r.coll.FindOne(ctx, r.visible(key)).Decode(&obj)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return obj, errdefs.NotFound("%s not found", r.kind.describe(key))
@@ -340,6 +433,10 @@ func (r *Resource[S]) Get(ctx context.Context, key Key) (Object[S], error) {
 func (r *Resource[S]) List(ctx context.Context, parent Key) ([]Object[S], error) {
 	if len(parent) != len(r.kind.KeyFields())-len(r.kind.OwnFields()) {
 		panic(fmt.Sprintf("catalog: parent key %v does not fit kind %s", parent, r.kind.Name))
+	}
+	if r.cat.index() != nil {
+		page, err := r.ListPage(ctx, parent, "", 0)
+		return page.Items, err
 	}
 	if err := r.parentExists(ctx, parent); err != nil {
 		return nil, err
@@ -368,23 +465,28 @@ func (r *Resource[S]) List(ctx context.Context, parent Key) ([]Object[S], error)
 func (r *Resource[S]) Delete(ctx context.Context, key Key, before ...func(context.Context) error) error {
 	r.checkKey(key)
 	mark := time.Now().UTC().Truncate(time.Millisecond)
-	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), r.cat.notDeletingNow()), bson.D{{Key: "$set", Value: bson.D{{Key: fieldDeleting, Value: mark}}}})
-	if err != nil {
-		return fmt.Errorf("delete %s: %w", r.kind.describe(key), err)
+	if err := r.markDeleting(ctx, key, mark); err != nil {
+		return err
 	}
-	if res.MatchedCount == 0 {
-		if _, err := r.Get(ctx, key); err != nil {
-			return err
+	// The index follows each step from MongoDB: deletes are rare, and the
+	// mark is what creates of children check.
+	x := r.cat.index()
+	reindex := func(ctx context.Context) error {
+		if x == nil {
+			return nil
 		}
-		return errdefs.Conflict("%s is already being deleted", r.kind.describe(key))
+		return r.cat.refresh(ctx, x, r.kind, key)
 	}
 	abort := func(cause error) error {
 		_, err := r.coll.UpdateOne(context.WithoutCancel(ctx), append(r.filter(key), bson.E{Key: fieldDeleting, Value: mark}),
-			bson.D{{Key: "$unset", Value: bson.D{{Key: fieldDeleting, Value: ""}}}})
+			bson.D{{Key: "$unset", Value: bson.D{{Key: fieldDeleting, Value: ""}, {Key: fieldDeletingBy, Value: ""}}}})
 		if err != nil {
 			return errors.Join(cause, fmt.Errorf("unmark %s: %w", r.kind.describe(key), err))
 		}
-		return cause
+		return errors.Join(cause, reindex(context.WithoutCancel(ctx)))
+	}
+	if err := reindex(ctx); err != nil {
+		return abort(err)
 	}
 	for _, f := range before {
 		if err := f(ctx); err != nil {
@@ -415,6 +517,9 @@ func (r *Resource[S]) Delete(ctx context.Context, key Key, before ...func(contex
 	if _, err := r.coll.DeleteOne(ctx, append(r.filter(key), bson.E{Key: fieldDeleting, Value: mark})); err != nil {
 		return abort(fmt.Errorf("delete %s: %w", r.kind.describe(key), err))
 	}
+	if err := reindex(ctx); err != nil {
+		return err
+	}
 	// From here on the object is gone for readers; a crash leaves at most
 	// content without its object, which Recover removes.
 	if _, err := r.contents().DeleteMany(ctx, r.filter(key)); err != nil {
@@ -425,13 +530,53 @@ func (r *Resource[S]) Delete(ctx context.Context, key Key, before ...func(contex
 	return r.deleteCascading(ctx, key, cascade)
 }
 
+// markDeleting marks an object as being deleted (at mark, by this
+// process); a mark another process left and that is stale (see Owner) is
+// replaced, one that is live refuses the delete.
+func (r *Resource[S]) markDeleting(ctx context.Context, key Key, mark time.Time) error {
+	set := bson.D{{Key: "$set", Value: r.cat.markerFields(fieldDeleting, fieldDeletingBy, mark)}}
+	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), set)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", r.kind.describe(key), err)
+	}
+	if res.MatchedCount == 1 {
+		return nil
+	}
+	var doc bson.Raw
+	err = r.coll.FindOne(ctx, r.visible(key), options.FindOne().SetProjection(bson.D{{Key: fieldDeleting, Value: 1}, {Key: fieldDeletingBy, Value: 1}})).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return errdefs.NotFound("%s not found", r.kind.describe(key))
+	}
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", r.kind.describe(key), err)
+	}
+	if marked, stale := r.cat.staleDoc(ctx, doc, fieldDeleting, fieldDeletingBy); marked && stale {
+		old, _ := doc.Lookup(fieldDeleting).TimeOK()
+		// Only that mark: another delete taking it over meanwhile wins.
+		res, err := r.coll.UpdateOne(ctx, append(r.visible(key), bson.E{Key: fieldDeleting, Value: old}), set)
+		if err != nil {
+			return fmt.Errorf("delete %s: %w", r.kind.describe(key), err)
+		}
+		if res.MatchedCount == 1 {
+			return nil
+		}
+	}
+	return errdefs.Conflict("%s is already being deleted", r.kind.describe(key))
+}
+
 // deleteCascading deletes the children of the given kinds under key, and
 // their uploaded contents.
 func (r *Resource[S]) deleteCascading(ctx context.Context, key Key, kinds []*Kind) error {
+	x := r.cat.index()
 	for _, child := range kinds {
 		for _, coll := range []string{child.Collection, child.Collection + "_content"} {
 			if _, err := r.cat.db.Collection(coll).DeleteMany(ctx, r.filter(key)); err != nil {
 				return fmt.Errorf("delete %s: delete its %ss: %w", r.kind.describe(key), child.Name, err)
+			}
+		}
+		if x != nil {
+			if _, err := x.cli.Delete(ctx, x.children(child, key), clientv3.WithPrefix()); err != nil {
+				return errdefs.Unavailable(err, "delete %s: unindex its %ss", r.kind.describe(key), child.Name)
 			}
 		}
 	}
@@ -444,18 +589,7 @@ func (r *Resource[S]) deleteCascading(ctx context.Context, key Key, kinds []*Kin
 // concurrent delete either sees the work or the work sees the delete.
 func (r *Resource[S]) Alive(ctx context.Context, key Key) error {
 	r.checkKey(key)
-	var doc bson.Raw
-	err := r.coll.FindOne(ctx, r.visible(key), options.FindOne().SetProjection(bson.D{{Key: fieldDeleting, Value: 1}})).Decode(&doc)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return errdefs.NotFound("%s not found", r.kind.describe(key))
-	}
-	if err != nil {
-		return fmt.Errorf("look up %s: %w", r.kind.describe(key), err)
-	}
-	if since, deleting := doc.Lookup(fieldDeleting).TimeOK(); deleting && !r.cat.stale(since) {
-		return errdefs.Conflict("%s is being deleted", r.kind.describe(key))
-	}
-	return nil
+	return r.cat.alive(ctx, r.kind, key)
 }
 
 // Describe renders a key for messages.

@@ -24,13 +24,20 @@ var testApps = &Kind{Name: "test app", Collection: "testapps", Parent: Projects}
 
 func newCatalog(t *testing.T) (*Catalog, context.Context) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	c, err := New(ctx, env.Database(t), Projects, testApps)
-	if err != nil {
-		t.Fatal(err)
+	return newCatalogOf(t, Projects, testApps)
+}
+
+// TestWithIndex runs the catalogue's tests again with the etcd index on:
+// every guarantee holds the same way.
+func TestWithIndex(t *testing.T) {
+	for name, f := range map[string]func(*testing.T){
+		"CRUD": TestCRUD, "Hierarchy": TestHierarchy, "V1Cascade": TestV1CascadeAndJSONValues,
+		"CreateWithContent": TestCreateWithContentIsAtomicForReaders, "DeleteMarksFirst": TestDeleteMarksFirst,
+		"ChildrenDuringDelete": TestChildrenCreatedDuringParentDelete, "Content": TestContentChunksAndGenerations,
+		"StaleMarkers": TestStaleMarkersAreTakenOver,
+	} {
+		t.Run(name+"/indexed", f)
 	}
-	return c, ctx
 }
 
 func project(name string) Object[Empty] {
@@ -149,12 +156,7 @@ func TestValidateName(t *testing.T) {
 // A definition's profiles and their uploaded contents go with it; values
 // whose keys hold dots are stored as JSON text and come back intact.
 func TestV1CascadeAndJSONValues(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := New(ctx, env.Database(t), V1Kinds()...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ctx := newCatalogOf(t, V1Kinds()...)
 	defs := For[RBDefinitionSpec](c, RBDefinitions)
 	profiles := For[RBProfileSpec](c, RBProfiles)
 	def := Key{"rb", "v1"}

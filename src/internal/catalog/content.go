@@ -57,6 +57,10 @@ func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) erro
 	if err := r.Alive(ctx, key); err != nil {
 		return err
 	}
+	x, prev, rev, err := r.entry(ctx, key)
+	if err != nil {
+		return err
+	}
 	gen := time.Now().UTC().Truncate(time.Millisecond)
 	if err := r.writeContent(ctx, key, gen, data); err != nil {
 		_ = r.dropContent(context.WithoutCancel(ctx), key, gen)
@@ -73,6 +77,11 @@ func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) erro
 	}
 	// Earlier generations (and a file stored before content was chunked)
 	// are unreachable now; a crash here leaves them to Recover.
+	if x != nil {
+		if err := r.indexUpdate(ctx, x, key, prev, rev, bson.D{{Key: fieldContentGen, Value: gen}, {Key: fieldContentSize, Value: int64(len(data))}}); err != nil {
+			return err
+		}
+	}
 	if _, err := r.contents().DeleteMany(ctx, append(r.filter(key), bson.E{Key: "gen", Value: bson.D{{Key: "$ne", Value: gen}}})); err != nil {
 		return fmt.Errorf("store content of %s: drop the previous one: %w", r.kind.describe(key), err)
 	}
@@ -87,16 +96,52 @@ func (r *Resource[S]) GetContent(ctx context.Context, key Key) ([]byte, error) {
 		Gen  *time.Time `bson:"contentGen"`
 		Size int64      `bson:"contentSize"`
 	}
-	err := r.coll.FindOne(ctx, r.visible(key), options.FindOne().SetProjection(bson.D{{Key: fieldContentGen, Value: 1}, {Key: fieldContentSize, Value: 1}})).Decode(&obj)
+	var err error
+	x := r.cat.index()
+	if x != nil {
+		var doc bson.Raw
+		if doc, _, err = x.read(ctx, r.kind, key); err == nil {
+			if doc == nil {
+				err = mongo.ErrNoDocuments
+			} else {
+				err = bson.Unmarshal(doc, &obj)
+			}
+		}
+	} else {
+		err = r.coll.FindOne(ctx, r.visible(key), options.FindOne().SetProjection(bson.D{{Key: fieldContentGen, Value: 1}, {Key: fieldContentSize, Value: 1}})).Decode(&obj)
+	}
+	if err == nil && x != nil {
+		data, cerr := r.readContent(ctx, key, obj.Gen, obj.Size)
+		if cerr == nil {
+			return data, nil
+		}
+		// The index names a generation MongoDB no longer has (the content
+		// was replaced behind this catalogue's back): read MongoDB's, and
+		// bring the entry up to date.
+		if rerr := r.cat.refresh(ctx, x, r.kind, key); rerr != nil {
+			return nil, errors.Join(cerr, rerr)
+		}
+		err = r.coll.FindOne(ctx, r.visible(key), options.FindOne().SetProjection(bson.D{{Key: fieldContentGen, Value: 1}, {Key: fieldContentSize, Value: 1}})).Decode(&obj)
+	}
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, errdefs.NotFound("%s not found", r.kind.describe(key))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get content of %s: %w", r.kind.describe(key), err)
 	}
-	if obj.Gen == nil {
+	return r.readContent(ctx, key, obj.Gen, obj.Size)
+}
+
+// readContent reads generation gen of the object's content, of size
+// bytes; a nil gen is a file stored whole, before chunks.
+func (r *Resource[S]) readContent(ctx context.Context, key Key, gen *time.Time, size int64) ([]byte, error) {
+	if gen == nil {
 		return r.legacyContent(ctx, key)
 	}
+	obj := struct {
+		Gen  *time.Time
+		Size int64
+	}{gen, size}
 	cur, err := r.contents().Find(ctx, append(r.filter(key), bson.E{Key: "gen", Value: *obj.Gen}), options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("get content of %s: %w", r.kind.describe(key), err)

@@ -115,15 +115,30 @@ func (c *Catalog) GetState(ctx context.Context, group string) (DIGState, error) 
 
 // getState also reports whether the state document exists yet.
 func (c *Catalog) getState(ctx context.Context, group string) (DIGState, bool, error) {
-	var st DIGState
-	err := c.digStates().FindOne(ctx, groupFilter(group)).Decode(&st)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return DIGState{Current: StateCreated, Actions: []StateAction{}}, false, nil
+	for attempt := 0; ; attempt++ {
+		raw, err := c.digStates().FindOne(ctx, groupFilter(group)).Raw()
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return DIGState{Current: StateCreated, Actions: []StateAction{}}, false, nil
+		}
+		if err != nil {
+			return DIGState{}, false, fmt.Errorf("read DIG state: %w", err)
+		}
+		var st DIGState
+		if err := bson.Unmarshal(raw, &st); err != nil {
+			return st, false, fmt.Errorf("read DIG state: %w", err)
+		}
+		// A lock for a delete whose process died (another replica's, see
+		// Owner) goes back at once, not at the next start-up.
+		if st.Current != StateDeleting || attempt > 0 {
+			return st, true, nil
+		}
+		if _, stale := c.staleDoc(ctx, raw, fieldDeleting, fieldDeletingBy); !stale {
+			return st, true, nil
+		}
+		if err := c.unlock(ctx, group); err != nil {
+			return st, true, err
+		}
 	}
-	if err != nil {
-		return st, false, fmt.Errorf("read DIG state: %w", err)
-	}
-	return st, true, nil
 }
 
 // TransitionDIG moves a DIG to next.State if its current state is one of
@@ -207,7 +222,8 @@ func (c *Catalog) LockForDelete(ctx context.Context, group, subject string, from
 		now := time.Now().UTC().Truncate(time.Millisecond)
 		if !exists {
 			doc := append(groupFilter(group), bson.E{Key: "current", Value: StateDeleting}, bson.E{Key: "actions", Value: []StateAction{}},
-				bson.E{Key: "contexts", Value: []string{}}, bson.E{Key: "deletingFrom", Value: cur.Current}, bson.E{Key: "deletingSince", Value: now})
+				bson.E{Key: "contexts", Value: []string{}}, bson.E{Key: "deletingFrom", Value: cur.Current})
+			doc = append(doc, c.markerFields(fieldDeleting, fieldDeletingBy, now)...)
 			if _, err := c.digStates().InsertOne(ctx, doc); mongo.IsDuplicateKeyError(err) {
 				continue
 			} else if err != nil {
@@ -216,8 +232,8 @@ func (c *Catalog) LockForDelete(ctx context.Context, group, subject string, from
 			return nil
 		}
 		filter := append(groupFilter(group), bson.E{Key: "current", Value: cur.Current}, bson.E{Key: "actions", Value: bson.D{{Key: "$size", Value: len(cur.Actions)}}})
-		res, err := c.digStates().UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: "current", Value: StateDeleting},
-			{Key: "deletingFrom", Value: cur.Current}, {Key: "deletingSince", Value: now}}}})
+		res, err := c.digStates().UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: append(bson.D{{Key: "current", Value: StateDeleting},
+			{Key: "deletingFrom", Value: cur.Current}}, c.markerFields(fieldDeleting, fieldDeletingBy, now)...)}})
 		if err != nil {
 			return fmt.Errorf("lock %s: %w", subject, err)
 		}
@@ -255,7 +271,7 @@ func (c *Catalog) unlock(ctx context.Context, group string) error {
 		return fmt.Errorf("unlock lifecycle: %w", err)
 	}
 	_, err := c.digStates().UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: "current", Value: doc.From}}},
-		{Key: "$unset", Value: bson.D{{Key: "deletingFrom", Value: ""}, {Key: "deletingSince", Value: ""}}}})
+		{Key: "$unset", Value: bson.D{{Key: "deletingFrom", Value: ""}, {Key: fieldDeleting, Value: ""}, {Key: fieldDeletingBy, Value: ""}}}})
 	if err != nil {
 		return fmt.Errorf("unlock lifecycle: %w", err)
 	}
@@ -263,15 +279,24 @@ func (c *Catalog) unlock(ctx context.Context, group string) error {
 }
 
 // unlockStale puts back the lifecycles a killed process left locked.
-func (c *Catalog) unlockStale(ctx context.Context, before time.Time) (int, error) {
-	cur, err := c.digStates().Find(ctx, bson.D{{Key: "current", Value: StateDeleting}, {Key: "deletingSince", Value: bson.D{{Key: "$lt", Value: before}}}})
+func (c *Catalog) unlockStale(ctx context.Context) (int, error) {
+	cur, err := c.digStates().Find(ctx, bson.D{{Key: "current", Value: StateDeleting}})
 	if err != nil {
 		return 0, fmt.Errorf("recover lifecycles: %w", err)
 	}
 	var docs []struct {
 		Group string `bson:"group"`
 	}
-	if err := cur.All(ctx, &docs); err != nil {
+	for cur.Next(ctx) {
+		if _, stale := c.staleDoc(ctx, cur.Current, fieldDeleting, fieldDeletingBy); stale {
+			g, _ := cur.Current.Lookup("group").StringValueOK()
+			docs = append(docs, struct {
+				Group string `bson:"group"`
+			}{g})
+		}
+	}
+	_ = cur.Close(context.WithoutCancel(ctx))
+	if err := cur.Err(); err != nil {
 		return 0, fmt.Errorf("recover lifecycles: %w", err)
 	}
 	digs := For[bson.Raw](c, DeploymentIntentGroups)

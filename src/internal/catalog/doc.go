@@ -7,6 +7,13 @@
 // without transactions (FerretDB has none). Create checks that the parent
 // exists; Delete refuses while child objects exist.
 //
+// With UseIndex, gets, list pages (ListPage) and parent checks are served
+// from an index in etcd that writers keep after MongoDB (index.go): FerretDB
+// v1 reads a whole collection for nearly every query, so the index keeps
+// them fast at any size. Markers (write-ahead intents, delete marks) are
+// signed with the replica and lease that set them (SetOwner), so replicas
+// sharing one catalogue never clear each other's work in flight.
+//
 //	cat, _ := catalog.New(ctx, db, catalog.Projects)
 //	projects := catalog.For[catalog.ProjectSpec](cat, catalog.Projects)
 //	err := projects.Create(ctx, catalog.Key{"p1"}, obj) // errdefs.ErrConflict on a duplicate

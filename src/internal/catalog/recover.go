@@ -40,28 +40,38 @@ func (c *Catalog) Recover(ctx context.Context, before time.Time) (Recovered, err
 	for _, k := range c.kinds {
 		coll := c.db.Collection(k.Collection)
 		contents := c.db.Collection(k.Collection + "_content")
-		stale := bson.D{{Key: fieldPending, Value: bson.D{{Key: "$lt", Value: before}}}}
-		keys, err := c.keysWhere(ctx, k, coll.Name(), stale)
+		pending, err := c.markedWhere(ctx, k, fieldPending, fieldPendingBy)
 		if err != nil {
 			return out, err
 		}
-		for _, key := range keys {
-			f := keyFilter(k, key)
-			if _, err := coll.DeleteOne(ctx, append(f, stale...)); err != nil {
-				return out, fmt.Errorf("recover %s: %w", k.describe(key), err)
+		for _, m := range pending {
+			f := keyFilter(k, m.key)
+			// Only that intent: one taken over meanwhile is another's.
+			res, err := coll.DeleteOne(ctx, append(f, bson.E{Key: fieldPending, Value: m.since}))
+			if err != nil {
+				return out, fmt.Errorf("recover %s: %w", k.describe(m.key), err)
 			}
-			if _, err := contents.DeleteMany(ctx, f); err != nil {
-				return out, fmt.Errorf("recover %s: %w", k.describe(key), err)
+			if res.DeletedCount == 0 {
+				continue
+			}
+			if _, err := contents.DeleteMany(ctx, append(f, bson.E{Key: "gen", Value: m.since})); err != nil {
+				return out, fmt.Errorf("recover %s: %w", k.describe(m.key), err)
 			}
 			out.Intents++
 		}
-		res, err := coll.UpdateMany(ctx, bson.D{{Key: fieldDeleting, Value: bson.D{{Key: "$lt", Value: before}}}},
-			bson.D{{Key: "$unset", Value: bson.D{{Key: fieldDeleting, Value: ""}}}})
+		deleting, err := c.markedWhere(ctx, k, fieldDeleting, fieldDeletingBy)
 		if err != nil {
-			return out, fmt.Errorf("recover %ss: %w", k.Name, err)
+			return out, err
 		}
-		out.Unmarked += int(res.ModifiedCount)
-		orphans, err := c.orphanChunks(ctx, k)
+		for _, m := range deleting {
+			res, err := coll.UpdateOne(ctx, append(keyFilter(k, m.key), bson.E{Key: fieldDeleting, Value: m.since}),
+				bson.D{{Key: "$unset", Value: bson.D{{Key: fieldDeleting, Value: ""}, {Key: fieldDeletingBy, Value: ""}}}})
+			if err != nil {
+				return out, fmt.Errorf("recover %s: %w", k.describe(m.key), err)
+			}
+			out.Unmarked += int(res.ModifiedCount)
+		}
+		orphans, err := c.orphanChunks(ctx, k, before)
 		if err != nil {
 			return out, err
 		}
@@ -72,42 +82,56 @@ func (c *Catalog) Recover(ctx context.Context, before time.Time) (Recovered, err
 			out.Orphans += len(orphans)
 		}
 	}
-	n, err := c.unlockStale(ctx, before)
+	n, err := c.unlockStale(ctx)
 	out.Lifecycles = n
 	return out, err
 }
 
-// keysWhere lists the keys of kind's documents in collection matching
-// filter, reading the key fields only (contents stay on disk).
-func (c *Catalog) keysWhere(ctx context.Context, k *Kind, collection string, filter bson.D) ([]Key, error) {
+// marked is a document's stale marker.
+type marked struct {
+	key   Key
+	since time.Time
+}
+
+// markedWhere lists kind's documents whose marker (sinceField, byField)
+// is stale (see Owner).
+func (c *Catalog) markedWhere(ctx context.Context, k *Kind, sinceField, byField string) ([]marked, error) {
 	fields := k.KeyFields()
-	proj := bson.D{}
+	proj := bson.D{{Key: sinceField, Value: 1}, {Key: byField, Value: 1}}
 	for _, f := range fields {
 		proj = append(proj, bson.E{Key: f, Value: 1})
 	}
-	cur, err := c.db.Collection(collection).Find(ctx, filter, options.Find().SetProjection(proj))
+	cur, err := c.db.Collection(k.Collection).Find(ctx, bson.D{{Key: sinceField, Value: bson.D{{Key: "$exists", Value: true}}}},
+		options.Find().SetProjection(proj))
 	if err != nil {
 		return nil, fmt.Errorf("recover %ss: %w", k.Name, err)
 	}
 	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
-	var keys []Key
+	var out []marked
 	for cur.Next(ctx) {
+		if _, stale := c.staleDoc(ctx, cur.Current, sinceField, byField); !stale {
+			continue
+		}
 		key := make(Key, len(fields))
 		for i, f := range fields {
 			key[i], _ = cur.Current.Lookup(f).StringValueOK()
 		}
-		keys = append(keys, key)
+		since, _ := cur.Current.Lookup(sinceField).TimeOK()
+		out = append(out, marked{key: key, since: since})
 	}
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("recover %ss: %w", k.Name, err)
 	}
-	return keys, nil
+	return out, nil
 }
 
 // orphanChunks lists the content documents of kind that no object points
 // at: its object is gone, or names another generation (an interrupted
 // replacement), or is pending with another one.
-func (c *Catalog) orphanChunks(ctx context.Context, k *Kind) ([]any, error) {
+//
+// Only generations older than before: a write in flight on another
+// replica stores its chunks before its object names them.
+func (c *Catalog) orphanChunks(ctx context.Context, k *Kind, before time.Time) ([]any, error) {
 	fields := k.KeyFields()
 	proj := bson.D{{Key: fieldContentGen, Value: 1}, {Key: fieldPending, Value: 1}}
 	for _, f := range fields {
@@ -156,7 +180,8 @@ func (c *Catalog) orphanChunks(ctx context.Context, k *Kind) ([]any, error) {
 		o, ok := owners[keyOf(cur.Current)]
 		gen, chunked := cur.Current.Lookup("gen").TimeOK()
 		keep := ok && (chunked && (o.gen != nil && o.gen.Equal(gen) || o.pending != nil && o.pending.Equal(gen)) ||
-			!chunked && o.gen == nil) // stored whole, before chunks
+			!chunked && o.gen == nil) || // stored whole, before chunks
+			chunked && !gen.Before(before)
 		if !keep {
 			orphans = append(orphans, cur.Current.Lookup("_id"))
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +99,8 @@ func TestStringMapRefusesOtherShapes(t *testing.T) {
 	}
 }
 
+// newCatalogOf returns a catalogue of the kinds in a fresh database, with
+// its etcd index on when the test runs under TestWithIndex.
 func newCatalogOf(t *testing.T, kinds ...*Kind) (*Catalog, context.Context) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -105,6 +108,11 @@ func newCatalogOf(t *testing.T, kinds ...*Kind) (*Catalog, context.Context) {
 	c, err := New(ctx, env.Database(t), kinds...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if strings.HasSuffix(t.Name(), "/indexed") {
+		if _, err := c.UseIndex(ctx, env.Etcd.Client, env.EtcdPrefix()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return c, ctx
 }

@@ -119,7 +119,10 @@ func (s *Service) RollbackConfig(ctx context.Context, id, name, version, tag str
 // RemoveConfig deletes a config, its history and its resources
 // (k8splugin's DELETE .../config/{name}).
 func (s *Service) RemoveConfig(ctx context.Context, id, name string) error {
-	unlock := s.lockInstance(id)
+	unlock, err := s.lockInstance(ctx, id)
+	if err != nil {
+		return err
+	}
 	defer unlock()
 	inst, configs, cur, err := s.configState(ctx, id, name)
 	if err != nil {
@@ -152,7 +155,10 @@ func (s *Service) TagConfig(ctx context.Context, id, name, tag string) (catalog.
 	if err := catalog.ValidateName("tag", tag); err != nil {
 		return catalog.ConfigTag{}, err
 	}
-	unlock := s.lockInstance(id)
+	unlock, err := s.lockInstance(ctx, id)
+	if err != nil {
+		return catalog.ConfigTag{}, err
+	}
 	defer unlock()
 	_, _, cur, err := s.configState(ctx, id, name)
 	if err != nil {
@@ -178,7 +184,10 @@ func (s *Service) TagConfig(ctx context.Context, id, name, tag string) (catalog.
 // one) and re-renders the instance with it; the record is written only if
 // rendering and recording the update succeed.
 func (s *Service) changeConfig(ctx context.Context, id, name string, change func(cur *catalog.InstanceConfigSpec, exists bool) error) (ConfigResult, error) {
-	unlock := s.lockInstance(id)
+	unlock, err := s.lockInstance(ctx, id)
+	if err != nil {
+		return ConfigResult{}, err
+	}
 	defer unlock()
 	inst, configs, cur, err := s.configState(ctx, id, name)
 	if err != nil {

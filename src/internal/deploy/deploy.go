@@ -66,6 +66,16 @@ type Options struct {
 	// RevisionLimit is how many revisions each DIG's context keeps for
 	// rollback; 0 means appcontext.DefaultRevisionLimit.
 	RevisionLimit int
+	// Locks, when set, serialises the changes to one DIG or v1 instance
+	// across every process sharing the stores (ownership.Set), as the
+	// process-local lock does within this one; nil: this process is alone.
+	Locks Locker
+}
+
+// Locker takes a lock shared with the other replicas and returns its
+// release.
+type Locker interface {
+	Lock(ctx context.Context, name string) (func(), error)
 }
 
 // Service runs DIG and logical cloud lifecycle actions and v1 instance actions.
@@ -215,7 +225,10 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 // say): that action is cancelled first. It returns the new revision
 // number, which EMCO's update answers with.
 func (s *Service) Update(ctx context.Context, dig catalog.Key) (int64, error) {
-	unlock := s.lockInstance(Group(dig))
+	unlock, err := s.lockInstance(ctx, Group(dig))
+	if err != nil {
+		return 0, err
+	}
 	defer unlock()
 	obj, err := s.digExists(ctx, dig)
 	if err != nil {

@@ -230,7 +230,10 @@ func (s *Service) CreateInstance(ctx context.Context, req catalog.InstanceReques
 // the difference in place, under the same context and labels. As in
 // k8splugin, the instance's configs are dropped, their resources with them.
 func (s *Service) UpgradeInstance(ctx context.Context, id string, req catalog.InstanceRequest) (catalog.InstanceSpec, error) {
-	unlock := s.lockInstance(id)
+	unlock, err := s.lockInstance(ctx, id)
+	if err != nil {
+		return catalog.InstanceSpec{}, err
+	}
 	defer unlock()
 	cur, err := s.instances().Get(ctx, catalog.Key{id})
 	if err != nil {
@@ -324,7 +327,10 @@ func (s *Service) waitIdle(ctx context.Context, id string) error {
 // Like k8splugin, which deletes the resources before it answers, it waits
 // for rsync to finish, up to DeleteWait; deletion goes on after that.
 func (s *Service) DeleteInstance(ctx context.Context, id string) error {
-	unlock := s.lockInstance(id)
+	unlock, err := s.lockInstance(ctx, id)
+	if err != nil {
+		return err
+	}
 	defer unlock()
 	// The instance is marked first, so a create still in flight sees the
 	// delete and terminates its own context (CreateInstance).
@@ -398,9 +404,11 @@ func (s *Service) GetFullInstance(ctx context.Context, id string) (FullInstance,
 	return out, nil
 }
 
-// lockInstance serialises the changes to one instance (upgrade, configs,
-// delete), which read, render and write it back.
-func (s *Service) lockInstance(id string) func() {
+// lockInstance serialises the changes to one instance or DIG (upgrade,
+// configs, delete; update, rollback, migrate), which read, render and
+// write it back: in this process, then, with Options.Locks, across the
+// replicas (a request may reach any of them).
+func (s *Service) lockInstance(ctx context.Context, id string) (func(), error) {
 	s.mu.Lock()
 	l := s.locks[id]
 	if l == nil {
@@ -410,7 +418,7 @@ func (s *Service) lockInstance(id string) func() {
 	l.users++
 	s.mu.Unlock()
 	l.Lock()
-	return func() {
+	local := func() {
 		l.Unlock()
 		s.mu.Lock()
 		if l.users--; l.users == 0 {
@@ -418,6 +426,18 @@ func (s *Service) lockInstance(id string) func() {
 		}
 		s.mu.Unlock()
 	}
+	if s.opts.Locks == nil {
+		return local, nil
+	}
+	shared, err := s.opts.Locks.Lock(ctx, id)
+	if err != nil {
+		local()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, errdefs.Unavailable(err, "cannot serialise the change with the other replicas")
+	}
+	return func() { shared(); local() }, nil
 }
 
 func firstOf(values ...string) string {

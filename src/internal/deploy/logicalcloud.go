@@ -505,32 +505,55 @@ func (s *Service) ResumeClouds(ctx context.Context) error {
 		return nil
 	}
 	return catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).Each(ctx, func(key catalog.Key, lc catalog.Object[catalog.LogicalCloudSpec]) error {
-		if !logicalcloud.Standard(lc.Spec) {
-			return nil
-		}
-		st, err := s.CloudStatus(ctx, key)
-		if err != nil {
-			return err
-		}
-		if st.ContextStatus == "" || st.ContextStatus == appcontext.Terminated || st.ContextStatus == appcontext.Terminating ||
-			(st.Lifecycle.Current != catalog.StateInstantiated && st.Lifecycle.Current != catalog.StateUpdated) {
-			return nil
-		}
-		data, err := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).GetContent(ctx, key)
-		if err != nil {
-			return err
-		}
-		sec, err := logicalcloud.DecodeSecrets(data)
-		if err != nil {
-			return err
-		}
-		var pending []catalog.Object[catalog.ClusterReferenceSpec]
-		for _, r := range st.References {
-			if r.Spec.Certificate == "" && r.Spec.CertificateError == "" {
-				pending = append(pending, r)
-			}
-		}
-		s.issue(key, lc.Spec, pending, sec)
-		return nil
+		return s.resumeCloud(ctx, key, lc)
 	})
+}
+
+// ResumeCloud resumes the certificate requests of one logical cloud, named
+// by its rsync group: what a replica that takes the group over does.
+func (s *Service) ResumeCloud(ctx context.Context, group string) error {
+	rest, ok := strings.CutPrefix(group, "lc:")
+	project, cloud, ok2 := strings.Cut(rest, "/")
+	if s.opts.Issuer == nil || !ok || !ok2 {
+		return nil
+	}
+	key := catalog.Key{project, cloud}
+	lc, err := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).Get(ctx, key)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return s.resumeCloud(ctx, key, lc)
+}
+
+func (s *Service) resumeCloud(ctx context.Context, key catalog.Key, lc catalog.Object[catalog.LogicalCloudSpec]) error {
+	if !logicalcloud.Standard(lc.Spec) {
+		return nil
+	}
+	st, err := s.CloudStatus(ctx, key)
+	if err != nil {
+		return err
+	}
+	if st.ContextStatus == "" || st.ContextStatus == appcontext.Terminated || st.ContextStatus == appcontext.Terminating ||
+		(st.Lifecycle.Current != catalog.StateInstantiated && st.Lifecycle.Current != catalog.StateUpdated) {
+		return nil
+	}
+	data, err := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).GetContent(ctx, key)
+	if err != nil {
+		return err
+	}
+	sec, err := logicalcloud.DecodeSecrets(data)
+	if err != nil {
+		return err
+	}
+	var pending []catalog.Object[catalog.ClusterReferenceSpec]
+	for _, r := range st.References {
+		if r.Spec.Certificate == "" && r.Spec.CertificateError == "" {
+			pending = append(pending, r)
+		}
+	}
+	s.issue(key, lc.Spec, pending, sec)
+	return nil
 }

@@ -68,7 +68,10 @@ func newRevision(n int64, action string, pl planned, fieldValidation string) *ap
 // an update, and records it as a new revision. The intents in the
 // catalogue stay as they are: the next update applies them again.
 func (s *Service) Rollback(ctx context.Context, dig catalog.Key, revision string) (int64, error) {
-	unlock := s.lockInstance(Group(dig))
+	unlock, err := s.lockInstance(ctx, Group(dig))
+	if err != nil {
+		return 0, err
+	}
 	defer unlock()
 	if _, err := s.digExists(ctx, dig); err != nil {
 		return 0, err
@@ -158,7 +161,10 @@ func (s *Service) Migrate(ctx context.Context, dig catalog.Key, targetVersion, t
 	groups := []string{Group(dig), Group(target)}
 	sort.Strings(groups) // one order, so two migrations never wait for each other
 	for _, g := range groups {
-		unlock := s.lockInstance(g)
+		unlock, err := s.lockInstance(ctx, g)
+		if err != nil {
+			return err
+		}
 		defer unlock()
 	}
 	if _, err := s.digExists(ctx, dig); err != nil {

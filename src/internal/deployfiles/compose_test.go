@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -17,13 +18,14 @@ import (
 // would: schema validation, interpolation (with an empty environment, so
 // the host's variables cannot change the result), normalisation and paths
 // resolved against the file's directory.
-func loadCompose(t *testing.T) *types.Project {
+func loadCompose(t *testing.T, profiles ...string) *types.Project {
 	t.Helper()
 	file := repoPath(t, "deployments", "docker-compose.yaml")
 	opts, err := cli.NewProjectOptions([]string{file},
 		cli.WithWorkingDirectory(filepath.Dir(file)),
 		cli.WithResolvedPaths(true),
-		cli.WithConsistency(true))
+		cli.WithConsistency(true),
+		cli.WithProfiles(profiles))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,5 +174,58 @@ func TestCompose(t *testing.T) {
 	if !orch.ReadOnly || env("ARGUS_ETCD_ENDPOINTS") == "" || env("ARGUS_MONGO_URI") == "" {
 		t.Errorf("read_only %v with etcd %q and mongo %q, want read-only with both stores external",
 			orch.ReadOnly, env("ARGUS_ETCD_ENDPOINTS"), env("ARGUS_MONGO_URI"))
+	}
+}
+
+// The ha profile: two more replicas of the same orchestrator on the same
+// stores, each with its own name and host port.
+func TestComposeHAProfile(t *testing.T) {
+	p := loadCompose(t, "ha")
+	if got, want := p.ServiceNames(), []string{"etcd", "mongodb", "orchestrator", "orchestrator-2", "orchestrator-3"}; !slices.Equal(got, want) {
+		t.Fatalf("services %v, want %v", got, want)
+	}
+	first := service(t, p, "orchestrator")
+	ids, ports, grpcPorts := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, name := range []string{"orchestrator", "orchestrator-2", "orchestrator-3"} {
+		s := service(t, p, name)
+		env := func(k string) string {
+			if v := s.Environment[k]; v != nil {
+				return *v
+			}
+			return ""
+		}
+		for _, k := range []string{"ARGUS_ETCD_ENDPOINTS", "ARGUS_MONGO_URI", "ARGUS_MONGO_DATABASE", "ARGUS_LEASE_TTL", "ARGUS_GRPC_LISTEN"} {
+			if env(k) == "" || env(k) != *first.Environment[k] {
+				t.Errorf("%s: %s %q, want the first replica's", name, k, env(k))
+			}
+		}
+		if host, port := hostPort(t, env("ARGUS_ADVERTISE_URL")); host != name || port != "9015" {
+			t.Errorf("%s advertises %q, want its service name on 9015", name, env("ARGUS_ADVERTISE_URL"))
+		}
+		ids[env("ARGUS_REPLICA_ID")] = true
+		// The REST API and the gRPC status notifications (every replica
+		// serves both), each on host ports of its own.
+		for _, port := range s.Ports {
+			switch port.Target {
+			case 9015:
+				ports[port.Published] = true
+			case 9016:
+				grpcPorts[port.Published] = true
+			}
+		}
+		if s.Image != first.Image || !s.ReadOnly || s.Restart != first.Restart || !reflect.DeepEqual(s.DependsOn, first.DependsOn) {
+			t.Errorf("%s is not run like the first replica", name)
+		}
+		if name != "orchestrator" && !slices.Equal(s.Profiles, []string{"ha"}) {
+			t.Errorf("%s profiles %v, want [ha]", name, s.Profiles)
+		}
+	}
+	if len(ids) != 3 || len(ports) != 3 || len(grpcPorts) != 3 {
+		t.Errorf("replica ids %v, published API ports %v and gRPC ports %v, want three distinct of each", ids, ports, grpcPorts)
+	}
+	for p := range ports {
+		if grpcPorts[p] {
+			t.Errorf("host port %s published for both the API and gRPC", p)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -121,10 +122,12 @@ func TestOrchestratorManifests(t *testing.T) {
 	}
 
 	d := typed[appsv1.Deployment](t, find(t, objs, "Deployment", "argus-orchestrator"))
-	// One replica, replaced by stopping it first, until watchers and delivery
-	// are lease-owned (SPEC section 9).
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
-		t.Errorf("replicas %v, strategy %q; want 1 and Recreate", d.Spec.Replicas, d.Spec.Strategy.Type)
+	// One replica here (the ha overlay runs three); a rollout starts the new
+	// pod before the old one stops, which replicas sharing work allow.
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType ||
+		d.Spec.Strategy.RollingUpdate == nil || d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 {
+		t.Errorf("replicas %v, strategy %+v; want 1 and a rolling update that keeps the old pod until the new one is ready",
+			d.Spec.Replicas, d.Spec.Strategy)
 	}
 	pod := d.Spec.Template.Spec
 	checkHardened(t, img, "orchestrator", pod)
@@ -189,6 +192,19 @@ func TestOrchestratorManifests(t *testing.T) {
 		t.Errorf("ARGUS_MONGO_URI is not read from the Secret in mongo-secret.example.yaml: %+v", c.Env)
 	}
 
+	// Each replica is named after its pod and advertises its pod's address.
+	envs := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		envs[e.Name] = e
+	}
+	if id := envs["ARGUS_REPLICA_ID"]; id.ValueFrom == nil || id.ValueFrom.FieldRef == nil || id.ValueFrom.FieldRef.FieldPath != "metadata.name" {
+		t.Errorf("ARGUS_REPLICA_ID %+v, want the pod's name", id)
+	}
+	if ip := envs["POD_IP"]; ip.ValueFrom == nil || ip.ValueFrom.FieldRef == nil || ip.ValueFrom.FieldRef.FieldPath != "status.podIP" ||
+		envs["ARGUS_ADVERTISE_URL"].Value != "http://$(POD_IP):9015" {
+		t.Errorf("ARGUS_ADVERTISE_URL %+v (POD_IP %+v), want the pod's address", envs["ARGUS_ADVERTISE_URL"], ip)
+	}
+
 	sa := typed[corev1.ServiceAccount](t, find(t, objs, "ServiceAccount", pod.ServiceAccountName))
 	if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken ||
 		pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
@@ -213,6 +229,42 @@ func TestOrchestratorManifests(t *testing.T) {
 	}
 	if !maps.Equal(got, want) || svc.Spec.Type != corev1.ServiceTypeClusterIP {
 		t.Errorf("Service ports %+v type %s, want ClusterIP 9015 and 9016", svc.Spec.Ports, svc.Spec.Type)
+	}
+}
+
+// The ha overlay: the same orchestrator, three replicas spread over nodes,
+// at most one unavailable through voluntary disruptions.
+func TestOrchestratorHAManifests(t *testing.T) {
+	base, objs := kustomize(t, "orchestrator"), kustomize(t, "orchestrator-ha")
+	d := typed[appsv1.Deployment](t, find(t, objs, "Deployment", "argus-orchestrator"))
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 {
+		t.Fatalf("replicas %v, want 3", d.Spec.Replicas)
+	}
+	// Only replicas and spreading differ from the base.
+	bd := typed[appsv1.Deployment](t, find(t, base, "Deployment", "argus-orchestrator"))
+	bd.Spec.Replicas, bd.Spec.Template.Spec.TopologySpreadConstraints = d.Spec.Replicas, d.Spec.Template.Spec.TopologySpreadConstraints
+	if !reflect.DeepEqual(bd, d) {
+		t.Errorf("the ha Deployment differs from the base beyond replicas and spreading")
+	}
+	spread := d.Spec.Template.Spec.TopologySpreadConstraints
+	if len(spread) != 1 || spread[0].TopologyKey != "kubernetes.io/hostname" || spread[0].LabelSelector == nil ||
+		!reflect.DeepEqual(spread[0].LabelSelector.MatchLabels, d.Spec.Selector.MatchLabels) {
+		t.Errorf("topology spread %+v, want one per node over the Deployment's pods", spread)
+	}
+	pdb := typed[policyv1.PodDisruptionBudget](t, find(t, objs, "PodDisruptionBudget", "argus-orchestrator"))
+	if pdb.Namespace != namespace || pdb.Spec.Selector == nil || !reflect.DeepEqual(pdb.Spec.Selector.MatchLabels, d.Spec.Selector.MatchLabels) {
+		t.Errorf("PodDisruptionBudget %s/%s selects %+v, want the Deployment's pods", pdb.Namespace, pdb.Name, pdb.Spec.Selector)
+	}
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.MinAvailable != nil {
+		t.Errorf("PodDisruptionBudget %+v, want maxUnavailable 1", pdb.Spec)
+	}
+	// Every other object is the base's.
+	for _, o := range base {
+		if o.GetKind() != "Deployment" {
+			if !reflect.DeepEqual(o, find(t, objs, o.GetKind(), o.GetName())) {
+				t.Errorf("%s %s differs from the base", o.GetKind(), o.GetName())
+			}
+		}
 	}
 }
 
@@ -264,6 +316,7 @@ var _ rest.WarningHandler = (*warnings)(nil)
 func TestOrchestratorManifestsDryRun(t *testing.T) {
 	objs := append(kustomize(t, "orchestrator"), decodeFile(t, "deployments", "kubernetes", "orchestrator", "mongo-secret.example.yaml")...)
 	objs = append(objs, find(t, kustomize(t, "monitor"), "Deployment", "argus-monitor"))
+	objs = append(objs, find(t, kustomize(t, "orchestrator-ha"), "PodDisruptionBudget", "argus-orchestrator"))
 	set := testenv.Clusters(t, 1)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

@@ -140,6 +140,9 @@ func startOrchestratorProcess(t *testing.T, db, prefix string) *orchProcess {
 	if p.catalog, err = catalog.New(ctx, stores.Mongo.Client.Database(db), catalog.AllKinds()...); err != nil {
 		t.Fatal(err)
 	}
+	if _, err = p.catalog.UseIndex(ctx, stores.Etcd.Client, prefix); err != nil {
+		t.Fatal(err)
+	}
 	return p
 }
 

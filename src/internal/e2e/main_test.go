@@ -119,6 +119,10 @@ func startOrchestratorTB(t testing.TB, db, prefix string, mods ...func(*orchestr
 	if o.catalog, err = catalog.New(cctx, stores.Mongo.Client.Database(db), catalog.AllKinds()...); err != nil {
 		t.Fatal(err)
 	}
+	// The test's own writes keep the orchestrator's catalogue index too.
+	if _, err = o.catalog.UseIndex(cctx, stores.Etcd.Client, prefix); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(o.stop)
 	return o
 }

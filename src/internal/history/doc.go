@@ -13,9 +13,10 @@
 // transaction. So a transition is recorded once per change — never once
 // per query or per replica — and a recorder that restarts, or a replica
 // that takes a group over, re-derives from the cursor without duplicating
-// anything. Which groups this process records is asked of an Owner:
-// today every group (AllGroups); an HA replica set hands each group to
-// exactly one replica and calls Resync when that changes.
+// anything. Which groups this process records is asked of an Owner: the
+// orchestrator hands each group to exactly one replica (ownership.Kind)
+// and records a group again when it takes it over; AllGroups records
+// every group.
 //
 //	store := history.NewStore(history.StoreOptions{Client: cli, Prefix: "/argus", Limit: 1000})
 //	rec, _ := history.NewRecorder(history.RecorderOptions{Store: store, Source: reader, Groups: cache.Groups})

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
@@ -274,7 +276,7 @@ func (m *Manager) ensureAAI(id string) {
 	// One check at a time per instance, and none for an instance known not
 	// to be mirrorable (its region has no tenant): a busy instance must not
 	// queue a lookup per change.
-	skip := running || ctx == nil || m.aaiBusy[id] || m.aaiSkip[id]
+	skip := running || ctx == nil || !m.aaiOwned || m.aaiBusy[id] || m.aaiSkip[id]
 	if !skip {
 		m.aaiBusy[id] = true
 	}
@@ -292,8 +294,9 @@ func (m *Manager) ensureAAI(id string) {
 		defer m.ops.Unlock()
 		m.mu.Lock()
 		_, running := m.workers[aaiKey(id)]
+		owned := m.aaiOwned
 		m.mu.Unlock()
-		if running {
+		if running || !owned {
 			return
 		}
 		if _, err := catalog.For[catalog.InstanceSpec](m.opts.Catalog, catalog.Instances).Get(ctx, catalog.Key{id}); err != nil {
@@ -314,7 +317,7 @@ func (m *Manager) ensureAAI(id string) {
 		st, _, err := m.opts.States.Load(ctx, aaiKey(id))
 		if err == nil && st.Target != base {
 			st.Target = base
-			err = m.opts.States.Save(ctx, aaiKey(id), st)
+			err = m.opts.States.SaveIf(ctx, aaiKey(id), st, m.opts.Sinks.Guard(aaiItem))
 		}
 		if err != nil {
 			m.log.WithError(err).WithField("instance", id).Error("cannot start AAI mirroring")
@@ -323,6 +326,7 @@ func (m *Manager) ensureAAI(id string) {
 		subj := InstanceSubject(id)
 		w, err := NewWorker(WorkerOptions{Key: aaiKey(id), Source: m.source(subj, Subscription{}), States: m.opts.States,
 			Deliverer: m.opts.AAI.sender(id, base), BackoffBase: m.opts.BackoffBase,
+			Guard:  func() clientv3.Cmp { return m.opts.Sinks.Guard(aaiItem) },
 			Logger: m.log.WithField("sink", "aai")})
 		if err != nil {
 			m.log.WithError(err).Error("cannot start AAI mirroring")
@@ -340,9 +344,15 @@ func (m *Manager) purgeAAI(_ context.Context, id string) error {
 	ctx := m.runCtx
 	m.mu.Unlock()
 	m.goOwned(func() {
-		for attempt := 1; ; attempt++ {
+		for attempt := 1; m.aaiIsOwned(); attempt++ {
 			err := m.purgeOnce(ctx, id)
-			if err == nil || ctx.Err() != nil {
+			if err == nil {
+				if _, err := m.opts.States.cli.Delete(ctx, m.purgePrefix()+id); err != nil {
+					m.log.WithError(err).WithField("instance", id).Warn("cannot clear a finished AAI purge request")
+				}
+				return
+			}
+			if ctx.Err() != nil {
 				return
 			}
 			m.log.WithError(err).WithField("instance", id).Warn("cannot remove a deleted instance from AAI; retrying")

@@ -10,6 +10,14 @@
 //     every subscription to the same subject and filters, the AAI sink, and
 //     Watch, which follows a subject for a ?watch=true stream.
 //
+//   - With several replicas each subscription's worker, and the AAI sink,
+//     run on one replica (Claims, ownership.Kind). Subscriptions live in
+//     MongoDB, which cannot be watched, so each has a marker in etcd
+//     (shared.go): a create or change writes a new generation, the owner
+//     restarts the worker for it and acknowledges once it has its
+//     baseline, and the API waits for that. Delivery states are saved under
+//     the owner's claim. Watch (SSE) runs on the replica the client talks to.
+//
 //   - Diff computes semantic deltas against per-resource digests of the last
 //     delivered state, so resourceVersion and managedFields churn is never a
 //     change.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
@@ -150,6 +151,22 @@ type ManagerOptions struct {
 	Logger  *logrus.Entry
 	// BackoffBase scales retry backoff (tests); 0 means as documented.
 	BackoffBase time.Duration
+	// Subscriptions hands out the subscriptions whose workers run here,
+	// and Sinks the AAI sink (one item, "aai"): with several replicas each
+	// runs on exactly one (ownership.Kind). Both are required (Sinks only
+	// with AAI).
+	Subscriptions Claims
+	Sinks         Claims
+	// Prefix is the etcd prefix of the subscription markers and their
+	// owners' acknowledgements; "" means "/argus".
+	Prefix string
+	// Lease is this replica's lease, which acknowledgements are put on so
+	// they vanish with it; nil writes them without one.
+	Lease func() clientv3.LeaseID
+	// AckWait bounds how long a subscription change waits for its owner to
+	// take it up (a dead owner's successor needs up to the lease TTL);
+	// 0 means 60s.
+	AckWait time.Duration
 }
 
 // Manager owns one worker per subscription (and per instance for the AAI
@@ -178,6 +195,15 @@ type Manager struct {
 	aaiBusy   map[string]bool              // instances whose AAI mirroring is being checked
 	aaiSkip   map[string]bool              // instances whose region has no AAI tenant
 	nextID    uint64
+
+	// With several replicas (see shared.go): the markers as the watch has
+	// them, the subscriptions handed to this replica, the generation each
+	// running worker started for, and whether the AAI sink is this
+	// replica's.
+	markers  map[string]marker
+	owned    map[string]bool
+	running  map[string]string
+	aaiOwned bool
 }
 
 type handle struct {
@@ -190,8 +216,21 @@ type handle struct {
 
 // NewManager returns a Manager; Run starts it.
 func NewManager(opts ManagerOptions) (*Manager, error) {
-	if opts.Catalog == nil || opts.States == nil || opts.Deliverer == nil || opts.Feeds == nil {
-		return nil, errors.New("notify: Catalog, States, Deliverer and Feeds are required")
+	if opts.Catalog == nil || opts.States == nil || opts.Deliverer == nil || opts.Feeds == nil || opts.Subscriptions == nil {
+		return nil, errors.New("notify: Catalog, States, Deliverer, Feeds and Subscriptions are required")
+	}
+	if opts.AAI != nil && opts.Sinks == nil {
+		return nil, errors.New("notify: the AAI sink needs Sinks")
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = "/argus"
+	}
+	opts.Prefix = strings.TrimRight(opts.Prefix, "/")
+	if opts.Lease == nil {
+		opts.Lease = func() clientv3.LeaseID { return 0 }
+	}
+	if opts.AckWait == 0 {
+		opts.AckWait = time.Minute
 	}
 	if opts.CheckQuery == nil {
 		opts.CheckQuery = func(url.Values) error { return nil }
@@ -201,15 +240,17 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 	}
 	return &Manager{opts: opts, log: opts.Logger, ready: make(chan struct{}), workers: map[string]*handle{},
 		listeners: map[string]map[uint64]func(){}, all: map[uint64]func(){}, gens: map[string]uint64{}, memo: map[string]*memoEntry{},
-		aaiBusy: map[string]bool{}, aaiSkip: map[string]bool{}}, nil
+		aaiBusy: map[string]bool{}, aaiSkip: map[string]bool{},
+		markers: map[string]marker{}, owned: map[string]bool{}, running: map[string]string{}}, nil
 }
 
-// Ready is closed once every stored subscription has its worker.
+// Ready is closed once the subscriptions are known (every stored one has
+// its marker, each marker is wanted): from then on the API may change them.
 func (m *Manager) Ready() <-chan struct{} { return m.ready }
 
-// Run starts a worker for every stored subscription (each resumes its
-// pending delivery) and keeps them until ctx ends, then stops and waits
-// for all of them.
+// Run follows the subscription markers until ctx ends, running the
+// workers of the subscriptions (and the AAI sink) this replica is handed;
+// then it stops and waits for all of them.
 func (m *Manager) Run(ctx context.Context) error {
 	// Workers run under a context of Run's own, so a failed start stops
 	// those already started instead of waiting for them forever.
@@ -224,32 +265,18 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.mu.Unlock()
 		m.wg.Wait()
 	}()
-	for _, kind := range []string{SubjectInstance, SubjectDIG} {
-		subj := Subject{Kind: kind}
-		err := catalog.For[catalog.SubscriptionSpec](m.opts.Catalog, subj.kind()).Each(ctx, func(key catalog.Key, obj catalog.Object[catalog.SubscriptionSpec]) error {
-			s := Subject{Kind: kind, Key: key[:len(key)-1]}
-			m.start(s, Subscription{Name: key.Name(), SubscriptionSpec: obj.Spec})
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("notify: resume subscriptions: %w", err)
-		}
+	if err := m.mark(ctx); err != nil {
+		return fmt.Errorf("notify: resume subscriptions: %w", err)
+	}
+	rev, err := m.loadMarkers(ctx)
+	if err != nil {
+		return fmt.Errorf("notify: resume subscriptions: %w", err)
 	}
 	if m.opts.AAI != nil {
-		if err := m.resumePurges(ctx); err != nil {
-			return fmt.Errorf("notify: resume AAI purges: %w", err)
-		}
-		err := catalog.For[catalog.InstanceSpec](m.opts.Catalog, catalog.Instances).Each(ctx, func(key catalog.Key, _ catalog.Object[catalog.InstanceSpec]) error {
-			m.ensureAAI(key[0])
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("notify: resume AAI mirroring: %w", err)
-		}
+		m.opts.Sinks.Want(aaiItem)
 	}
 	close(m.ready)
-	<-ctx.Done()
-	return nil
+	return m.followMarkers(ctx, rev)
 }
 
 // Changed is told the groups whose status may have changed; it wakes their
@@ -428,9 +455,11 @@ func (m *Manager) source(subj Subject, sub Subscription) Source {
 
 // start runs a subscription's worker under the manager's context.
 func (m *Manager) start(subj Subject, sub Subscription) *handle {
-	w, err := NewWorker(WorkerOptions{Key: subj.stateKey(sub.Name), URL: sub.CallbackURL, Secret: sub.Secret,
+	key := subj.stateKey(sub.Name)
+	w, err := NewWorker(WorkerOptions{Key: key, URL: sub.CallbackURL, Secret: sub.Secret,
 		MinInterval: time.Duration(sub.MinNotifyInterval) * time.Second, Source: m.source(subj, sub),
 		States: m.opts.States, Deliverer: m.opts.Deliverer, Metrics: m.opts.Metrics, BackoffBase: m.opts.BackoffBase,
+		Guard:  func() clientv3.Cmp { return m.opts.Subscriptions.Guard(key) },
 		Logger: m.log.WithField("subject", subj.Kind+":"+strings.Join(subj.Key, "/"))})
 	if err != nil {
 		panic(err) // every required option is set above
@@ -524,54 +553,31 @@ func (m *Manager) validate(ctx context.Context, subj Subject, sub Subscription) 
 	return nil
 }
 
-// waitReady returns once the worker has its baseline, so a change made
-// after the API answered is one the subscriber hears of.
-func waitReady(ctx context.Context, h *handle) error {
-	select {
-	case <-h.w.Ready():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-h.done:
-		return errdefs.Unavailable(nil, "the subscription's worker stopped")
-	}
-}
-
-// Create stores a new subscription and starts its worker. It answers once
-// the worker has its baseline, so a change made after the answer is one
-// the subscriber hears of.
+// Create stores a new subscription and has its owner start its worker.
+// It answers once the worker has its baseline, so a change made after the
+// answer is one the subscriber hears of.
 func (m *Manager) Create(ctx context.Context, subj Subject, sub Subscription) (View, error) {
 	if err := m.validate(ctx, subj, sub); err != nil {
 		return View{}, err
 	}
-	h, err := m.create(ctx, subj, sub)
-	if err != nil {
-		return View{}, err
-	}
-	// Waiting holds no lock: a baseline that cannot be taken (its subject
-	// being deleted) delays only this caller.
-	if err := waitReady(ctx, h); err != nil {
-		return View{}, err
-	}
-	return m.Get(ctx, subj, sub.Name)
-}
-
-func (m *Manager) create(ctx context.Context, subj Subject, sub Subscription) (*handle, error) {
-	m.ops.Lock()
-	defer m.ops.Unlock()
 	key := m.key(subj, sub.Name)
 	obj := catalog.Object[catalog.SubscriptionSpec]{Metadata: catalog.Metadata{Name: sub.Name}, Spec: sub.SubscriptionSpec}
 	if err := m.resource(subj).Create(ctx, key, obj); err != nil {
-		return nil, err
+		return View{}, err
 	}
-	// A state left by an earlier subscription of the same name is not this one's.
-	if err := m.opts.States.Delete(ctx, subj.stateKey(sub.Name)); err != nil {
+	// A state left by an earlier subscription of the same name is not
+	// this one's: the owner starts it afresh.
+	gen, err := m.putMarker(ctx, subj.stateKey(sub.Name), resetNew)
+	if err != nil {
 		if rerr := m.resource(subj).Delete(context.WithoutCancel(ctx), key); rerr != nil {
 			m.log.WithError(rerr).Error("cannot roll back a subscription that could not start")
 		}
-		return nil, err
+		return View{}, err
 	}
-	return m.start(subj, sub), nil
+	if err := m.waitAck(ctx, subj.stateKey(sub.Name), gen); err != nil {
+		return View{}, err
+	}
+	return m.Get(ctx, subj, sub.Name)
 }
 
 // Put creates or replaces a subscription; the URL's name wins. A body
@@ -588,24 +594,10 @@ func (m *Manager) Put(ctx context.Context, subj Subject, name string, sub Subscr
 	if err := m.validate(ctx, subj, sub); err != nil {
 		return View{}, false, err
 	}
-	h, created, err := m.put(ctx, subj, sub)
-	if err != nil {
-		return View{}, false, err
-	}
-	if err := waitReady(ctx, h); err != nil {
-		return View{}, false, err
-	}
-	v, err := m.Get(ctx, subj, name)
-	return v, created, err
-}
-
-func (m *Manager) put(ctx context.Context, subj Subject, sub Subscription) (*handle, bool, error) {
-	m.ops.Lock()
-	defer m.ops.Unlock()
 	key := m.key(subj, sub.Name)
 	old, getErr := m.resource(subj).Get(ctx, key)
 	if getErr != nil && !errors.Is(getErr, errdefs.ErrNotFound) {
-		return nil, false, getErr
+		return View{}, false, getErr
 	}
 	if sub.Secret == "" {
 		sub.Secret = old.Spec.Secret
@@ -613,30 +605,26 @@ func (m *Manager) put(ctx context.Context, subj Subject, sub Subscription) (*han
 	obj := catalog.Object[catalog.SubscriptionSpec]{Metadata: catalog.Metadata{Name: sub.Name}, Spec: sub.SubscriptionSpec}
 	created, err := m.resource(subj).Put(ctx, key, obj)
 	if err != nil {
-		return nil, false, err
+		return View{}, false, err
 	}
-	m.stop(subj.stateKey(sub.Name))
-	var resetErr error
+	reset := ""
 	switch {
 	case created:
-		resetErr = m.opts.States.Delete(ctx, subj.stateKey(sub.Name))
+		reset = resetNew
 	case Subscription{SubscriptionSpec: old.Spec}.Query().Encode() != sub.Query().Encode():
-		resetErr = m.rebaseline(ctx, subj.stateKey(sub.Name))
+		reset = resetRebaseline
 	}
-	// The stored subscription always gets its worker, even if the state
-	// could not be reset: better the old baseline than no deliveries.
-	h := m.start(subj, sub)
-	return h, created, resetErr
-}
-
-// rebaseline marks a state to take the current view as delivered.
-func (m *Manager) rebaseline(ctx context.Context, key string) error {
-	st, found, err := m.opts.States.Load(ctx, key)
-	if err != nil || !found {
-		return err
+	// Every change restarts the worker with the new callback, secret and
+	// interval.
+	gen, err := m.putMarker(ctx, subj.stateKey(sub.Name), reset)
+	if err != nil {
+		return View{}, false, err
 	}
-	st.Rebaseline = true
-	return m.opts.States.Save(ctx, key, st)
+	if err := m.waitAck(ctx, subj.stateKey(sub.Name), gen); err != nil {
+		return View{}, false, err
+	}
+	v, err := m.Get(ctx, subj, name)
+	return v, created, err
 }
 
 // Get returns one subscription with its delivery state.
@@ -672,37 +660,30 @@ func (m *Manager) List(ctx context.Context, subj Subject) ([]View, error) {
 // Delete removes a subscription; its worker stops before it returns, so no
 // POST follows.
 func (m *Manager) Delete(ctx context.Context, subj Subject, name string) error {
-	m.ops.Lock()
-	defer m.ops.Unlock()
 	if err := m.resource(subj).Delete(ctx, m.key(subj, name)); err != nil {
 		return err
 	}
-	m.stop(subj.stateKey(name))
-	return m.opts.States.Delete(ctx, subj.stateKey(name))
+	key := subj.stateKey(name)
+	if err := m.deleteMarkers(ctx, key, false); err != nil {
+		return err
+	}
+	m.waitAcksGone(ctx, key, false)
+	return m.opts.States.Delete(ctx, key)
 }
 
 // Forget is told that a subject was deleted (its subscriptions went with
-// it in the catalogue): it stops their workers and drops their states; an
-// instance's AAI objects are removed.
+// it in the catalogue): their workers stop and their states go; an
+// instance's AAI objects are removed by the AAI sink's owner.
 func (m *Manager) Forget(ctx context.Context, subj Subject) error {
-	m.ops.Lock()
-	defer m.ops.Unlock()
-	m.mu.Lock()
-	var keys []string
-	for key, h := range m.workers {
-		if h.subj.Kind == subj.Kind && strings.Join(h.subj.Key, "/") == strings.Join(subj.Key, "/") {
-			keys = append(keys, key)
-		}
+	if err := m.deleteMarkers(ctx, subj.prefix(), true); err != nil {
+		return err
 	}
-	m.mu.Unlock()
-	for _, k := range keys {
-		m.stop(k)
-	}
+	m.waitAcksGone(ctx, subj.prefix(), true)
 	if err := m.opts.States.DeletePrefix(ctx, subj.prefix()); err != nil {
 		return err
 	}
 	if subj.Kind == SubjectInstance && m.opts.AAI != nil {
-		return m.purgeAAI(ctx, subj.Key[0])
+		return m.requestPurge(ctx, subj.Key[0])
 	}
 	return nil
 }

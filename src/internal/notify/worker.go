@@ -58,6 +58,10 @@ type State struct {
 	// Rebaseline asks the next worker to take the current state as
 	// delivered (filters changed) while the sequence carries on.
 	Rebaseline bool `json:"rebaseline,omitempty"`
+	// Gen is the generation of the subscription (its marker in etcd) whose
+	// reset this state already took, so a reset is applied once even when
+	// the subscription changes hands meanwhile.
+	Gen string `json:"gen,omitempty"`
 }
 
 // Headed is an envelope whose own fields matter: HeadDigest changes when
@@ -119,12 +123,26 @@ func (s *States) Load(ctx context.Context, key string) (State, bool, error) {
 
 // Save stores a subscription's state.
 func (s *States) Save(ctx context.Context, key string, st State) error {
+	return s.SaveIf(ctx, key, st)
+}
+
+// ErrNotOwner is a guarded save refused because this process no longer
+// owns the subscription: another replica delivers it now.
+var ErrNotOwner = errors.New("notify: the subscription belongs to another replica now")
+
+// SaveIf stores a subscription's state if every guard holds (the claim
+// that makes this replica the subscription's owner), else ErrNotOwner.
+func (s *States) SaveIf(ctx context.Context, key string, st State, guards ...clientv3.Cmp) error {
 	data, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
-	if _, err := s.cli.Put(ctx, s.prefix+key, string(data)); err != nil {
+	resp, err := s.cli.Txn(ctx).If(guards...).Then(clientv3.OpPut(s.prefix+key, string(data))).Commit()
+	if err != nil {
 		return fmt.Errorf("save delivery state: %w", err)
+	}
+	if !resp.Succeeded {
+		return ErrNotOwner
 	}
 	return nil
 }
@@ -151,8 +169,13 @@ type WorkerOptions struct {
 	Metrics *Metrics
 	// BackoffBase scales the retry backoff for tests; 0 means Backoff as is.
 	BackoffBase time.Duration
-	Logger      *logrus.Entry
-	Now         func() time.Time
+	// Guard, when set, is a condition every save of the state needs: the
+	// claim that makes this replica the owner. A save it refuses stops
+	// the worker, so a replica that lost the subscription without noticing
+	// (paused past its lease) never gives out a sequence number.
+	Guard  func() clientv3.Cmp
+	Logger *logrus.Entry
+	Now    func() time.Time
 }
 
 // Worker delivers one subscription's changes. It is woken by Notify and
@@ -167,6 +190,14 @@ type Worker struct {
 	changed atomic.Int64
 	// pendingOn is what this worker adds to the pending gauge.
 	pendingOn bool
+}
+
+// save stores the state under the worker's guard.
+func (w *Worker) save(ctx context.Context, st State) error {
+	if w.opts.Guard != nil {
+		return w.opts.States.SaveIf(ctx, w.opts.Key, st, w.opts.Guard())
+	}
+	return w.opts.States.Save(ctx, w.opts.Key, st)
 }
 
 func (w *Worker) setPending(on bool) {
@@ -218,6 +249,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, ErrNotOwner) {
+			w.log.Info("the subscription went to another replica")
+			return nil
+		}
 		// The stores or the subject may be briefly unavailable; a worker
 		// that gave up would silently drop the subscription.
 		w.log.WithError(err).Warn("cannot start the subscription's worker; retrying")
@@ -232,7 +267,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for {
 		if st.Pending != nil {
 			if err := w.deliver(ctx, &st); err != nil {
-				return nil // ctx ended; the pending delivery stays for the next process
+				return nil // ctx ended or the subscription moved; the pending delivery stays for its next worker
 			}
 		}
 		if wait := st.LastNotify.Add(w.opts.MinInterval).Sub(w.opts.Now()); wait > 0 {
@@ -247,6 +282,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		if err := w.freeze(ctx, &st); err != nil {
 			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, ErrNotOwner) {
+				w.log.Info("the subscription went to another replica")
 				return nil
 			}
 			// A store hiccup must not lose the change: try again after a
@@ -284,7 +323,7 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 	if st.Created.IsZero() {
 		st.Created = w.opts.Now().UTC()
 	}
-	if err := w.opts.States.Save(ctx, w.opts.Key, st); err != nil {
+	if err := w.save(ctx, st); err != nil {
 		return st, err
 	}
 	return st, nil
@@ -327,8 +366,11 @@ func (w *Worker) freeze(ctx context.Context, st *State) error {
 	st.Pending = &Pending{ID: newID(), Sequence: st.Sequence, Timestamp: now, ChangedAt: changedAt.UTC(), Body: body, Next: next, NextHead: head}
 	st.LastUpdate = now
 	st.Attempts, st.LastError = 0, ""
+	if err := w.save(ctx, *st); err != nil {
+		return err
+	}
 	w.setPending(true)
-	return w.opts.States.Save(ctx, w.opts.Key, *st)
+	return nil
 }
 
 // payload is the envelope's JSON object with "resource-changes" added.
@@ -414,8 +456,13 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 		// The answer must be recorded even when the worker is being stopped,
 		// but an etcd outage must not hold the stop forever.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		err := w.opts.States.Save(sctx, w.opts.Key, *st)
+		err := w.save(sctx, *st)
 		cancel()
+		if errors.Is(err, ErrNotOwner) {
+			// The new owner resends the pending payload under the same
+			// sequence number: a repeat, never a gap.
+			return err
+		}
 		if err != nil {
 			w.log.WithError(err).Error("cannot save delivery state")
 		}

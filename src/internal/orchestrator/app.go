@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/net/netutil"
 
 	"github.com/argus-mc/argus/src/internal/api"
@@ -31,6 +32,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/logicalcloud"
 	"github.com/argus-mc/argus/src/internal/notify"
+	"github.com/argus-mc/argus/src/internal/ownership"
 	"github.com/argus-mc/argus/src/internal/reload"
 	"github.com/argus-mc/argus/src/internal/render"
 	"github.com/argus-mc/argus/src/internal/rlimit"
@@ -104,6 +106,9 @@ type Options struct {
 	// lacks, for DIGs and instances that do not say: Strict, Warn or
 	// Ignore; "" means Warn.
 	FieldValidation string
+	// ListPageSize is how many objects a collection GET answers at most
+	// when it names no ?limit=; 0 means 1000.
+	ListPageSize int
 	// HistoryLimit is how many history entries each DIG and v1 instance
 	// keeps (older ones are deleted); 0 means 1000.
 	HistoryLimit int
@@ -111,9 +116,18 @@ type Options struct {
 	// (older ones, and the manifests only they refer to, are deleted); 0
 	// means 20.
 	RevisionLimit int
-	// ReplicaID names this orchestrator in answers that say which replica
-	// does what (a cluster's watcher owner); "" means the host name.
+	// ReplicaID names this orchestrator among the replicas sharing the
+	// stores (GET /v2/system/replicas, a cluster's watcher owner); it must
+	// be unique among live replicas. "" means the host name.
 	ReplicaID string
+	// AdvertiseURL is where clients reach this replica, for operators;
+	// "" derives it from the listen address (the host name for an
+	// unspecified host).
+	AdvertiseURL string
+	// LeaseTTL is the TTL of this replica's etcd lease: how long the work
+	// of a replica that died waits before the others take it over. 0 means
+	// 10s; whole seconds.
+	LeaseTTL time.Duration
 	// Archive bounds every chart and profile archive accepted; zero fields
 	// are the archive package's defaults.
 	Archive archive.Limits
@@ -235,11 +249,20 @@ func New(opts Options) (*App, error) {
 	if opts.RevisionLimit < 0 {
 		return nil, errors.New("orchestrator: --revision-limit cannot be negative")
 	}
+	if opts.LeaseTTL < 0 {
+		return nil, errors.New("orchestrator: --lease-ttl cannot be negative")
+	}
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = 10 * time.Second
+	}
 	if opts.ReplicaID == "" {
 		opts.ReplicaID, _ = os.Hostname()
 		if opts.ReplicaID == "" {
 			opts.ReplicaID = "orchestrator"
 		}
+	}
+	if strings.Contains(opts.ReplicaID, "/") {
+		return nil, fmt.Errorf("orchestrator: --replica-id %q contains '/'", opts.ReplicaID)
 	}
 	if err := notify.CheckPolicy(opts.CallbackAllow, opts.CallbackDeny); err != nil {
 		return nil, fmt.Errorf("orchestrator: %w", err)
@@ -333,19 +356,64 @@ func (a *App) Run(ctx context.Context) (err error) {
 		a.log.Info("stores closed")
 	}()
 
+	prefix := a.opts.EtcdPrefix
+	if prefix == "" {
+		prefix = "/argus"
+	}
+	// Work is shared with the other replicas on these stores (alone, this
+	// replica owns everything): each cluster's watcher, each group's rsync
+	// actions and history, each subscription's worker and the AAI sink
+	// run on exactly one live replica.
+	replicas, err := ownership.New(ownership.Options{Client: etcd.Client, Prefix: prefix, ID: a.opts.ReplicaID,
+		URL: advertiseURL(a.opts.AdvertiseURL, ln.Addr(), a.cert != nil), TTL: a.opts.LeaseTTL,
+		Registerer: a.opts.Registry, Logger: a.log.WithField("component", "ownership")})
+	if err != nil {
+		return err
+	}
 	cat, err := catalog.New(ctx, mongo.DB, catalog.AllKinds()...)
 	if err != nil {
 		return err
 	}
+	// Markers (an upload in flight, a delete in progress) are signed with
+	// this replica's lease, so another replica starting never clears them,
+	// and those of a replica that died are cleared as soon as its lease is
+	// gone.
+	cat.SetOwner(catalog.Owner{ID: a.opts.ReplicaID, Lease: func() int64 { return int64(replicas.Lease()) },
+		Alive: func(ctx context.Context, lease int64) (bool, error) {
+			resp, err := etcd.Client.TimeToLive(ctx, clientv3.LeaseID(lease))
+			if err != nil {
+				return false, err
+			}
+			return resp.TTL > 0, nil
+		}})
 	// Whatever a killed predecessor left half written (an app without its
 	// chart, a delete that never finished) is repaired before anyone reads.
-	recovered, err := cat.Recover(ctx, start)
+	// Unsigned leftovers (an older release's) count as a predecessor's when
+	// no other replica runs; otherwise only once older than any request
+	// can run.
+	before := start
+	if others, err := replicas.Others(ctx); err != nil {
+		return fmt.Errorf("orchestrator: list the replicas: %w", err)
+	} else if others {
+		before = start.Add(-markerLifetime)
+	}
+	recovered, err := cat.Recover(ctx, before)
 	if err != nil {
 		return fmt.Errorf("orchestrator: recover the catalogue: %w", err)
 	}
 	if recovered != (catalog.Recovered{}) {
 		a.log.WithFields(logrus.Fields{"intents": recovered.Intents, "unmarked": recovered.Unmarked,
 			"orphans": recovered.Orphans, "lifecycles": recovered.Lifecycles}).Warn("repaired the catalogue after an unclean stop")
+	}
+	// Gets, lists and parent checks read the catalogue's index in etcd,
+	// which stays fast however large the catalogue grows (FerretDB reads a
+	// whole collection for most queries).
+	reconciled, err := cat.UseIndex(ctx, etcd.Client, a.opts.EtcdPrefix)
+	if err != nil {
+		return fmt.Errorf("orchestrator: index the catalogue: %w", err)
+	}
+	if reconciled.Fixed > 0 {
+		a.log.WithField("entries", reconciled.Fixed).Info("catalogue index brought up to date")
 	}
 	contexts := appcontext.New(appcontext.Options{Client: etcd.Client, Prefix: a.opts.EtcdPrefix})
 	kubeconfigs := cluster.KubeconfigOptions{AllowProxy: a.opts.KubeconfigAllowProxy}
@@ -355,6 +423,8 @@ func (a *App) Run(ctx context.Context) (err error) {
 		}
 		return catalog.For[catalog.Empty](cat, catalog.Clusters).GetContent(ctx, catalog.Key{ref.Provider, ref.Name})
 	}, CloudKubeconfig: logicalcloud.Source{Catalog: cat}.ForCluster})
+	groupWork := &groupHandler{}
+	groups := replicas.Kind(kindGroups, groupWork)
 	// The cache is created before rsync, which orders dependent apps by
 	// what it observes; it runs with the watchers below.
 	cache := appcontext.NewCache(contexts, a.log.WithField("component", "cache"))
@@ -363,7 +433,12 @@ func (a *App) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	defer engine.Close() // cancels in-flight work; Resume continues it next start
+	defer engine.Close() // cancels in-flight work; the group's next owner continues it
+	dispatcher, err := rsync.NewDispatcher(rsync.DispatcherOptions{Engine: engine, Claims: groups, Lease: replicas.Lease,
+		Logger: a.log.WithField("component", "rsync")})
+	if err != nil {
+		return err
+	}
 	renderMetrics, err := render.NewMetrics(a.opts.Registry)
 	if err != nil {
 		return err
@@ -382,59 +457,96 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer issuer.Close()
-	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: engine, Renderer: renderer, Issuer: issuer, CreateWait: a.opts.V1CreateWait,
-		RevisionLimit: a.opts.RevisionLimit, Logger: a.log.WithField("component", "deploy")})
+	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: dispatcher, Renderer: renderer, Issuer: issuer, CreateWait: a.opts.V1CreateWait,
+		RevisionLimit: a.opts.RevisionLimit, Locks: replicas, Logger: a.log.WithField("component", "deploy")})
 	if err != nil {
 		return err
 	}
-	if err := engine.Resume(ctx); err != nil {
-		return fmt.Errorf("orchestrator: resume rsync: %w", err)
-	}
-	if err := deployer.ResumeClouds(ctx); err != nil {
-		return fmt.Errorf("orchestrator: resume logical cloud certificates: %w", err)
-	}
+	clusterWork := &lateHandler{}
+	clusterKind := replicas.Kind(kindClusters, clusterWork)
 	watchers, err := watcher.New(watcher.Options{Store: contexts, Clusters: clusters, SilentAfter: a.opts.MonitorSilentAfter,
-		Logger: a.log.WithField("component", "watcher")})
+		Claims: clusterKind, Logger: a.log.WithField("component", "watcher")})
 	if err != nil {
 		return err
 	}
+	clusterWork.set(watchers.Acquired, watchers.Released)
 	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter, Clusters: clusters}
-	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(etcd, mongo, ln, grpcLn))
+	subscriptions := &lateHandler{}
+	sinks := &lateHandler{}
+	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(etcd, mongo, ln, grpcLn), notifyReplicas{
+		subscriptions: replicas.Kind(kindSubscriptions, subscriptions), sinks: replicas.Kind(kindSinks, sinks), lease: replicas.Lease})
 	if err != nil {
 		return err
 	}
+	subscriptions.set(notifier.AcquiredSubscription, notifier.ReleasedSubscription)
+	sinks.set(notifier.AcquiredSink, notifier.ReleasedSink)
 	cache.OnChange(notifier.Changed)
 	histories := history.NewStore(history.StoreOptions{Client: etcd.Client, Prefix: a.opts.EtcdPrefix, Limit: a.opts.HistoryLimit})
-	// Every group is recorded here until replicas share the work (SPEC
-	// section 9): then the Owner says which are this replica's.
-	recorder, err := history.NewRecorder(history.RecorderOptions{Store: histories, Source: reader, Groups: cache.Groups,
+	// A group's history is recorded by the replica that owns the group.
+	recorder, err := history.NewRecorder(history.RecorderOptions{Store: histories, Source: reader, Groups: cache.Groups, Owner: groups,
 		Registerer: a.opts.Registry, Logger: a.log.WithField("component", "history")})
 	if err != nil {
 		return err
 	}
 	cache.OnChange(recorder.Changed)
+	// Every group the cache knows needs an owner (the dispatcher wants
+	// those with rsync actions as soon as they are requested).
+	cache.OnChange(func(gs []string) {
+		for _, g := range gs {
+			groups.Want(g)
+		}
+	})
+	groupWork.acquire = []func(string){dispatcher.Acquired, func(g string) { recorder.Changed([]string{g}) }, func(g string) {
+		if strings.HasPrefix(g, "lc:") {
+			if err := deployer.ResumeCloud(ctx, g); err != nil {
+				a.log.WithError(err).WithField("group", g).Warn("cannot resume a logical cloud's certificate requests")
+			}
+		}
+	}}
+	groupWork.release = []func(string){dispatcher.Released}
 	watchCtx, stopWatchers := context.WithCancel(ctx)
-	watchDone, cacheDone, notifyDone, historyDone := make(chan error, 1), make(chan error, 1), make(chan error, 1), make(chan error, 1)
-	go func() { watchDone <- watchers.Run(watchCtx) }()
-	go func() { cacheDone <- cache.Run(watchCtx) }()
-	go func() { notifyDone <- notifier.Run(watchCtx) }()
-	go func() { historyDone <- recorder.Run(watchCtx) }()
+	background := map[string]func(context.Context) error{
+		"watchers": watchers.Run, "context cache": cache.Run, "notifier": notifier.Run, "history recorder": recorder.Run,
+		"rsync dispatcher": dispatcher.Run, "replica set": replicas.Run,
+		"group owner": func(ctx context.Context) error {
+			gs, err := cache.Groups(ctx)
+			for _, g := range gs {
+				groups.Want(g)
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		},
+	}
+	done := map[string]chan error{}
+	for name, run := range background {
+		ch := make(chan error, 1) // the goroutine never reads the map, which this loop writes
+		done[name] = ch
+		go func() { ch <- run(watchCtx) }()
+	}
+	notifyDone := done["notifier"]
 	defer func() {
 		stopWatchers()
-		for name, done := range map[string]chan error{"watchers": watchDone, "context cache": cacheDone, "notifier": notifyDone, "history recorder": historyDone} {
-			if werr := <-done; werr != nil && !errors.Is(werr, context.Canceled) {
+		for name, ch := range done {
+			if werr := <-ch; werr != nil && !errors.Is(werr, context.Canceled) {
 				a.log.WithError(werr).Errorf("%s stopped", name)
 			}
 		}
 	}()
-	// Subscriptions resume before the API serves, so none is missing from it.
-	select {
-	case <-notifier.Ready():
-	case err := <-notifyDone:
-		notifyDone <- err // for the deferred wait
-		return fmt.Errorf("orchestrator: notifier: %w", err)
-	case <-ctx.Done():
-		return nil
+	// Subscriptions resume before the API serves, so none is missing from
+	// it; and the replica registers first, so what the API starts is
+	// signed with its lease (a replica whose id another process still
+	// holds waits for that lease to go).
+	for _, ready := range []<-chan struct{}{notifier.Ready(), replicas.Ready()} {
+		select {
+		case <-ready:
+		case err := <-notifyDone:
+			notifyDone <- err // for the deferred wait
+			return fmt.Errorf("orchestrator: notifier: %w", err)
+		case <-ctx.Done():
+			return nil
+		}
 	}
 	apiOpts := api.Options{
 		Catalog:       cat,
@@ -444,7 +556,9 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Status:        reader,
 		Subscriptions: notifier,
 		History:       histories,
-		Overview:      overviews{Reader: reader, replica: a.opts.ReplicaID, watchers: watchers},
+		Overview:      overviews{Reader: reader, replica: a.opts.ReplicaID, clusters: clusterKind},
+		Replicas:      replicaView{set: replicas},
+		Consistency:   consistency{cli: etcd.Client, cache: cache},
 		Changes:       notifier,
 		Console:       console.Handler(),
 		ClusterInUse: func(ctx context.Context, provider, name string) ([]string, error) {
@@ -458,6 +572,14 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Checks: map[string]api.Check{
 			"etcd":  etcd.Ping,
 			"mongo": mongo.Ping,
+			// A replica waiting for its id (another process holds it) owns
+			// no work yet.
+			"replica": func(context.Context) error {
+				if replicas.Lease() == 0 {
+					return fmt.Errorf("replica %s is not registered yet", a.opts.ReplicaID)
+				}
+				return nil
+			},
 		},
 		ArchiveLimits:      a.opts.Archive,
 		Archives:           renderer,
@@ -466,6 +588,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Gatherer:           a.opts.Registry,
 		Kubeconfig:         kubeconfigs,
 		MaxJSONDepth:       a.opts.HTTP.MaxJSONDepth,
+		ListPageSize:       a.opts.ListPageSize,
 		StreamWriteTimeout: a.opts.HTTP.StreamWriteTimeout,
 		MaxStreams:         maxStreams(a.opts.HTTP.MaxStreams, maxConns),
 		MaxBodyMemory:      a.opts.HTTP.MaxBodyMemory,
@@ -537,6 +660,11 @@ func (a *App) Run(ctx context.Context) (err error) {
 	return nil
 }
 
+// markerLifetime bounds how long a request may leave a catalogue marker
+// (an upload's intent, a delete's mark) in place: well above the longest
+// request the HTTP timeouts allow.
+const markerLifetime = 10 * time.Minute
+
 // liveOn lists the contexts still live on a cluster, as etcd has them: the
 // cache may trail etcd by a moment either way (a v1 client deletes its
 // cloud region right after its instance's deletion finished; an instantiate
@@ -582,7 +710,13 @@ func liveOn(ctx context.Context, cache *appcontext.Cache, contexts *appcontext.S
 
 // notifier builds the subscription manager and, when configured, the AAI
 // sink.
-func (a *App) notifier(cat *catalog.Catalog, etcd *etcdstore.Store, reader *status.Reader, self []string) (*notify.Manager, error) {
+// notifyReplicas is how the notifier shares its work with other replicas.
+type notifyReplicas struct {
+	subscriptions, sinks *ownership.Kind
+	lease                func() clientv3.LeaseID
+}
+
+func (a *App) notifier(cat *catalog.Catalog, etcd *etcdstore.Store, reader *status.Reader, self []string, shared notifyReplicas) (*notify.Manager, error) {
 	deliverer, err := notify.NewDeliverer(notify.DelivererOptions{Allow: a.opts.CallbackAllow, Deny: a.opts.CallbackDeny, Self: self})
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: callback policy: %w", err)
@@ -625,15 +759,16 @@ func (a *App) notifier(cat *catalog.Catalog, etcd *etcdstore.Store, reader *stat
 	}
 	return notify.NewManager(notify.ManagerOptions{Catalog: cat, States: notify.NewStates(etcd.Client, prefix+"/notify/"),
 		Deliverer: deliverer, Feeds: reader, CheckQuery: status.CheckQuery, AAI: sink, Metrics: metrics,
+		Subscriptions: shared.subscriptions, Sinks: shared.sinks, Prefix: prefix, Lease: shared.lease,
 		BackoffBase: a.opts.NotifyBackoffBase, Logger: a.log.WithField("component", "notify")})
 }
 
-// overviews answers the console's overview queries; the watcher of a
-// cluster is this replica's whenever it runs one.
+// overviews answers the console's overview queries; a cluster's watcher
+// runs on the replica holding the cluster's claim.
 type overviews struct {
 	*status.Reader
 	replica  string
-	watchers *watcher.Manager
+	clusters *ownership.Kind
 }
 
 func (o overviews) ClusterOverview(ctx context.Context) (status.ClusterOverview, error) {
@@ -641,10 +776,7 @@ func (o overviews) ClusterOverview(ctx context.Context) (status.ClusterOverview,
 }
 
 func (o overviews) WatcherOwner(ref appcontext.ClusterRef) string {
-	if o.watchers.Watching(ref) {
-		return o.replica
-	}
-	return ""
+	return o.clusters.Holder(ref.String())
 }
 
 var _ api.OverviewReader = overviews{}

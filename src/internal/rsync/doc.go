@@ -39,6 +39,19 @@
 // Terminate and Stop cancel the actions in flight first, and an update
 // supersedes an instantiation still at work. An action's progress lives in
 // etcd, so Resume (idempotent) continues whatever an earlier process left
-// unfinished, and deciding which process acts on a context can be done
-// outside the engine.
+// unfinished.
+//
+// With several orchestrator replicas, the Dispatcher decides which process
+// runs a group's actions: Instantiate, Update and Terminate (on any
+// replica) record the action in etcd, and the group's owner (Claims,
+// ownership.Kind) follows the records with a watch and runs them on its
+// Engine; a record stays until its action ends, so a replica taking a
+// group over resumes it by running the group's records (Acquired), and one
+// giving it up cancels its runs and leaves the records (Released,
+// Engine.Release). Stop, Busy and Idle work on any replica through the
+// records and the owner's progress reports.
+//
+//	d, _ := rsync.NewDispatcher(rsync.DispatcherOptions{Engine: engine, Claims: groups, Lease: set.Lease})
+//	go d.Run(ctx)
+//	d.Instantiate(group, id) // run by the group's owner, whichever replica that is
 package rsync

@@ -200,14 +200,15 @@ func (e *Engine) cancelChainLocked(r *run, id string) {
 	}
 }
 
-// start queues an action on the group. Starting what already runs (the
-// same kind on the same context) does nothing, so Resume is idempotent.
-func (e *Engine) start(group, kind, id string, preempt bool) {
+// start queues an action on the group and returns its run. Starting what
+// already runs (the same kind on the same context) returns the run in
+// flight, so Resume is idempotent.
+func (e *Engine) start(group, kind, id string, preempt bool) *run {
 	e.mu.Lock()
 	prev := e.groups[group]
 	if prev != nil && !preempt && prev.kind == kind && prev.id == id && !closed(prev.done) {
 		e.mu.Unlock()
-		return
+		return prev
 	}
 	if preempt && prev != nil {
 		e.cancelChainLocked(prev, id)
@@ -259,6 +260,7 @@ func (e *Engine) start(group, kind, id string, preempt bool) {
 			log.WithError(err).Warn("rsync action failed")
 		}
 	}()
+	return r
 }
 
 // Resume starts the actions an earlier process left unfinished: contexts
@@ -270,15 +272,8 @@ func (e *Engine) Resume(ctx context.Context) error {
 		return err
 	}
 	for _, c := range list { // oldest first: a group's deletion before its next instantiation
-		kind := ""
-		switch st := c.Status; {
-		case st.Status == appcontext.Instantiating, st.Status == appcontext.InstantiateFailed && st.Active:
-			kind = actionApply
-		case st.Status == appcontext.Updating, st.Status == appcontext.UpdateFailed && st.Active:
-			kind = actionUpdate
-		case st.Status == appcontext.Terminating:
-			kind = actionDelete
-		default:
+		kind := resumeAction(c.Status)
+		if kind == "" {
 			continue
 		}
 		e.start(c.Meta.Group, kind, c.Meta.ID, false)

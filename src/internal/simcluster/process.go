@@ -15,6 +15,7 @@ type process struct {
 	name    string
 	path    string
 	args    []string
+	env     []string // added to the environment
 	logPath string
 
 	cmd  *exec.Cmd
@@ -31,6 +32,9 @@ func (p *process) start() error {
 		return fmt.Errorf("%s: open log: %w", p.name, err)
 	}
 	cmd := exec.Command(p.path, p.args...)
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

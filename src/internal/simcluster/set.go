@@ -76,6 +76,12 @@ type Options struct {
 	BinDir string
 	// Logger; nil discards.
 	Logger *logrus.Entry
+	// APIServerOnly runs each cluster as its API server alone (without its
+	// watch cache): objects are stored and watched, but no controller,
+	// scheduler, node or kwok runs, so nothing reconciles them (a Pod's
+	// status is whatever a client writes). About a third of a full
+	// cluster's memory, for benchmarks that need many clusters.
+	APIServerOnly bool
 
 	// pickPort chooses API server ports; nil means a free loopback port.
 	// Tests set it to hand out a busy one.
@@ -143,6 +149,7 @@ func Start(ctx context.Context, opts Options) (*Set, error) {
 			Name:        name,
 			Dir:         filepath.Join(opts.Dir, name),
 			nodes:       opts.Nodes,
+			apiOnly:     opts.APIServerOnly,
 			binDir:      opts.BinDir,
 			etcdServers: strings.Join(etcd.Endpoints(), ","),
 			log:         opts.Logger.WithField("cluster", name),

@@ -10,4 +10,10 @@
 // on its cluster and stops when the last one is terminated. Everything is
 // event-driven; the only timer is the one that declares a monitor Silent
 // when its Lease stops moving.
+//
+// With several orchestrator replicas, Options.Claims (ownership.Kind)
+// decides which replica watches a cluster: the manager wants every
+// cluster with live contexts and runs the watchers of those it is handed
+// (Acquired) until they are taken back (Released), so each cluster has
+// exactly one watcher among the replicas.
 package watcher

@@ -21,10 +21,22 @@ type Clusters interface {
 	Client(ctx context.Context, ref appcontext.ClusterRef) (*cluster.Client, error)
 }
 
+// Claims decides which clusters this process watches when several
+// replicas share the work (ownership.Kind): the manager says which
+// clusters need a watcher (Want, Drop) and runs one for each cluster it is
+// handed (Acquired) until it is taken back (Released).
+type Claims interface {
+	Want(item string)
+	Drop(item string)
+}
+
 // Options configures a Manager; Store and Clusters are required.
 type Options struct {
 	Store    *appcontext.Store
 	Clusters Clusters
+	// Claims, when set, hands out the clusters to watch; nil watches every
+	// cluster that needs it.
+	Claims Claims
 	// SilentAfter is how long the monitor's Lease may stay unrenewed before
 	// the monitor is Silent; 0 means 30s.
 	SilentAfter time.Duration
@@ -46,8 +58,10 @@ type Manager struct {
 	log  *logrus.Entry
 
 	mu       sync.Mutex
+	ctx      context.Context // Run's, once it runs
 	watchers map[appcontext.ClusterRef]*clusterWatcher
 	users    map[appcontext.ClusterRef]map[string]bool // cluster → live context ids
+	owned    map[appcontext.ClusterRef]bool            // handed to this process (with Claims)
 	wg       sync.WaitGroup
 
 	// placed is what a cluster's bundles may report on: cluster → live
@@ -84,13 +98,16 @@ func New(opts Options) (*Manager, error) {
 		opts.Now = time.Now
 	}
 	return &Manager{opts: opts, log: opts.Logger, watchers: map[appcontext.ClusterRef]*clusterWatcher{},
-		users: map[appcontext.ClusterRef]map[string]bool{}, placed: map[appcontext.ClusterRef]map[string]map[string]bool{},
+		users: map[appcontext.ClusterRef]map[string]bool{}, owned: map[appcontext.ClusterRef]bool{}, placed: map[appcontext.ClusterRef]map[string]map[string]bool{},
 		statusIDs: map[string]string{}}, nil
 }
 
 // Run starts watchers for the live contexts and follows context changes
 // until ctx ends; then it stops every watcher and waits for them.
 func (m *Manager) Run(ctx context.Context) error {
+	m.mu.Lock()
+	m.ctx = ctx
+	m.mu.Unlock()
 	defer m.stopAll()
 	// Take the revision before listing and watch from just after it: a
 	// change in between is seen twice, which is harmless, never not at all.
@@ -158,7 +175,10 @@ func (m *Manager) contextChanged(ctx context.Context, id, status string) {
 			m.users[ref] = map[string]bool{}
 		}
 		m.users[ref][id] = true
-		if _, ok := m.watchers[ref]; !ok {
+		if m.opts.Claims != nil {
+			m.opts.Claims.Want(ref.String())
+		}
+		if _, ok := m.watchers[ref]; !ok && m.mayWatchLocked(ref) {
 			m.startLocked(ctx, ref)
 		}
 	}
@@ -167,6 +187,9 @@ func (m *Manager) contextChanged(ctx context.Context, id, status string) {
 			delete(ids, id)
 			if len(ids) == 0 {
 				delete(m.users, ref)
+				if m.opts.Claims != nil {
+					m.opts.Claims.Drop(ref.String())
+				}
 				if w := m.watchers[ref]; w != nil {
 					w.stop()
 					delete(m.watchers, ref)
@@ -174,6 +197,43 @@ func (m *Manager) contextChanged(ctx context.Context, id, status string) {
 				}
 			}
 		}
+	}
+}
+
+// mayWatchLocked reports whether this process may run the cluster's
+// watcher: always alone, only when handed the cluster with Claims.
+func (m *Manager) mayWatchLocked(ref appcontext.ClusterRef) bool {
+	return m.opts.Claims == nil || m.owned[ref]
+}
+
+// Acquired hands a cluster to this process (see Claims): it watches it
+// while any live context places on it.
+func (m *Manager) Acquired(item string) {
+	ref, err := appcontext.ParseClusterRef(item)
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.owned[ref] = true
+	if m.ctx != nil && len(m.users[ref]) > 0 && m.watchers[ref] == nil {
+		m.startLocked(m.ctx, ref)
+	}
+}
+
+// Released takes a cluster back: its watcher stops before it returns.
+func (m *Manager) Released(item string) {
+	ref, err := appcontext.ParseClusterRef(item)
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.owned, ref)
+	if w := m.watchers[ref]; w != nil {
+		w.stop()
+		delete(m.watchers, ref)
+		m.log.WithField("cluster", ref.String()).Info("watcher stopped: the cluster went to another replica")
 	}
 }
 
@@ -257,11 +317,15 @@ func (m *Manager) Forget(ref appcontext.ClusterRef) {
 		w.stop()
 		delete(m.watchers, ref)
 	}
+	if _, ok := m.users[ref]; ok && m.opts.Claims != nil {
+		m.opts.Claims.Drop(ref.String())
+	}
 	delete(m.users, ref)
 }
 
 func (m *Manager) stopAll() {
 	m.mu.Lock()
+	m.ctx = nil // no watcher starts from now on
 	for ref, w := range m.watchers {
 		w.cancel()
 		delete(m.watchers, ref)

@@ -1,0 +1,160 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeConsistency records what it was asked.
+type fakeConsistency struct {
+	mu     sync.Mutex
+	rev    int64
+	waited []int64
+}
+
+func (f *fakeConsistency) Revision(context.Context) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rev++
+	return f.rev, nil
+}
+
+func (f *fakeConsistency) WaitRevision(_ context.Context, rev int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.waited = append(f.waited, rev)
+	return nil
+}
+
+func (f *fakeConsistency) calls() []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int64(nil), f.waited...)
+}
+
+type replicaList []Replica
+
+func (l replicaList) Replicas(context.Context) ([]Replica, error) { return l, nil }
+
+type failingReplicas struct{}
+
+func (failingReplicas) Replicas(context.Context) ([]Replica, error) {
+	return nil, errors.New("etcd down")
+}
+
+// A request that may write is answered once this replica's caches reached
+// the store's revision, which the answer names; a request naming a
+// revision waits for it first; reads alone wait for nothing.
+func TestReadYourWrites(t *testing.T) {
+	c := &fakeConsistency{}
+	f := newFixtureWith(t, func(o *Options) { o.Consistency = c })
+	code, _, h := f.do(t, "POST", "/v2/projects", `{"metadata":{"name":"p1"}}`)
+	if code != 201 || h.Get(RevisionHeader) != "1" {
+		t.Fatalf("create: %d, %s = %q", code, RevisionHeader, h.Get(RevisionHeader))
+	}
+	if got := c.calls(); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("waited for %v, want [1]", got)
+	}
+	code, _, h = f.do(t, "POST", "/v2/projects", `{"metadata":{"name":"p1"}}`)
+	if code != 409 || h.Get(RevisionHeader) != "2" {
+		t.Fatalf("a refused write still names the revision: %d %q", code, h.Get(RevisionHeader))
+	}
+	if code, _, h = f.do(t, "GET", "/v2/projects/p1", ""); code != 200 || h.Get(RevisionHeader) != "" || len(c.calls()) != 2 {
+		t.Fatalf("a read: %d %q, waits %v", code, h.Get(RevisionHeader), c.calls())
+	}
+	code, _, _ = f.send(t, "GET", "/v2/projects/p1", nil, map[string]string{MinRevisionHeader: "42"})
+	if got := c.calls(); code != 200 || got[len(got)-1] != 42 {
+		t.Fatalf("a read naming revision 42: %d, waits %v", code, got)
+	}
+	f.send(t, "GET", "/v2/projects/p1", nil, map[string]string{MinRevisionHeader: "not-a-number"})
+	if len(c.calls()) != 3 {
+		t.Fatalf("a malformed revision was waited for: %v", c.calls())
+	}
+}
+
+func TestReplicasRoute(t *testing.T) {
+	started := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	f := newFixtureWith(t, func(o *Options) {
+		o.Replicas = replicaList{{ID: "r1", URL: "http://10.0.0.1:9015", Started: started, LeaseExpires: started.Add(10 * time.Second),
+			Clusters: []string{"cp+c1"}, Subscriptions: []string{"dig/p/ca/v1/d/s"}, DIGs: []string{"p/ca/v1/d"}, Instances: []string{}}}
+	})
+	code, body, _ := f.do(t, "GET", "/v2/system/replicas", "")
+	var got map[string][]map[string]any
+	if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil {
+		t.Fatalf("%d %s %v", code, body, err)
+	}
+	r := got["replicas"][0]
+	for _, k := range []string{"id", "url", "started", "lease-expires", "clusters", "subscriptions", "digs", "instances"} {
+		if _, ok := r[k]; !ok {
+			t.Errorf("replica lacks %q: %s", k, body)
+		}
+	}
+	if r["lease-expires"] != "2026-01-02T03:04:15Z" || r["clusters"].([]any)[0] != "cp+c1" {
+		t.Errorf("replica: %s", body)
+	}
+	down := newFixtureWith(t, func(o *Options) { o.Replicas = failingReplicas{} })
+	if code, _, _ := down.do(t, "GET", "/v2/system/replicas", ""); code != 500 {
+		t.Fatalf("etcd down: %d", code)
+	}
+	if code, _, _ := f.do(t, "POST", "/v2/system/replicas", ""); code != 405 {
+		t.Fatalf("POST: %d", code)
+	}
+}
+
+// Lists come a page at a time when asked (?limit=, ?continue= from the
+// Link header), with the catalogue's index and without.
+func TestListPages(t *testing.T) {
+	for _, indexed := range []bool{false, true} {
+		f := newFixture(t)
+		if indexed {
+			if _, err := f.cat.UseIndex(context.Background(), env.Etcd.Client, env.EtcdPrefix()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if code, body, _ := f.do(t, "POST", "/v2/projects", `{"metadata":{"name":"p"}}`); code != 201 {
+			t.Fatalf("%d %s", code, body)
+		}
+		for _, n := range []string{"e", "a", "c", "b", "d"} {
+			if code, body, _ := f.do(t, "POST", "/v2/projects/p/composite-apps", `{"metadata":{"name":"`+n+`"},"spec":{"compositeAppVersion":"v1"}}`); code != 201 {
+				t.Fatalf("%d %s", code, body)
+			}
+		}
+		var names []string
+		path := "/v2/projects/p/composite-apps?limit=2"
+		for pages := 0; path != ""; pages++ {
+			code, body, h := f.do(t, "GET", path, "")
+			var objs []struct {
+				Metadata struct{ Name string } `json:"metadata"`
+			}
+			if err := json.Unmarshal([]byte(body), &objs); code != 200 || err != nil || pages > 3 || len(objs) > 2 {
+				t.Fatalf("indexed=%v page %d: %d %s %v", indexed, pages, code, body, err)
+			}
+			for _, o := range objs {
+				names = append(names, o.Metadata.Name)
+			}
+			path = ""
+			if link := h.Get("Link"); link != "" {
+				path = strings.TrimSuffix(strings.TrimPrefix(link, "<"), `>; rel="next"`)
+			}
+		}
+		if strings.Join(names, ",") != "a,b,c,d,e" {
+			t.Fatalf("indexed=%v: pages gave %v", indexed, names)
+		}
+		if code, body, h := f.do(t, "GET", "/v2/projects/p/composite-apps", ""); code != 200 || h.Get("Link") != "" || strings.Count(body, `"name"`) != 5 {
+			t.Fatalf("indexed=%v: the whole list: %d %s", indexed, code, body)
+		}
+		for _, bad := range []string{"0", "x", "10001"} {
+			if code, _, _ := f.do(t, "GET", "/v2/projects/p/composite-apps?limit="+bad, ""); code != 400 {
+				t.Errorf("limit=%s: %d, want 400", bad, code)
+			}
+		}
+		if code, _, _ := f.do(t, "GET", "/v2/projects/p/composite-apps?continue=!!", ""); code != 400 {
+			t.Errorf("a bad continue token: %d, want 400", code)
+		}
+	}
+}
