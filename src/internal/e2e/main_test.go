@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -173,22 +172,7 @@ func (o *orch) must(want int, method, path string, body any) string {
 // upload posts an EMCO multipart upload: part metadata (JSON) and part file.
 func (o *orch) upload(path string, meta any, file []byte) (int, string) {
 	o.t.Helper()
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	mj, _ := json.Marshal(meta)
-	_ = mw.WriteField("metadata", string(mj))
-	fw, _ := mw.CreateFormFile("file", "file.tgz")
-	_, _ = fw.Write(file)
-	_ = mw.Close()
-	req, _ := http.NewRequest("POST", o.base+path, &buf)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		o.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(data)
+	return o.uploadFiles(path, "file", meta, map[string]string{"file.tgz": string(file)})
 }
 
 func (o *orch) uploadOK(path string, meta any, file []byte) {
