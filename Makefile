@@ -16,7 +16,7 @@ GOLANGCI := $(CACHE)/tools/golangci-lint-$(GOLANGCI_VERSION)
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 FUZZTIME   ?= 60s
 
-.PHONY: all build run demo sim chromium test bench fuzz lint docs generate clean
+.PHONY: all build run demo sim ha-stores chromium test bench fuzz lint docs generate clean
 
 all: build
 
@@ -31,6 +31,12 @@ build:
 # cores, seconds afterwards. Safe to run concurrently (flock).
 sim:
 	@./scripts/build-sim.sh >/dev/null
+
+# Builds the standalone etcd (v3.6.4) and FerretDB (v1.24.0) that
+# scripts/ha-up.sh runs for several replicas, once, into the same cache: a
+# cold build here keeps it out of the HA test's start-up deadline.
+ha-stores:
+	@./scripts/build-ha.sh >/dev/null
 
 # Runs the orchestrator on embedded stores, data kept under .argus/.
 run: build
@@ -57,8 +63,9 @@ chromium:
 		echo "chromium: not found; the console's browser test will be skipped (install the 'chromium' package, or set ARGUS_CHROMIUM)"; \
 	fi
 
-# Integration tests run on simulated clusters, so their binaries come first.
-test: sim chromium
+# Integration tests run on simulated clusters (and the HA test on standalone
+# stores), so their binaries come first.
+test: sim ha-stores chromium
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 # Benchmarks for every performance target the issues name. The raw output
