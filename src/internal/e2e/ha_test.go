@@ -41,29 +41,25 @@ type haReplica struct {
 	pid int
 }
 
-// buildOrchestrator builds the orchestrator binary once per test run.
-var buildOrchestrator = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "argus-orchestrator-")
-	if err != nil {
-		return "", err
-	}
+// buildOrchestrator builds the orchestrator binary into dir (the Go build
+// cache makes every build after the first a link).
+func buildOrchestrator(dir string) (string, error) {
 	bin := filepath.Join(dir, "orchestrator")
 	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/orchestrator").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build: %v: %s", err, out)
 	}
 	return bin, nil
-})
+}
 
 // startHA runs scripts/ha-up.sh with n replicas and the given orchestrator
 // flags, and returns once DIR/ready exists.
 func startHA(t testing.TB, n int, flags ...string) *haSet {
 	t.Helper()
-	bin, err := buildOrchestrator()
+	bin, err := buildOrchestrator(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(bin)) })
 	h := &haSet{t: t, dir: t.TempDir(), exited: make(chan struct{}), out: &bytes.Buffer{}}
 	args := append([]string{"--replicas", strconv.Itoa(n), "--dir", h.dir, "--"}, flags...)
 	h.cmd = exec.Command("../../../scripts/ha-up.sh", args...)
