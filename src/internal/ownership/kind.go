@@ -216,17 +216,19 @@ func (k *Kind) sync(ctx context.Context, item string) error {
 		if lease == v.lease && v.lease != 0 {
 			// Only this replica's own claim: one of its lease that is
 			// gone was deleted with it.
-			rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-			defer cancel()
-			if _, err := k.s.opts.Client.Txn(rctx).If(clientv3.Compare(clientv3.LeaseValue(k.claimKey(item)), "=", int64(lease))).
-				Then(clientv3.OpDelete(k.claimKey(item))).Commit(); err != nil {
-				return fmt.Errorf("release claim %s/%s: %w", k.name, item, err)
+			if err := k.deleteClaim(ctx, item, lease); err != nil {
+				return err
 			}
 		}
 		if mine {
 			k.queue.Add(item) // ours again under the new lease: claim it anew
 		}
 		return nil
+	}
+	if !held && !mine && holder == k.s.opts.ID && v.lease != 0 {
+		// Released, but deleting the claim failed (the retry lands here):
+		// until it goes, no other replica can claim the item.
+		return k.deleteClaim(ctx, item, v.lease)
 	}
 	if !mine || held {
 		return nil
@@ -261,6 +263,17 @@ func (k *Kind) sync(ctx context.Context, item string) error {
 }
 
 // release stops an item's work and forgets it.
+// deleteClaim deletes item's claim if it is still on lease.
+func (k *Kind) deleteClaim(ctx context.Context, item string, lease clientv3.LeaseID) error {
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if _, err := k.s.opts.Client.Txn(rctx).If(clientv3.Compare(clientv3.LeaseValue(k.claimKey(item)), "=", int64(lease))).
+		Then(clientv3.OpDelete(k.claimKey(item))).Commit(); err != nil {
+		return fmt.Errorf("release claim %s/%s: %w", k.name, item, err)
+	}
+	return nil
+}
+
 func (k *Kind) release(item string) {
 	k.h.Released(item)
 	k.mu.Lock()
