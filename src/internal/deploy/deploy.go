@@ -311,6 +311,13 @@ func mergeForUpdate(old *appcontext.Context, fresh []*appcontext.Placement) []*a
 
 // Terminate cancels any action in flight and deletes the DIG's resources.
 func (s *Service) Terminate(ctx context.Context, dig catalog.Key) error {
+	// Under the lock of update, rollback and migrate: one of those taken by
+	// another replica meanwhile would overwrite the delete action.
+	unlock, err := s.lockInstance(ctx, Group(dig))
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if _, err := s.digExists(ctx, dig); err != nil {
 		return err
 	}
