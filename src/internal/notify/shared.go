@@ -465,6 +465,9 @@ func (m *Manager) AcquiredSink(string) {
 
 // ReleasedSink stops this replica's AAI work; it returns once it stopped.
 func (m *Manager) ReleasedSink(string) {
+	// ops first: a check that saw the sink owned and is starting a worker
+	// finishes before the workers are collected, and later ones see it not.
+	m.ops.Lock()
 	m.mu.Lock()
 	m.aaiOwned = false
 	var keys []string
@@ -474,7 +477,6 @@ func (m *Manager) ReleasedSink(string) {
 		}
 	}
 	m.mu.Unlock()
-	m.ops.Lock()
 	for _, key := range keys {
 		m.stop(key)
 	}
