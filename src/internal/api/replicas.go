@@ -96,7 +96,13 @@ func (s *server) consistent(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if v := r.Header.Get(MinRevisionHeader); v != "" {
 			if rev, err := strconv.ParseInt(v, 10, 64); err == nil && rev > 0 {
-				s.waitRevision(r, rev)
+				// Never past the store's own revision: a revision from the
+				// future would hold every such request for the whole wait.
+				ctx, cancel := context.WithTimeout(r.Context(), consistencyWait)
+				if cur, err := s.opts.Consistency.Revision(ctx); err == nil {
+					s.waitRevision(r, min(rev, cur))
+				}
+				cancel()
 			}
 		}
 		if !mutating(r.Method) {
