@@ -530,6 +530,11 @@ func (s *Set) follow(ctx context.Context, sess *concurrency.Session, rev int64) 
 			if err := r.Err(); err != nil {
 				return err
 			}
+			if len(r.Events) == 0 {
+				// A progress notification (the read-your-writes wait asks
+				// for them on the shared stream): the members are as they were.
+				continue
+			}
 			s.mu.Lock()
 			next := maps.Clone(s.members)
 			s.mu.Unlock()
