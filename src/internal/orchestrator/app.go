@@ -627,7 +627,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		go func() { serveErr <- srv.Serve(limited) }()
 	}
 
-	stopGRPC, err := a.serveStatusNotify(grpcLn, reader, notifier)
+	stopGRPC, err := a.serveStatusNotify(grpcLn, maxConns, reader, notifier)
 	if err != nil {
 		_ = srv.Close()
 		return errors.Join(err, ignoreClosed(<-serveErr))

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"fmt"
+	"golang.org/x/net/netutil"
 	"net"
 
 	"google.golang.org/grpc"
@@ -31,11 +32,15 @@ func (a *App) listenStatusNotify() (net.Listener, error) {
 // (nothing when nil), with the API's TLS certificate and bearer tokens,
 // and returns what stops it: every stream is cut (they last as long as
 // their clients), and its goroutine waited for.
-func (a *App) serveStatusNotify(ln net.Listener, reader *status.Reader, notifier *notify.Manager) (func(), error) {
+func (a *App) serveStatusNotify(ln net.Listener, maxConns int, reader *status.Reader, notifier *notify.Manager) (func(), error) {
 	if ln == nil {
 		return func() {}, nil
 	}
-	opts := statusnotify.Options{Status: reader, Changes: notifier, Logger: a.log.WithField("component", "statusnotify")}
+	// Connections are taken before any token is checked: bounded like the
+	// API's, from the same descriptor budget (a quarter of the API's cap).
+	ln = netutil.LimitListener(ln, max(16, maxConns/4))
+	opts := statusnotify.Options{Status: reader, Changes: notifier, Logger: a.log.WithField("component", "statusnotify"),
+		MaxStreams: maxStreams(a.opts.HTTP.MaxStreams, maxConns)}
 	if a.tokens != nil { // never a typed nil in the interface
 		opts.Tokens = a.tokens
 	}

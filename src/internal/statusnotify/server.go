@@ -6,10 +6,12 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -85,10 +87,18 @@ func New(opts Options) (*Server, error) {
 // ServerOptions are the options a grpc.Server serving s needs: the bearer
 // token check on every call when tokens are configured.
 func (s *Server) ServerOptions() []grpc.ServerOption {
-	if s.opts.Tokens == nil {
-		return nil
+	// Whoever can reach the port holds a connection before any call is
+	// authenticated: bound the handshake, the idle time and the streams.
+	bounds := []grpc.ServerOption{
+		grpc.ConnectionTimeout(10 * time.Second),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
+		grpc.MaxConcurrentStreams(64),
+		grpc.MaxRecvMsgSize(1 << 20),
 	}
-	return []grpc.ServerOption{
+	if s.opts.Tokens == nil {
+		return bounds
+	}
+	return append(bounds,
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			if err := s.authenticate(ctx); err != nil {
 				return nil, err
@@ -101,7 +111,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 			}
 			return h(srv, ss)
 		}),
-	}
+	)
 }
 
 // authenticate checks the call's "authorization: Bearer <token>".
@@ -296,6 +306,12 @@ func grpcError(err error) error {
 		code = codes.FailedPrecondition
 	case errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		code = codes.Unavailable
+	case errors.Is(err, errdefs.ErrTooLarge):
+		code = codes.ResourceExhausted
+	case errors.Is(err, errdefs.ErrTimedOut):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, errdefs.ErrUnauthorized):
+		code = codes.Unauthenticated
 	}
 	if code == codes.Internal {
 		return grpcstatus.Error(code, "internal error")
