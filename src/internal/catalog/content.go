@@ -66,23 +66,36 @@ func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) erro
 		_ = r.dropContent(context.WithoutCancel(ctx), key, gen)
 		return err
 	}
-	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: bson.D{
-		{Key: fieldContentGen, Value: gen}, {Key: fieldContentSize, Value: int64(len(data))}}}})
-	if err == nil && res.MatchedCount == 0 {
+	// The switch returns the generation it displaced: that one, and only
+	// that one, is this writer's to drop. Two uploads racing each drop what
+	// they replaced, never the one the object names now.
+	var displaced struct {
+		Gen *time.Time `bson:"contentGen"`
+	}
+	err = r.coll.FindOneAndUpdate(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: bson.D{
+		{Key: fieldContentGen, Value: gen}, {Key: fieldContentSize, Value: int64(len(data))}}}},
+		// No projection: FerretDB's findAndModify has none (the object is
+		// small; its content lives apart).
+		options.FindOneAndUpdate().SetReturnDocument(options.Before)).Decode(&displaced)
+	if errors.Is(err, mongo.ErrNoDocuments) {
 		err = errdefs.NotFound("%s not found", r.kind.describe(key))
 	}
 	if err != nil {
 		_ = r.dropContent(context.WithoutCancel(ctx), key, gen)
 		return fmt.Errorf("store content of %s: %w", r.kind.describe(key), err)
 	}
-	// Earlier generations (and a file stored before content was chunked)
-	// are unreachable now; a crash here leaves them to Recover.
+	// The displaced generation (or a file stored before content was
+	// chunked) is unreachable now; a crash here leaves it to Recover.
 	if x != nil {
 		if err := r.indexUpdate(ctx, x, key, prev, rev, bson.D{{Key: fieldContentGen, Value: gen}, {Key: fieldContentSize, Value: int64(len(data))}}); err != nil {
 			return err
 		}
 	}
-	if _, err := r.contents().DeleteMany(ctx, append(r.filter(key), bson.E{Key: "gen", Value: bson.D{{Key: "$ne", Value: gen}}})); err != nil {
+	drop := bson.E{Key: "content", Value: bson.D{{Key: "$exists", Value: true}}} // the legacy whole file
+	if displaced.Gen != nil {
+		drop = bson.E{Key: "gen", Value: *displaced.Gen}
+	}
+	if _, err := r.contents().DeleteMany(ctx, append(r.filter(key), drop)); err != nil {
 		return fmt.Errorf("store content of %s: drop the previous one: %w", r.kind.describe(key), err)
 	}
 	return nil
