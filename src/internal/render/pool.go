@@ -188,9 +188,11 @@ func (p *Pool) do(ctx context.Context, req request, chart, profile []byte) (resp
 	defer cancel()
 	stop := context.AfterFunc(rctx, w.kill)
 	resp, err = w.exchange(req, chart, profile, 2*p.opts.MaxOutput+1<<20)
-	stop()
+	// stop is false when the timeout already started killing the worker:
+	// the answer counts, the worker does not go back to the pool.
+	healthy := stop()
 	if err == nil {
-		p.release(w, true)
+		p.release(w, healthy)
 		if resp.Error != "" {
 			return response{}, errorOf(resp)
 		}
@@ -360,7 +362,9 @@ func (p *Pool) start() (*worker, error) {
 	defer cancel()
 	stop := context.AfterFunc(ctx, w.kill)
 	_, err = w.exchange(request{Op: opPing}, nil, nil, 1<<20)
-	stop()
+	if !stop() && err == nil {
+		err = errors.New("render worker: no answer to the first ping in time")
+	}
 	if err == nil && p.opts.MemoryLimit > 0 {
 		err = limitAddressSpace(cmd.Process.Pid, p.opts.MemoryLimit)
 	}
