@@ -342,8 +342,21 @@ func (m *Manager) ensureAAI(id string) {
 func (m *Manager) purgeAAI(_ context.Context, id string) error {
 	m.mu.Lock()
 	ctx := m.runCtx
+	// One purge loop per instance: resumes after every marker watch
+	// reconnect ask again for the purges still running.
+	running := m.aaiPurging[id]
+	m.aaiPurging[id] = true
 	m.mu.Unlock()
-	m.goOwned(func() {
+	if running {
+		return nil
+	}
+	done := func() {
+		m.mu.Lock()
+		delete(m.aaiPurging, id)
+		m.mu.Unlock()
+	}
+	if !m.goOwned(func() {
+		defer done()
 		for attempt := 1; m.aaiIsOwned(); attempt++ {
 			err := m.purgeOnce(ctx, id)
 			if err == nil {
@@ -360,7 +373,9 @@ func (m *Manager) purgeAAI(_ context.Context, id string) error {
 				return
 			}
 		}
-	})
+	}) {
+		done() // the manager is stopping
+	}
 	return nil
 }
 

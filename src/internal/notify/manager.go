@@ -183,18 +183,19 @@ type Manager struct {
 	// and stopped concurrently for one key.
 	ops sync.Mutex
 
-	mu        sync.Mutex
-	runCtx    context.Context
-	stopping  bool // set once Run waits for the goroutines; none may start after
-	wg        sync.WaitGroup
-	workers   map[string]*handle           // by state key
-	listeners map[string]map[uint64]func() // by group
-	all       map[uint64]func()            // told of every group's changes
-	gens      map[string]uint64            // change generation by group
-	memo      map[string]*memoEntry        // by group + query
-	aaiBusy   map[string]bool              // instances whose AAI mirroring is being checked
-	aaiSkip   map[string]bool              // instances whose region has no AAI tenant
-	nextID    uint64
+	mu         sync.Mutex
+	runCtx     context.Context
+	stopping   bool // set once Run waits for the goroutines; none may start after
+	wg         sync.WaitGroup
+	workers    map[string]*handle           // by state key
+	listeners  map[string]map[uint64]func() // by group
+	all        map[uint64]func()            // told of every group's changes
+	gens       map[string]uint64            // change generation by group
+	memo       map[string]*memoEntry        // by group + query
+	aaiBusy    map[string]bool              // instances whose AAI mirroring is being checked
+	aaiPurging map[string]bool              // instances whose AAI objects a purge loop is removing
+	aaiSkip    map[string]bool              // instances whose region has no AAI tenant
+	nextID     uint64
 
 	// With several replicas (see shared.go): the markers as the watch has
 	// them, the subscriptions handed to this replica, the generation each
@@ -240,7 +241,7 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 	}
 	return &Manager{opts: opts, log: opts.Logger, ready: make(chan struct{}), workers: map[string]*handle{},
 		listeners: map[string]map[uint64]func(){}, all: map[uint64]func(){}, gens: map[string]uint64{}, memo: map[string]*memoEntry{},
-		aaiBusy: map[string]bool{}, aaiSkip: map[string]bool{},
+		aaiBusy: map[string]bool{}, aaiPurging: map[string]bool{}, aaiSkip: map[string]bool{},
 		markers: map[string]marker{}, owned: map[string]bool{}, running: map[string]string{}}, nil
 }
 
