@@ -316,10 +316,8 @@ func (c *Cache) builder(id string) *builder {
 // View calls f with the context (nil if unknown) and every cluster's state,
 // under the cache's read lock: f must not keep or change them.
 func (c *Cache) View(ctx context.Context, id string, f func(*Context, map[ClusterRef]ClusterState)) error {
-	select {
-	case <-c.ready:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := c.waitLoaded(ctx); err != nil {
+		return err
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()

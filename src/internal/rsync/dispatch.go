@@ -363,13 +363,21 @@ func (d *Dispatcher) waitChange(ctx context.Context, group string, rev int64) er
 	// two narrow ones see only this one.
 	a := d.cli.Watch(clientv3.WithRequireLeader(wctx), d.actionsPrefix()+group+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	p := d.cli.Watch(clientv3.WithRequireLeader(wctx), d.progressPrefix()+group+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	select {
-	case <-a:
-	case <-p:
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		var resp clientv3.WatchResponse
+		select {
+		case resp = <-a:
+		case resp = <-p:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		// Progress notifications (read-your-writes waits ask for them on
+		// the shared stream) change nothing; a closed or failed watch
+		// (Canceled, or an error) ends the wait, as a change does.
+		if !resp.IsProgressNotify() {
+			return nil
+		}
 	}
-	return nil
 }
 
 // Run resumes actions an earlier process left without a record, then
