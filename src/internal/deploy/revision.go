@@ -199,9 +199,7 @@ func (s *Service) Migrate(ctx context.Context, dig catalog.Key, targetVersion, t
 	if err != nil {
 		return err
 	}
-	// The source's action is cancelled first: its objects are diffed
-	// against a settled context.
-	s.opts.Rsync.Stop(Group(dig))
+	// Refused before anything stops: rsync never changes a context's Meta.
 	old, err := s.opts.Contexts.Get(ctx, state.ContextID)
 	if err != nil {
 		return err
@@ -209,6 +207,12 @@ func (s *Service) Migrate(ctx context.Context, dig catalog.Key, targetVersion, t
 	if old.Meta.Namespace != pl.namespace || old.Meta.LogicalCloud != pl.cloud {
 		return errdefs.Conflict("the target deploys in logical cloud %q, namespace %q, the source in %q, %q: a migration changes objects in place and cannot move them",
 			pl.cloud, pl.namespace, old.Meta.LogicalCloud, old.Meta.Namespace)
+	}
+	// The source's action is cancelled first: its objects are diffed
+	// against a settled context, read again once it stopped.
+	s.opts.Rsync.Stop(Group(dig))
+	if old, err = s.opts.Contexts.Get(ctx, state.ContextID); err != nil {
+		return err
 	}
 	id := appcontext.NewID()
 	next := s.action(catalog.StateInstantiated, id)
