@@ -59,16 +59,16 @@ func TestPlacedBundlesOnly(t *testing.T) {
 		{c1, "42", "web", true}, {c2, "42", "db", true}, {c1, "42", "db", false}, {c1, "43", "web", false},
 		{c1, "42", "web/cluster/cp+c2", false}, {c2, "../42", "db", false},
 	} {
-		if got := m.isPlaced(c.ref, c.id, c.app); got != c.want {
-			t.Errorf("isPlaced(%s, %q, %q) = %v", c.ref, c.id, c.app, got)
+		if _, got := m.placedContext(c.ref, c.id, c.app); got != c.want {
+			t.Errorf("placedContext(%s, %q, %q) = %v", c.ref, c.id, c.app, got)
 		}
 	}
 	m.setPlaced("42", map[appcontext.ClusterRef]map[string]bool{c1: {"web": true}}) // an update moved db away
-	if m.isPlaced(c2, "42", "db") || !m.isPlaced(c1, "42", "web") {
+	if placed(m, c2, "42", "db") || !placed(m, c1, "42", "web") {
 		t.Fatal("placements not followed")
 	}
 	m.setPlaced("42", nil) // terminated
-	if m.isPlaced(c1, "42", "web") || len(m.placed) != 0 {
+	if placed(m, c1, "42", "web") || len(m.placed) != 0 {
 		t.Fatalf("a terminated context keeps placements: %v", m.placed)
 	}
 }
@@ -116,4 +116,9 @@ func TestBundlesOfAKeptStatusID(t *testing.T) {
 	if _, ok := m.placedContext(c1, "42", "web"); ok || len(m.statusIDs) != 0 {
 		t.Fatal("a context that ended still receives bundles")
 	}
+}
+
+func placed(m *Manager, ref appcontext.ClusterRef, id, app string) bool {
+	_, ok := m.placedContext(ref, id, app)
+	return ok
 }

@@ -309,14 +309,6 @@ func (m *Manager) setPlaced(id string, apps map[appcontext.ClusterRef]map[string
 	}
 }
 
-// isPlaced reports whether a live context places app on the cluster: the
-// only bundles a cluster may report on.
-func (m *Manager) isPlaced(ref appcontext.ClusterRef, id, app string) bool {
-	m.placedMu.RLock()
-	defer m.placedMu.RUnlock()
-	return m.placed[ref][id][app]
-}
-
 // setStatusID records a live context's status context id ("" once it is
 // no longer live).
 func (m *Manager) setStatusID(id, statusID string) {
