@@ -106,6 +106,7 @@ func startOrchestratorProcess(t *testing.T, db, prefix string) *orchProcess {
 	cfg, _ := json.Marshal(childConfig{Listen: "127.0.0.1:0", Etcd: stores.EtcdEndpoints(), Mongo: stores.MongoURI(), DB: db, Prefix: prefix})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(cfg))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the test binary
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -392,6 +393,7 @@ func TestEndlessTemplateIsStopped(t *testing.T) {
 			var lat []time.Duration
 			var wg sync.WaitGroup
 			wg.Go(func() {
+				healthz := &http.Client{Timeout: 10 * time.Second} // a hung server fails a sample, not the package timeout
 				tick := time.NewTicker(100 * time.Millisecond)
 				defer tick.Stop()
 				for {
@@ -401,7 +403,7 @@ func TestEndlessTemplateIsStopped(t *testing.T) {
 					case <-tick.C:
 					}
 					start := time.Now()
-					resp, err := http.Get(o.base + "/healthz")
+					resp, err := healthz.Get(o.base + "/healthz")
 					if err == nil {
 						_, _ = io.Copy(io.Discard, resp.Body)
 						_ = resp.Body.Close()

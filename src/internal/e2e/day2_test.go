@@ -255,7 +255,6 @@ func TestDayTwoUpdateRollbackDependenciesKvPairs(t *testing.T) {
 	o := startOrchestrator(t, testenv.UniqueName("day2"), "/"+testenv.UniqueName("day2"),
 		func(opts *orchestrator.Options) { opts.GRPCListen = grpcAddr })
 	startMonitors(t, sim)
-	ctx := context.Background()
 	onboardVFW(t, o)
 
 	// kv-pairs, stored and read back as clm has them.
@@ -332,9 +331,8 @@ func TestDayTwoUpdateRollbackDependenciesKvPairs(t *testing.T) {
 	// Rollback to revision 1: the firewall comes back to edge02.
 	start := time.Now()
 	o.must(202, "POST", vfwDIG+"/rollback", map[string]any{"metadata": map[string]any{"description": "back"}, "spec": map[string]any{"revision": "1"}})
-	back := waitDeployment(t, "edge02", "firewall", true)
+	waitDeployment(t, "edge02", "firewall", true)
 	t.Logf("rollback to revision 1: the firewall Deployment was back on edge02 %s after the 202 (acceptance: within 60 s)", time.Since(start).Round(time.Millisecond))
-	_ = back
 	o.waitJSON(vfwDIG+"/status?status=ready", "rolled back and Ready", func(v map[string]any) bool {
 		return v["deployedStatus"] == "Updated" && v["readyStatus"] == "Ready"
 	})
@@ -451,7 +449,6 @@ func TestDayTwoUpdateRollbackDependenciesKvPairs(t *testing.T) {
 			t.Fatalf("%s still on edge02 after terminate", a)
 		}
 	}
-	_ = ctx
 }
 
 func asList(v any) []any { l, _ := v.([]any); return l }
