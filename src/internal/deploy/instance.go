@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strings"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
@@ -92,10 +94,7 @@ func (s *Service) instanceInputs(ctx context.Context, id string, req catalog.Ins
 		return in, err
 	}
 	in.release = firstOf(release, req.ReleaseName, prof.Spec.ReleaseName, req.RBName)
-	if len(in.release) > MaxAppName {
-		return in, errdefs.Invalid("release name %q is longer than %d characters", in.release, MaxAppName)
-	}
-	if err := catalog.ValidateName("release", in.release); err != nil {
+	if err := validRelease(in.release, release == ""); err != nil {
 		return in, err
 	}
 	in.namespace = firstOf(prof.Spec.Namespace, Namespace)
@@ -105,6 +104,23 @@ func (s *Service) instanceInputs(ctx context.Context, id string, req catalog.Ins
 		in.overrides[k] = v
 	}
 	return in, nil
+}
+
+// validRelease checks a release name. A new instance's must be a DNS-1123
+// label, as k8splugin checks before it renders: the name goes into object
+// names and labels, where anything else fails on the cluster half-way
+// through. An existing instance keeps the name it has.
+func validRelease(name string, fresh bool) error {
+	if len(name) > MaxAppName {
+		return errdefs.Invalid("release name %q is longer than %d characters", name, MaxAppName)
+	}
+	if !fresh {
+		return catalog.ValidateName("release", name)
+	}
+	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
+		return errdefs.Invalid("release name %q is not a valid DNS label: %s", name, strings.Join(msgs, "; "))
+	}
+	return nil
 }
 
 // renderInstance renders an instance: the definition's chart with the
