@@ -198,10 +198,12 @@ func refsOf(rs []appcontext.Resource) []catalog.ResourceRef {
 }
 
 // CreateInstance renders the request, records a single-app, single-cluster
-// context and starts rsync on it. It returns as soon as the context exists
-// (SPEC section 7), or, with CreateWait, once the first apply finished or
-// CreateWait passed; either way the instance's status shows how applying
-// goes.
+// context and starts rsync on it. Like k8splugin, it answers once the
+// resources are created: it waits (up to CreateWait) for rsync's first
+// pass, and when that left any resource Failed it deletes the instance
+// and what was applied and answers ErrFailed with the reasons. A first
+// pass that takes longer, or CreateAsync, answers at once; the instance's
+// status shows how applying goes.
 func (s *Service) CreateInstance(ctx context.Context, req catalog.InstanceRequest) (catalog.InstanceSpec, error) {
 	id := appcontext.NewID()
 	in, err := s.instanceInputs(ctx, id, req, "")
@@ -232,13 +234,68 @@ func (s *Service) CreateInstance(ctx context.Context, req catalog.InstanceReques
 		s.opts.Rsync.Terminate(meta.Group, id)
 		return spec, errdefs.Conflict("instance %s was deleted while it was being created", id)
 	}
-	s.log.WithFields(logrus.Fields{"instance": id, "release": in.release, "region": req.CloudRegion}).Info("instance created")
-	if s.opts.CreateWait > 0 {
-		wctx, cancel := context.WithTimeout(ctx, s.opts.CreateWait)
-		defer cancel()
-		_ = s.opts.Rsync.Idle(wctx, meta.Group) // applying goes on after the wait
+	log := s.log.WithFields(logrus.Fields{"instance": id, "release": in.release, "region": req.CloudRegion})
+	log.Info("instance created")
+	if s.opts.CreateAsync {
+		return spec, nil
+	}
+	if err := s.firstApply(ctx, id); err != nil {
+		log.WithError(err).Info("instance reverted: its first apply failed")
+		return catalog.InstanceSpec{}, err
 	}
 	return spec, nil
+}
+
+// firstApply waits, up to CreateWait, for rsync's first pass over a new
+// instance. When that left a resource Failed — whatever the cause: an API
+// server's refusal, an object another deployment owns — the instance is
+// deleted with what was applied (waiting up to DeleteWait) and the
+// answer is ErrFailed naming the resources, as k8splugin reverts a create
+// whose resources fail. A first pass still at work after CreateWait is no
+// error: the instance stays and its status shows the rest.
+func (s *Service) firstApply(ctx context.Context, id string) error {
+	wctx, cancel := context.WithTimeout(ctx, s.opts.CreateWait)
+	err := s.opts.Rsync.Idle(wctx, InstanceGroup(id))
+	cancel()
+	if err != nil {
+		return nil // applying goes on after the wait
+	}
+	c, err := s.opts.Contexts.Get(ctx, id)
+	if err != nil {
+		return nil
+	}
+	failed := failedResources(c)
+	if len(failed) == 0 {
+		return nil
+	}
+	if err := s.DeleteInstance(context.WithoutCancel(ctx), id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return fmt.Errorf("revert instance %s after its apply failed (%s): %w", id, strings.Join(failed, "; "), err)
+	}
+	return errdefs.Failed("Create Kubernetes Resources: %s; the instance was reverted", strings.Join(failed, "; "))
+}
+
+// maxFailedNamed bounds the resources a failed create's answer names.
+const maxFailedNamed = 5
+
+// failedResources names the Failed resources of a context, with reasons.
+func failedResources(c *appcontext.Context) []string {
+	var out []string
+	n := 0
+	for _, p := range c.Placements {
+		for _, r := range p.Resources {
+			st := p.StatusOf(r.Key())
+			if st.Status != appcontext.RsyncFailed {
+				continue
+			}
+			if n++; n <= maxFailedNamed {
+				out = append(out, fmt.Sprintf("%s %s: %s", r.GVK.Kind, r.Name, st.Error))
+			}
+		}
+	}
+	if n > maxFailedNamed {
+		out = append(out, fmt.Sprintf("and %d more", n-maxFailedNamed))
+	}
+	return out
 }
 
 // UpgradeInstance re-renders an instance with a new request (k8splugin's

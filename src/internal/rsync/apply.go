@@ -71,6 +71,7 @@ func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.
 	select {
 	case <-pass.done:
 		rec.firstPassDone()
+		rec.sync(ctx) // whoever the first pass releases reads its statuses
 		firstPass()
 	case <-ctx.Done():
 	}
