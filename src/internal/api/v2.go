@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -63,6 +64,7 @@ func (s *server) v2Routes(r *mux.Router) {
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.Clusters),
 		collection: pClusters, item: pCluster, parentVars: vProvider, itemVars: []string{"cluster"},
 		upload: func(_ context.Context, b []byte) error { return s.checkKubeconfig(b) }, maxFile: cluster.MaxKubeconfigBytes, noPut: true,
+		checkSpec: checkClusterSpec, listView: s.clustersView,
 		beforeDelete: func(ctx context.Context, key catalog.Key) error {
 			if s.opts.ClusterInUse == nil {
 				return nil
@@ -135,6 +137,12 @@ func (s *server) v2Routes(r *mux.Router) {
 				return errdefs.Invalid("spec.fieldValidation %q is not one of Strict, Warn, Ignore", o.Spec.FieldValidation)
 			}
 			return nil
+		},
+		afterCreate: func(ctx context.Context, key catalog.Key) error {
+			// EMCO's history starts with the DIG's creation.
+			_, err := s.opts.Catalog.TransitionDIG(ctx, key, []string{catalog.StateCreated},
+				catalog.StateAction{State: catalog.StateCreated, TimeStamp: time.Now().UTC()}, "")
+			return err
 		},
 		beforeDelete: s.lockDIGForDelete,
 		abortDelete: func(ctx context.Context, key catalog.Key) error {

@@ -82,9 +82,13 @@ type Response struct {
 	ReadyCounts    map[string]int `json:"readyCounts,omitempty"`
 	RsyncStatus    map[string]int `json:"rsync-status,omitempty"`
 	ClusterStatus  map[string]int `json:"cluster-status,omitempty"`
-	Ready          *bool          `json:"ready,omitempty"`
-	ReadyStatus    map[string]int `json:"ready-status,omitempty"`
-	Apps           []App          `json:"apps,omitempty"`
+	// RsyncStatusEMCO and ClusterStatusEMCO are EMCO's camelCase spelling
+	// of the same counts (its deprecated, still answered, fields).
+	RsyncStatusEMCO   map[string]int `json:"rsyncStatus,omitempty"`
+	ClusterStatusEMCO map[string]int `json:"clusterStatus,omitempty"`
+	Ready             *bool          `json:"ready,omitempty"`
+	ReadyStatus       map[string]int `json:"ready-status,omitempty"`
+	Apps              []App          `json:"apps,omitempty"`
 	// Cluster is the one cluster a cluster status answer is about (EMCO's
 	// ClusterStatusResult).
 	Cluster *Cluster `json:"cluster,omitempty"`
@@ -130,6 +134,10 @@ type Resource struct {
 	Reason          string `json:"reason,omitempty"`
 	DeployedStatus  string `json:"deployedStatus,omitempty"`
 	ReadyStatusEMCO string `json:"readyStatus,omitempty"`
+	// RsyncStatusEMCO and ClusterStatusEMCO are EMCO's camelCase spelling
+	// of rsync-status (type=rsync) and cluster-status (type=cluster).
+	RsyncStatusEMCO   string `json:"rsyncStatus,omitempty"`
+	ClusterStatusEMCO string `json:"clusterStatus,omitempty"`
 	// Warnings are the API server's about an applied object (type=rsync).
 	Warnings []string        `json:"warnings,omitempty"`
 	Detail   json.RawMessage `json:"detail,omitempty"`
@@ -234,9 +242,9 @@ func Build(in Input, q Query) Response {
 	}
 	resp.DeployedCounts, resp.ReadyCounts = byType, emcoReady
 	if q.Type == TypeRsync {
-		resp.RsyncStatus = byType
+		resp.RsyncStatus, resp.RsyncStatusEMCO = byType, byType
 	} else {
-		resp.ClusterStatus, resp.ReadyStatus = presence, ready
+		resp.ClusterStatus, resp.ClusterStatusEMCO, resp.ReadyStatus = presence, presence, ready
 		resp.Ready = boolPtr(allReady && in.Context != nil && len(resp.Apps) > 0)
 	}
 	if q.Output == OutputSummary {
@@ -301,6 +309,11 @@ func (c *Cluster) strip(typ string, withRsync bool) {
 		r.fine = ""
 		if typ == TypeCluster && !withRsync {
 			r.RsyncStatus = ""
+		}
+		if typ == TypeRsync {
+			r.RsyncStatusEMCO = r.RsyncStatus
+		} else {
+			r.ClusterStatusEMCO = r.ClusterStatus
 		}
 	}
 }

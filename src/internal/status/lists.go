@@ -73,7 +73,15 @@ func listHeader(h Header, e EMCOHeader) ListHeader {
 // lists answers a list query for context id.
 func (r *Reader) lists(ctx context.Context, header Header, st catalog.DIGState, id string, q Query) (any, error) {
 	var out any
-	err := r.withInput(ctx, header, st, id, func(in Input) { out = Lists(in, q) })
+	var unknown error
+	err := r.withInput(ctx, header, st, id, func(in Input) {
+		if unknown = knownApps(in, q.Apps); unknown == nil {
+			out = Lists(in, q)
+		}
+	})
+	if err == nil {
+		err = unknown
+	}
 	return out, err
 }
 
