@@ -138,12 +138,7 @@ func (s *server) v2Routes(r *mux.Router) {
 			}
 			return nil
 		},
-		afterCreate: func(ctx context.Context, key catalog.Key) error {
-			// EMCO's history starts with the DIG's creation.
-			_, err := s.opts.Catalog.TransitionDIG(ctx, key, []string{catalog.StateCreated},
-				catalog.StateAction{State: catalog.StateCreated, TimeStamp: time.Now().UTC()}, "")
-			return err
-		},
+		afterCreate:  s.digCreated,
 		beforeDelete: s.lockDIGForDelete,
 		abortDelete: func(ctx context.Context, key catalog.Key) error {
 			return s.opts.Catalog.UnlockForDelete(ctx, catalog.DIGGroup(key))
@@ -220,6 +215,13 @@ func (s *server) digAction(action string) handlerFunc {
 		w.WriteHeader(http.StatusAccepted)
 		return nil
 	}
+}
+
+// digCreated starts a new DIG's history with its creation, as EMCO's does.
+func (s *server) digCreated(ctx context.Context, dig catalog.Key) error {
+	_, err := s.opts.Catalog.TransitionDIG(ctx, dig, []string{catalog.StateCreated},
+		catalog.StateAction{State: catalog.StateCreated, TimeStamp: time.Now().UTC()}, "")
+	return err
 }
 
 // lockDIGForDelete refuses to delete a DIG whose resources are deployed,

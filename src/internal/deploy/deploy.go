@@ -516,9 +516,17 @@ func (s *Service) renderAll(ctx context.Context, jobs []renderJob) error {
 func toContext(rendered []render.Resource) []appcontext.Resource {
 	out := make([]appcontext.Resource, 0, len(rendered))
 	for _, r := range rendered {
-		out = append(out, appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace, Manifest: r.Manifest})
+		out = append(out, appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace, Manifest: r.Manifest, Hook: hookOf(r.Hook)})
 	}
 	return out
+}
+
+// hookOf carries a rendered Helm hook's annotations into the context.
+func hookOf(h *render.Hook) *appcontext.Hook {
+	if h == nil {
+		return nil
+	}
+	return &appcontext.Hook{Events: h.Events, Weight: h.Weight, DeletePolicies: h.DeletePolicies}
 }
 
 // appIntents reads the app intents of the DIG's generic placement intent(s).

@@ -169,7 +169,7 @@ func (s *Service) renderInstance(ctx context.Context, id string, in v1Inputs, co
 		if err != nil {
 			return nil, err
 		}
-		rs = append(rs, appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace, Manifest: manifest})
+		rs = append(rs, appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace, Manifest: manifest, Hook: hookOf(r.Hook)})
 	}
 	return rs, nil
 }
@@ -189,9 +189,14 @@ func (s *Service) templateChart(ctx context.Context, in v1Inputs, template strin
 	return templates.GetContent(ctx, key)
 }
 
+// refsOf lists an instance's resources as k8splugin does: without its
+// hooks.
 func refsOf(rs []appcontext.Resource) []catalog.ResourceRef {
 	out := make([]catalog.ResourceRef, 0, len(rs))
 	for _, r := range rs {
+		if r.Hook != nil {
+			continue
+		}
 		out = append(out, catalog.ResourceRef{GVK: catalog.GVK{Group: r.GVK.Group, Version: r.GVK.Version, Kind: r.GVK.Kind}, Name: r.Name})
 	}
 	return out

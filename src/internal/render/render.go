@@ -13,6 +13,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	"helm.sh/helm/v3/pkg/strvals"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -76,6 +77,17 @@ type Resource struct {
 	// decoded (a caller that changes Object marshals it again).
 	Manifest []byte
 	Object   *unstructured.Unstructured
+	// Hook is set for a Helm hook (annotation helm.sh/hook): its events,
+	// weight and delete policies. Hooks come after the other resources,
+	// by weight, then kind and name; test hooks are not rendered.
+	Hook *Hook
+}
+
+// Hook is a Helm hook's annotations.
+type Hook struct {
+	Events         []string
+	Weight         int
+	DeletePolicies []string
 }
 
 // Key identifies a resource within one app: Kind/namespace/name.
@@ -337,7 +349,8 @@ func copyMap(m map[string]any) map[string]any {
 }
 
 // Render renders the chart in this process: CRDs from crds/ first, then the
-// templates in Helm's install order. Hooks and NOTES are not applied. It is
+// templates in Helm's install order, then the hooks (marked, for rsync to
+// run at their events). NOTES are not rendered. It is
 // bounded in output size only; Pool runs it bounded in time and memory too.
 func Render(opts Options) ([]Resource, error) {
 	files, root, err := readChart(opts.Chart, opts.ChartName, opts.Limits)
@@ -390,13 +403,19 @@ func Render(opts Options) ([]Resource, error) {
 	if maxOutput > 0 && total > maxOutput {
 		return nil, LimitError("chart %s rendered %d bytes of manifests; the render limit is %d", ch.Name(), total, maxOutput)
 	}
-	_, manifests, err := releaseutil.SortManifests(rendered, nil, releaseutil.InstallOrder)
+	hooks, manifests, err := releaseutil.SortManifests(rendered, nil, releaseutil.InstallOrder)
 	if err != nil {
 		return nil, errdefs.InvalidWrap(err, "chart %s produced invalid manifests", ch.Name())
 	}
+	return collect(ch, manifests, hooks)
+}
+
+// collect decodes the rendered objects in apply order: the chart's CRDs,
+// its manifests, then its hooks.
+func collect(ch *chart.Chart, manifests []releaseutil.Manifest, hooks []*release.Hook) ([]Resource, error) {
 	var out []Resource
 	seen := map[string]bool{}
-	add := func(doc, source string) error {
+	add := func(doc, source string, hook *Hook) error {
 		for _, part := range releaseutil.SplitManifests(doc) {
 			// Decode as Kubernetes clients do, so numbers are int64.
 			js, err := yaml.YAMLToJSON([]byte(part))
@@ -421,21 +440,67 @@ func Render(opts Options) ([]Resource, error) {
 				return fmt.Errorf("chart %s: %s: %w", ch.Name(), source, err)
 			}
 			seen[r.Key()] = true
+			r.Hook = hook
 			out = append(out, r)
 		}
 		return nil
 	}
 	for _, crd := range ch.CRDObjects() {
-		if err := add(string(crd.File.Data), crd.Filename); err != nil {
+		if err := add(string(crd.File.Data), crd.Filename, nil); err != nil {
 			return nil, err
 		}
 	}
 	for _, m := range manifests {
-		if err := add(m.Content, m.Name); err != nil {
+		if err := add(m.Content, m.Name, nil); err != nil {
+			return nil, err
+		}
+	}
+	for _, h := range sortedHooks(hooks) {
+		if err := add(h.Manifest, h.Path, hookOf(h)); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// sortedHooks drops test hooks, which are not deployed, and orders the
+// rest as Helm runs them: by weight, then kind and name.
+func sortedHooks(hooks []*release.Hook) []*release.Hook {
+	var out []*release.Hook
+	for _, h := range hooks {
+		if hookOf(h) != nil {
+			out = append(out, h)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Weight != b.Weight {
+			return a.Weight < b.Weight
+		}
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		return a.Name < b.Name
+	})
+	return out
+}
+
+// hookOf is a hook's annotations, nil for a test hook.
+func hookOf(h *release.Hook) *Hook {
+	out := &Hook{Weight: h.Weight}
+	for _, e := range h.Events {
+		if e == release.HookTest {
+			continue
+		}
+		out.Events = append(out.Events, string(e))
+	}
+	if len(out.Events) == 0 {
+		return nil
+	}
+	for _, p := range h.DeletePolicies {
+		out.DeletePolicies = append(out.DeletePolicies, string(p))
+	}
+	return out
 }
 
 // Describe is a short description for logs: "3 resources: Deployment/web, ...".

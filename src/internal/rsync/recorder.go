@@ -45,6 +45,9 @@ type recorder struct {
 type resState struct {
 	status, reason, where string
 	removed               bool
+	// hook: a Helm hook, which runs only at its events; it counts only
+	// when it failed.
+	hook bool
 }
 
 // statusNames are the context statuses of one kind of action.
@@ -63,7 +66,8 @@ func newRecorder(store *appcontext.Store, c *appcontext.Context, names statusNam
 	for _, p := range c.Placements {
 		for _, res := range p.Resources {
 			st := p.StatusOf(res.Key())
-			r.current[recKey(p, res.Key())] = resState{status: st.Status, reason: st.Error, where: where(p, res.Key()), removed: res.Removed}
+			r.current[recKey(p, res.Key())] = resState{status: st.Status, reason: st.Error, where: where(p, res.Key()), removed: res.Removed,
+				hook: res.Hook != nil}
 		}
 	}
 	go r.run()
@@ -262,6 +266,9 @@ func (r *recorder) deriveLocked(final bool) appcontext.Status {
 	var failed, open []resState
 	total := 0
 	for _, s := range r.current {
+		if s.hook && s.status != appcontext.RsyncFailed {
+			continue // a hook not run, or run as it should
+		}
 		want := appcontext.RsyncApplied
 		if r.names == deleteNames || s.removed {
 			want = appcontext.RsyncDeleted

@@ -325,10 +325,17 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 	unknownWhy := clusterUnknown(in, p, bundle, &c)
 	c.ReadyStatus = c.Connectivity
 	statuses := make([]health.Status, 0, len(p.Resources))
+	ownPods := map[string]bool{} // pods the chart itself renders (hooks too): listed once, as resources
 	for _, r := range p.Resources {
 		rs := p.StatusOf(r.Key())
 		if r.Removed && rs.Status == appcontext.RsyncDeleted {
 			continue // an update removed it; it is history
+		}
+		if r.Hook != nil && (rs.Status == appcontext.RsyncPending || rs.Status == appcontext.RsyncDeleted) {
+			continue // a Helm hook not run (yet), or gone as its delete policy says
+		}
+		if r.GVK.Kind == "Pod" && r.GVK.Group == "" {
+			ownPods[or(r.Namespace, in.Context.Meta.Namespace)+"/"+r.Name] = true
 		}
 		if !matchResource(q.Resources, r.GVK.Kind, r.Name) {
 			continue
@@ -382,7 +389,7 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 	if q.Type == TypeCluster && unknownWhy == "" && bundle != nil {
 		// The pods of the app's workloads appear as resources of their own.
 		for _, e := range podEntries(index) {
-			if !matchResource(q.Resources, "Pod", e.Name) {
+			if !matchResource(q.Resources, "Pod", e.Name) || ownPods[e.Namespace+"/"+e.Name] {
 				continue
 			}
 			res := Resource{GVK: GVK{"", "v1", "Pod"}, Name: e.Name, Namespace: e.Namespace,
