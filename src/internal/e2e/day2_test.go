@@ -176,15 +176,20 @@ type received struct {
 
 func watchDIG(t *testing.T, addr string, status pb.StatusValue, digName string) *statusWatch {
 	t.Helper()
+	return watchStatus(t, addr, &pb.StatusRegistration{ClientId: testenv.UniqueName("watch"), StatusType: status, Output: pb.OutputType_SUMMARY,
+		Key: &pb.StatusRegistration_DigKey{DigKey: &pb.DigKey{Project: "vfw", CompositeApp: "vfw", CompositeAppVersion: "v1", DeploymentIntentGroup: digName}}})
+}
+
+// watchStatus registers reg with the statusnotify gRPC service at addr.
+func watchStatus(t *testing.T, addr string, reg *pb.StatusRegistration) *statusWatch {
+	t.Helper()
 	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	client := pb.NewStatusNotifyClient(conn)
-	stream, err := client.StatusRegister(ctx, &pb.StatusRegistration{ClientId: testenv.UniqueName("watch"), StatusType: status, Output: pb.OutputType_SUMMARY,
-		Key: &pb.StatusRegistration_DigKey{DigKey: &pb.DigKey{Project: "vfw", CompositeApp: "vfw", CompositeAppVersion: "v1", DeploymentIntentGroup: digName}}},
-		grpc.WaitForReady(true))
+	stream, err := client.StatusRegister(ctx, reg, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -328,14 +328,14 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 	ownPods := map[string]bool{} // pods the chart itself renders (hooks too): listed once, as resources
 	for _, r := range p.Resources {
 		rs := p.StatusOf(r.Key())
+		if r.GVK.Kind == "Pod" && r.GVK.Group == "" {
+			ownPods[or(r.Namespace, in.Context.Meta.Namespace)+"/"+r.Name] = true
+		}
 		if r.Removed && rs.Status == appcontext.RsyncDeleted {
 			continue // an update removed it; it is history
 		}
 		if r.Hook != nil && (rs.Status == appcontext.RsyncPending || rs.Status == appcontext.RsyncDeleted) {
 			continue // a Helm hook not run (yet), or gone as its delete policy says
-		}
-		if r.GVK.Kind == "Pod" && r.GVK.Group == "" {
-			ownPods[or(r.Namespace, in.Context.Meta.Namespace)+"/"+r.Name] = true
 		}
 		if !matchResource(q.Resources, r.GVK.Kind, r.Name) {
 			continue
