@@ -573,13 +573,13 @@ func (pa *placementApply) applyBundle(ctx context.Context, labels map[string]str
 			err = pa.putBundle(ctx, admin, rbs)
 		}
 	}
-	switch cl := classify(ctx, err); {
-	case cl == done:
+	switch cl := classify(ctx, err); cl {
+	case done:
 		return true
-	case cl == waiting:
+	case waiting:
 		pa.log.Warn("the ResourceBundleState CRD is not installed (is the monitor?); the deployment goes on without it")
 		return true
-	case cl == permanent:
+	case permanent:
 		pa.log.WithError(err).Warn("cannot apply the ResourceBundleState; the status shows why")
 		if p.Bundle == nil {
 			snap := appcontext.BundleSnapshot{Refused: "its ResourceBundleState could not be applied: " + reason(cl, err), Received: time.Now().UTC()}
