@@ -99,27 +99,8 @@ func testCreateReverts(t *testing.T, o *orch) {
 	o.must(201, "POST", "/v1/rb/definition", map[string]any{"rb-name": "bad", "rb-version": "v1"})
 	o.must(200, "POST", "/v1/rb/definition/bad/v1/content", testenv.ArchiveFiles(t, map[string]string{
 		"bad/Chart.yaml": "apiVersion: v2\nname: bad\nversion: 0.1.0\n",
-		"bad/templates/all.yaml": `apiVersion: v1
-kind: ConfigMap
-metadata: {name: bad-config}
-data: {a: b}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: bad}
-spec:
-  selector: {matchLabels: {app: bad}}
-  template:
-    metadata: {labels: {app: bad}}
-    spec: {containers: [{name: main, image: busybox}]}
----
-apiVersion: v1
-kind: Service
-metadata: {name: bad}
-spec:
-  selector: {app: bad}
-  ports: [{port: 70000}]
-`}))
+		"bad/templates/all.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bad-config}\ndata: {a: b}\n---\n" +
+			deploymentAndService("bad", 70000)}))
 	o.must(201, "POST", "/v1/rb/definition/bad/v1/profile", map[string]any{"rb-name": "bad", "rb-version": "v1",
 		"profile-name": "p", "release-name": "bad", "namespace": ns})
 	start := time.Now()
@@ -211,23 +192,29 @@ func hookChart(t *testing.T) []byte {
 		"hooked/Chart.yaml": "apiVersion: v2\nname: hooked\nversion: 0.1.0\n",
 		"hooked/templates/hooks.yaml": pod("pre-install-hook-pod", "pre-install", "") +
 			pod("post-install-hook-pod", "post-install", "hook-succeeded") + pod("pre-delete-hook-pod", "pre-delete", ""),
-		"hooked/templates/app.yaml": `apiVersion: apps/v1
+		"hooked/templates/app.yaml": deploymentAndService("hooked", 80),
+	})
+}
+
+// deploymentAndService is a chart template: a Deployment and its Service
+// on port (which may be one the API server refuses).
+func deploymentAndService(name string, port int) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
-metadata: {name: hooked}
+metadata: {name: %[1]s}
 spec:
-  selector: {matchLabels: {app: hooked}}
+  selector: {matchLabels: {app: %[1]s}}
   template:
-    metadata: {labels: {app: hooked}}
-    spec: {containers: [{name: nginx, image: nginx}]}
+    metadata: {labels: {app: %[1]s}}
+    spec: {containers: [{name: main, image: busybox}]}
 ---
 apiVersion: v1
 kind: Service
-metadata: {name: hooked}
+metadata: {name: %[1]s}
 spec:
-  selector: {app: hooked}
-  ports: [{port: 80}]
-`,
-	})
+  selector: {app: %[1]s}
+  ports: [{port: %[2]d}]
+`, name, port)
 }
 
 // clusterEvent is one object change a test saw on a cluster, with the
@@ -458,11 +445,7 @@ func TestEMCOCompat(t *testing.T) {
 	}
 
 	// A DIG in the restricted cloud: its status comes from the clusters.
-	o.must(201, "POST", emcoProject+"/composite-apps", obj("web-app", map[string]any{"compositeAppVersion": "v1"}))
-	o.uploadOK(emcoCA+"/apps", meta("web"), webChart(t))
-	o.must(201, "POST", emcoCA+"/composite-profiles", meta("prof"))
-	o.uploadOK(emcoCA+"/composite-profiles/prof/profiles", obj("web-profile", map[string]any{"app": "web"}),
-		testenv.ArchiveFiles(t, map[string]string{"manifest.yaml": "version: v1\ntype:\n  values: override_values.yaml\n", "override_values.yaml": ""}))
+	onboardWebApp(t, o, "prof", testenv.ArchiveFiles(t, map[string]string{"manifest.yaml": "version: v1\ntype:\n  values: override_values.yaml\n", "override_values.yaml": ""}))
 	o.must(201, "POST", emcoCA+"/deployment-intent-groups", obj("web-dig", map[string]any{"compositeProfile": "prof", "version": "r1", "logicalCloud": "lcr"}))
 	o.must(201, "POST", emcoDIG+"/generic-placement-intents", meta("gpi"))
 	o.must(201, "POST", emcoDIG+"/generic-placement-intents/gpi/app-intents", placementOn("web", map[string]any{"clusterProvider": "cp", "clusterLabel": "edge"}))

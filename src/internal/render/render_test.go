@@ -77,6 +77,22 @@ func chartFiles(t testing.TB) map[string]string {
 	return files
 }
 
+// refused checks a render's error: ErrInvalid mentioning want when want
+// is set (true: the case is done), none otherwise.
+func refused(t *testing.T, err error, want string) bool {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return false
+	}
+	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want ErrInvalid mentioning %q", err, want)
+	}
+	return true
+}
+
 // packed lays the chart's files out under prefix ("web/", "./", "").
 func packed(t testing.TB, prefix string, extra map[string]string) []byte {
 	t.Helper()
@@ -133,14 +149,8 @@ func TestChartLayouts(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rs, err := Render(Options{Chart: tc.chart, ChartName: tc.chartName, ReleaseName: "r"})
-			if tc.want != "" {
-				if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-					t.Fatalf("err = %v, want ErrInvalid mentioning %q", err, tc.want)
-				}
+			if refused(t, err, tc.want) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if len(rs) != 4 {
 				t.Fatalf("rendered %s", Describe(rs))
@@ -198,14 +208,8 @@ func TestProfileConfigResource(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rs, err := Render(Options{Chart: tc.chart, Profile: tc.profile, ReleaseName: "r"})
-			if tc.want != "" {
-				if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-					t.Fatalf("err = %v, want ErrInvalid mentioning %q", err, tc.want)
-				}
+			if refused(t, err, tc.want) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if message(t, rs) != "from-configresource" {
 				t.Fatalf("message %q: the profile's file was not rendered", message(t, rs))

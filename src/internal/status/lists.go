@@ -73,15 +73,7 @@ func listHeader(h Header, e EMCOHeader) ListHeader {
 // lists answers a list query for context id.
 func (r *Reader) lists(ctx context.Context, header Header, st catalog.DIGState, id string, q Query) (any, error) {
 	var out any
-	var unknown error
-	err := r.withInput(ctx, header, st, id, func(in Input) {
-		if unknown = knownApps(in, q.Apps); unknown == nil {
-			out = Lists(in, q)
-		}
-	})
-	if err == nil {
-		err = unknown
-	}
+	err := r.withFilteredInput(ctx, header, st, id, q, func(in Input) { out = Lists(in, q) })
 	return out, err
 }
 

@@ -120,16 +120,23 @@ func pickInstance(st catalog.DIGState, q Query, what string) (string, error) {
 // build answers from the cache when it has the context, else from etcd.
 func (r *Reader) build(ctx context.Context, header Header, st catalog.DIGState, id string, q Query) (Response, error) {
 	var resp Response
+	err := r.withFilteredInput(ctx, header, st, id, q, func(in Input) { resp = Build(in, q) })
+	return resp, err
+}
+
+// withFilteredInput is withInput for a query whose app filter must name
+// apps of the context (knownApps): f is not called when one does not.
+func (r *Reader) withFilteredInput(ctx context.Context, header Header, st catalog.DIGState, id string, q Query, f func(Input)) error {
 	var unknown error
 	err := r.withInput(ctx, header, st, id, func(in Input) {
 		if unknown = knownApps(in, q.Apps); unknown == nil {
-			resp = Build(in, q)
+			f(in)
 		}
 	})
 	if err == nil {
 		err = unknown
 	}
-	return resp, err
+	return err
 }
 
 // knownApps refuses an app filter naming an app the context does not
