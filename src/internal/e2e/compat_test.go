@@ -370,6 +370,7 @@ func TestHelmHooks(t *testing.T) {
 	if preDelete == 0 || preDelete >= deployGone {
 		t.Fatalf("the pre-delete hook pod (rv %d) did not run before the Deployment was deleted (rv %d)", preDelete, deployGone)
 	}
+	o.waitJSON(dig+"/status", "Terminated (the bundle deleted last)", deployedStatusIs("Terminated"))
 }
 
 // TestEMCOCompat: what emcoctl and EMCO's examples still found different.

@@ -359,7 +359,7 @@ func TestDayTwoUpdateRollbackDependenciesKvPairs(t *testing.T) {
 			actions = append(actions, fmt.Sprintf("%s/%d", e.To.State, e.Revision))
 		}
 	}
-	if want := fmt.Sprintf("Approved/0,Instantiated/1,Updated/%d,Updated/%d", rev, rev+1); strings.Join(actions, ",") != want {
+	if want := fmt.Sprintf("Created/0,Approved/0,Instantiated/1,Updated/%d,Updated/%d", rev, rev+1); strings.Join(actions, ",") != want {
 		t.Fatalf("history actions %v, want %s", actions, want)
 	}
 	o.must(404, "POST", vfwDIG+"/rollback", map[string]any{"spec": map[string]any{"revision": "99"}})
