@@ -254,7 +254,7 @@ func (s *Service) CreateInstance(ctx context.Context, req catalog.InstanceReques
 // firstApply waits, up to CreateWait, for rsync's first pass over a new
 // instance. When that left a resource Failed — whatever the cause: an API
 // server's refusal, an object another deployment owns — the instance is
-// deleted with what was applied (waiting up to DeleteWait) and the
+// deleted with what it applied (waiting up to DeleteWait; revert) and the
 // answer is ErrFailed naming the resources, as k8splugin reverts a create
 // whose resources fail. A first pass still at work after CreateWait is no
 // error: the instance stays and its status shows the rest.
@@ -273,10 +273,37 @@ func (s *Service) firstApply(ctx context.Context, id string) error {
 	if len(failed) == 0 {
 		return nil
 	}
-	if err := s.DeleteInstance(context.WithoutCancel(ctx), id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if err := s.revert(context.WithoutCancel(ctx), id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("revert instance %s after its apply failed (%s): %w", id, strings.Join(failed, "; "), err)
 	}
 	return errdefs.Failed("Create Kubernetes Resources: %s; the instance was reverted", strings.Join(failed, "; "))
+}
+
+// revert deletes a new instance whose first apply failed, and of its
+// resources only those it applied: rsync is stopped first, and what it
+// never applied (refused, waiting, not tried) is marked Deleted, so the
+// deletion cannot touch an object of the same name that is not the
+// instance's (one the create failed on because another deployment has it).
+func (s *Service) revert(ctx context.Context, id string) error {
+	s.opts.Rsync.Stop(InstanceGroup(id))
+	c, err := s.opts.Contexts.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	var never []appcontext.StatusUpdate
+	for _, p := range c.Placements {
+		for _, r := range p.Resources {
+			switch p.StatusOf(r.Key()).Status {
+			case appcontext.RsyncFailed, appcontext.RsyncPending, appcontext.RsyncWaiting:
+				never = append(never, appcontext.StatusUpdate{App: p.App, Cluster: p.Cluster, Key: r.Key(),
+					Status: appcontext.ResourceStatus{Status: appcontext.RsyncDeleted, Error: "never applied: the create was reverted"}})
+			}
+		}
+	}
+	if err := s.opts.Contexts.SetResourceStatuses(ctx, id, never, nil); err != nil {
+		return err
+	}
+	return s.DeleteInstance(ctx, id)
 }
 
 // maxFailedNamed bounds the resources a failed create's answer names.

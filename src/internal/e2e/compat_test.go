@@ -103,6 +103,16 @@ func testCreateReverts(t *testing.T, o *orch) {
 			deploymentAndService("bad", 70000)}))
 	o.must(201, "POST", "/v1/rb/definition/bad/v1/profile", map[string]any{"rb-name": "bad", "rb-version": "v1",
 		"profile-name": "p", "release-name": "bad", "namespace": ns})
+	// A Service of the failing one's name that is not the instance's: the
+	// revert must leave it.
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	theirs := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: ns},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 8080}}}}
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, theirs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	code, body := o.call("POST", "/v1/instance", map[string]any{"rb-name": "bad", "rb-version": "v1", "profile-name": "p", "cloud-region": "kud"})
 	t.Logf("a create whose Service is refused answered %d in %s: %s", code, time.Since(start).Round(time.Millisecond), strings.TrimSpace(body))
@@ -117,6 +127,9 @@ func testCreateReverts(t *testing.T, o *orch) {
 	}
 	if c, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "bad-config", metav1.GetOptions{}); !gone(c, err) {
 		t.Fatalf("the failed instance's ConfigMap is left: %v", err)
+	}
+	if svc, err := cs.CoreV1().Services(ns).Get(ctx, "bad", metav1.GetOptions{}); gone(svc, err) || svc.Spec.Ports[0].Port != 8080 {
+		t.Fatalf("the revert touched a Service that was not the instance's: %v", err)
 	}
 	rbs, err := cs.RESTClient().Get().AbsPath("/apis/k8splugin.io/v1alpha1/namespaces/" + ns + "/resourcebundlestates").DoRaw(ctx)
 	if err != nil || strings.Contains(string(rbs), `"name":"bad-`) {
