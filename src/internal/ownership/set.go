@@ -260,12 +260,13 @@ func (s *Set) Run(ctx context.Context) error {
 			cancel()
 		}
 	}()
-	for attempt := 1; ctx.Err() == nil; attempt++ {
+	retry := sessionRetry()
+	for ctx.Err() == nil {
 		var err error
 		sess, err = s.newSession(ctx)
 		if err != nil {
 			s.log.WithError(err).Warn("cannot open an etcd session; retrying")
-			if !backoff.Sleep(ctx, retryDelay(attempt)) {
+			if !retry.Wait(ctx) {
 				return nil
 			}
 			continue
@@ -279,13 +280,13 @@ func (s *Set) Run(ctx context.Context) error {
 		if errors.Is(err, errLeaseLost) {
 			s.log.Error("the replica's lease expired (etcd unreachable for a whole TTL?): its work was released; registering again")
 			sess = nil
-			attempt = 0
+			retry.Reset()
 			continue
 		}
 		s.log.WithError(err).Warn("ownership session ended; starting a new one")
 		_ = sess.Close()
 		sess = nil
-		if !backoff.Sleep(ctx, retryDelay(attempt)) {
+		if !retry.Wait(ctx) {
 			return nil
 		}
 	}
@@ -311,8 +312,10 @@ func (s *Set) newSession(ctx context.Context) (*concurrency.Session, error) {
 	return sess, nil
 }
 
-func retryDelay(attempt int) time.Duration {
-	return min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second)
+// sessionRetry times the attempts to open a session: 0.5 s more each
+// time, up to 5 s.
+func sessionRetry() backoff.Backoff {
+	return backoff.Backoff{Base: 500 * time.Millisecond, Step: 500 * time.Millisecond, Max: 5 * time.Second}
 }
 
 // setSession records the session this replica is registered on (nil:

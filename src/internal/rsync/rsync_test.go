@@ -162,16 +162,6 @@ func TestWavesFollowHelmsInstallOrder(t *testing.T) {
 	}
 }
 
-func TestBackoffIsBoundedAndJittered(t *testing.T) {
-	for attempt := 1; attempt < 100; attempt++ {
-		d := backoffFor(100, 1000, attempt)
-		want := time.Duration(min(100<<min(attempt-1, 20), 1000))
-		if d < want*8/10 || d > want*12/10 {
-			t.Fatalf("attempt %d: %d, want %d ±20%%", attempt, d, want)
-		}
-	}
-}
-
 func TestDeriveContextStatus(t *testing.T) {
 	rec := &recorder{names: applyNames, current: map[string]resState{}}
 	set := func(k, st, why string) { rec.current[k] = resState{status: st, reason: why, where: k} }
