@@ -10,7 +10,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/testenv"
@@ -55,6 +54,19 @@ func (m *mirror) snapshot() (map[string]string, int64) {
 	return maps.Clone(m.state), m.rev
 }
 
+// runFollower runs a follower until the test ends.
+func runFollower(t *testing.T, opts Options) {
+	t.Helper()
+	f, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -83,22 +95,10 @@ func TestRecoversFromCompactionWhileCutOff(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	proxy := testenv.NewProxy(t, strings.TrimPrefix(env.EtcdEndpoints()[0], "http://"))
-	cut, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + proxy.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cut.Close() }()
+	cut, proxy := env.EtcdBehindProxy(t)
 	m := newMirror()
-	f, err := New(Options{Client: cut, Prefixes: []string{prefix}, Apply: m.apply,
+	runFollower(t, Options{Client: cut, Prefixes: []string{prefix}, Apply: m.apply,
 		Retry: backoff.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); f.Run(rctx) }()
-	defer func() { cancel(); <-done }()
 	want := func(w map[string]string) func() (bool, string) {
 		return func() (bool, string) {
 			got, _ := m.snapshot()
@@ -159,14 +159,7 @@ func TestPrefixesAndProgress(t *testing.T) {
 	prefix := env.EtcdPrefix()
 	cli := env.Etcd.Client
 	m := newMirror()
-	f, err := New(Options{Client: cli, Prefixes: []string{prefix + "x/", prefix + "y/"}, Apply: m.apply})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); f.Run(rctx) }()
-	defer func() { cancel(); <-done }()
+	runFollower(t, Options{Client: cli, Prefixes: []string{prefix + "x/", prefix + "y/"}, Apply: m.apply})
 	if _, err := cli.Put(ctx, prefix+"x/1", "1"); err != nil {
 		t.Fatal(err)
 	}

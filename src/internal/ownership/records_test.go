@@ -4,16 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/argus-mc/argus/src/internal/backoff"
-	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
 // recorder is a Records consumer: what it was told to want and drop, and
@@ -82,12 +77,7 @@ func runRecords(t *testing.T, r *Records[string, string]) {
 func TestRecordsRecoverFromACompactedGap(t *testing.T) {
 	ctx := context.Background()
 	prefix := env.EtcdPrefix()
-	proxy := testenv.NewProxy(t, strings.TrimPrefix(env.EtcdEndpoints()[0], "http://"))
-	cut, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + proxy.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cut.Close() }()
+	cut, proxy := env.EtcdBehindProxy(t)
 	c := newRecorder()
 	opts := RecordsOptions[string]{Prefix: prefix + "recs/", AckPrefix: prefix + "acks/", Layout: One, Claims: c, Owner: c,
 		Retry: backoff.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}}

@@ -3,8 +3,13 @@ package testenv
 import (
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // Proxy forwards loopback TCP connections to one address until the test
@@ -97,4 +102,18 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	delete(p.conns, dst)
 	delete(p.conns, src)
 	p.mu.Unlock()
+}
+
+// EtcdBehindProxy is a client of the embedded etcd that reaches it through
+// a Proxy, so the test can cut it off (a partitioned replica); both go
+// when the test ends.
+func (s *Stores) EtcdBehindProxy(t testing.TB) (*clientv3.Client, *Proxy) {
+	t.Helper()
+	p := NewProxy(t, strings.TrimPrefix(s.EtcdEndpoints()[0], "http://"))
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + p.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli, p
 }
