@@ -18,7 +18,6 @@ import (
 
 	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 	"github.com/argus-mc/argus/src/internal/appcontext"
-	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/cluster"
 )
 
@@ -240,11 +239,11 @@ func (pa *placementApply) applyAll(ctx context.Context, todo, removed []appconte
 		hasTransient, hasWaiting := anyClass(classes, todo, transient), anyClass(classes, todo, waiting)
 		if hasTransient {
 			transientAttempt++
-			timer = backoffFor(pa.e.opts.BackoffBase, pa.e.opts.BackoffMax, transientAttempt)
+			timer = pa.e.transient.Delay(transientAttempt)
 		}
 		if hasWaiting {
 			waitAttempt++
-			if w := backoffFor(pa.e.opts.WaitBase, pa.e.opts.WaitMax, waitAttempt); timer == 0 || w < timer {
+			if w := pa.e.waiting.Delay(waitAttempt); timer == 0 || w < timer {
 				timer = w
 			}
 		}
@@ -642,7 +641,7 @@ func (pa *placementApply) putBundle(ctx context.Context, client *cluster.Client,
 		if classify(ctx, err) != transient || attempt >= 3 {
 			return err
 		}
-		if !backoff.Sleep(ctx, backoffFor(pa.e.opts.BackoffBase, pa.e.opts.BackoffMax, attempt)) {
+		if !pa.e.sleep(ctx, attempt) {
 			return ctx.Err()
 		}
 	}
