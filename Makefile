@@ -47,7 +47,7 @@ run: build
 # status and a notification, and stays up until Ctrl-C. DEMO_EXIT=1 checks
 # every step and exits; docs/demo.md lists the other settings.
 demo:
-	@MAKE="$(MAKE)" ./scripts/demo/demo.sh
+	@MAKE="$(MAKE)" exec ./scripts/demo/demo.sh
 
 # The console's browser test drives headless Chromium from the distribution's
 # packages: installed here when missing, as root with apt; otherwise the test
