@@ -138,6 +138,9 @@ type Resource struct {
 	// of rsync-status (type=rsync) and cluster-status (type=cluster).
 	RsyncStatusEMCO   string `json:"rsyncStatus,omitempty"`
 	ClusterStatusEMCO string `json:"clusterStatus,omitempty"`
+	// Owners are the objects controlling it, nearest first (a Pod's
+	// ReplicaSet, then its Deployment), from the bundle (type=cluster).
+	Owners []Owner `json:"owners,omitempty"`
 	// Warnings are the API server's about an applied object (type=rsync).
 	Warnings []string        `json:"warnings,omitempty"`
 	Detail   json.RawMessage `json:"detail,omitempty"`
@@ -399,6 +402,13 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			}
 			statuses = append(statuses, health.Status(res.ReadyStatus))
 			c.Resources = append(c.Resources, res)
+		}
+	}
+	if q.Type == TypeCluster && index != nil && unknownWhy == "" {
+		linkOwners(c.Resources, index)
+		statuses = statuses[:0]
+		for _, r := range c.Resources {
+			statuses = append(statuses, health.Status(r.fine))
 		}
 	}
 	if q.Type == TypeCluster {
