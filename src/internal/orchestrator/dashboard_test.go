@@ -201,7 +201,7 @@ func TestMetricNames(t *testing.T) {
 	cases := map[string]string{
 		`sum by (route, code) (rate(argus_http_requests_total{job=~"$orchestrator", code=~"5.."}[$__rate_interval]))`: "argus_http_requests_total",
 		`histogram_quantile(0.99, sum by (le) (rate(a_bucket[5m]))) / clamp_min(b, 1e-9)`:                             "a_bucket b",
-		`max by (instance) (go_goroutines{job="x"}) or on (instance) process_resident_memory_bytes`:                    "go_goroutines process_resident_memory_bytes",
+		`max by (instance) (go_goroutines{job="x"}) or on (instance) process_resident_memory_bytes`:                   "go_goroutines process_resident_memory_bytes",
 	}
 	for expr, want := range cases {
 		if got := strings.Join(metricNames(expr), " "); got != want {
