@@ -147,6 +147,8 @@ type Resource struct {
 	// fine is the ready status while the answer is built, whatever the
 	// type (the seed field is dropped from rsync answers).
 	fine string
+	// since is when rsync last set its status (for history snapshots).
+	since time.Time
 }
 
 // Input is everything a status answer is computed from.
@@ -344,7 +346,7 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			continue
 		}
 		res := Resource{GVK: GVK{r.GVK.Group, r.GVK.Version, r.GVK.Kind}, Name: r.Name, Namespace: r.Namespace,
-			RsyncStatus: rs.Status, DeployedStatus: rs.Status}
+			RsyncStatus: rs.Status, DeployedStatus: rs.Status, since: rs.Updated}
 		if res.Namespace == "" && namespaced(r.GVK.Kind) {
 			res.Namespace = in.Context.Meta.Namespace
 		}

@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
@@ -27,6 +28,9 @@ type ResourceState struct {
 	Key                                     ResourceKey
 	RsyncStatus, ClusterStatus, ReadyStatus string
 	Reason                                  string
+	// Since is when rsync last set the resource's status (queued it,
+	// applied it); zero for pods, which rsync does not apply.
+	Since time.Time
 }
 
 // Snapshot answers for a change-routing group ("dig:<p>/<ca>/<v>/<dig>" or
@@ -68,7 +72,8 @@ func snapshotOf(in Input) Snapshot {
 				out.Resources = append(out.Resources, ResourceState{
 					Key: ResourceKey{App: a.Name, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
 						Group: res.GVK.Group, Version: res.GVK.Version, Kind: res.GVK.Kind, Namespace: res.Namespace, Name: res.Name},
-					RsyncStatus: res.RsyncStatus, ClusterStatus: res.ClusterStatus, ReadyStatus: res.ReadyStatus, Reason: res.Reason})
+					RsyncStatus: res.RsyncStatus, ClusterStatus: res.ClusterStatus, ReadyStatus: res.ReadyStatus, Reason: res.Reason,
+					Since: res.since})
 			}
 		}
 	}
