@@ -207,39 +207,51 @@ nap() {
 # the parent: when it is gone, or when make has dropped a handler for a
 # fatal signal it had, the demo stops as if it had been signalled itself.
 parent=$PPID
-# ppid_of PID: the parent of PID, from /proc (fields after the command).
+# ppid_of PID: the parent of PID, from /proc (the fields after the
+# command). Each /proc file is read whole at once: read piecemeal, a
+# file that changes meanwhile can come out garbled.
 ppid_of() {
     local stat
-    read -r stat <"/proc/$1/stat" || return 1
+    stat=$(<"/proc/$1/stat") || return 1
     stat=${stat##*) }
     set -- $stat
     echo "$2"
 }
 # caught PID: the mask of signals PID has handlers for.
 caught() {
-    local k v
-    while read -r k v; do
-        if [ "$k" = SigCgt: ]; then echo "0x$v"; return 0; fi
-    done <"/proc/$1/status"
-    return 1
+    local status
+    status=$(<"/proc/$1/status") || return 1
+    [[ $status =~ SigCgt:[[:space:]]*([0-9a-f]+) ]] || return 1
+    echo "0x${BASH_REMATCH[1]}"
+}
+# parent_state: why the demo should stop, or nothing (also when /proc
+# cannot be read just now: that is no reason). A parent that exits hands
+# its children to another at once, zombie or not.
+parent_state() {
+    local ppid now
+    ppid=$(ppid_of $$ 2>/dev/null) || return 0
+    if [ "$ppid" != "$parent" ]; then
+        echo "its parent ($comm, pid $parent) is gone"
+    elif now=$(caught "$parent" 2>/dev/null) && [ $((had & ~now)) -ne 0 ]; then
+        echo "$comm (pid $parent) was told to stop"
+    fi
 }
 watch_parent() {
     # SIGHUP, SIGINT, SIGQUIT and SIGTERM are bits 0, 1, 2 and 14.
-    local fatal=$((0x4007)) had=0 now comm=""
+    local fatal=$((0x4007)) why=""
+    had=0 comm=""
     read -r comm <"/proc/$parent/comm" 2>/dev/null || true
     case $comm in
     make | gmake) had=$(($(caught "$parent" 2>/dev/null || echo 0) & fatal)) ;;
     esac
-    local why=""
-    while [ -z "$why" ]; do
+    # Twice in a row, half a second apart, before it counts.
+    while :; do
         sleep 0.5
-        if [ "$(ppid_of $$ 2>/dev/null)" != "$parent" ]; then
-            why="its parent ($comm, pid $parent) is gone"
-        elif ! now=$(caught "$parent" 2>/dev/null); then
-            why="its parent ($comm, pid $parent) is gone"
-        elif [ $((had & ~now)) -ne 0 ]; then
-            why="$comm (pid $parent) was told to stop"
-        fi
+        why=$(parent_state)
+        [ -n "$why" ] || continue
+        sleep 0.5
+        why=$(parent_state)
+        [ -z "$why" ] || break
     done
     echo "$why" >"$stop_reason"
     kill -TERM $$ 2>/dev/null || true
