@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 // Context statuses (SPEC section 4).
@@ -227,7 +228,7 @@ type Store struct {
 // Options configures a Store.
 type Options struct {
 	Client *clientv3.Client
-	// Prefix for every key; "" means "/argus".
+	// Prefix for every key; "" means etcdstore.DefaultPrefix.
 	Prefix string
 	// MaxRequestBytes is etcd's --max-request-bytes; 0 means etcd's
 	// default, 1.5 MiB. Values are chunked to a quarter of it and
@@ -237,10 +238,7 @@ type Options struct {
 
 // New returns a Store.
 func New(opts Options) *Store {
-	if opts.Prefix == "" {
-		opts.Prefix = "/argus"
-	}
-	return &Store{cli: opts.Client, prefix: strings.TrimSuffix(opts.Prefix, "/"), lim: newLimits(opts.MaxRequestBytes)}
+	return &Store{cli: opts.Client, prefix: etcdstore.Prefix(opts.Prefix), lim: newLimits(opts.MaxRequestBytes)}
 }
 
 func (s *Store) ctxPrefix(id string) string { return s.prefix + "/ctx/" + id + "/" }

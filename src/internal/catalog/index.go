@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 // The index is a copy, in etcd, of every visible object's document (its
@@ -50,10 +51,7 @@ const indexSep = " "
 // prefix (see index), after reconciling it with MongoDB. Run it after
 // Recover: what Recover repaired is then in the index too.
 func (c *Catalog) UseIndex(ctx context.Context, cli *clientv3.Client, prefix string) (Reconciled, error) {
-	if prefix == "" {
-		prefix = "/argus"
-	}
-	idx := &index{cli: cli, prefix: strings.TrimRight(prefix, "/") + "/catalog/"}
+	idx := &index{cli: cli, prefix: etcdstore.Prefix(prefix) + "/catalog/"}
 	var out Reconciled
 	for _, k := range c.kinds {
 		n, err := c.reconcile(ctx, idx, k)

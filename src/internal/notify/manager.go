@@ -17,6 +17,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/logging"
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 // Subject kinds: what a subscription watches.
@@ -158,7 +159,7 @@ type ManagerOptions struct {
 	Subscriptions Claims
 	Sinks         Claims
 	// Prefix is the etcd prefix of the subscription markers and their
-	// owners' acknowledgements; "" means "/argus".
+	// owners' acknowledgements; "" means etcdstore.DefaultPrefix.
 	Prefix string
 	// Lease is this replica's lease, which acknowledgements are put on so
 	// they vanish with it; nil writes them without one.
@@ -223,10 +224,7 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 	if opts.AAI != nil && opts.Sinks == nil {
 		return nil, errors.New("notify: the AAI sink needs Sinks")
 	}
-	if opts.Prefix == "" {
-		opts.Prefix = "/argus"
-	}
-	opts.Prefix = strings.TrimRight(opts.Prefix, "/")
+	opts.Prefix = etcdstore.Prefix(opts.Prefix)
 	if opts.Lease == nil {
 		opts.Lease = func() clientv3.LeaseID { return 0 }
 	}

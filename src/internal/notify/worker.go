@@ -19,6 +19,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/logging"
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 // Source computes a subscription's current view: one Entry per resource and
@@ -97,10 +98,11 @@ type States struct {
 	prefix string
 }
 
-// NewStates returns a state store; prefix "" means "/argus/notify/".
+// NewStates returns a state store; prefix "" means
+// etcdstore.DefaultPrefix + "/notify/".
 func NewStates(cli *clientv3.Client, prefix string) *States {
 	if prefix == "" {
-		prefix = "/argus/notify/"
+		prefix = etcdstore.DefaultPrefix + "/notify/"
 	}
 	return &States{cli: cli, prefix: prefix}
 }

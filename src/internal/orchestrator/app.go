@@ -60,7 +60,7 @@ type Options struct {
 	MongoURI string
 	// MongoDatabase is the database name; "" means "argus".
 	MongoDatabase string
-	// EtcdPrefix prefixes every etcd key; "" means "/argus".
+	// EtcdPrefix prefixes every etcd key; "" means etcdstore.DefaultPrefix.
 	EtcdPrefix string
 	// MonitorSilentAfter is how long a monitor's Lease may stay unrenewed
 	// before the monitor is Silent; 0 means 30s.
@@ -232,6 +232,7 @@ func New(opts Options) (*App, error) {
 	if opts.Listen == "" {
 		opts.Listen = ":9015"
 	}
+	opts.EtcdPrefix = etcdstore.Prefix(opts.EtcdPrefix)
 	if opts.MongoDatabase == "" {
 		opts.MongoDatabase = "argus"
 	}
@@ -357,9 +358,6 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}()
 
 	prefix := a.opts.EtcdPrefix
-	if prefix == "" {
-		prefix = "/argus"
-	}
 	// Work is shared with the other replicas on these stores (alone, this
 	// replica owns everything): each cluster's watcher, each group's rsync
 	// actions and history, each subscription's worker and the AAI sink
@@ -726,9 +724,6 @@ func (a *App) notifier(cat *catalog.Catalog, etcd *etcdstore.Store, reader *stat
 		return nil, err
 	}
 	prefix := a.opts.EtcdPrefix
-	if prefix == "" {
-		prefix = "/argus"
-	}
 	var sink *notify.AAISink
 	if a.opts.AAI.URL != "" {
 		password := ""

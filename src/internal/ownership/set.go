@@ -22,12 +22,13 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/logging"
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 // Options configures a Set; Client and ID are required.
 type Options struct {
 	Client *clientv3.Client
-	// Prefix of every key; "" means "/argus".
+	// Prefix of every key; "" means etcdstore.DefaultPrefix.
 	Prefix string
 	// ID names this replica; it must be unique among live replicas (a
 	// second process with the same id waits until the first one's lease
@@ -86,10 +87,7 @@ func New(opts Options) (*Set, error) {
 	if strings.Contains(opts.ID, "/") {
 		return nil, fmt.Errorf("ownership: replica id %q contains '/'", opts.ID)
 	}
-	if opts.Prefix == "" {
-		opts.Prefix = "/argus"
-	}
-	opts.Prefix = strings.TrimRight(opts.Prefix, "/")
+	opts.Prefix = etcdstore.Prefix(opts.Prefix)
 	if opts.TTL == 0 {
 		opts.TTL = 10 * time.Second
 	}
