@@ -512,12 +512,11 @@ func (s *Service) ResumeClouds(ctx context.Context) error {
 // ResumeCloud resumes the certificate requests of one logical cloud, named
 // by its rsync group: what a replica that takes the group over does.
 func (s *Service) ResumeCloud(ctx context.Context, group string) error {
-	rest, ok := strings.CutPrefix(group, "lc:")
-	project, cloud, ok2 := strings.Cut(rest, "/")
-	if s.opts.Issuer == nil || !ok || !ok2 {
+	g, _ := catalog.ParseGroup(group)
+	if s.opts.Issuer == nil || g.Kind != catalog.GroupLogicalCloud {
 		return nil
 	}
-	key := catalog.Key{project, cloud}
+	key := g.Key
 	lc, err := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).Get(ctx, key)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/api"
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/ownership"
 )
 
@@ -61,11 +62,11 @@ func (v replicaView) Replicas(ctx context.Context) ([]api.Replica, error) {
 			if holder != m.ID {
 				continue
 			}
-			switch {
-			case strings.HasPrefix(group, "dig:"):
-				r.DIGs = append(r.DIGs, strings.TrimPrefix(group, "dig:"))
-			case strings.HasPrefix(group, "instance:"):
-				r.Instances = append(r.Instances, strings.TrimPrefix(group, "instance:"))
+			switch g, _ := catalog.ParseGroup(group); g.Kind {
+			case catalog.GroupDIG:
+				r.DIGs = append(r.DIGs, strings.Join(g.Key, "/"))
+			case catalog.GroupInstance:
+				r.Instances = append(r.Instances, g.Key[0])
 			default:
 				r.Groups = append(r.Groups, group)
 			}
