@@ -228,4 +228,3 @@ func (c InstanceConfigSpec) Current() uint { return uint(len(c.History)) }
 func (c InstanceConfigSpec) Active() bool {
 	return len(c.History) > 0 && c.History[len(c.History)-1].Action != ConfigDeleted
 }
-
