@@ -69,7 +69,7 @@ func routerOperations(t *testing.T) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cat, err := catalog.New(ctx, env.Database(t), catalog.AllKinds()...)
+	cat, _, err := catalog.Open(ctx, catalog.Options{DB: env.Database(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

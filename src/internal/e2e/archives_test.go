@@ -138,10 +138,7 @@ func startOrchestratorProcess(t *testing.T, db, prefix string) *orchProcess {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if p.catalog, err = catalog.New(ctx, stores.Mongo.Client.Database(db), catalog.AllKinds()...); err != nil {
-		t.Fatal(err)
-	}
-	if _, err = p.catalog.UseIndex(ctx, stores.Etcd.Client, prefix); err != nil {
+	if p.catalog, _, err = catalog.Open(ctx, catalog.Options{DB: stores.Mongo.Client.Database(db), Index: stores.Etcd.Client, IndexPrefix: prefix}); err != nil {
 		t.Fatal(err)
 	}
 	return p

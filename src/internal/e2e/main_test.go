@@ -115,11 +115,8 @@ func startOrchestratorTB(t testing.TB, db, prefix string, mods ...func(*orchestr
 	o.base = "http://" + app.Addr().String()
 	cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 	defer ccancel()
-	if o.catalog, err = catalog.New(cctx, stores.Mongo.Client.Database(db), catalog.AllKinds()...); err != nil {
-		t.Fatal(err)
-	}
 	// The test's own writes keep the orchestrator's catalogue index too.
-	if _, err = o.catalog.UseIndex(cctx, stores.Etcd.Client, prefix); err != nil {
+	if o.catalog, _, err = catalog.Open(cctx, catalog.Options{DB: stores.Mongo.Client.Database(db), Index: stores.Etcd.Client, IndexPrefix: prefix}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(o.stop)

@@ -368,50 +368,40 @@ func (a *App) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	cat, err := catalog.New(ctx, mongo.DB, catalog.AllKinds()...)
-	if err != nil {
-		return err
-	}
 	// Markers (an upload in flight, a delete in progress) are signed with
 	// this replica's lease, so another replica starting never clears them,
 	// and those of a replica that died are cleared as soon as its lease is
-	// gone.
-	cat.SetOwner(catalog.Owner{ID: a.opts.ReplicaID, Lease: func() int64 { return int64(replicas.Lease()) },
-		Alive: func(ctx context.Context, lease int64) (bool, error) {
-			resp, err := etcd.Client.TimeToLive(ctx, clientv3.LeaseID(lease))
-			if err != nil {
-				return false, err
-			}
-			return resp.TTL > 0, nil
-		}})
-	// Whatever a killed predecessor left half written (an app without its
-	// chart, a delete that never finished) is repaired before anyone reads.
-	// Unsigned leftovers (an older release's) count as a predecessor's when
-	// no other replica runs; otherwise only once older than any request
-	// can run.
+	// gone. Whatever a killed predecessor left half written (an app without
+	// its chart, a delete that never finished) is repaired before anyone
+	// reads. Unsigned leftovers (an older release's) count as a
+	// predecessor's when no other replica runs; otherwise only once older
+	// than any request can run. Gets, lists and parent checks then read the
+	// catalogue's index in etcd, which stays fast however large the
+	// catalogue grows (FerretDB reads a whole collection for most queries).
 	before := start
 	if others, err := replicas.Others(ctx); err != nil {
 		return fmt.Errorf("orchestrator: list the replicas: %w", err)
 	} else if others {
 		before = start.Add(-markerLifetime)
 	}
-	recovered, err := cat.Recover(ctx, before)
+	cat, opened, err := catalog.Open(ctx, catalog.Options{DB: mongo.DB, RepairBefore: before, Index: etcd.Client, IndexPrefix: a.opts.EtcdPrefix,
+		Owner: &catalog.Owner{ID: a.opts.ReplicaID, Lease: func() int64 { return int64(replicas.Lease()) },
+			Alive: func(ctx context.Context, lease int64) (bool, error) {
+				resp, err := etcd.Client.TimeToLive(ctx, clientv3.LeaseID(lease))
+				if err != nil {
+					return false, err
+				}
+				return resp.TTL > 0, nil
+			}}})
 	if err != nil {
-		return fmt.Errorf("orchestrator: recover the catalogue: %w", err)
+		return fmt.Errorf("orchestrator: open the catalogue: %w", err)
 	}
-	if recovered != (catalog.Recovered{}) {
-		a.log.WithFields(logrus.Fields{"intents": recovered.Intents, "unmarked": recovered.Unmarked,
-			"orphans": recovered.Orphans, "lifecycles": recovered.Lifecycles}).Warn("repaired the catalogue after an unclean stop")
+	if rec := opened.Recovered; rec != (catalog.Recovered{}) {
+		a.log.WithFields(logrus.Fields{"intents": rec.Intents, "unmarked": rec.Unmarked,
+			"orphans": rec.Orphans, "lifecycles": rec.Lifecycles}).Warn("repaired the catalogue after an unclean stop")
 	}
-	// Gets, lists and parent checks read the catalogue's index in etcd,
-	// which stays fast however large the catalogue grows (FerretDB reads a
-	// whole collection for most queries).
-	reconciled, err := cat.UseIndex(ctx, etcd.Client, a.opts.EtcdPrefix)
-	if err != nil {
-		return fmt.Errorf("orchestrator: index the catalogue: %w", err)
-	}
-	if reconciled.Fixed > 0 {
-		a.log.WithField("entries", reconciled.Fixed).Info("catalogue index brought up to date")
+	if opened.IndexFixed > 0 {
+		a.log.WithField("entries", opened.IndexFixed).Info("catalogue index brought up to date")
 	}
 	contexts := appcontext.New(appcontext.Options{Client: etcd.Client, Prefix: a.opts.EtcdPrefix})
 	kubeconfigs := cluster.KubeconfigOptions{AllowProxy: a.opts.KubeconfigAllowProxy}
