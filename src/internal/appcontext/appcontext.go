@@ -318,19 +318,6 @@ func (s *Store) Replace(ctx context.Context, id string, placements []*Placement,
 	return b.commit(ctx)
 }
 
-// ReplacePlacement writes one placement's resources (see Replace).
-func (s *Store) ReplacePlacement(ctx context.Context, id string, p *Placement) error {
-	have, err := s.blobs(ctx, id)
-	if err != nil {
-		return err
-	}
-	b := &batch{s: s}
-	if err := s.putResources(b, id, []*Placement{p}, have); err != nil {
-		return err
-	}
-	return b.commit(ctx)
-}
-
 func (s *Store) putStatus(b *batch, id string, st Status) error {
 	if st.Updated.IsZero() {
 		st.Updated = time.Now().UTC()
@@ -350,11 +337,6 @@ func (s *Store) SetStatus(ctx context.Context, id string, st Status) error {
 		return err
 	}
 	return b.commit(ctx)
-}
-
-// SetResourceStatus records rsync's state of one resource.
-func (s *Store) SetResourceStatus(ctx context.Context, id, app string, c ClusterRef, key string, st ResourceStatus) error {
-	return s.SetResourceStatuses(ctx, id, []StatusUpdate{{App: app, Cluster: c, Key: key, Status: st}}, nil)
 }
 
 // StatusUpdate is one resource's new rsync state.

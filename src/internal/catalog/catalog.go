@@ -652,9 +652,6 @@ func (r *Resource[S]) Alive(ctx context.Context, key Key) error {
 	return r.cat.alive(ctx, r.kind, key)
 }
 
-// Describe renders a key for messages.
-func (r *Resource[S]) Describe(key Key) string { return r.kind.describe(key) }
-
 // CountWhere counts the kind's objects matching filter (field paths such as
 // "spec.request.rbName"), for references that are not parent and child.
 func (r *Resource[S]) CountWhere(ctx context.Context, filter bson.M) (int64, error) {

@@ -32,7 +32,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
-	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
@@ -281,7 +280,7 @@ func TestHostileArchivesAreRefused(t *testing.T) {
 	// them is the client's work, slow under the race detector); the zeros
 	// stream, as 4 GiB must never be held.
 	var tiny bytes.Buffer
-	if err := archive.TinyFiles(&tiny, 100_000); err != nil {
+	if err := tgz.TinyFiles(&tiny, 100_000); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("100,000 tiny files pack to %d KB", tiny.Len()>>10)
@@ -290,7 +289,7 @@ func TestHostileArchivesAreRefused(t *testing.T) {
 		gen  func(io.Writer) error
 	}{
 		{"100,000 tiny files", func(w io.Writer) error { _, err := w.Write(tiny.Bytes()); return err }},
-		{"one 4 GiB file of zeros", func(w io.Writer) error { return archive.Zeros(w, 4<<30) }},
+		{"one 4 GiB file of zeros", func(w io.Writer) error { return tgz.Zeros(w, 4<<30) }},
 	}
 	for i, bomb := range bombs {
 		name, gen := bomb.name, bomb.gen

@@ -60,9 +60,6 @@ func newKind(s *Set, name string, h Handler) *Kind {
 		wanted: map[string]bool{}, held: map[string]clientv3.LeaseID{}, holders: map[string]string{}}
 }
 
-// Name is the kind's name.
-func (k *Kind) Name() string { return k.name }
-
 // Want says item exists and needs an owner. It never blocks.
 func (k *Kind) Want(item string) {
 	k.mu.Lock()

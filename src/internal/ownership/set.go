@@ -120,12 +120,6 @@ func New(opts Options) (*Set, error) {
 	return s, nil
 }
 
-// ID is this replica's id.
-func (s *Set) ID() string { return s.opts.ID }
-
-// TTL is the lease TTL in force.
-func (s *Set) TTL() time.Duration { return time.Duration(s.ttl) * time.Second }
-
 // Ready is closed once this replica is registered and knows the others.
 func (s *Set) Ready() <-chan struct{} { return s.ready }
 

@@ -333,12 +333,3 @@ func Render(opts Options) ([]Resource, error) {
 	}
 	return out, nil
 }
-
-// Describe is a short description for logs: "3 resources: Deployment/web, ...".
-func Describe(rs []Resource) string {
-	names := make([]string, 0, len(rs))
-	for _, r := range rs {
-		names = append(names, r.GVK.Kind+"/"+r.Name)
-	}
-	return fmt.Sprintf("%d resources: %s", len(rs), strings.Join(names, ", "))
-}
