@@ -435,17 +435,13 @@ func (a *App) Run(ctx context.Context) (err error) {
 		MemoryLimit: a.opts.Render.MemoryLimit, MaxOutput: a.opts.Render.MaxOutput, MaxRenders: a.opts.Render.MaxRequests,
 		Limits: a.opts.Archive, Metrics: renderMetrics, Logger: a.log.WithField("component", "render")})
 	defer renderer.Close()
-	var deployer *deploy.Service
-	issuer, err := logicalcloud.NewIssuer(logicalcloud.IssuerOptions{Clients: clusters, Logger: a.log.WithField("component", "issuer"),
-		// Set before any request is issued: requests come from the deployer.
-		Store: logicalcloud.CertStoreFunc(func(ctx context.Context, req logicalcloud.Request, cert, failure string) error {
-			return deployer.SetCertificate(ctx, req, cert, failure)
-		})})
+	clouds, err := logicalcloud.NewService(logicalcloud.ServiceOptions{Catalog: cat, Contexts: contexts, Rsync: dispatcher, Clients: clusters,
+		Logger: a.log.WithField("component", "logicalcloud")})
 	if err != nil {
 		return err
 	}
-	defer issuer.Close()
-	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: dispatcher, Renderer: renderer, Issuer: issuer, CreateWait: a.opts.V1CreateWait,
+	defer clouds.Close()
+	deployer, err := deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: dispatcher, Renderer: renderer, CreateWait: a.opts.V1CreateWait,
 		RevisionLimit: a.opts.RevisionLimit, Locks: replicas, Logger: a.log.WithField("component", "deploy")})
 	if err != nil {
 		return err
@@ -485,10 +481,8 @@ func (a *App) Run(ctx context.Context) (err error) {
 		}
 	})
 	groupWork.acquire = []func(string){dispatcher.Acquired, func(g string) { recorder.Changed([]string{g}) }, func(g string) {
-		if strings.HasPrefix(g, "lc:") {
-			if err := deployer.ResumeCloud(ctx, g); err != nil {
-				a.log.WithError(err).WithField("group", g).Warn("cannot resume a logical cloud's certificate requests")
-			}
+		if err := clouds.ResumeCloud(ctx, g); err != nil {
+			a.log.WithError(err).WithField("group", g).Warn("cannot resume a logical cloud's certificate requests")
 		}
 	}}
 	groupWork.release = []func(string){dispatcher.Released}
@@ -539,7 +533,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	apiOpts := api.Options{
 		Catalog:       cat,
 		Deploy:        deployer,
-		Clouds:        deployer,
+		Clouds:        clouds,
 		Instances:     deployer,
 		Status:        reader,
 		Subscriptions: notifier,
