@@ -17,7 +17,7 @@ import (
 
 // Claims hands work to this replica (ownership.Kind): the manager says
 // what exists (Want, Drop) and is called back with what it runs
-// (AcquiredSubscription, ReleasedSubscription, AcquiredSink, ReleasedSink).
+// (AcquiredSubscription, ReleasedSubscription).
 type Claims interface {
 	Want(item string)
 	Drop(item string)
@@ -32,7 +32,6 @@ type Claims interface {
 //
 //	<prefix>/subscriptions/<state key>        marker {"gen", "reset"}
 //	<prefix>/subscriptions-ready/<state key>  {"gen"}: its owner's worker has its baseline (on the owner's lease)
-//	<prefix>/aai-purges/<instance id>         the AAI sink's owner removes a deleted instance from AAI
 //
 // Every create and change writes a new generation; the subscription's
 // owner (re)starts its worker for it, applies the reset the change asks
@@ -54,12 +53,8 @@ type ack struct {
 	Gen string `json:"gen"`
 }
 
-// aaiItem is the AAI sink's one work item.
-const aaiItem = "aai"
-
 func (m *Manager) markerPrefix() string { return m.opts.Prefix + "/subscriptions/" }
 func (m *Manager) ackPrefix() string    { return m.opts.Prefix + "/subscriptions-ready/" }
-func (m *Manager) purgePrefix() string  { return m.opts.Prefix + "/aai-purges/" }
 
 // parseStateKey reads a subscription's subject and name back from its
 // state key (Subject.stateKey).
@@ -145,8 +140,8 @@ func (m *Manager) loadMarkers(ctx context.Context) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
-// followMarkers follows markers and purge requests until ctx ends; a
-// broken watch is resumed from a fresh read.
+// followMarkers follows markers until ctx ends; a broken watch is resumed
+// from a fresh read.
 func (m *Manager) followMarkers(ctx context.Context, rev int64) error {
 	for {
 		err := m.watchMarkers(ctx, rev)
@@ -162,9 +157,6 @@ func (m *Manager) followMarkers(ctx context.Context, rev int64) error {
 				break
 			}
 		}
-		if m.aaiIsOwned() {
-			m.resumeAAI()
-		}
 	}
 }
 
@@ -173,7 +165,6 @@ func (m *Manager) watchMarkers(ctx context.Context, rev int64) error {
 	defer cancel()
 	cli := m.opts.States.cli
 	markers := cli.Watch(clientv3.WithRequireLeader(wctx), m.markerPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	purges := cli.Watch(clientv3.WithRequireLeader(wctx), m.purgePrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	for {
 		select {
 		case <-ctx.Done():
@@ -187,18 +178,6 @@ func (m *Manager) watchMarkers(ctx context.Context, rev int64) error {
 			}
 			for _, ev := range r.Events {
 				m.markerChanged(strings.TrimPrefix(string(ev.Kv.Key), m.markerPrefix()), ev)
-			}
-		case r, ok := <-purges:
-			if !ok {
-				return errors.New("purge watch closed")
-			}
-			if err := r.Err(); err != nil {
-				return err
-			}
-			for _, ev := range r.Events {
-				if ev.Type == mvccpb.PUT && m.aaiIsOwned() {
-					m.purgeRequested(strings.TrimPrefix(string(ev.Kv.Key), m.purgePrefix()))
-				}
 			}
 		}
 	}
@@ -293,7 +272,7 @@ func (m *Manager) reconcile(key string) {
 	}
 	m.log.WithError(err).WithField("subscription", key).Warn("cannot start the subscription's worker; retrying")
 	m.goOwned(func() {
-		if backoff.Sleep(ctx, scaledBackoff(m.opts.BackoffBase, 1)) {
+		if backoff.Sleep(ctx, ScaledBackoff(m.opts.BackoffBase, 1)) {
 			m.reconcile(key)
 		}
 	})
@@ -452,82 +431,4 @@ func (m *Manager) waitKeys(ctx context.Context, key string, prefix bool, rev int
 		return false
 	}
 	return true
-}
-
-// AcquiredSink makes this replica the AAI sink's: it finishes the purges
-// of deleted instances and mirrors every instance.
-func (m *Manager) AcquiredSink(string) {
-	m.mu.Lock()
-	m.aaiOwned = true
-	m.mu.Unlock()
-	m.resumeAAI()
-}
-
-// ReleasedSink stops this replica's AAI work; it returns once it stopped.
-func (m *Manager) ReleasedSink(string) {
-	// ops first: a check that saw the sink owned and is starting a worker
-	// finishes before the workers are collected, and later ones see it not.
-	m.ops.Lock()
-	m.mu.Lock()
-	m.aaiOwned = false
-	var keys []string
-	for key := range m.workers {
-		if strings.HasPrefix(key, "aai/") {
-			keys = append(keys, key)
-		}
-	}
-	m.mu.Unlock()
-	for _, key := range keys {
-		m.stop(key)
-	}
-	m.ops.Unlock()
-}
-
-func (m *Manager) aaiIsOwned() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.aaiOwned
-}
-
-// resumeAAI finishes requested and interrupted purges, then mirrors every
-// instance.
-func (m *Manager) resumeAAI() {
-	m.mu.Lock()
-	ctx := m.runCtx
-	m.mu.Unlock()
-	m.goOwned(func() {
-		if err := m.resumePurges(ctx); err != nil && ctx.Err() == nil {
-			m.log.WithError(err).Warn("cannot resume AAI purges")
-		}
-		resp, err := m.opts.States.cli.Get(ctx, m.purgePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
-		if err == nil {
-			for _, kv := range resp.Kvs {
-				m.purgeRequested(strings.TrimPrefix(string(kv.Key), m.purgePrefix()))
-			}
-		}
-		err = catalog.For[catalog.InstanceSpec](m.opts.Catalog, catalog.Instances).Each(ctx, func(key catalog.Key, _ catalog.Object[catalog.InstanceSpec]) error {
-			m.ensureAAI(key[0])
-			return nil
-		})
-		if err != nil && ctx.Err() == nil {
-			m.log.WithError(err).Warn("cannot resume AAI mirroring")
-		}
-	})
-}
-
-// requestPurge asks the AAI sink's owner to remove a deleted instance's
-// objects from AAI.
-func (m *Manager) requestPurge(ctx context.Context, id string) error {
-	if _, err := m.opts.States.cli.Put(ctx, m.purgePrefix()+id, "{}"); err != nil {
-		return errdefs.Unavailable(err, "cannot ask for the instance's removal from AAI")
-	}
-	return nil
-}
-
-// purgeRequested stops a deleted instance's mirroring and purges it.
-func (m *Manager) purgeRequested(id string) {
-	m.ops.Lock()
-	m.stop(aaiKey(id))
-	m.ops.Unlock()
-	_ = m.purgeAAI(context.Background(), id)
 }

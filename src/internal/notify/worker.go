@@ -332,12 +332,12 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 }
 
 func (w *Worker) backoff(attempt int) time.Duration {
-	return scaledBackoff(w.opts.BackoffBase, attempt)
+	return ScaledBackoff(w.opts.BackoffBase, attempt)
 }
 
-// scaledBackoff is Backoff with its 1 s base replaced by base (tests); 0
+// ScaledBackoff is Backoff with its 1 s base replaced by base (tests); 0
 // keeps it.
-func scaledBackoff(base time.Duration, attempt int) time.Duration {
+func ScaledBackoff(base time.Duration, attempt int) time.Duration {
 	wait := Backoff(attempt)
 	if base > 0 {
 		wait = wait * base / time.Second

@@ -164,8 +164,9 @@ func (s *Set) Lock(ctx context.Context, name string) (func(), error) {
 func (s *Set) replicasPrefix() string { return s.opts.Prefix + "/replicas/" }
 func (s *Set) ownersPrefix() string   { return s.opts.Prefix + "/owners/" }
 
-// Kind adds a kind of work handled by h. It panics once Run has started:
-// kinds are part of the assembly, not of the running state.
+// Kind adds a kind of work, handled by h and by whatever handlers are
+// attached with Kind.Handle before Run (h may be nil). It panics once Run
+// has started: kinds are part of the assembly, not of the running state.
 func (s *Set) Kind(name string, h Handler) *Kind {
 	if name == "" || strings.Contains(name, "/") {
 		panic(fmt.Sprintf("ownership: bad kind name %q", name))
@@ -178,7 +179,10 @@ func (s *Set) Kind(name string, h Handler) *Kind {
 	if _, dup := s.kinds[name]; dup {
 		panic("ownership: kind " + name + " added twice")
 	}
-	k := newKind(s, name, h)
+	k := newKind(s, name)
+	if h != nil {
+		k.h = append(k.h, h)
+	}
 	s.kinds[name] = k
 	return k
 }
@@ -222,6 +226,16 @@ func (s *Set) Run(ctx context.Context) error {
 	if s.running {
 		s.mu.Unlock()
 		return errors.New("ownership: Set already running")
+	}
+	for _, k := range s.kinds {
+		if len(k.h) == 0 {
+			s.running = true // an assembly error: the Set never runs
+			for _, k := range s.kinds {
+				k.queue.ShutDown()
+			}
+			s.mu.Unlock()
+			return fmt.Errorf("ownership: kind %s has no handler", k.name)
+		}
 	}
 	s.running = true
 	s.mu.Unlock()
