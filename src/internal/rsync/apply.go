@@ -128,19 +128,7 @@ func (pa *placementApply) run(ctx context.Context) {
 	defer firstDone()
 	p := pa.p
 	labels := bundleLabels(pa.c.Meta.StatusID, p.App)
-	// What to apply: every resource not Applied with its current manifest.
-	var todo, removed []appcontext.Resource
-	for _, r := range p.Resources {
-		st := p.StatusOf(r.Key())
-		switch {
-		case r.Removed:
-			if st.Status != appcontext.RsyncDeleted {
-				removed = append(removed, r)
-			}
-		case st.Status != appcontext.RsyncApplied || st.Manifest == "" || r.ManifestRef == nil || st.Manifest != r.ManifestRef.SHA256:
-			todo = append(todo, r)
-		}
-	}
+	todo, removed := pa.plan()
 	bundleSettled := false
 	// An app that depends on others waits for them before it applies
 	// anything; it has made its first pass as far as the rest of the
@@ -170,25 +158,11 @@ func (pa *placementApply) run(ctx context.Context) {
 			return
 		}
 		if pass == 1 {
-			for i := len(removed) - 1; i >= 0; i-- {
-				r := removed[i]
-				if st, err := pa.e.deleteWithRetry(ctx, pa.c, p, r); ctx.Err() == nil {
-					pa.rec.record(p, r.Key(), appcontext.ResourceStatus{Status: st, Error: reason(classify(ctx, err), err)})
-				}
-			}
+			pa.deleteRemoved(ctx, removed)
 			firstDone()
 		}
 		if !bundleSettled && ctx.Err() == nil {
-			select { // the bundle follows the resources of every app on the cluster
-			case <-pa.clusterPassed:
-				if emptied(p) { // the app left the cluster: so does its bundle
-					pa.e.deleteBundle(ctx, pa.c, p)
-					bundleSettled = true
-				} else {
-					bundleSettled = pa.applyBundle(ctx, labels)
-				}
-			case <-ctx.Done():
-			}
+			bundleSettled = pa.settleBundle(ctx, labels)
 		}
 		if !needsRetry(classes, todo) {
 			release()
@@ -227,6 +201,51 @@ func (pa *placementApply) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+	}
+}
+
+// plan lists what to apply — every resource not Applied with its current
+// manifest — and what to delete: resources the plan removed that are not
+// deleted yet.
+func (pa *placementApply) plan() (todo, removed []appcontext.Resource) {
+	for _, r := range pa.p.Resources {
+		st := pa.p.StatusOf(r.Key())
+		switch {
+		case r.Removed:
+			if st.Status != appcontext.RsyncDeleted {
+				removed = append(removed, r)
+			}
+		case st.Status != appcontext.RsyncApplied || st.Manifest == "" || r.ManifestRef == nil || st.Manifest != r.ManifestRef.SHA256:
+			todo = append(todo, r)
+		}
+	}
+	return todo, removed
+}
+
+// deleteRemoved deletes the removed resources, in reverse order.
+func (pa *placementApply) deleteRemoved(ctx context.Context, removed []appcontext.Resource) {
+	for i := len(removed) - 1; i >= 0; i-- {
+		r := removed[i]
+		if st, err := pa.e.deleteWithRetry(ctx, pa.c, pa.p, r); ctx.Err() == nil {
+			pa.rec.record(pa.p, r.Key(), appcontext.ResourceStatus{Status: st, Error: reason(classify(ctx, err), err)})
+		}
+	}
+}
+
+// settleBundle applies the app's bundle on the cluster, or deletes it when
+// the app left the cluster, once every placement on the cluster made its
+// first pass (the bundle follows the resources of every app there); it
+// reports whether the bundle is settled.
+func (pa *placementApply) settleBundle(ctx context.Context, labels map[string]string) bool {
+	select {
+	case <-pa.clusterPassed:
+		if emptied(pa.p) {
+			pa.e.deleteBundle(ctx, pa.c, pa.p)
+			return true
+		}
+		return pa.applyBundle(ctx, labels)
+	case <-ctx.Done():
+		return false
 	}
 }
 
