@@ -632,6 +632,29 @@ func assertNoOrphans(t *testing.T, o *orch, collection string, filter bson.D) {
 	}
 }
 
+// uploadApps uploads apps with chart, named w<w>-a<i>, until ctx ends or
+// the orchestrator is gone, recording each answer.
+func uploadApps(ctx context.Context, base string, w int, chart []byte, record func(name string, code int)) {
+	for i := 0; ctx.Err() == nil; i++ {
+		name := fmt.Sprintf("w%d-a%d", w, i)
+		var buf bytes.Buffer
+		mw := multipart.NewWriter(&buf)
+		_ = mw.WriteField("metadata", `{"metadata":{"name":"`+name+`"}}`)
+		fw, _ := mw.CreateFormFile("file", "c.tgz")
+		_, _ = fw.Write(chart)
+		_ = mw.Close()
+		req, _ := http.NewRequestWithContext(ctx, "POST", base+caPath+"/apps", &buf)
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return // the process is gone
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		record(name, resp.StatusCode)
+	}
+}
+
 // Apps uploaded with their charts while the orchestrator is killed with
 // SIGKILL: after a restart, no app is without its chart and no chart
 // without its app.
@@ -648,26 +671,11 @@ func TestKillDuringUploadsLeavesNoHalfApp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	for w := range 4 {
 		wg.Go(func() {
-			for i := 0; ctx.Err() == nil; i++ {
-				name := fmt.Sprintf("w%d-a%d", w, i)
-				var buf bytes.Buffer
-				mw := multipart.NewWriter(&buf)
-				_ = mw.WriteField("metadata", `{"metadata":{"name":"`+name+`"}}`)
-				fw, _ := mw.CreateFormFile("file", "c.tgz")
-				_, _ = fw.Write(chart)
-				_ = mw.Close()
-				req, _ := http.NewRequestWithContext(ctx, "POST", o.base+caPath+"/apps", &buf)
-				req.Header.Set("Content-Type", mw.FormDataContentType())
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					return // the process is gone
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
+			uploadApps(ctx, o.base, w, chart, func(name string, code int) {
 				mu.Lock()
-				answered[name] = resp.StatusCode
+				answered[name] = code
 				mu.Unlock()
-			}
+			})
 		})
 	}
 	// Kill once a few uploads have gone through, with others in flight.

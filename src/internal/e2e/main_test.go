@@ -279,6 +279,28 @@ func allResources(want string) func(*appcontext.Context) (bool, string) {
 	}
 }
 
+// checkBundles: the cluster holds one ResourceBundleState per app of
+// context id.
+func checkBundles(t *testing.T, cl *simcluster.Cluster, id string) {
+	t.Helper()
+	rbs, err := cl.Clientset().RESTClient().Get().AbsPath("/apis/k8splugin.io/v1alpha1/namespaces/default/resourcebundlestates").DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Items []struct{ Metadata metav1.ObjectMeta }
+	}
+	_ = json.Unmarshal(rbs, &list)
+	var names []string
+	for _, it := range list.Items {
+		names = append(names, it.Metadata.Name)
+	}
+	want := fmt.Sprintf("backend-%s,cache-%s,frontend-%s", id, id, id)
+	if strings.Join(names, ",") != want {
+		t.Fatalf("%s: bundles %v, want %s", cl.Name, names, want)
+	}
+}
+
 func TestInstantiateTerminateReinstantiate(t *testing.T) {
 	o := startOrchestrator(t, testenv.UniqueName("e2e"), "/"+testenv.UniqueName("e2e"))
 	onboard(t, o, []any{map[string]any{"app": "frontend", "values": map[string]any{"replicaCount": "2"}}})
@@ -323,22 +345,7 @@ func TestInstantiateTerminateReinstantiate(t *testing.T) {
 				t.Fatalf("override not applied: replicas %d", *d.Spec.Replicas)
 			}
 		}
-		rbs, err := cl.Clientset().RESTClient().Get().AbsPath("/apis/k8splugin.io/v1alpha1/namespaces/default/resourcebundlestates").DoRaw(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var list struct {
-			Items []struct{ Metadata metav1.ObjectMeta }
-		}
-		_ = json.Unmarshal(rbs, &list)
-		var names []string
-		for _, it := range list.Items {
-			names = append(names, it.Metadata.Name)
-		}
-		want := fmt.Sprintf("backend-%s,cache-%s,frontend-%s", id, id, id)
-		if strings.Join(names, ",") != want {
-			t.Fatalf("%s: bundles %v, want %s", cl.Name, names, want)
-		}
+		checkBundles(t, cl, id)
 	}
 
 	// A cluster in use cannot be deleted (its labels go first, as children).
