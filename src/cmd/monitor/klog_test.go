@@ -3,23 +3,19 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
 // refusingKubeconfig writes a kubeconfig whose API server is a loopback
 // port nothing listens on: every request is refused.
 func refusingKubeconfig(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
+	addr := testenv.FreeAddr(t)
 	path := filepath.Join(t.TempDir(), "kubeconfig")
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,18 +86,6 @@ func edge(name string) *simcluster.Cluster {
 		return sim.Clusters[0]
 	}
 	return sim.Clusters[1]
-}
-
-// freeAddr is a loopback address no one listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
 }
 
 // onboardVFW registers the clusters, the project and the vfw composite app
@@ -251,7 +238,7 @@ func (o *orch) lastRevision(dig string) int64 {
 }
 
 func TestDayTwoUpdateRollbackDependenciesKvPairs(t *testing.T) {
-	grpcAddr := freeAddr(t)
+	grpcAddr := testenv.FreeAddr(t)
 	o := startOrchestrator(t, testenv.UniqueName("day2"), "/"+testenv.UniqueName("day2"),
 		func(opts *orchestrator.Options) { opts.GRPCListen = grpcAddr })
 	startMonitors(t, sim)
