@@ -8,12 +8,11 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/etcdwatch"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/notify"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
@@ -125,9 +124,9 @@ func stateKey(instanceID string) string { return "aai/" + instanceID }
 
 func (s *Sink) purgePrefix() string { return s.opts.Prefix + "/aai-purges/" }
 
-// Run follows the purge requests until ctx ends, mirroring every instance
-// while this replica holds the sink; then it stops and waits for its
-// workers.
+// Run follows the purge requests (etcdwatch) until ctx ends, mirroring
+// every instance while this replica holds the sink; then it stops and
+// waits for its workers.
 func (s *Sink) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	s.mu.Lock()
@@ -140,8 +139,13 @@ func (s *Sink) Run(ctx context.Context) error {
 		s.mu.Unlock()
 		s.wg.Wait()
 	}()
+	purges, err := etcdwatch.New(etcdwatch.Options{Client: s.opts.Etcd, Prefixes: []string{s.purgePrefix()},
+		Apply: s.purgesChanged, Name: "AAI purge requests", Logger: s.log})
+	if err != nil {
+		return err
+	}
 	s.opts.Claims.Want(Item)
-	s.followPurges(ctx)
+	purges.Run(ctx)
 	return nil
 }
 
@@ -226,61 +230,18 @@ func (s *Sink) goOwned(f func()) bool {
 	return true
 }
 
-// followPurges follows the purge requests until ctx ends; a broken watch
-// is resumed after a fresh read, which also takes up the requests made
-// meanwhile when this replica holds the sink.
-func (s *Sink) followPurges(ctx context.Context) {
-	rev, ok := s.purgeRevision(ctx, false)
-	for ok {
-		err := s.watchPurges(ctx, rev)
-		if ctx.Err() != nil {
-			return
-		}
-		s.log.WithError(err).Warn("AAI purge request watch ended; resuming")
-		if rev, ok = s.purgeRevision(ctx, true); ok && s.isOwned() {
-			s.resume()
-		}
-	}
-}
-
-// purgeRevision reads the revision to follow the purge requests from,
-// retrying (after a pause first when wait is set); false when ctx ended.
-func (s *Sink) purgeRevision(ctx context.Context, wait bool) (int64, bool) {
-	for attempt := 1; ; attempt++ {
-		if wait && !backoff.Sleep(ctx, min(time.Duration(attempt)*time.Second, 10*time.Second)) {
-			return 0, false
-		}
-		resp, err := s.opts.Etcd.Get(ctx, s.purgePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err == nil {
-			return resp.Header.Revision, true
-		}
-		if ctx.Err() != nil {
-			return 0, false
-		}
-		s.log.WithError(err).Warn("cannot read the AAI purge requests; retrying")
-		wait = true
-	}
-}
-
-func (s *Sink) watchPurges(ctx context.Context, rev int64) error {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	purges := s.opts.Etcd.Watch(clientv3.WithRequireLeader(wctx), s.purgePrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case r, ok := <-purges:
-			if !ok {
-				return errors.New("purge watch closed")
-			}
-			if err := r.Err(); err != nil {
-				return err
-			}
-			for _, ev := range r.Events {
-				if ev.Type == mvccpb.PUT && s.isOwned() {
-					s.purgeRequested(strings.TrimPrefix(string(ev.Kv.Key), s.purgePrefix()))
-				}
+// purgesChanged acts on purge requests while this replica holds the
+// sink; after a gap in the watch it resumes every purge.
+func (s *Sink) purgesChanged(b etcdwatch.Batch) {
+	switch {
+	case b.First || !s.isOwned():
+		// The sink's holder resumes every purge when it acquires the sink.
+	case b.Listed:
+		s.resume()
+	default:
+		for _, ev := range b.Events {
+			if !ev.Deleted {
+				s.purgeRequested(strings.TrimPrefix(ev.Key, s.purgePrefix()))
 			}
 		}
 	}

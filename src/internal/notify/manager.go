@@ -191,9 +191,10 @@ type Manager struct {
 	memo      map[string]*memoEntry        // by group + query
 	nextID    uint64
 
-	// With several replicas (see shared.go): the markers as the watch has
-	// them, the subscriptions handed to this replica, and the generation
-	// each running worker started for.
+	// With several replicas (see shared.go): the markers as etcd has them,
+	// the markers of the subscriptions handed to this replica, those
+	// subscriptions, and the generation each running worker started for.
+	records *markerRecords
 	markers map[string]marker
 	owned   map[string]bool
 	running map[string]string
@@ -225,9 +226,14 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 	if opts.Logger == nil {
 		opts.Logger = logrus.NewEntry(logging.Discard())
 	}
-	return &Manager{opts: opts, log: opts.Logger, ready: make(chan struct{}), workers: map[string]*handle{},
+	m := &Manager{opts: opts, log: opts.Logger, ready: make(chan struct{}), workers: map[string]*handle{},
 		listeners: map[string]map[uint64]func(){}, all: map[uint64]func(){}, gens: map[string]uint64{}, memo: map[string]*memoEntry{},
-		markers: map[string]marker{}, owned: map[string]bool{}, running: map[string]string{}}, nil
+		markers: map[string]marker{}, owned: map[string]bool{}, running: map[string]string{}}
+	var err error
+	if m.records, err = newMarkerRecords(m); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // Ready is closed once the subscriptions are known (every stored one has
@@ -254,12 +260,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err := m.mark(ctx); err != nil {
 		return fmt.Errorf("notify: resume subscriptions: %w", err)
 	}
-	rev, err := m.loadMarkers(ctx)
-	if err != nil {
-		return fmt.Errorf("notify: resume subscriptions: %w", err)
-	}
-	close(m.ready)
-	return m.followMarkers(ctx, rev)
+	m.follow(ctx)
+	return nil
 }
 
 // Changed is told the groups whose status may have changed; it wakes their
