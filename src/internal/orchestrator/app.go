@@ -45,9 +45,14 @@ type Options struct {
 	// MonitorSilentAfter is how long a monitor's Lease may stay unrenewed
 	// before the monitor is Silent; 0 means 30s.
 	MonitorSilentAfter time.Duration
-	// V1CreateWait is how long POST /v1/instance waits for the first
-	// apply to finish before it answers; 0 answers at once.
+	// V1CreateWait bounds how long POST /v1/instance waits for the first
+	// apply to finish before it answers, as k8splugin answers once the
+	// resources are created (a create whose apply failed is reverted and
+	// answered 500); 0 means 60s.
 	V1CreateWait time.Duration
+	// V1CreateAsync answers POST /v1/instance as soon as the instance's
+	// context exists, without waiting (nor reverting).
+	V1CreateAsync bool
 	// ShutdownTimeout bounds the graceful drain of HTTP requests; 0 means 4s,
 	// which keeps the whole exit under 5 s.
 	ShutdownTimeout time.Duration

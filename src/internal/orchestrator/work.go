@@ -124,7 +124,7 @@ func (a *App) buildDeploy(life *lifecycle, st *stores, w *work) error {
 	}
 	life.onStop("logical clouds", func() error { w.clouds.Close(); return nil })
 	w.deployer, err = deploy.New(deploy.Options{Catalog: st.catalog, Contexts: w.contexts, Rsync: w.dispatcher, Renderer: w.renderer,
-		CreateWait: a.opts.V1CreateWait, RevisionLimit: a.opts.RevisionLimit, Locks: st.replicas,
+		CreateWait: a.opts.V1CreateWait, CreateAsync: a.opts.V1CreateAsync, RevisionLimit: a.opts.RevisionLimit, Locks: st.replicas,
 		Logger: a.log.WithField("component", "deploy")})
 	return err
 }
