@@ -56,9 +56,6 @@ func (c *Cache) OnChange(f func(groups []string)) {
 	c.onChange = append(c.onChange, f)
 }
 
-// Ready is closed once the cache holds a complete copy.
-func (c *Cache) Ready() <-chan struct{} { return c.ready }
-
 // Run loads the cache and follows changes until ctx ends (etcdwatch: a
 // failed load is retried, and after a gap in the watch only what changed
 // meanwhile is applied); once it had a gap, every group is reported
@@ -132,13 +129,6 @@ func (c *Cache) advanceLocked(rev int64) {
 		close(c.revCh)
 		c.revCh = make(chan struct{})
 	}
-}
-
-// Revision is the etcd revision the cache reflects.
-func (c *Cache) Revision() int64 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.rev
 }
 
 // WaitRevision returns once the cache reflects every etcd change up to
