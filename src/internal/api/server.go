@@ -66,6 +66,9 @@ type Options struct {
 	// Tokens, when set, requires a valid bearer token on every route but
 	// /healthz and /readyz; nil leaves the API open.
 	Tokens TokenChecker
+	// ReadTokens, when set, are bearer tokens that may only read: GET and
+	// HEAD (status, streams, lists), never a write (403).
+	ReadTokens TokenChecker
 	// Checks run by /readyz, by name ("etcd", "mongo").
 	Checks map[string]Check
 	// Logger for access and error logs; nil discards.
@@ -234,6 +237,7 @@ func (s *server) routes() {
 	s.historyRoutes(r)
 	s.subscriptionRoutes(r)
 	s.overviewRoutes(r)
+	s.accessRoute(r)
 	s.consoleRoutes(r)
 	s.systemRoutes(r)
 	s.v2Routes(r)
