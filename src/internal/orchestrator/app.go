@@ -211,7 +211,7 @@ type App struct {
 	tokens *authn.TokenFile
 	// readTokens may only read (GET, HEAD).
 	readTokens *authn.TokenFile
-	cert   *reload.Certificate
+	cert       *reload.Certificate
 
 	mu       sync.Mutex
 	addr     net.Addr
