@@ -3,6 +3,7 @@ package status
 import (
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,5 +68,21 @@ func TestCrashLoopingPodFailsItsDeployment(t *testing.T) {
 		if d.Owners != nil {
 			t.Fatalf("deployment owners %+v", d.Owners)
 		}
+	}
+}
+
+// The overview keeps the worst of what is not Ready: a Failed pod is never
+// cut for a Pending Deployment listed before it.
+func TestWorstFirst(t *testing.T) {
+	var l []NotReady
+	for i, s := range []string{"Pending", "Unknown", "Pending", "Failed", "NotPresent", "Terminating", "Failed"} {
+		l = append(l, NotReady{Name: s + string(rune('a'+i)), ReadyStatus: s})
+	}
+	var got []string
+	for _, n := range worstFirst(l, 4) {
+		got = append(got, n.Name)
+	}
+	if strings.Join(got, " ") != "Failedd Failedg NotPresente Pendinga" {
+		t.Fatalf("%v", got)
 	}
 }
