@@ -28,7 +28,9 @@ type monitors struct {
 	renew time.Duration
 }
 
-func startMonitors(t testing.TB, set *simcluster.Set) *monitors { return startMonitorsRenewing(t, set, 0) }
+func startMonitors(t testing.TB, set *simcluster.Set) *monitors {
+	return startMonitorsRenewing(t, set, 0)
+}
 
 // startMonitorsRenewing starts monitors whose Leases renew every renew, so
 // a test can see one go silent within seconds.
