@@ -545,7 +545,7 @@ func (d *Dispatcher) handle(group string, r *record, deleted bool) {
 		return
 	}
 	kind := r.rec.Action
-	if kind != actionApply && kind != actionUpdate && kind != actionDelete {
+	if kind != actionApply && kind != actionUpdate && kind != actionDelete && kind != actionSync {
 		d.log.WithFields(logrus.Fields{"group": group, "context": r.id, "action": kind}).Warn("skipping an unknown rsync action")
 		return
 	}
