@@ -263,8 +263,23 @@ type HealRequest struct {
 type HealTarget struct {
 	App     string     `json:"app"`
 	Cluster ClusterRef `json:"cluster"`
-	Key     string     `json:"key"`
-	Was     string     `json:"was"`
+	// Key is the resource's Key(); GVK, Name and Namespace name it for
+	// people.
+	Key       string                  `json:"key"`
+	GVK       schema.GroupVersionKind `json:"gvk"`
+	Name      string                  `json:"name"`
+	Namespace string                  `json:"namespace,omitempty"`
+	Was       string                  `json:"was"`
+	// Reason is why it is not Synced.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Drifted is a resource whose live object is not what was applied
+// (OutOfSync or Missing), with its heal record and when it was applied.
+type Drifted struct {
+	HealTarget
+	Heal    *Heal
+	Applied time.Time
 }
 
 // Placement is the resources of one app on one cluster.
