@@ -70,15 +70,15 @@ const (
 type Response struct {
 	Header
 	EMCOHeader
-	State  State  `json:"state"`
-	States States `json:"states"`
-	Status string `json:"status,omitempty"`
+	State           State  `json:"state"`
+	States          States `json:"states"`
+	Status          string `json:"status,omitempty"`
+	DeployedStatus  string `json:"deployedStatus,omitempty"`
+	ReadyStatusEMCO string `json:"readyStatus,omitempty"`
 	// SyncCounts counts the resources by sync state (desired against live:
 	// Synced, OutOfSync, Missing, Unknown); always present, pods never
 	// counted (nothing desired of them).
-	SyncCounts      map[string]int `json:"syncCounts"`
-	DeployedStatus  string         `json:"deployedStatus,omitempty"`
-	ReadyStatusEMCO string         `json:"readyStatus,omitempty"`
+	SyncCounts map[string]int `json:"syncCounts"`
 	// StatusMessage and StatusReasons say what went wrong (or what rsync
 	// still waits for): "1 of 9 resources failed, 1 waiting", and the first
 	// resources' reasons.
