@@ -158,6 +158,8 @@ type Heal struct {
 	Last  string `json:"last"`
 	By    string `json:"by"`
 	Was   string `json:"was"`
+	// Streak counts the heals in a row each undone soon after.
+	Streak int `json:"streak,omitempty"`
 }
 
 // Input is everything a status answer is computed from.
@@ -429,7 +431,7 @@ func syncOf(res *Resource, rs appcontext.ResourceStatus, bundle *v1alpha1.Resour
 	res.SyncStatus, res.SyncReason = syncstate.Decide(in)
 	res.AdoptedFrom = rs.Adopted
 	if h := rs.Heal; h != nil {
-		res.Heal = &Heal{Count: h.Count, Last: h.Last.UTC().Format(time.RFC3339), By: h.By, Was: h.Was}
+		res.Heal = &Heal{Count: h.Count, Last: h.Last.UTC().Format(time.RFC3339), By: h.By, Was: h.Was, Streak: h.Streak}
 		if h.Streak >= FlappingStreak && syncstate.Drifted(rs.Status, res.SyncStatus) {
 			res.SyncReason = fmt.Sprintf("%s; re-applied %d times in a row, changed again each time: something on the cluster keeps undoing it "+
 				"(an HPA, an operator?), so self-heal backs off", res.SyncReason, h.Streak)
