@@ -117,7 +117,9 @@ func (s resState) state() *State {
 }
 
 // views is the part of the state a resource entry records.
-func (s resState) views() resState { return resState{Rsync: s.Rsync, Cluster: s.Cluster, Ready: s.Ready, Sync: s.Sync} }
+func (s resState) views() resState {
+	return resState{Rsync: s.Rsync, Cluster: s.Cluster, Ready: s.Ready, Sync: s.Sync}
+}
 
 // apply moves the cursor past e and numbers e.
 func (c *cursor) apply(e *Entry) {
