@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/gorilla/mux"
@@ -28,6 +29,11 @@ type Deployer interface {
 	Migrate(ctx context.Context, dig catalog.Key, targetVersion, targetDIG string) error
 	Terminate(ctx context.Context, dig catalog.Key) error
 	Stop(ctx context.Context, dig catalog.Key) error
+	// SyncDIG re-applies what drifted (narrowed by app, cluster,
+	// resource); SetSyncPolicy makes a PUT's spec.syncPolicy take effect
+	// at once.
+	SyncDIG(ctx context.Context, dig catalog.Key, filter url.Values) (deploy.SyncResult, error)
+	SetSyncPolicy(ctx context.Context, dig catalog.Key, spec catalog.DIGSpec) error
 	ApplyNetworks(ctx context.Context, provider, cluster string) (string, error)
 	TerminateNetworks(ctx context.Context, provider, cluster string) error
 }
@@ -136,6 +142,12 @@ func (s *server) v2Routes(r *mux.Router) {
 			}
 			return nil
 		},
+		afterWrite: func(ctx context.Context, key catalog.Key, o *catalog.Object[catalog.DIGSpec]) error {
+			if s.opts.Deploy == nil {
+				return nil
+			}
+			return s.opts.Deploy.SetSyncPolicy(ctx, key, o.Spec)
+		},
 		beforeDelete: s.lockDIGForDelete,
 		abortDelete: func(ctx context.Context, key catalog.Key) error {
 			return s.opts.Catalog.UnlockForDelete(ctx, catalog.DIGGroup(key))
@@ -163,6 +175,18 @@ func (s *server) v2Routes(r *mux.Router) {
 		for _, a := range []string{"approve", "instantiate", "terminate", "stop", "update"} {
 			r.HandleFunc(pDIG+"/"+a, s.handle(s.digAction(a))).Methods(http.MethodPost)
 		}
+		r.HandleFunc(pDIG+"/sync", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+			filter, err := s.syncFilter(w, r)
+			if err != nil {
+				return err
+			}
+			res, err := s.opts.Deploy.SyncDIG(r.Context(), varsKey(r, vDIG), filter)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusAccepted, res)
+			return nil
+		})).Methods(http.MethodPost)
 		r.HandleFunc(pCluster+"/apply", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 			v := mux.Vars(r)
 			if _, err := s.opts.Deploy.ApplyNetworks(r.Context(), v["clusterProvider"], v["cluster"]); err != nil {

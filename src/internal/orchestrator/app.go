@@ -28,6 +28,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/console"
 	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/heal"
 	"github.com/argus-mc/argus/src/internal/history"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/logicalcloud"
@@ -112,6 +113,9 @@ type Options struct {
 	// HistoryLimit is how many history entries each DIG and v1 instance
 	// keeps (older ones are deleted); 0 means 1000.
 	HistoryLimit int
+	// SelfHealDelay is how long a resource stays drifted before self-heal
+	// re-applies it, and the first step of its backoff; 0 means 2s.
+	SelfHealDelay time.Duration
 	// RevisionLimit is how many revisions each DIG keeps for rollback
 	// (older ones, and the manifests only they refer to, are deleted); 0
 	// means 20.
@@ -457,8 +461,9 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer issuer.Close()
+	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter, Clusters: clusters}
 	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: dispatcher, Renderer: renderer, Issuer: issuer, CreateWait: a.opts.V1CreateWait,
-		RevisionLimit: a.opts.RevisionLimit, Locks: replicas, Logger: a.log.WithField("component", "deploy")})
+		RevisionLimit: a.opts.RevisionLimit, Locks: replicas, Drift: reader, Logger: a.log.WithField("component", "deploy")})
 	if err != nil {
 		return err
 	}
@@ -470,7 +475,6 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	clusterWork.set(watchers.Acquired, watchers.Released)
-	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter, Clusters: clusters}
 	subscriptions := &lateHandler{}
 	sinks := &lateHandler{}
 	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(etcd, mongo, ln, grpcLn), notifyReplicas{
@@ -489,6 +493,13 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	cache.OnChange(recorder.Changed)
+	// Self-heal runs where the group's rsync actions do.
+	healer, err := heal.New(heal.Options{Contexts: cache, Drift: reader, Healer: deployer, Owner: groups, Delay: a.opts.SelfHealDelay,
+		Logger: a.log.WithField("component", "self-heal")})
+	if err != nil {
+		return err
+	}
+	cache.OnChange(healer.Changed)
 	// Every group the cache knows needs an owner (the dispatcher wants
 	// those with rsync actions as soon as they are requested).
 	cache.OnChange(func(gs []string) {
@@ -496,7 +507,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 			groups.Want(g)
 		}
 	})
-	groupWork.acquire = []func(string){dispatcher.Acquired, func(g string) { recorder.Changed([]string{g}) }, func(g string) {
+	groupWork.acquire = []func(string){dispatcher.Acquired, func(g string) { recorder.Changed([]string{g}) }, healer.Acquired, func(g string) {
 		if strings.HasPrefix(g, "lc:") {
 			if err := deployer.ResumeCloud(ctx, g); err != nil {
 				a.log.WithError(err).WithField("group", g).Warn("cannot resume a logical cloud's certificate requests")
@@ -507,7 +518,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	watchCtx, stopWatchers := context.WithCancel(ctx)
 	background := map[string]func(context.Context) error{
 		"watchers": watchers.Run, "context cache": cache.Run, "notifier": notifier.Run, "history recorder": recorder.Run,
-		"rsync dispatcher": dispatcher.Run, "replica set": replicas.Run,
+		"rsync dispatcher": dispatcher.Run, "replica set": replicas.Run, "self-heal": healer.Run,
 		"group owner": func(ctx context.Context) error {
 			gs, err := cache.Groups(ctx)
 			for _, g := range gs {
