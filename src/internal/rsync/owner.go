@@ -18,11 +18,15 @@ import (
 // errOwned is an object rsync may not apply over: it belongs to another
 // deployment, or to nothing Argus knows. Permanent: tried again by the
 // next update (or sync), when the owner may have let go of it.
-type errOwned struct{ owner string }
+type errOwned struct{ owner, group string }
 
 func (e errOwned) Error() string {
+	policy := "spec.syncPolicy.adopt"
+	if strings.HasPrefix(e.group, "instance:") {
+		policy = "sync-policy.adopt"
+	}
 	return "owned by " + e.owner + "; Argus does not apply over it (to take it over, set the deployment's " +
-		"spec.syncPolicy.adopt and annotate the object " + v1alpha1.AnnotationAdopt + `: "true")`
+		policy + " and annotate the object " + v1alpha1.AnnotationAdopt + `: "true")`
 }
 
 // verdict is what rsync may do with an object that exists already.
@@ -148,7 +152,7 @@ func (pa *placementApply) checkOwner(ctx context.Context, cs *clusterState, t ta
 	case v.adopt:
 		return v.owner, nil
 	}
-	return "", errOwned{owner: v.owner}
+	return "", errOwned{owner: v.owner, group: pa.c.Meta.Group}
 }
 
 // needsOwnerCheck: rsync reads the object before applying it unless the

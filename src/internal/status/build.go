@@ -423,7 +423,7 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 // the bundle reports (syncstate.Decide), with its heal record.
 func syncOf(res *Resource, rs appcontext.ResourceStatus, bundle *v1alpha1.ResourceBundleStateStatus, e *appcontext.BundleEntry,
 	found bool, unknownWhy, group, kind string) {
-	in := syncstate.Input{RsyncStatus: rs.Status, AppliedHash: rs.Fields, Believable: unknownWhy == "", Why: unknownWhy,
+	in := syncstate.Input{RsyncStatus: rs.Status, RsyncReason: rs.Error, AppliedHash: rs.Fields, Believable: unknownWhy == "", Why: unknownWhy,
 		Unwatched: unwatched(bundle, group, kind), Reports: bundle != nil && bundle.FieldsHashed, Found: found}
 	if found {
 		in.LiveHash = e.Hash

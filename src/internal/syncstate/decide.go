@@ -9,8 +9,9 @@ const (
 
 // Input is what one resource's sync state is decided from.
 type Input struct {
-	// RsyncStatus is rsync's status of the resource (Applied, Failed …).
-	RsyncStatus string
+	// RsyncStatus is rsync's status of the resource (Applied, Failed …),
+	// RsyncReason why it is not Applied.
+	RsyncStatus, RsyncReason string
 	// AppliedHash is Hash of the object the last apply returned; "" when
 	// none was recorded (applied by an Argus that did not record it).
 	AppliedHash string
@@ -33,6 +34,8 @@ func Decide(in Input) (state, reason string) {
 	switch {
 	case in.RsyncStatus == rsyncDeleted:
 		return "", ""
+	case in.RsyncStatus != rsyncApplied && in.RsyncReason != "":
+		return OutOfSync, "not applied (rsync: " + in.RsyncStatus + "): " + in.RsyncReason
 	case in.RsyncStatus != rsyncApplied:
 		return OutOfSync, "not applied (rsync: " + in.RsyncStatus + ")"
 	case !in.Believable:
