@@ -14,6 +14,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/syncstate"
 )
 
 // Contexts is the watch-fed view of the contexts (appcontext.Cache).
@@ -223,6 +224,9 @@ func (c *Controller) schedule(group string, drifted []appcontext.Drifted, now ti
 	due := map[string]bool{}
 	var next time.Duration
 	for _, d := range drifted {
+		if d.Was == syncstate.Unknown {
+			continue // nothing recorded to compare with: only an explicit sync re-applies it
+		}
 		k := key(d)
 		first, ok := prev[k]
 		if !ok {

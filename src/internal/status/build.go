@@ -634,7 +634,9 @@ func boolPtr(b bool) *bool { return &b }
 
 // Drift lists the resources of in's context that drifted — Applied, but
 // OutOfSync or Missing on a cluster that can be believed — among those q's
-// app, cluster and resource filters pass.
+// app, cluster and resource filters pass; and, as Unknown, those applied
+// by an Argus that did not record the fields it manages (a sync records
+// them; self-heal leaves them alone).
 func Drift(in Input, q Query) []appcontext.Drifted {
 	var out []appcontext.Drifted
 	if in.Context == nil {
@@ -659,7 +661,8 @@ func Drift(in Input, q Query) []appcontext.Drifted {
 			e, found := lookup(index, r.GVK.Group, r.GVK.Kind, ns, r.Name)
 			var res Resource
 			syncOf(&res, rs, bundle, e, found, why, r.GVK.Group, r.GVK.Kind)
-			if !syncstate.Drifted(rs.Status, res.SyncStatus) {
+			unrecorded := rs.Status == appcontext.RsyncApplied && rs.Fields == "" && found && why == ""
+			if !syncstate.Drifted(rs.Status, res.SyncStatus) && !unrecorded {
 				continue
 			}
 			out = append(out, appcontext.Drifted{HealTarget: appcontext.HealTarget{App: p.App, Cluster: p.Cluster, Key: r.Key(),

@@ -363,3 +363,27 @@ func TestSyncStatesCountsAndFilter(t *testing.T) {
 		t.Fatalf("a flapping resource: %+v", svc)
 	}
 }
+
+func TestDriftListsWhatASyncReapplies(t *testing.T) {
+	in := fixture()
+	var got []string
+	for _, d := range Drift(in, Query{}) {
+		got = append(got, d.App+"/"+d.Cluster.Name+"/"+d.Key+"="+d.Was)
+	}
+	// edge02 is unreachable (its resources are not even applied), db has
+	// no bundle yet: neither can have drifted as far as anyone knows.
+	if strings.Join(got, ",") != "sink/edge01/Service/default/fw0-sink=OutOfSync,sink/edge01/ConfigMap/default/fw0-sink-config=Missing" {
+		t.Fatalf("drift: %v", got)
+	}
+	if d := Drift(in, Query{Resources: []string{"ConfigMap/fw0-sink-config"}}); len(d) != 1 || d[0].Namespace != "default" || d[0].Reason == "" {
+		t.Fatalf("narrowed: %+v", d)
+	}
+	// Applied by an Argus that recorded no fields: a sync may record them.
+	p := in.Context.Placements[1]
+	st := p.Statuses[p.Resources[0].Key()]
+	st.Fields = ""
+	p.Statuses[p.Resources[0].Key()] = st
+	if d := Drift(in, Query{Resources: []string{"Deployment/fw0-sink"}}); len(d) != 1 || d[0].Was != "Unknown" {
+		t.Fatalf("unrecorded: %+v", d)
+	}
+}

@@ -45,7 +45,7 @@ func Decide(in Input) (state, reason string) {
 	case !in.Found:
 		return Missing, "applied, but not found on the cluster"
 	case in.AppliedHash == "":
-		return Unknown, "applied before Argus recorded the fields it manages; a sync or an update records them"
+		return Unknown, "applied before Argus recorded the fields it manages; a sync records them"
 	case !in.Reports:
 		return Unknown, "the cluster's monitor does not report the fields Argus manages (an older monitor)"
 	case in.LiveHash == "":
