@@ -1,13 +1,43 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
 
+	"github.com/gorilla/mux"
+
+	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 )
+
+// digSyncRoute is POST …/deployment-intent-groups/{dig}/sync: re-apply
+// what drifted, 202 with what it will touch.
+func (s *server) digSyncRoute(r *mux.Router) {
+	r.HandleFunc(pDIG+"/sync", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		filter, err := s.syncFilter(w, r)
+		if err != nil {
+			return err
+		}
+		res, err := s.opts.Deploy.SyncDIG(r.Context(), varsKey(r, vDIG), filter)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusAccepted, res)
+		return nil
+	})).Methods(http.MethodPost)
+}
+
+// digWritten makes a PUT's spec.syncPolicy take effect at once in the
+// DIG's current context (self-heal starts or stops without an update).
+func (s *server) digWritten(ctx context.Context, key catalog.Key, o *catalog.Object[catalog.DIGSpec]) error {
+	if s.opts.Deploy == nil {
+		return nil
+	}
+	return s.opts.Deploy.SetSyncPolicy(ctx, key, o.Spec)
+}
 
 // strList is a filter value a body may give as one string or a list.
 type strList []string

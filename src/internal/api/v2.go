@@ -142,12 +142,7 @@ func (s *server) v2Routes(r *mux.Router) {
 			}
 			return nil
 		},
-		afterWrite: func(ctx context.Context, key catalog.Key, o *catalog.Object[catalog.DIGSpec]) error {
-			if s.opts.Deploy == nil {
-				return nil
-			}
-			return s.opts.Deploy.SetSyncPolicy(ctx, key, o.Spec)
-		},
+		afterWrite:   s.digWritten,
 		beforeDelete: s.lockDIGForDelete,
 		abortDelete: func(ctx context.Context, key catalog.Key) error {
 			return s.opts.Catalog.UnlockForDelete(ctx, catalog.DIGGroup(key))
@@ -175,18 +170,7 @@ func (s *server) v2Routes(r *mux.Router) {
 		for _, a := range []string{"approve", "instantiate", "terminate", "stop", "update"} {
 			r.HandleFunc(pDIG+"/"+a, s.handle(s.digAction(a))).Methods(http.MethodPost)
 		}
-		r.HandleFunc(pDIG+"/sync", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
-			filter, err := s.syncFilter(w, r)
-			if err != nil {
-				return err
-			}
-			res, err := s.opts.Deploy.SyncDIG(r.Context(), varsKey(r, vDIG), filter)
-			if err != nil {
-				return err
-			}
-			writeJSON(w, http.StatusAccepted, res)
-			return nil
-		})).Methods(http.MethodPost)
+		s.digSyncRoute(r)
 		r.HandleFunc(pCluster+"/apply", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 			v := mux.Vars(r)
 			if _, err := s.opts.Deploy.ApplyNetworks(r.Context(), v["clusterProvider"], v["cluster"]); err != nil {

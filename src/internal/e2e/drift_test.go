@@ -174,11 +174,22 @@ func TestDriftSyncSelfHealAndOwnership(t *testing.T) {
 		t.Fatalf("no syncCounts at the top of the default answer: %v", raw)
 	}
 
-	// firewall-config deleted on edge01: Missing; a sync brings it back.
+	driftMissingAndSync(t, o, total)
+	driftSelfHeal(t, o, total)
+	t.Run("another DIG never takes the object over", func(t *testing.T) { driftOwnership(t, o) })
+	t.Run("an object made by hand is adopted only when asked", func(t *testing.T) { driftAdoption(t, o) })
+	o.must(202, "POST", vfwDIG+"/terminate", nil)
+	o.waitJSON(vfwDIG+"/status", "vfw terminated", deployedStatusIs("Terminated"))
+}
+
+// driftMissingAndSync: firewall-config deleted on edge01 is Missing; a
+// sync brings it back with its data, and says so in the history.
+func driftMissingAndSync(t *testing.T, o *orch, total int) {
+	t.Helper()
 	if err := edge("edge01").Clientset().CoreV1().ConfigMaps("default").Delete(context.Background(), "firewall-config", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	took = measure(t, "firewall-config Missing", func() (bool, string) {
+	took := measure(t, "firewall-config Missing", func() (bool, string) {
 		st, why := o.syncOf(vfwDIG, "firewall", "edge01", "ConfigMap", "firewall-config")
 		return st == "Missing", st + ": " + why
 	})
@@ -210,10 +221,15 @@ func TestDriftSyncSelfHealAndOwnership(t *testing.T) {
 		t.Fatalf("sync with nothing drifted: %s", body)
 	}
 
-	// The sink's image patched by hand on edge02: OutOfSync; self-heal,
-	// switched on by a PUT (no update), restores it.
+}
+
+// driftSelfHeal: the sink's image patched by hand on edge02 is OutOfSync;
+// self-heal, switched on by a PUT (no update), restores it, and again
+// when it is patched once more.
+func driftSelfHeal(t *testing.T, o *orch, total int) {
+	t.Helper()
 	patchSinkImage(t, "edge02", "busybox:1.37")
-	took = measure(t, "sink OutOfSync", func() (bool, string) {
+	took := measure(t, "sink OutOfSync", func() (bool, string) {
 		st, why := o.syncOf(vfwDIG, "sink", "edge02", "Deployment", "sink")
 		return st == "OutOfSync", st + ": " + why
 	})
@@ -250,87 +266,89 @@ func TestDriftSyncSelfHealAndOwnership(t *testing.T) {
 	}
 	o.must(200, "PUT", vfwDIG, obj("vfw-dig", map[string]any{"compositeProfile": "vfw-profile", "version": "r1"}))
 
-	t.Run("another DIG never takes the object over", func(t *testing.T) {
-		before := configMap(t, "edge01", "firewall-config")
-		intruder := oneAppDIG(t, o, "intruders", "intruder", configMapChart(t, "intruder", "firewall-config", "intruder"))
-		o.must(202, "POST", intruder+"/instantiate", nil)
-		var reason string
-		waitFor(t, "the intruder's ConfigMap Failed", func() (bool, string) {
-			r := resourceOf(o.digStatus(intruder, ""), "intruder", "edge01", "ConfigMap", "firewall-config")
-			if r == nil {
-				return false, "not listed"
-			}
-			reason = r.Reason
-			return r.RsyncStatus == "Failed", r.RsyncStatus + ": " + r.Reason
-		})
-		if !strings.HasPrefix(reason, "owned by deployment intent group vfw/vfw/v1/vfw-dig") {
-			t.Fatalf("reason %q does not name the first DIG", reason)
-		}
-		after := configMap(t, "edge01", "firewall-config")
-		if after.UID != before.UID || after.Data["version"] != "one" || after.Annotations["argus.io/owner"] != "dig:vfw/vfw/v1/vfw-dig" ||
-			after.Labels["emco/deployment-id"] != before.Labels["emco/deployment-id"] {
-			t.Fatalf("the first DIG's object changed: %v %v %v", after.Data, after.Annotations, after.Labels)
-		}
-		if st, why := o.syncOf(vfwDIG, "firewall", "edge01", "ConfigMap", "firewall-config"); st != "Synced" {
-			t.Fatalf("the first DIG's object is %s (%s)", st, why)
-		}
-		o.must(202, "POST", intruder+"/terminate", nil)
-		o.waitJSON(intruder+"/status", "intruder terminated", deployedStatusIs("Terminated"))
-		if cm := configMap(t, "edge01", "firewall-config"); cm == nil || cm.UID != before.UID || cm.Data["version"] != "one" {
-			t.Fatalf("terminating the intruder removed or changed the first DIG's object: %v", cm)
-		}
-		if st, why := o.syncOf(vfwDIG, "firewall", "edge01", "ConfigMap", "firewall-config"); st != "Synced" {
-			t.Fatalf("after the intruder's terminate the first DIG's object is %s (%s)", st, why)
-		}
-	})
+}
 
-	t.Run("an object made by hand is adopted only when asked", func(t *testing.T) {
-		cms := edge("edge01").Clientset().CoreV1().ConfigMaps("default")
-		_ = cms.Delete(context.Background(), "handmade-config", metav1.DeleteOptions{})
-		hand, err := cms.Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "handmade-config"},
-			Data: map[string]string{"version": "by-hand"}}, metav1.CreateOptions{FieldManager: "e2e-by-hand"})
-		if err != nil {
-			t.Fatal(err)
+// driftOwnership: a second DIG whose app renders the first's ConfigMap is
+// refused, naming the first; terminating it leaves the object in place.
+func driftOwnership(t *testing.T, o *orch) {
+	before := configMap(t, "edge01", "firewall-config")
+	intruder := oneAppDIG(t, o, "intruders", "intruder", configMapChart(t, "intruder", "firewall-config", "intruder"))
+	o.must(202, "POST", intruder+"/instantiate", nil)
+	var reason string
+	waitFor(t, "the intruder's ConfigMap Failed", func() (bool, string) {
+		r := resourceOf(o.digStatus(intruder, ""), "intruder", "edge01", "ConfigMap", "firewall-config")
+		if r == nil {
+			return false, "not listed"
 		}
-		t.Cleanup(func() { _ = cms.Delete(context.Background(), "handmade-config", metav1.DeleteOptions{}) })
-		adopter := oneAppDIG(t, o, "adopters", "adopter", configMapChart(t, "adopter", "handmade-config", "adopted"))
-		o.must(202, "POST", adopter+"/instantiate", nil)
-		waitFor(t, "refused", func() (bool, string) {
-			r := resourceOf(o.digStatus(adopter, ""), "adopter", "edge01", "ConfigMap", "handmade-config")
-			return r != nil && r.RsyncStatus == "Failed" && strings.Contains(r.Reason, "owned by no Argus deployment (written by e2e-by-hand)"), fmt.Sprint(r)
-		})
-		if cm := configMap(t, "edge01", "handmade-config"); cm.Data["version"] != "by-hand" || cm.Annotations["argus.io/owner"] != "" {
-			t.Fatalf("overwritten without adoption: %v %v", cm.Data, cm.Annotations)
-		}
-		// Adoption: the DIG asks (PUT, at once) and the object allows it.
-		o.must(200, "PUT", adopter, obj("adopters-dig", map[string]any{"compositeProfile": "profile", "version": "r1",
-			"syncPolicy": map[string]any{"adopt": true}}))
-		if _, err := cms.Patch(context.Background(), "handmade-config", types.MergePatchType,
-			[]byte(`{"metadata":{"annotations":{"argus.io/adopt":"true"}}}`), metav1.PatchOptions{FieldManager: "e2e-by-hand"}); err != nil {
-			t.Fatal(err)
-		}
-		o.must(202, "POST", adopter+"/update", nil)
-		waitFor(t, "adopted", func() (bool, string) {
-			cm := configMap(t, "edge01", "handmade-config")
-			return cm.Data["version"] == "adopted" && cm.Annotations["argus.io/owner"] == "dig:vfw/adopters/v1/adopters-dig" &&
-				cm.Annotations["argus.io/adopt"] == "", fmt.Sprint(cm.Data, cm.Annotations)
-		})
-		if cm := configMap(t, "edge01", "handmade-config"); cm.UID != hand.UID {
-			t.Fatal("the object was replaced, not adopted")
-		}
-		waitFor(t, "adoption in the history", func() (bool, string) {
-			e := findEntry(o.historyOf(adopter+"/status"), history.KindAdopt, "handmade-config")
-			return e != nil && strings.Contains(e.AdoptedFrom, "e2e-by-hand"), fmt.Sprint(e)
-		})
-		o.must(202, "POST", adopter+"/terminate", nil)
-		waitFor(t, "the adopted object deleted with its DIG", func() (bool, string) {
-			cm := configMap(t, "edge01", "handmade-config")
-			return cm == nil || cm.DeletionTimestamp != nil, "still there"
-		})
+		reason = r.Reason
+		return r.RsyncStatus == "Failed", r.RsyncStatus + ": " + r.Reason
 	})
+	if !strings.HasPrefix(reason, "owned by deployment intent group vfw/vfw/v1/vfw-dig") {
+		t.Fatalf("reason %q does not name the first DIG", reason)
+	}
+	after := configMap(t, "edge01", "firewall-config")
+	if after.UID != before.UID || after.Data["version"] != "one" || after.Annotations["argus.io/owner"] != "dig:vfw/vfw/v1/vfw-dig" ||
+		after.Labels["emco/deployment-id"] != before.Labels["emco/deployment-id"] {
+		t.Fatalf("the first DIG's object changed: %v %v %v", after.Data, after.Annotations, after.Labels)
+	}
+	if st, why := o.syncOf(vfwDIG, "firewall", "edge01", "ConfigMap", "firewall-config"); st != "Synced" {
+		t.Fatalf("the first DIG's object is %s (%s)", st, why)
+	}
+	o.must(202, "POST", intruder+"/terminate", nil)
+	o.waitJSON(intruder+"/status", "intruder terminated", deployedStatusIs("Terminated"))
+	if cm := configMap(t, "edge01", "firewall-config"); cm == nil || cm.UID != before.UID || cm.Data["version"] != "one" {
+		t.Fatalf("terminating the intruder removed or changed the first DIG's object: %v", cm)
+	}
+	if st, why := o.syncOf(vfwDIG, "firewall", "edge01", "ConfigMap", "firewall-config"); st != "Synced" {
+		t.Fatalf("after the intruder's terminate the first DIG's object is %s (%s)", st, why)
+	}
+}
 
-	o.must(202, "POST", vfwDIG+"/terminate", nil)
-	o.waitJSON(vfwDIG+"/status", "vfw terminated", deployedStatusIs("Terminated"))
+// driftAdoption: an object made by hand is refused until the DIG adopts
+// it and the object allows it.
+func driftAdoption(t *testing.T, o *orch) {
+	cms := edge("edge01").Clientset().CoreV1().ConfigMaps("default")
+	_ = cms.Delete(context.Background(), "handmade-config", metav1.DeleteOptions{})
+	hand, err := cms.Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "handmade-config"},
+		Data: map[string]string{"version": "by-hand"}}, metav1.CreateOptions{FieldManager: "e2e-by-hand"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cms.Delete(context.Background(), "handmade-config", metav1.DeleteOptions{}) })
+	adopter := oneAppDIG(t, o, "adopters", "adopter", configMapChart(t, "adopter", "handmade-config", "adopted"))
+	o.must(202, "POST", adopter+"/instantiate", nil)
+	waitFor(t, "refused", func() (bool, string) {
+		r := resourceOf(o.digStatus(adopter, ""), "adopter", "edge01", "ConfigMap", "handmade-config")
+		return r != nil && r.RsyncStatus == "Failed" && strings.Contains(r.Reason, "owned by no Argus deployment (written by e2e-by-hand)"), fmt.Sprint(r)
+	})
+	if cm := configMap(t, "edge01", "handmade-config"); cm.Data["version"] != "by-hand" || cm.Annotations["argus.io/owner"] != "" {
+		t.Fatalf("overwritten without adoption: %v %v", cm.Data, cm.Annotations)
+	}
+	// Adoption: the DIG asks (PUT, at once) and the object allows it.
+	o.must(200, "PUT", adopter, obj("adopters-dig", map[string]any{"compositeProfile": "profile", "version": "r1",
+		"syncPolicy": map[string]any{"adopt": true}}))
+	if _, err := cms.Patch(context.Background(), "handmade-config", types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"argus.io/adopt":"true"}}}`), metav1.PatchOptions{FieldManager: "e2e-by-hand"}); err != nil {
+		t.Fatal(err)
+	}
+	o.must(202, "POST", adopter+"/update", nil)
+	waitFor(t, "adopted", func() (bool, string) {
+		cm := configMap(t, "edge01", "handmade-config")
+		return cm.Data["version"] == "adopted" && cm.Annotations["argus.io/owner"] == "dig:vfw/adopters/v1/adopters-dig" &&
+			cm.Annotations["argus.io/adopt"] == "", fmt.Sprint(cm.Data, cm.Annotations)
+	})
+	if cm := configMap(t, "edge01", "handmade-config"); cm.UID != hand.UID {
+		t.Fatal("the object was replaced, not adopted")
+	}
+	waitFor(t, "adoption in the history", func() (bool, string) {
+		e := findEntry(o.historyOf(adopter+"/status"), history.KindAdopt, "handmade-config")
+		return e != nil && strings.Contains(e.AdoptedFrom, "e2e-by-hand"), fmt.Sprint(e)
+	})
+	o.must(202, "POST", adopter+"/terminate", nil)
+	waitFor(t, "the adopted object deleted with its DIG", func() (bool, string) {
+		cm := configMap(t, "edge01", "handmade-config")
+		return cm == nil || cm.DeletionTimestamp != nil, "still there"
+	})
 }
 
 // Two v1 instances whose charts render the same objects: the second never
