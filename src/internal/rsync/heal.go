@@ -2,12 +2,10 @@ package rsync
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/errdefs"
@@ -103,14 +101,11 @@ func (pa *placementApply) targetOf(key string) appcontext.HealTarget {
 // sync request. It is refused (errdefs.ErrConflict) while another action
 // on the context is requested or at work: a sync never replaces one.
 func (d *Dispatcher) Sync(ctx context.Context, group, id string) error {
-	data, _ := json.Marshal(actionRecord{Action: actionSync, Requested: time.Now().UTC()})
-	key := d.recordKey(group, id)
-	resp, err := d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(data))).Commit()
+	created, err := d.recs.Create(ctx, recordKey(group, id), actionRecord{Action: actionSync, Requested: time.Now().UTC()})
 	if err != nil {
 		return errdefs.Unavailable(err, "cannot record the sync")
 	}
-	if !resp.Succeeded {
+	if !created {
 		return errdefs.Conflict("an action is in progress on %s; sync when it is done", DescribeGroup(group))
 	}
 	d.opts.Claims.Want(group)
