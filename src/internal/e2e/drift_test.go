@@ -185,7 +185,6 @@ func TestDriftSyncSelfHealAndOwnership(t *testing.T) {
 // driftMissingAndSync: firewall-config deleted on edge01 is Missing; a
 // sync brings it back with its data, and says so in the history.
 func driftMissingAndSync(t *testing.T, o *orch, total int) {
-	t.Helper()
 	if err := edge("edge01").Clientset().CoreV1().ConfigMaps("default").Delete(context.Background(), "firewall-config", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +226,6 @@ func driftMissingAndSync(t *testing.T, o *orch, total int) {
 // self-heal, switched on by a PUT (no update), restores it, and again
 // when it is patched once more.
 func driftSelfHeal(t *testing.T, o *orch, total int) {
-	t.Helper()
 	patchSinkImage(t, "edge02", "busybox:1.37")
 	took := measure(t, "sink OutOfSync", func() (bool, string) {
 		st, why := o.syncOf(vfwDIG, "sink", "edge02", "Deployment", "sink")
