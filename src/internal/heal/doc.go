@@ -9,7 +9,9 @@
 // is healed once it has stayed drifted for Delay, and no sooner than
 // Delay·2^streak after its last heal while something keeps undoing it
 // (an HPA, an operator: appcontext.Heal.Streak), capped at MaxBackoff;
-// the group is looked at again when the next one is due. A heal is a sync
+// the group is looked at again when the next one is due (or, while another
+// action runs on it, when it changes, with the workqueue's backoff as a
+// safety net). A heal is a sync
 // by "self-heal" (deploy.Service.Sync): an rsync action run by the group's
 // owner, recorded in the history and seen by subscribers.
 //

@@ -149,6 +149,10 @@ func (c *Controller) next(ctx context.Context, q workqueue.TypedRateLimitingInte
 	defer q.Done(group)
 	after, err := c.check(ctx, group)
 	switch {
+	case errors.Is(err, errdefs.ErrConflict):
+		// An action runs on the group: its end changes the group, and the
+		// rate limiter's growing delay covers a change that is missed.
+		q.AddRateLimited(group)
 	case err != nil && ctx.Err() == nil:
 		c.log.WithError(err).WithField("group", group).Warn("self-heal: cannot heal; trying again")
 		q.AddRateLimited(group)
@@ -192,9 +196,6 @@ func (c *Controller) check(ctx context.Context, group string) (time.Duration, er
 		return next, nil
 	}
 	res, err := c.opts.Healer.Sync(ctx, group, id, nil, appcontext.HealBySelfHeal, func(d appcontext.Drifted) bool { return due[key(d)] })
-	if errors.Is(err, errdefs.ErrConflict) {
-		return c.opts.Delay, nil // an action runs on the group: after it
-	}
 	if err != nil {
 		return 0, err
 	}

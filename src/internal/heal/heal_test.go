@@ -2,6 +2,7 @@ package heal
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"testing"
 	"time"
@@ -95,8 +96,8 @@ func TestSelfHealWaitsThenHealsAndBacksOff(t *testing.T) {
 	f.drifted = []appcontext.Drifted{drifted("other", t0, nil)}
 	c.seen = map[string]map[string]time.Time{"dig:p/ca/v/d": {key(f.drifted[0]): t0}}
 	f.busy = true
-	if after := check(); after != 2*time.Second {
-		t.Fatalf("busy: look again in %s", after)
+	if _, err := c.check(context.Background(), "dig:p/ca/v/d"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("busy: %v", err)
 	}
 	f.busy = false
 	f.ctx.Meta.SyncPolicy.SelfHeal = false
