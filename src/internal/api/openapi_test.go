@@ -206,7 +206,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		Connectivity: "Available", Monitor: "Running", LastSeen: "2026-01-01T10:00:00Z",
 		Resources: []status.Resource{{GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Name: "web",
 			Namespace: "ns", RsyncStatus: "Applied", ClusterStatus: "Present", ReadyStatus: "Ready", Reason: "r",
-			DeployedStatus: "Applied", ReadyStatusEMCO: "Ready", Detail: []byte(`{"kind":"Deployment"}`),
+			DeployedStatus: "Applied", ReadyStatusEMCO: "Ready", RsyncStatusEMCO: "Applied", ClusterStatusEMCO: "Present",
+			Detail:     []byte(`{"kind":"Deployment"}`),
 			SyncStatus: "OutOfSync", SyncReason: "a field Argus applied was changed on the cluster", AdoptedFrom: "Helm release ns/web",
 			Heal: &status.Heal{Count: 2, Last: "2026-01-01T10:00:00Z", By: "self-heal", Was: "OutOfSync", Streak: 2}}}}
 	statusSample := status.Response{
@@ -218,6 +219,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		Status: "Instantiated", DeployedStatus: "Instantiated", ReadyStatusEMCO: "Ready",
 		DeployedCounts: map[string]int{"Applied": 1}, ReadyCounts: map[string]int{"Ready": 1}, SyncCounts: map[string]int{"OutOfSync": 1},
 		RsyncStatus: map[string]int{"Applied": 1}, ClusterStatus: map[string]int{"Present": 1},
+		RsyncStatusEMCO: map[string]int{"Applied": 1}, ClusterStatusEMCO: map[string]int{"Present": 1},
 		Ready: &yes, ReadyStatus: map[string]int{"Ready": 1},
 		Apps:    []status.App{{Name: "a", Ready: &yes, Clusters: []status.Cluster{cl}}},
 		Cluster: &cl,

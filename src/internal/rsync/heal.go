@@ -66,7 +66,7 @@ func (e *Engine) heal(ctx context.Context, id string, log *logrus.Entry, firstPa
 			defer all.Done()
 			pa := &placementApply{e: e, c: c, p: p, rec: rec, mode: mode, clusterPassed: passed, firstDone: func() {}, heal: req,
 				log: log.WithFields(logrus.Fields{"app": p.App, "cluster": p.Cluster.String()})}
-			pa.loop(ctx, todo, nil, func() {}, true)
+			pa.applyAll(ctx, todo, nil, bundleLabels(c.Meta.StatusID, p.App), func() {}, true)
 		}()
 	}
 	all.Wait()
