@@ -16,7 +16,6 @@ import (
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/history"
-	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/status"
 	"github.com/argus-mc/argus/src/internal/testenv"
 	"github.com/argus-mc/argus/src/internal/testenv/tgz"
@@ -349,14 +348,12 @@ func driftAdoption(t *testing.T, o *orch) {
 	})
 }
 
-// Two v1 instances whose charts render the same objects: the second never
-// takes them over (its resources Failed, "owned by v1 instance <first>"),
-// the first's objects stay as they were, and nothing of the second remains
-// on the cluster once it is gone.
+// Two v1 instances whose charts render the same objects: the second create
+// answers an error naming the first (its resources refused, "owned by v1
+// instance <first>") and leaves nothing on the cluster; the first's
+// objects stay as they were.
 func TestV1InstancesCollide(t *testing.T) {
-	o := startOrchestrator(t, testenv.UniqueName("v1twin"), "/"+testenv.UniqueName("v1twin"), func(opts *orchestrator.Options) {
-		opts.V1CreateWait = time.Minute
-	})
+	o := startOrchestrator(t, testenv.UniqueName("v1twin"), "/"+testenv.UniqueName("v1twin"))
 	startMonitors(t, sim)
 	cl := sim.Cluster("cluster2")
 	if code, body := o.upload("/v1/connectivity-info", map[string]any{"cloud-region": "twins", "cloud-owner": "o"}, cl.Kubeconfig); code != 201 {
@@ -373,56 +370,60 @@ func TestV1InstancesCollide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The second create meets the first's objects: rsync refuses them
+	// (owned by the first), so the create answers as k8splugin does and
+	// reverts what it made.
 	code, body := o.call("POST", "/v1/instance", create)
-	var second catalog.InstanceSpec
-	_ = json.Unmarshal([]byte(body), &second)
-	switch {
-	case code >= 400:
-		// k8splugin's answer (issue 28's create, which reverts what it made).
-		t.Logf("the second create answered %d: %s", code, body)
-	case code == 201 && second.ID != "":
-		// Until the create answers an error and reverts (issue 28), the
-		// second instance exists with its resources refused; it is deleted
-		// below, which must not touch the first's objects.
-		st := o.v1Status(second.ID)
-		for _, r := range st.ResourcesStatus {
-			if r.GVK.Kind == "Pod" {
-				continue
+	if code < 400 || !strings.Contains(body, "owned by v1 instance "+first.ID) {
+		t.Fatalf("the second create: %d %s, want an error naming the first instance", code, body)
+	}
+	t.Logf("the second create answered %d: %.300s", code, body)
+	var list []catalog.InstanceSpec
+	_ = json.Unmarshal([]byte(o.must(200, "GET", "/v1/instance", nil)), &list)
+	if len(list) != 1 || list[0].ID != first.ID {
+		t.Fatalf("instances after the refused create: %+v", list)
+	}
+	// Nothing of the second remains on the cluster: no object labelled
+	// with another instance, no bundle but the first's.
+	waitFor(t, "nothing of the second instance on the cluster", func() (bool, string) {
+		var left []string
+		for _, kind := range []string{"configmaps", "services", "deployments"} {
+			var l struct {
+				Items []struct{ Metadata metav1.ObjectMeta }
 			}
-			if r.SyncStatus != "OutOfSync" || !strings.Contains(r.SyncReason, "owned by v1 instance "+first.ID) {
-				t.Errorf("the second instance's %s/%s: %s (%s), want refused, owned by v1 instance %s", r.GVK.Kind, r.Name, r.SyncStatus, r.SyncReason, first.ID)
+			raw, err := cs.RESTClient().Get().AbsPath(pathOf(kind)).Param("labelSelector", rbInstanceLabel).DoRaw(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			_ = json.Unmarshal(raw, &l)
+			for _, it := range l.Items {
+				if id := it.Metadata.Labels[rbInstanceLabel]; strings.HasPrefix(it.Metadata.Name, "twin") && id != first.ID {
+					left = append(left, kind+"/"+it.Metadata.Name+" of "+id)
+				}
 			}
 		}
-		t.Logf("the second create answered 201 (issue 28 makes it an error); its resources: %s", describeV1(st))
-		o.must(202, "DELETE", "/v1/instance/"+second.ID, nil)
-	default:
-		t.Fatalf("the second create: %d %s", code, body)
-	}
-	// The first's objects are as it left them.
+		var bundles struct {
+			Items []struct{ Metadata metav1.ObjectMeta }
+		}
+		raw, err := cs.RESTClient().Get().AbsPath("/apis/k8splugin.io/v1alpha1/namespaces/default/resourcebundlestates").DoRaw(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		_ = json.Unmarshal(raw, &bundles)
+		for _, b := range bundles.Items {
+			if strings.HasPrefix(b.Metadata.Name, "twin-") && b.Metadata.Name != "twin-"+first.ID {
+				left = append(left, "bundle "+b.Metadata.Name)
+			}
+		}
+		return len(left) == 0, fmt.Sprint(left)
+	})
+	// The first's objects are as it left them, and Synced.
 	after, err := cs.AppsV1().Deployments("default").Get(ctx, "twin", metav1.GetOptions{})
 	if err != nil || after.UID != dep.UID || after.Labels[rbInstanceLabel] != first.ID || after.Annotations["argus.io/owner"] != "instance:"+first.ID {
 		t.Fatalf("the first instance's Deployment changed: %v %v", after, err)
 	}
-	for _, kind := range []string{"configmaps", "services", "deployments"} {
-		var list struct {
-			Items []struct{ Metadata metav1.ObjectMeta }
-		}
-		raw, err := cs.RESTClient().Get().AbsPath(pathOf(kind)).Param("labelSelector", rbInstanceLabel).DoRaw(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = json.Unmarshal(raw, &list)
-		for _, it := range list.Items {
-			if second.ID != "" && it.Metadata.Labels[rbInstanceLabel] == second.ID {
-				t.Errorf("%s %s of the second instance remains", kind, it.Metadata.Name)
-			}
-		}
-	}
-	if second.ID != "" {
-		waitFor(t, "the second instance's bundle gone", func() (bool, string) {
-			raw, err := cs.RESTClient().Get().AbsPath("/apis/k8splugin.io/v1alpha1/namespaces/default/resourcebundlestates").DoRaw(ctx)
-			return err == nil && !strings.Contains(string(raw), second.ID), "still listed"
-		})
+	if cm, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "twin-config", metav1.GetOptions{}); err != nil || cm.Labels[rbInstanceLabel] != first.ID {
+		t.Fatalf("the first instance's ConfigMap: %v %v", cm, err)
 	}
 	waitFor(t, "the first instance Synced", func() (bool, string) {
 		st := o.v1Status(first.ID)
