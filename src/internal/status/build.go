@@ -374,7 +374,9 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			res.Namespace = in.Context.Meta.Namespace
 		}
 		e, found := lookup(index, r.GVK.Group, r.GVK.Kind, res.Namespace, r.Name)
-		syncOf(&res, rs, bundle, e, found, unknownWhy, r.GVK.Group, r.GVK.Kind)
+		if r.Hook == nil { // a Helm hook runs at its events: nothing desired of it stays
+			syncOf(&res, rs, bundle, e, found, unknownWhy, r.GVK.Group, r.GVK.Kind)
+		}
 		if len(q.Sync) > 0 && !match(q.Sync, res.SyncStatus) {
 			continue
 		}
@@ -671,7 +673,7 @@ func Drift(in Input, q Query) []appcontext.Drifted {
 		why := clusterUnknown(in, p, bundle, &scratch)
 		for _, r := range p.Resources {
 			rs := p.StatusOf(r.Key())
-			if r.Removed || !matchResource(q.Resources, r.GVK.Kind, r.Name) {
+			if r.Removed || r.Hook != nil || !matchResource(q.Resources, r.GVK.Kind, r.Name) {
 				continue
 			}
 			ns := r.Namespace

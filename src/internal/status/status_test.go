@@ -387,3 +387,18 @@ func TestDriftListsWhatASyncReapplies(t *testing.T) {
 		t.Fatalf("unrecorded: %+v", d)
 	}
 }
+
+func TestHooksHaveNoSyncState(t *testing.T) {
+	in := fixture()
+	p := in.Context.Placements[1]
+	p.Resources[2].Hook = &appcontext.Hook{} // the ConfigMap, Missing otherwise
+	r := Build(in, Query{Type: TypeRsync, Output: OutputAll})
+	if cm := r.Apps[1].Clusters[0].Resources[2]; cm.SyncStatus != "" || r.SyncCounts["Missing"] != 0 {
+		t.Fatalf("a hook's sync state: %+v, counts %v", cm, r.SyncCounts)
+	}
+	for _, d := range Drift(in, Query{}) {
+		if d.Name == "fw0-sink-config" {
+			t.Fatal("a hook listed as drifted")
+		}
+	}
+}
