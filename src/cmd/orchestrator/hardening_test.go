@@ -34,7 +34,7 @@ func TestTrickledBodiesAreCut(t *testing.T) {
 		}
 		args = nil // the defaults are what the acceptance is about
 	}
-	p := startProc(t, nil, append([]string{"--data-dir", t.TempDir()}, args...)...)
+	p := startProc(t, nil, nil, append([]string{"--data-dir", t.TempDir()}, args...)...)
 	last := flood(t, p, n)
 	t.Logf("all %d trickling connections closed by the server %s after the first was opened", n, last.Round(100*time.Millisecond))
 	stillServing(t, p)
@@ -48,17 +48,18 @@ func TestTrickledBodiesAreCut(t *testing.T) {
 // is lowered to keep headroom, the flood waits in the backlog, and the
 // stores never run out: the process stays up and ready.
 func TestDescriptorHeadroom(t *testing.T) {
-	p := startProc(t, []string{"ARGUS_TEST_NOFILE=512"}, "--data-dir", t.TempDir(), "--max-connections", "100000", "--read-timeout", "5s")
+	const lowered, outOfFiles = `"max_connections":256`, "too many open files"
+	p := startProc(t, []string{"ARGUS_TEST_NOFILE=512"}, []string{lowered, "--max-connections lowered", outOfFiles},
+		"--data-dir", t.TempDir(), "--max-connections", "100000", "--read-timeout", "5s")
 	last := flood(t, p, 600)
 	t.Logf("600 trickling connections under a 512-descriptor limit closed %s after the first was opened", last.Round(100*time.Millisecond))
 	stillServing(t, p)
-	_, lines := p.terminate(t)
-	logs := strings.Join(lines, "\n")
-	if !strings.Contains(logs, `"max_connections":256`) || !strings.Contains(logs, "--max-connections lowered") {
-		t.Fatalf("the cap was not lowered to keep 256 descriptors free:\n%s", logs)
+	p.terminate(t)
+	if p.log.count(t, lowered) == 0 || p.log.count(t, "--max-connections lowered") == 0 {
+		t.Fatalf("the cap was not lowered to keep 256 descriptors free: %s", p.log)
 	}
-	if strings.Contains(logs, "too many open files") {
-		t.Fatalf("the process ran out of descriptors:\n%s", logs)
+	if n := p.log.count(t, outOfFiles); n != 0 {
+		t.Fatalf("the process ran out of descriptors (%d lines say so): %s", n, p.log)
 	}
 }
 
@@ -94,8 +95,8 @@ func flood(t *testing.T, p *proc, n int) time.Duration {
 		select {
 		case d := <-closed:
 			last = max(last, d)
-		case err := <-p.done:
-			t.Fatalf("the orchestrator exited with %d connections still open: %v", n-i, err)
+		case <-p.exited:
+			t.Fatalf("the orchestrator exited with %d connections still open: %v", n-i, p.err)
 		case <-deadline:
 			t.Fatalf("%d of %d connections still open after 10 minutes", n-i, n)
 		}
@@ -106,8 +107,10 @@ func flood(t *testing.T, p *proc, n int) time.Duration {
 // stillServing checks the process is up, ready, and takes writes.
 func stillServing(t *testing.T, p *proc) {
 	t.Helper()
-	if p.cmd.ProcessState != nil {
-		t.Fatal("the orchestrator exited")
+	select {
+	case <-p.exited:
+		t.Fatalf("the orchestrator exited: %v", p.err)
+	default:
 	}
 	base := "http://" + p.addr
 	if code, body := call(t, "GET", base+"/readyz", ""); code != 200 {
