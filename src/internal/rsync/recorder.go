@@ -181,7 +181,7 @@ func (r *recorder) flushRetrying(stopping bool) {
 			r.log.Error("giving up recording rsync statuses")
 			return
 		}
-		wait := min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)
+		wait := backoff.Backoff{Base: 200 * time.Millisecond, Step: 200 * time.Millisecond, Max: 5 * time.Second}.Delay(attempt)
 		if stopping {
 			backoff.Sleep(r.proc, min(wait, time.Until(r.deadline)))
 			continue

@@ -2,19 +2,13 @@ package rsync
 
 import (
 	"context"
-	"net"
-	"net/url"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
@@ -140,104 +134,11 @@ func noSpaceStore(t *testing.T) refusal {
 }
 
 // partitionedStore is a store on the package's etcd reached through a
-// loopback proxy; refuse partitions it: from then on the proxy swallows
-// every byte, so a write sent hangs until its deadline.
+// loopback proxy; refuse stalls it: from then on nothing is forwarded, so
+// a write sent hangs until its deadline.
 func partitionedStore(t *testing.T) refusal {
-	u, err := url.Parse(env.EtcdEndpoints()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newProxy(t, u.Host)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + px.addr()}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() }) // before the proxy's cleanup, which waits for its connections
+	cli, px := env.EtcdBehindProxy(t)
 	return refusal{store: appcontext.New(appcontext.Options{Client: cli, Prefix: env.EtcdPrefix()}),
-		refuse:  func() { px.partitioned.Store(true) },
-		failing: func(*logtest.Hook) bool { return px.swallowed.Load() > 0 }}
-}
-
-// proxy forwards loopback TCP connections to target, or once partitioned
-// swallows what either side sends (a partition: no reset, no answer).
-type proxy struct {
-	l           net.Listener
-	target      string
-	partitioned atomic.Bool
-	swallowed   atomic.Int64 // bytes the client sent into the partition
-	mu          sync.Mutex
-	closed      bool
-	conns       []net.Conn
-	wg          sync.WaitGroup
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{l: l, target: target}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(func() {
-		_ = l.Close()
-		p.mu.Lock()
-		p.closed = true
-		for _, c := range p.conns {
-			_ = c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *proxy) addr() string { return p.l.Addr().String() }
-
-func (p *proxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.l.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			_, _ = c.Close(), up.Close()
-			continue
-		}
-		p.conns = append(p.conns, c, up)
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(up, c, &p.swallowed)
-		go p.pipe(c, up, nil)
-	}
-}
-
-// pipe copies src to dst until either closes, swallowing while partitioned.
-func (p *proxy) pipe(dst, src net.Conn, swallowed *atomic.Int64) {
-	defer p.wg.Done()
-	defer func() { _, _ = dst.Close(), src.Close() }()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && p.partitioned.Load() {
-			if swallowed != nil {
-				swallowed.Add(int64(n))
-			}
-		} else if n > 0 {
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
+		refuse:  px.Stall,
+		failing: func(*logtest.Hook) bool { return px.Swallowed() > 0 }}
 }
