@@ -119,6 +119,48 @@ func resourcesOf(c *appcontext.Context, kind, want string) (bool, string) {
 	return ok && n > 0, strings.Join(states, "; ")
 }
 
+// checkWidgetWaitingInAPI: the status API says what the context says while
+// the Widget waits for its CRD, and nothing in it claims a cluster is
+// unreachable.
+func checkWidgetWaitingInAPI(t *testing.T, o *orch) {
+	t.Helper()
+	body := o.must(200, "GET", digPath+"/status?type=rsync&resource=Widget/w1", nil)
+	var st struct {
+		Status        string         `json:"status"`
+		StatusMessage string         `json:"status-message"`
+		StatusReasons []string       `json:"status-reasons"`
+		RsyncStatus   map[string]int `json:"rsync-status"`
+		Apps          []struct {
+			Clusters []struct {
+				Resources []struct {
+					RsyncStatus string `json:"rsync-status"`
+					Reason      string `json:"reason"`
+				} `json:"resources"`
+			} `json:"clusters"`
+		} `json:"apps"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	reasons := 0
+	for _, a := range st.Apps {
+		for _, c := range a.Clusters {
+			for _, r := range c.Resources {
+				if strings.Contains(r.Reason, "Widget") && r.RsyncStatus == appcontext.RsyncWaiting {
+					reasons++
+				}
+			}
+		}
+	}
+	if st.Status != appcontext.Instantiating || !strings.Contains(st.StatusMessage, "2 waiting") || st.RsyncStatus["Waiting"] != 2 ||
+		len(st.Apps) != 1 || reasons != len(sim.Clusters) {
+		t.Errorf("status while the Widget waits (want it Waiting on every cluster, the reason naming its kind): %s", body)
+	}
+	if all := o.must(200, "GET", digPath+"/status?type=cluster", nil); strings.Contains(all, "nreachable") {
+		t.Errorf("a cluster reads unreachable: %s", all)
+	}
+}
+
 // waitingForKind reports whether app is placed on every cluster and each
 // placement's resources of kind are Waiting with a reason (the reason
 // itself, not the key beside it) that names the kind and never calls the
@@ -221,42 +263,7 @@ func TestApplyAcceptance(t *testing.T) {
 		return waitingForKind(c, "widget", "Widget"), desc
 	})
 	t.Logf("Widget without its CRD: Waiting with the kind named %s after the instantiate (target ≤ 60 s)", time.Since(instantiated).Round(time.Millisecond))
-	// The API says the same, and nothing in it claims a cluster is unreachable.
-	body := o.must(200, "GET", digPath+"/status?type=rsync&resource=Widget/w1", nil)
-	var st struct {
-		Status        string         `json:"status"`
-		StatusMessage string         `json:"status-message"`
-		StatusReasons []string       `json:"status-reasons"`
-		RsyncStatus   map[string]int `json:"rsync-status"`
-		Apps          []struct {
-			Clusters []struct {
-				Resources []struct {
-					RsyncStatus string `json:"rsync-status"`
-					Reason      string `json:"reason"`
-				} `json:"resources"`
-			} `json:"clusters"`
-		} `json:"apps"`
-	}
-	if err := json.Unmarshal([]byte(body), &st); err != nil {
-		t.Fatal(err)
-	}
-	reasons := 0
-	for _, a := range st.Apps {
-		for _, c := range a.Clusters {
-			for _, r := range c.Resources {
-				if strings.Contains(r.Reason, "Widget") && r.RsyncStatus == appcontext.RsyncWaiting {
-					reasons++
-				}
-			}
-		}
-	}
-	if st.Status != appcontext.Instantiating || !strings.Contains(st.StatusMessage, "2 waiting") || st.RsyncStatus["Waiting"] != 2 ||
-		len(st.Apps) != 1 || reasons != len(sim.Clusters) {
-		t.Errorf("status while the Widget waits (want it Waiting on every cluster, the reason naming its kind): %s", body)
-	}
-	if all := o.must(200, "GET", digPath+"/status?type=cluster", nil); strings.Contains(all, "nreachable") {
-		t.Errorf("a cluster reads unreachable: %s", all)
-	}
+	checkWidgetWaitingInAPI(t, o)
 
 	// The CRD appears in the clusters: the Widget is Applied with no user action.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
