@@ -216,7 +216,6 @@ func contiguous(l []int64) bool {
 	return true
 }
 
-
 // TestHAReplicas is issue 19's acceptance: three replicas brought up by
 // scripts/ha-up.sh on a three-member etcd cluster and a standalone
 // FerretDB share the work; a DIG onboarded through one is Applied as every
