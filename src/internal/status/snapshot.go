@@ -27,6 +27,12 @@ type ResourceState struct {
 	Key                                     ResourceKey
 	RsyncStatus, ClusterStatus, ReadyStatus string
 	Reason                                  string
+	// SyncStatus is desired against live; SyncReason why not Synced.
+	SyncStatus, SyncReason string
+	// Heal is its heal record (nil before the first), AdoptedFrom who held
+	// it before rsync adopted it.
+	Heal        *Heal
+	AdoptedFrom string
 	// Since is when rsync last set the resource's status (queued it,
 	// applied it); zero for pods, which rsync does not apply.
 	Since time.Time
@@ -73,7 +79,7 @@ func snapshotOf(in Input) Snapshot {
 					Key: ResourceKey{App: a.Name, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
 						Group: res.GVK.Group, Version: res.GVK.Version, Kind: res.GVK.Kind, Namespace: res.Namespace, Name: res.Name},
 					RsyncStatus: res.RsyncStatus, ClusterStatus: res.ClusterStatus, ReadyStatus: res.ReadyStatus, Reason: res.Reason,
-					Since: res.since})
+					SyncStatus: res.SyncStatus, SyncReason: res.SyncReason, Heal: res.Heal, AdoptedFrom: res.AdoptedFrom, Since: res.since})
 			}
 		}
 	}
