@@ -127,13 +127,13 @@ func digView(ref client.Ref, st status.Response) statusView {
 }
 
 func instanceView(ref client.Ref, st status.InstanceStatus) statusView {
-	v := statusView{name: ref.String(), ready: st.Ready, readyCounts: map[string]int{}, context: ref.Instance}
+	v := statusView{name: ref.String(), ready: st.Ready, readyCounts: map[string]int{}, context: ref.Instance, syncCounts: st.SyncCounts}
 	cv := clusterView{name: st.Request.CloudRegion, ready: st.Ready}
 	var nodes []*node
 	for _, r := range st.ResourcesStatus {
 		v.readyCounts[r.ReadyStatus]++
 		nodes = append(nodes, &node{kind: r.GVK.Kind, name: r.Name, namespace: namespaceOf(r.Status), resourceGroup: r.GVK.Group,
-			version: r.GVK.Version, ready: r.ReadyStatus, reason: r.Reason, owners: ownersFromObject(r.Status)})
+			version: r.GVK.Version, ready: r.ReadyStatus, reason: r.Reason, sync: r.SyncStatus, owners: ownersFromObject(r.Status)})
 	}
 	cv.why = clusterWhy(cv, nodes)
 	cv.resources = clusterTree(nodes)
@@ -338,10 +338,11 @@ func checkOutput(o string, allowed ...string) error {
 // syncOf is a resource's sync state, and its reason joined with the
 // sync's reason.
 func syncOf(r status.Resource, reason string) (string, string) {
-	return "", reason
+	if r.SyncReason != "" && r.SyncReason != reason {
+		reason = strings.TrimPrefix(reason+"; "+r.SyncReason, "; ")
+	}
+	return r.SyncStatus, reason
 }
 
 // syncCountsOf is an answer's sync counts.
-func syncCountsOf(st status.Response) map[string]int {
-	return nil
-}
+func syncCountsOf(st status.Response) map[string]int { return st.SyncCounts }

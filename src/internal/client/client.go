@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/history"
 	"github.com/argus-mc/argus/src/internal/status"
 )
@@ -226,19 +227,7 @@ func (c *Client) Clusters(ctx context.Context) (status.ClusterOverview, []byte, 
 
 // SyncResult is POST …/sync's answer: the context it works on and what it
 // re-applies (empty when nothing drifted).
-type SyncResult struct {
-	Instance  string `json:"instance"`
-	Resources []struct {
-		App             string     `json:"app"`
-		ClusterProvider string     `json:"cluster-provider"`
-		Cluster         string     `json:"cluster"`
-		GVK             status.GVK `json:"GVK"`
-		Name            string     `json:"name"`
-		Namespace       string     `json:"namespace,omitempty"`
-		SyncStatus      string     `json:"syncStatus"`
-		SyncReason      string     `json:"syncReason,omitempty"`
-	} `json:"resources"`
-}
+type SyncResult = deploy.SyncResult
 
 // Sync is POST …/sync: re-apply what drifted, narrowed by app, cluster
 // and resource in q.

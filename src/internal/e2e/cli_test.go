@@ -4,14 +4,18 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/argus-mc/argus/src/internal/cli"
 	"github.com/argus-mc/argus/src/internal/simcluster"
+	"github.com/argus-mc/argus/src/internal/status"
 )
 
 // argusRun runs the argus command in-process against o (ARGUS_SERVER, as a
@@ -96,6 +100,34 @@ func TestArgusCommand(t *testing.T) {
 	if _, err := simcluster.SetPodState(ctx, cs, "default", "app=frontend", "ready"); err != nil {
 		t.Fatal(err)
 	}
+	checkSync(t, o)
+}
+
+// checkSync: a ConfigMap deleted by hand is Missing; wait --for synced
+// times out naming it, sync re-applies it, and wait --for synced then
+// exits 0.
+func checkSync(t *testing.T, o *orch) {
+	t.Helper()
+	ctx := context.Background()
+	if err := sim.Cluster("cluster1").Clientset().CoreV1().ConfigMaps("default").Delete(ctx, "backend-config", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	o.waitStatus("type=cluster", "backend-config Missing", func(r status.Response) (bool, string) {
+		return r.SyncCounts["Missing"] == 1, fmt.Sprint(r.SyncCounts)
+	})
+	code, _, errOut := argusRun(ctx, o, "wait", digRef, "--for", "synced", "--timeout", "2s")
+	if code != cli.ExitNotReached || !strings.Contains(errOut, "Missing ConfigMap/backend-config") {
+		t.Fatalf("wait --for synced with a Missing ConfigMap: exit %d %q", code, errOut)
+	}
+	code, out, errOut := argusRun(ctx, o, "sync", digRef)
+	if code != cli.ExitOK || !strings.Contains(out, "ConfigMap/backend-config") || !strings.Contains(out, "Missing") {
+		t.Fatalf("sync: exit %d %q %q", code, out, errOut)
+	}
+	start := time.Now()
+	if code, out, errOut := argusRun(ctx, o, "wait", digRef, "--for", "synced", "--timeout", "60s"); code != cli.ExitOK {
+		t.Fatalf("wait --for synced after the sync: exit %d %q %q", code, out, errOut)
+	}
+	t.Logf("argus sync re-applied the deleted ConfigMap; wait --for synced exited 0 after %s", time.Since(start).Round(time.Millisecond))
 }
 
 // checkStatusJSON: argus status -o json prints the API's answer to

@@ -53,7 +53,7 @@ func settle(c cursor, snap status.Snapshot, now time.Time, seen map[string]time.
 			held[k] = start
 		}
 		if known {
-			r.RsyncStatus, r.ClusterStatus, r.ReadyStatus = prev.Rsync, prev.Cluster, prev.Ready
+			r.RsyncStatus, r.ClusterStatus, r.ReadyStatus, r.SyncStatus = prev.Rsync, prev.Cluster, prev.Ready, prev.Sync
 			out.Resources = append(out.Resources, r)
 		}
 	}
