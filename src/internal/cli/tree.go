@@ -14,7 +14,7 @@ import (
 // owner the status does not list (a ReplicaSet between a Deployment and
 // its Pods).
 type node struct {
-	label, namespace       string
+	namespace              string
 	ready, sync, reason    string
 	rsync, clusterStatus   string
 	kind, name             string

@@ -99,7 +99,7 @@ func (c *Client) stream(ctx context.Context, path string, q url.Values, last *in
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return &APIError{Method: http.MethodGet, Path: path, Code: resp.StatusCode, Message: firstLine(data)}
