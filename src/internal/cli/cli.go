@@ -105,6 +105,17 @@ func (a *app) client(cmd *cobra.Command) (*client.Client, error) {
 	return client.New(opts)
 }
 
+// open reads a command's subject and makes its client, the start every
+// command about one deployment shares.
+func (a *app) open(cmd *cobra.Command, subj *subject, args []string) (client.Ref, *client.Client, error) {
+	ref, err := subj.ref(args)
+	if err != nil {
+		return client.Ref{}, nil, err
+	}
+	c, err := a.client(cmd)
+	return ref, c, err
+}
+
 // subject is a command's REF argument or --instance flag.
 type subject struct {
 	instance string

@@ -32,11 +32,7 @@ status or readiness, and resource transition, oldest first, times local.
 			if err := checkOutput(output, "table", "json", "yaml"); err != nil {
 				return err
 			}
-			ref, err := subj.ref(args)
-			if err != nil {
-				return err
-			}
-			c, err := a.client(cmd)
+			ref, c, err := a.open(cmd, &subj, args)
 			if err != nil {
 				return err
 			}
@@ -223,11 +219,7 @@ argus wait REF --for synced. -o json or yaml prints the API's answer.`,
 			if err := checkOutput(output, "table", "json", "yaml"); err != nil {
 				return err
 			}
-			ref, err := subj.ref(args)
-			if err != nil {
-				return err
-			}
-			c, err := a.client(cmd)
+			ref, c, err := a.open(cmd, &subj, args)
 			if err != nil {
 				return err
 			}

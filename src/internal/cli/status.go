@@ -38,11 +38,7 @@ for an instance GET /v1/instance/ID/status. -o yaml is the same in YAML;
 			if err := checkOutput(output, "tree", "wide", "json", "yaml"); err != nil {
 				return err
 			}
-			ref, err := subj.ref(args)
-			if err != nil {
-				return err
-			}
-			c, err := a.client(cmd)
+			ref, c, err := a.open(cmd, &subj, args)
 			if err != nil {
 				return err
 			}

@@ -38,11 +38,7 @@ refused token, a server never reached) exits 2.
 			if timeout <= 0 {
 				return errors.New("--timeout must be positive")
 			}
-			ref, err := subj.ref(args)
-			if err != nil {
-				return err
-			}
-			c, err := a.client(cmd)
+			ref, c, err := a.open(cmd, &subj, args)
 			if err != nil {
 				return err
 			}

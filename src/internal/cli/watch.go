@@ -32,11 +32,7 @@ Ctrl-C. -o json prints each event as one JSON object: {"event", "id", "data"}.`,
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
 			}
-			ref, err := subj.ref(args)
-			if err != nil {
-				return err
-			}
-			c, err := a.client(cmd)
+			ref, c, err := a.open(cmd, &subj, args)
 			if err != nil {
 				return err
 			}

@@ -136,13 +136,6 @@ func checkSync(t *testing.T, o *orch) {
 // before or just after it; a few tries ride out a change in between.
 func checkStatusJSON(t *testing.T, o *orch) {
 	t.Helper()
-	decode := func(s string) any {
-		var v any
-		if err := json.Unmarshal([]byte(s), &v); err != nil {
-			t.Fatalf("not JSON: %v\n%s", err, s)
-		}
-		return v
-	}
 	for try := 0; try < 5; try++ {
 		before := o.must(200, "GET", digPath+"/status?type=cluster&output=all", nil)
 		code, out, errOut := argusRun(context.Background(), o, "status", digRef, "-o", "json")
@@ -150,8 +143,7 @@ func checkStatusJSON(t *testing.T, o *orch) {
 		if code != cli.ExitOK {
 			t.Fatalf("status -o json: exit %d %s", code, errOut)
 		}
-		got := decode(out)
-		if reflect.DeepEqual(got, decode(before)) || reflect.DeepEqual(got, decode(after)) {
+		if jsonEqual(t, out, before) || jsonEqual(t, out, after) {
 			return
 		}
 	}
@@ -238,4 +230,52 @@ func waitLine(t *testing.T, lines <-chan timedLine, d time.Duration, ok func(str
 			return time.Time{}
 		}
 	}
+}
+
+// checkArgusInstance: the contract for a v1 instance, named by --instance
+// ID: wait --for ready exits 0 once it is ready (monitors started here
+// report its readiness), plain status prints the tree with its pod, and
+// status -o json is GET /v1/instance/ID/status.
+func checkArgusInstance(t *testing.T, o *orch, id, pod string) {
+	t.Helper()
+	ctx := context.Background()
+	mons := startMonitors(t, sim)
+	defer func() {
+		for _, c := range sim.Clusters {
+			mons.stop(c.Name)
+		}
+	}()
+	if code, out, errOut := argusRun(ctx, o, "wait", "--instance", id, "--for", "ready", "--timeout", "60s"); code != cli.ExitOK {
+		t.Fatalf("argus wait --instance %s: exit %d %q %q", id, code, out, errOut)
+	}
+	if code, tree, errOut := argusRun(ctx, o, "status", "--instance", id); code != cli.ExitOK || !strings.Contains(tree, "Pod/"+pod) {
+		t.Fatalf("argus status --instance %s: exit %d %s\n%s", id, code, errOut, tree)
+	}
+	for try := 0; ; try++ {
+		before := o.must(200, "GET", "/v1/instance/"+id+"/status", nil)
+		code, out, errOut := argusRun(ctx, o, "status", "--instance", id, "-o", "json")
+		after := o.must(200, "GET", "/v1/instance/"+id+"/status", nil)
+		if code != cli.ExitOK {
+			t.Fatalf("argus status --instance %s -o json: exit %d %s", id, code, errOut)
+		}
+		if jsonEqual(t, out, before) || jsonEqual(t, out, after) {
+			return
+		}
+		if try == 4 {
+			t.Fatalf("argus status --instance %s -o json never equalled the API's answer:\n%s\n%s", id, out, after)
+		}
+	}
+}
+
+// jsonEqual reports whether two JSON documents hold the same value.
+func jsonEqual(t *testing.T, a, b string) bool {
+	t.Helper()
+	var va, vb any
+	if err := json.Unmarshal([]byte(a), &va); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, a)
+	}
+	if err := json.Unmarshal([]byte(b), &vb); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, b)
+	}
+	return reflect.DeepEqual(va, vb)
 }
