@@ -31,6 +31,10 @@ type Catalog struct {
 	// owner signs this process's markers (see Owner); nil judges them by
 	// staleBefore alone.
 	owner *Owner
+	// limits bound callers' writes (see Limits); usage, kept by
+	// TrackUsage, is what they are checked against.
+	limits Limits
+	usage  usage
 }
 
 // New prepares the collections of the given kinds (unique key indexes) and
@@ -224,6 +228,9 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 		}
 	}
 	doc := r.document(key, obj)
+	if err := r.checkWrite(key, doc, nil, int64(len(content))); err != nil {
+		return err
+	}
 	var intent time.Time
 	if content != nil {
 		// Millisecond precision, as stored, so the intent matches itself.
@@ -357,6 +364,9 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 		return false, err
 	}
 	set := append(r.filter(key), bson.E{Key: "metadata", Value: obj.Metadata}, bson.E{Key: "spec", Value: obj.Spec})
+	if err := r.checkWrite(key, set, prev, -1); err != nil {
+		return false, err
+	}
 	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}}, options.Update().SetUpsert(true))
 	if mongo.IsDuplicateKeyError(err) {
 		// Two concurrent upserts of a new key (the loser sees the winner's
@@ -388,6 +398,9 @@ func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) error
 		return err
 	}
 	set := bson.D{{Key: "metadata", Value: obj.Metadata}, {Key: "spec", Value: obj.Spec}}
+	if err := r.checkObject(key, r.document(key, obj)); err != nil {
+		return err
+	}
 	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}})
 	if err != nil {
 		return fmt.Errorf("replace %s: %w", r.kind.describe(key), err)

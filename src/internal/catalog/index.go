@@ -50,10 +50,7 @@ const indexSep = " "
 // prefix (see index), after reconciling it with MongoDB. Run it after
 // Recover: what Recover repaired is then in the index too.
 func (c *Catalog) UseIndex(ctx context.Context, cli *clientv3.Client, prefix string) (Reconciled, error) {
-	if prefix == "" {
-		prefix = "/argus"
-	}
-	idx := &index{cli: cli, prefix: strings.TrimRight(prefix, "/") + "/catalog/"}
+	idx := newIndex(cli, prefix)
 	var out Reconciled
 	for _, k := range c.kinds {
 		n, err := c.reconcile(ctx, idx, k)
@@ -66,6 +63,13 @@ func (c *Catalog) UseIndex(ctx context.Context, cli *clientv3.Client, prefix str
 	c.idx = idx
 	c.mu.Unlock()
 	return out, nil
+}
+
+func newIndex(cli *clientv3.Client, prefix string) *index {
+	if prefix == "" {
+		prefix = "/argus"
+	}
+	return &index{cli: cli, prefix: strings.TrimRight(prefix, "/") + "/catalog/"}
 }
 
 // Reconciled counts the index entries UseIndex repaired.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,6 +63,13 @@ type Options struct {
 	MongoDatabase string
 	// EtcdPrefix prefixes every etcd key; "" means "/argus".
 	EtcdPrefix string
+	// Etcd keeps etcd writable: the embedded server's quota and
+	// compaction, and the maintenance loop (see docs/operations.md).
+	Etcd EtcdOptions
+	// CatalogLimits bound what callers may store; zero fields are the
+	// defaults (catalog.DefaultMaxObjectBytes, DefaultMaxProjectBytes, and
+	// a quarter of the etcd quota for MaxTotalBytes).
+	CatalogLimits catalog.Limits
 	// MonitorSilentAfter is how long a monitor's Lease may stay unrenewed
 	// before the monitor is Silent; 0 means 30s.
 	MonitorSilentAfter time.Duration
@@ -183,6 +191,20 @@ func (h *HTTPOptions) defaults() {
 	if h.MaxJSONDepth == 0 {
 		h.MaxJSONDepth = api.DefaultMaxJSONDepth
 	}
+}
+
+// EtcdOptions keeps etcd writable.
+type EtcdOptions struct {
+	// QuotaBytes is the embedded etcd's backend quota; 0 means etcd's 2
+	// GiB. With an external etcd it only sizes the default catalogue limit.
+	QuotaBytes int64
+	// CompactionRetention is the history the embedded etcd keeps; 0 means
+	// 5m.
+	CompactionRetention time.Duration
+	// MaintainInterval is how often the maintenance loop looks at etcd
+	// (compaction past half the quota, defragmentation, the NOSPACE
+	// alarm); 0 means 5s.
+	MaintainInterval time.Duration
 }
 
 // AAIOptions configures the AAI sink.
@@ -356,6 +378,12 @@ func (a *App) Run(ctx context.Context) (err error) {
 		a.log.Info("stores closed")
 	}()
 
+	// A NOSPACE alarm a previous run left is cleared where compaction can
+	// clear it, before anything here writes; otherwise the orchestrator
+	// serves reads only until space is freed (see etcdstore.Maintain).
+	maintain := etcdstore.MaintainOptions{Interval: a.opts.Etcd.MaintainInterval, Logger: a.log.WithField("component", "etcd")}
+	etcd.MaintainOnce(ctx, maintain)
+
 	prefix := a.opts.EtcdPrefix
 	if prefix == "" {
 		prefix = "/argus"
@@ -408,12 +436,25 @@ func (a *App) Run(ctx context.Context) (err error) {
 	// Gets, lists and parent checks read the catalogue's index in etcd,
 	// which stays fast however large the catalogue grows (FerretDB reads a
 	// whole collection for most queries).
-	reconciled, err := cat.UseIndex(ctx, etcd.Client, a.opts.EtcdPrefix)
+	ok, err := a.indexCatalog(ctx, cat, etcd)
 	if err != nil {
-		return fmt.Errorf("orchestrator: index the catalogue: %w", err)
+		return err
 	}
-	if reconciled.Fixed > 0 {
-		a.log.WithField("entries", reconciled.Fixed).Info("catalogue index brought up to date")
+	indexed := &atomic.Bool{}
+	indexed.Store(ok)
+	cat.SetLimits(a.catalogLimits())
+	trackUsage, err := cat.TrackUsage(ctx, etcd.Client, a.opts.EtcdPrefix)
+	if err != nil {
+		return fmt.Errorf("orchestrator: read the catalogue's usage: %w", err)
+	}
+	maintain.Writable = func(ctx context.Context) {
+		if !indexed.Load() {
+			ok, err := a.indexCatalog(ctx, cat, etcd)
+			if err != nil {
+				a.log.WithError(err).Warn("cannot index the catalogue yet")
+			}
+			indexed.Store(ok)
+		}
 	}
 	contexts := appcontext.New(appcontext.Options{Client: etcd.Client, Prefix: a.opts.EtcdPrefix})
 	kubeconfigs := cluster.KubeconfigOptions{AllowProxy: a.opts.KubeconfigAllowProxy}
@@ -507,7 +548,8 @@ func (a *App) Run(ctx context.Context) (err error) {
 	watchCtx, stopWatchers := context.WithCancel(ctx)
 	background := map[string]func(context.Context) error{
 		"watchers": watchers.Run, "context cache": cache.Run, "notifier": notifier.Run, "history recorder": recorder.Run,
-		"rsync dispatcher": dispatcher.Run, "replica set": replicas.Run,
+		"rsync dispatcher": dispatcher.Run, "replica set": replicas.Run, "catalogue usage": trackUsage,
+		"etcd maintenance": func(ctx context.Context) error { return etcd.Maintain(ctx, maintain) },
 		"group owner": func(ctx context.Context) error {
 			gs, err := cache.Groups(ctx)
 			for _, g := range gs {
@@ -538,7 +580,14 @@ func (a *App) Run(ctx context.Context) (err error) {
 	// it; and the replica registers first, so what the API starts is
 	// signed with its lease (a replica whose id another process still
 	// holds waits for that lease to go).
-	for _, ready := range []<-chan struct{}{notifier.Ready(), replicas.Ready()} {
+	readies := []<-chan struct{}{notifier.Ready(), replicas.Ready()}
+	if err := etcd.NoSpace(); err != nil {
+		// No lease can be granted: serve reads, refuse changes, register
+		// once space is freed.
+		a.log.WithError(err).Error("serving reads only until etcd has space again")
+		readies = readies[:1]
+	}
+	for _, ready := range readies {
 		select {
 		case <-ready:
 		case err := <-notifyDone:
@@ -580,6 +629,18 @@ func (a *App) Run(ctx context.Context) (err error) {
 				}
 				return nil
 			},
+			"etcd-space": func(context.Context) error { return api.ShowReason(etcd.NoSpace()) },
+		},
+		// Nothing is half written while etcd refuses writes, and nothing
+		// is started before this replica holds a lease to sign it with.
+		Writable: func() error {
+			if err := etcd.NoSpace(); err != nil {
+				return err
+			}
+			if replicas.Lease() == 0 || !indexed.Load() {
+				return errdefs.Unavailable(nil, "replica %s is not registered yet", a.opts.ReplicaID)
+			}
+			return nil
 		},
 		ArchiveLimits:      a.opts.Archive,
 		Archives:           renderer,
@@ -658,6 +719,45 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("orchestrator: serve: %w", err)
 	}
 	return nil
+}
+
+// indexCatalog brings the catalogue's index in etcd up to date and reads
+// through it from then on. While etcd is out of space the index cannot be
+// repaired: reads then come from MongoDB, and the maintenance loop tries
+// again once etcd takes writes (the API refuses changes until then).
+func (a *App) indexCatalog(ctx context.Context, cat *catalog.Catalog, etcd *etcdstore.Store) (bool, error) {
+	reconciled, err := cat.UseIndex(ctx, etcd.Client, a.opts.EtcdPrefix)
+	if err != nil {
+		if etcd.NoSpace() == nil {
+			return false, fmt.Errorf("orchestrator: index the catalogue: %w", err)
+		}
+		a.log.WithError(err).Error("the catalogue index waits for etcd to have space; reads come from MongoDB meanwhile")
+		return false, nil
+	}
+	if reconciled.Fixed > 0 {
+		a.log.WithField("entries", reconciled.Fixed).Info("catalogue index brought up to date")
+	}
+	return true, nil
+}
+
+// catalogLimits are the catalogue's limits; the total's default is a
+// quarter of etcd's quota, which the index shares with runtime state.
+func (a *App) catalogLimits() catalog.Limits {
+	l := a.opts.CatalogLimits
+	if l.MaxObjectBytes == 0 {
+		l.MaxObjectBytes = catalog.DefaultMaxObjectBytes
+	}
+	if l.MaxProjectBytes == 0 {
+		l.MaxProjectBytes = catalog.DefaultMaxProjectBytes
+	}
+	if l.MaxTotalBytes == 0 {
+		quota := a.opts.Etcd.QuotaBytes
+		if quota <= 0 {
+			quota = etcdstore.DefaultQuotaBytes
+		}
+		l.MaxTotalBytes = quota / 4
+	}
+	return l
 }
 
 // markerLifetime bounds how long a request may leave a catalogue marker
@@ -810,9 +910,11 @@ func (a *App) openStores(ctx context.Context) (*etcdstore.Store, *mongostore.Sto
 	go func() {
 		defer wg.Done()
 		etcd, etcdErr = etcdstore.Open(ctx, etcdstore.Options{
-			Endpoints: a.opts.EtcdEndpoints,
-			DataDir:   a.opts.DataDir,
-			Logger:    a.log.WithField("component", "etcd"),
+			Endpoints:           a.opts.EtcdEndpoints,
+			DataDir:             a.opts.DataDir,
+			QuotaBytes:          a.opts.Etcd.QuotaBytes,
+			CompactionRetention: a.opts.Etcd.CompactionRetention,
+			Logger:              a.log.WithField("component", "etcd"),
 		})
 	}()
 	go func() {
