@@ -4,6 +4,7 @@ package e2e
 // renders, and a kill between a DIG's lifecycle write and its context.
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -121,4 +122,56 @@ func TestClusterDeletedWhileInstantiateRenders(t *testing.T) {
 	default:
 		t.Fatalf("delete %d and instantiate %d: a cluster was deleted under a deployed DIG, or neither went through", delCode, a.code)
 	}
+}
+
+// onboardOne registers one cluster and a DIG placing the frontend chart on
+// it, approved.
+func onboardOne(t *testing.T, o *orch) {
+	c := sim.Clusters[0]
+	o.must(201, "POST", "/v2/cluster-providers", meta("cp"))
+	o.uploadOK("/v2/cluster-providers/cp/clusters", meta(c.Name), c.Kubeconfig)
+	o.must(201, "POST", "/v2/projects", meta("p1"))
+	o.must(201, "POST", "/v2/projects/p1/composite-apps", obj("ca", map[string]any{"compositeAppVersion": "v1"}))
+	o.must(201, "POST", caPath+"/composite-profiles", meta("cpf"))
+	o.uploadOK(caPath+"/apps", meta("frontend"), testenv.Archive(t, "testdata/charts/frontend"))
+	o.must(201, "POST", caPath+"/deployment-intent-groups", obj("dig1", map[string]any{"compositeProfile": "cpf", "version": "r1"}))
+	o.must(201, "POST", digPath+"/generic-placement-intents", meta("gpi"))
+	o.must(201, "POST", digPath+"/generic-placement-intents/gpi/app-intents", obj("frontend-placement", map[string]any{
+		"app": "frontend", "intent": map[string]any{"allOf": []any{map[string]any{"clusterProvider": "cp", "cluster": c.Name}}}}))
+	o.must(201, "POST", digPath+"/intents", obj("intents", map[string]any{"intent": map[string]any{"genericPlacementIntent": "gpi"}}))
+	o.must(202, "POST", digPath+"/approve", nil)
+}
+
+// A process killed between an instantiate's lifecycle write and its
+// context write (simulated: the lifecycle written as Instantiate writes
+// it, no context) leaves, after a restart, a DIG whose status says the
+// instantiation was lost, which terminates and instantiates again.
+func TestLostContextIsRepairedAtStart(t *testing.T) {
+	db, prefix := testenv.UniqueName("lost"), "/"+testenv.UniqueName("lost")
+	o := startOrchestrator(t, db, prefix)
+	onboardOne(t, o)
+	o.stop()
+
+	dig := catalog.Key{"p1", "ca", "v1", "dig1"}
+	id := appcontext.NewID()
+	next := catalog.StateAction{State: catalog.StateInstantiated, ContextID: id, TimeStamp: time.Now().UTC(), Revision: 1}
+	if _, err := o.catalog.TransitionDIG(t.Context(), dig, []string{catalog.StateApproved}, next, id); err != nil {
+		t.Fatal(err)
+	}
+
+	o = startOrchestrator(t, db, prefix)
+	st := o.waitJSON(digPath+"/status", "the lost instantiation reported", deployedStatusIs(appcontext.InstantiateFailed))
+	if !strings.Contains(fmt.Sprint(st), "terminate and instantiate again") {
+		t.Errorf("status does not say what happened: %v", st)
+	}
+	o.must(202, "POST", digPath+"/terminate", nil)
+	o.waitJSON(digPath+"/status", "terminated", deployedStatusIs(appcontext.Terminated))
+	o.must(202, "POST", digPath+"/instantiate", nil)
+	next2 := o.digState().ContextID
+	if next2 == id {
+		t.Fatal("the instantiate reused the lost context")
+	}
+	o.waitContext(next2, "applied after the repair", allResources(appcontext.RsyncApplied))
+	o.must(202, "POST", digPath+"/terminate", nil)
+	o.waitContext(next2, "terminated", allResources(appcontext.RsyncDeleted))
 }

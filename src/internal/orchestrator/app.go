@@ -503,6 +503,14 @@ func (a *App) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// An instantiate killed between its lifecycle write and its context
+	// left a DIG Instantiated with nothing behind it: it gets a failed
+	// context saying so (read-only etcd leaves that to the next start).
+	if n, err := deployer.RepairLifecycles(ctx, before); err != nil {
+		a.log.WithError(err).Warn("cannot repair the lifecycles an unclean stop left")
+	} else if n > 0 {
+		a.log.WithField("lifecycles", n).Warn("repaired lifecycles whose context an unclean stop lost")
+	}
 	clusterWork := &lateHandler{}
 	clusterKind := replicas.Kind(kindClusters, clusterWork)
 	watchers, err := watcher.New(watcher.Options{Store: contexts, Clusters: clusters, SilentAfter: a.opts.MonitorSilentAfter,
