@@ -21,6 +21,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/config"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/logicalcloud"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/render"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
@@ -37,6 +38,7 @@ type settings struct {
 	allow     config.StringList
 	deny      config.StringList
 	tenants   config.StringList
+	reserved  config.StringList
 	logFormat string
 	logLevel  string
 	config    string
@@ -54,6 +56,8 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.opts.MongoURI, "mongo-uri", "", "MongoDB connection URI; empty starts an embedded FerretDB under --data-dir")
 	fs.StringVar(&s.opts.MongoDatabase, "mongo-database", "argus", "MongoDB database name")
 	fs.StringVar(&s.opts.EtcdPrefix, "etcd-prefix", "/argus", "prefix of every etcd key Argus writes")
+	fs.DurationVar(&s.opts.LogicalClouds.CertTTL, "logical-cloud-cert-ttl", logicalcloud.DefaultCertTTL, "lifetime asked for a standard logical cloud's user certificate (the CSR's expirationSeconds; at least 10m, clusters may cap it); the cloud's owner renews it two thirds into its life, and terminate stops that")
+	fs.Var(&s.reserved, "logical-cloud-reserved-users", "comma-separated user name prefixes no standard logical cloud may use (400), beside Kubernetes' own system:, which is always refused: the clusters' admin names, an authenticator's prefix such as oidc:")
 	s.opts.Etcd.QuotaBytes = etcdstore.DefaultQuotaBytes
 	fs.Var(config.Size{Value: &s.opts.Etcd.QuotaBytes}, "etcd-quota-bytes", "backend quota of the embedded etcd: past it etcd raises its NOSPACE alarm and refuses writes (the API then serves reads only and /readyz says why); with --etcd-endpoints, the external etcd's quota, which sizes --catalog-max-bytes")
 	fs.DurationVar(&s.opts.Etcd.CompactionRetention, "etcd-compaction-retention", etcdstore.DefaultCompactionRetention, "history the embedded etcd keeps: it compacts every period to the revision of one period ago")
@@ -139,6 +143,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	s.opts.EtcdEndpoints = s.endpoints
 	s.opts.CallbackAllow = s.allow
 	s.opts.CallbackDeny = s.deny
+	s.opts.LogicalClouds.ReservedUsers = s.reserved
 	if len(s.tenants) > 0 {
 		s.opts.AAI.Tenants = map[string]string{}
 		for _, pair := range s.tenants {

@@ -163,7 +163,18 @@ type Resource struct {
 	Order int `json:"order"`
 	// Removed marks a resource an update no longer renders: rsync deletes it.
 	Removed bool `json:"removed,omitempty"`
+	// Exclusive marks an object the placement must own: rsync creates it
+	// and never takes over one that exists unless that one carries the
+	// manifest's OwnerAnnotation (or this context's label), and applies
+	// nothing of the placement after it while it is not applied. A
+	// logical cloud's namespace is one: its roles must never land in a
+	// namespace someone else made, nor its terminate delete one.
+	Exclusive bool `json:"exclusive,omitempty"`
 }
+
+// OwnerAnnotation names who owns an Exclusive object; an object made
+// beforehand and annotated with the same value is handed over.
+const OwnerAnnotation = "argus.io/owner"
 
 // Key identifies a resource within an app and cluster.
 func (r Resource) Key() string {

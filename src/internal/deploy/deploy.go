@@ -16,6 +16,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/logicalcloud"
 	"github.com/argus-mc/argus/src/internal/placement"
 	"github.com/argus-mc/argus/src/internal/render"
 )
@@ -49,9 +50,16 @@ type Options struct {
 	// Renderer renders charts; nil renders in this process (render.InProcess),
 	// unbounded in time and memory: the orchestrator passes a render.Pool.
 	Renderer Renderer
-	// Issuer gets standard logical clouds' certificates issued; nil leaves
-	// only admin clouds available.
-	Issuer Issuer
+	// StandardClouds says that standard logical clouds' certificates are
+	// issued (a logicalcloud.Keeper runs on each cloud's owner); false
+	// leaves only admin clouds available.
+	StandardClouds bool
+	// CertTTL is the lifetime asked for a standard cloud's user
+	// certificates; 0 means logicalcloud.DefaultCertTTL.
+	CertTTL time.Duration
+	// ReservedUsers are user name prefixes no cloud may have, beside
+	// Kubernetes' own system: (logicalcloud.CheckUser).
+	ReservedUsers []string
 	Logger *logrus.Entry
 	Now    func() time.Time
 	// BusyWait bounds how long a v1 upgrade or config change waits for
@@ -111,6 +119,9 @@ func New(opts Options) (*Service, error) {
 	}
 	if opts.DeleteWait == 0 {
 		opts.DeleteWait = 30 * time.Second
+	}
+	if opts.CertTTL == 0 {
+		opts.CertTTL = logicalcloud.DefaultCertTTL
 	}
 	return &Service{opts: opts, log: opts.Logger, locks: map[string]*instanceLock{}}, nil
 }

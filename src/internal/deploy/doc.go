@@ -5,7 +5,8 @@
 // and hands it to rsync, which does the work asynchronously.
 //
 // It also runs logical clouds (logicalcloud renders a standard cloud's
-// resources; its Issuer gets the users' certificates signed), resolves the
+// resources; its Keeper, on the cloud's owner, gets the users'
+// certificates signed and renewed), resolves the
 // cloud a DIG deploys in, refuses intents naming controllers Argus does not
 // implement, and applies generic-k8s-intents (package gac) to the plan.
 package deploy

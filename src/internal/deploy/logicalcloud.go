@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sirupsen/logrus"
+	"go.mongodb.org/mongo-driver/bson"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
@@ -16,12 +17,6 @@ import (
 	"github.com/argus-mc/argus/src/internal/logicalcloud"
 	"github.com/argus-mc/argus/src/internal/placement"
 )
-
-// Issuer gets standard clouds' user certificates issued.
-type Issuer interface {
-	Issue(req logicalcloud.Request)
-	Cancel(project, cloud string)
-}
 
 // cloudTarget is where a DIG deploys: a namespace, the logical cloud whose
 // credentials apply it ("" for the clusters' own) and the clusters the
@@ -148,11 +143,16 @@ func (s *Service) InstantiateCloud(ctx context.Context, key catalog.Key) (string
 	if s.opts.Rsync.Busy(cloudGroup(key)) {
 		return "", errdefs.Conflict("%s is still being terminated; try again when it is done", cloudSubject(key))
 	}
-	refs, placements, secrets, err := s.planCloud(ctx, key, lc)
+	refs, placements, err := s.planCloud(ctx, key, lc)
 	if err != nil {
 		return "", err
 	}
 	id := appcontext.NewID()
+	if logicalcloud.Standard(lc.Spec) {
+		if err := s.userFree(ctx, key, lc.Spec.User.UserName); err != nil {
+			return "", err
+		}
+	}
 	if _, err := s.opts.Catalog.Transition(ctx, cloudGroup(key), cloudSubject(key), from, s.action(catalog.StateInstantiated, id), id); err != nil {
 		return "", err
 	}
@@ -169,8 +169,9 @@ func (s *Service) InstantiateCloud(ctx context.Context, key catalog.Key) (string
 		return "", fmt.Errorf("record context: %w", err)
 	}
 	if logicalcloud.Standard(lc.Spec) {
+		// The cloud's owner has the certificates issued as it sees the
+		// context (logicalcloud.Keeper).
 		s.opts.Rsync.Instantiate(meta.Group, id)
-		s.issue(key, lc.Spec, refs, secrets)
 	}
 	s.log.WithFields(logrus.Fields{"logicalCloud": strings.Join(key, "/"), "context": id, "level": lc.Spec.Level}).Info("instantiating logical cloud")
 	return id, nil
@@ -179,45 +180,46 @@ func (s *Service) InstantiateCloud(ctx context.Context, key catalog.Key) (string
 // planCloud checks a cloud's cluster references and, for a standard
 // cloud, renders its resources on each of them.
 func (s *Service) planCloud(ctx context.Context, key catalog.Key, lc catalog.Object[catalog.LogicalCloudSpec]) (
-	[]catalog.Object[catalog.ClusterReferenceSpec], []*appcontext.Placement, logicalcloud.Secrets, error) {
+	[]catalog.Object[catalog.ClusterReferenceSpec], []*appcontext.Placement, error) {
 	cat := s.opts.Catalog
 	refs, err := catalog.For[catalog.ClusterReferenceSpec](cat, catalog.ClusterReferences).List(ctx, key)
 	if err != nil {
-		return nil, nil, logicalcloud.Secrets{}, err
+		return nil, nil, err
 	}
 	if len(refs) == 0 {
-		return nil, nil, logicalcloud.Secrets{}, errdefs.Invalid("%s has no cluster references", cloudSubject(key))
+		return nil, nil, errdefs.Invalid("%s has no cluster references", cloudSubject(key))
 	}
 	for _, r := range refs {
 		if _, err := catalog.For[catalog.Empty](cat, catalog.Clusters).Get(ctx, catalog.Key{r.Spec.ClusterProvider, r.Spec.Cluster}); err != nil {
 			if errors.Is(err, errdefs.ErrNotFound) {
-				return nil, nil, logicalcloud.Secrets{}, errdefs.Invalid("cluster reference %q names cluster %s+%s, which does not exist",
+				return nil, nil, errdefs.Invalid("cluster reference %q names cluster %s+%s, which does not exist",
 					r.Metadata.Name, r.Spec.ClusterProvider, r.Spec.Cluster)
 			}
-			return nil, nil, logicalcloud.Secrets{}, err
+			return nil, nil, err
 		}
 	}
 	if !logicalcloud.Standard(lc.Spec) {
-		return refs, nil, logicalcloud.Secrets{}, nil
+		return refs, nil, nil
 	}
-	if s.opts.Issuer == nil {
-		return nil, nil, logicalcloud.Secrets{}, errdefs.Unavailable(nil, "standard logical clouds are not available: no certificate issuer is configured")
+	if !s.opts.StandardClouds {
+		return nil, nil, errdefs.Unavailable(nil, "standard logical clouds are not available: no certificate issuer is configured")
 	}
 	perms, err := catalog.For[catalog.UserPermissionSpec](cat, catalog.UserPermissions).List(ctx, key)
 	if err != nil {
-		return nil, nil, logicalcloud.Secrets{}, err
+		return nil, nil, err
 	}
 	quotas, err := catalog.For[catalog.ClusterQuotaSpec](cat, catalog.ClusterQuotas).List(ctx, key)
 	if err != nil {
-		return nil, nil, logicalcloud.Secrets{}, err
+		return nil, nil, err
 	}
 	secrets, err := s.cloudSecrets(ctx, key, lc.Spec.User.UserName)
 	if err != nil {
-		return nil, nil, logicalcloud.Secrets{}, err
+		return nil, nil, err
 	}
-	objs, err := logicalcloud.Resources(key[1], lc.Spec, perms, quotas, secrets.CSR)
+	objs, err := logicalcloud.Resources(logicalcloud.Cloud{Project: key[0], Name: key[1], Spec: lc.Spec, Perms: perms, Quotas: quotas,
+		CSR: secrets.CSR, CertTTL: s.opts.CertTTL})
 	if err != nil {
-		return nil, nil, logicalcloud.Secrets{}, err
+		return nil, nil, err
 	}
 	var placements []*appcontext.Placement
 	for _, r := range refs {
@@ -225,14 +227,17 @@ func (s *Service) planCloud(ctx context.Context, key catalog.Key, lc catalog.Obj
 		for _, o := range objs {
 			manifest, err := json.Marshal(o.Object)
 			if err != nil {
-				return nil, nil, logicalcloud.Secrets{}, err
+				return nil, nil, err
 			}
-			rs = append(rs, appcontext.Resource{GVK: o.GroupVersionKind(), Name: o.GetName(), Namespace: o.GetNamespace(), Manifest: manifest})
+			// The namespace is the cloud's alone: never one that exists
+			// already (docs/security.md), and its roles wait for it.
+			rs = append(rs, appcontext.Resource{GVK: o.GroupVersionKind(), Name: o.GetName(), Namespace: o.GetNamespace(), Manifest: manifest,
+				Exclusive: o.GetKind() == "Namespace"})
 		}
 		placements = append(placements, &appcontext.Placement{App: logicalcloud.App,
 			Cluster: appcontext.ClusterRef{Provider: r.Spec.ClusterProvider, Name: r.Spec.Cluster}, Resources: rs})
 	}
-	return refs, placements, secrets, nil
+	return refs, placements, nil
 }
 
 // cloudSecrets returns the cloud's user key and request, made on first use
@@ -263,18 +268,6 @@ func (s *Service) cloudSecrets(ctx context.Context, key catalog.Key, user string
 	return sec, clouds.PutContent(ctx, key, enc)
 }
 
-// issue asks every cluster of a standard cloud for its user's certificate.
-func (s *Service) issue(key catalog.Key, spec catalog.LogicalCloudSpec, refs []catalog.Object[catalog.ClusterReferenceSpec], sec logicalcloud.Secrets) {
-	for _, r := range refs {
-		if r.Spec.Certificate != "" {
-			continue
-		}
-		s.opts.Issuer.Issue(logicalcloud.Request{Project: key[0], Cloud: key[1], Reference: r.Metadata.Name,
-			Cluster: appcontext.ClusterRef{Provider: r.Spec.ClusterProvider, Name: r.Spec.Cluster},
-			CSRName: logicalcloud.CSRName(key[1], spec.Namespace), CSR: sec.CSR})
-	}
-}
-
 // clearCertificates forgets what clusters issued before: a new
 // instantiation issues anew.
 func (s *Service) clearCertificates(ctx context.Context, key catalog.Key, refs []catalog.Object[catalog.ClusterReferenceSpec]) error {
@@ -289,19 +282,6 @@ func (s *Service) clearCertificates(ctx context.Context, key catalog.Key, refs [
 		}
 	}
 	return nil
-}
-
-// SetCertificate records what a cluster issued for a cloud's user (the
-// Issuer's CertStore).
-func (s *Service) SetCertificate(ctx context.Context, req logicalcloud.Request, certificate, failure string) error {
-	res := catalog.For[catalog.ClusterReferenceSpec](s.opts.Catalog, catalog.ClusterReferences)
-	key := catalog.Key{req.Project, req.Cloud, req.Reference}
-	r, err := res.Get(ctx, key)
-	if err != nil {
-		return err
-	}
-	r.Spec.Certificate, r.Spec.CertificateError = certificate, failure
-	return res.Replace(ctx, key, r)
 }
 
 // TerminateCloud removes a logical cloud from its clusters. A cloud that a
@@ -323,9 +303,9 @@ func (s *Service) TerminateCloud(ctx context.Context, key catalog.Key) error {
 	if err != nil {
 		return err
 	}
-	if s.opts.Issuer != nil {
-		s.opts.Issuer.Cancel(key[0], key[1])
-	}
+	// The owner stops the issuance and clears again what it may still
+	// store meanwhile (logicalcloud.Keeper); this makes the kubeconfigs
+	// go at once.
 	refs, err := catalog.For[catalog.ClusterReferenceSpec](s.opts.Catalog, catalog.ClusterReferences).List(ctx, key)
 	if err != nil {
 		return err
@@ -385,7 +365,7 @@ func (s *Service) UpdateCloud(ctx context.Context, key catalog.Key) error {
 	if s.opts.Rsync.Busy(cloudGroup(key)) {
 		return errdefs.Conflict("an action on %s is still in progress; try again when it is done", cloudSubject(key))
 	}
-	refs, placements, secrets, err := s.planCloud(ctx, key, lc)
+	_, placements, err := s.planCloud(ctx, key, lc)
 	if err != nil {
 		return err
 	}
@@ -402,11 +382,9 @@ func (s *Service) UpdateCloud(ctx context.Context, key catalog.Key) error {
 	if !logicalcloud.Standard(lc.Spec) {
 		return nil // nothing on the clusters
 	}
-	if err := s.applyUpdate(ctx, cloudGroup(key), old.Meta.ID, placements, nil); err != nil {
-		return err
-	}
-	s.issue(key, lc.Spec, refs, secrets)
-	return nil
+	// New clusters get their certificates from the owner, which sees the
+	// context change.
+	return s.applyUpdate(ctx, cloudGroup(key), old.Meta.ID, placements, nil)
 }
 
 // StopCloud cancels the instantiation, update or termination in flight.
@@ -428,9 +406,6 @@ func (s *Service) StopCloud(ctx context.Context, key catalog.Key) error {
 	if _, err := s.opts.Catalog.Transition(ctx, cloudGroup(key), cloudSubject(key), []string{catalog.StateInstantiated, catalog.StateUpdated, catalog.StateTerminated},
 		s.action(next, st.ContextID), ""); err != nil {
 		return err
-	}
-	if s.opts.Issuer != nil {
-		s.opts.Issuer.Cancel(key[0], key[1])
 	}
 	if !s.opts.Rsync.Stop(cloudGroup(key)) {
 		return nil
@@ -468,9 +443,36 @@ func (s *Service) CloudChangeable(ctx context.Context, key catalog.Key) error {
 	return nil
 }
 
-// CloudSpecChangeable refuses changing a cloud's level, namespace or user
-// while it is on its clusters.
+// userFree refuses a user name another standard cloud (of any project)
+// has: one user, one cloud, or a cloud's certificate would act as
+// another's user. Checked when a cloud is written and again when it is
+// instantiated, so two clouds written at once with one name both stay
+// uninstantiable until one goes.
+func (s *Service) userFree(ctx context.Context, key catalog.Key, user string) error {
+	n, err := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).CountWhere(ctx, bson.M{
+		"spec.user.userName": user, "spec.level": bson.M{"$ne": catalog.LevelAdmin},
+		"$or": bson.A{bson.M{"project": bson.M{"$ne": key[0]}}, bson.M{"logicalcloud": bson.M{"$ne": key[1]}}}})
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		return errdefs.Conflict("user name %q belongs to another logical cloud: each standard cloud needs a user of its own", user)
+	}
+	return nil
+}
+
+// CloudSpecChangeable refuses a cloud's user when it is reserved or
+// another cloud's, and changing its level, namespace or user while it is
+// on its clusters.
 func (s *Service) CloudSpecChangeable(ctx context.Context, key catalog.Key, next catalog.LogicalCloudSpec) error {
+	if logicalcloud.Standard(next) {
+		if err := logicalcloud.CheckUser(next.User.UserName, s.opts.ReservedUsers); err != nil {
+			return err
+		}
+		if err := s.userFree(ctx, key, next.User.UserName); err != nil {
+			return err
+		}
+	}
 	lc, err := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).Get(ctx, key)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil
@@ -496,64 +498,4 @@ func (s *Service) CloudSpecChangeable(ctx context.Context, key catalog.Key, next
 // cluster.
 func (s *Service) Kubeconfig(ctx context.Context, project, cloud, reference string) ([]byte, error) {
 	return logicalcloud.Source{Catalog: s.opts.Catalog}.ForReference(ctx, project, cloud, reference)
-}
-
-// ResumeClouds asks again for the certificates a previous process was
-// waiting for.
-func (s *Service) ResumeClouds(ctx context.Context) error {
-	if s.opts.Issuer == nil {
-		return nil
-	}
-	return catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).Each(ctx, func(key catalog.Key, lc catalog.Object[catalog.LogicalCloudSpec]) error {
-		return s.resumeCloud(ctx, key, lc)
-	})
-}
-
-// ResumeCloud resumes the certificate requests of one logical cloud, named
-// by its rsync group: what a replica that takes the group over does.
-func (s *Service) ResumeCloud(ctx context.Context, group string) error {
-	rest, ok := strings.CutPrefix(group, "lc:")
-	project, cloud, ok2 := strings.Cut(rest, "/")
-	if s.opts.Issuer == nil || !ok || !ok2 {
-		return nil
-	}
-	key := catalog.Key{project, cloud}
-	lc, err := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).Get(ctx, key)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	return s.resumeCloud(ctx, key, lc)
-}
-
-func (s *Service) resumeCloud(ctx context.Context, key catalog.Key, lc catalog.Object[catalog.LogicalCloudSpec]) error {
-	if !logicalcloud.Standard(lc.Spec) {
-		return nil
-	}
-	st, err := s.CloudStatus(ctx, key)
-	if err != nil {
-		return err
-	}
-	if st.ContextStatus == "" || st.ContextStatus == appcontext.Terminated || st.ContextStatus == appcontext.Terminating ||
-		(st.Lifecycle.Current != catalog.StateInstantiated && st.Lifecycle.Current != catalog.StateUpdated) {
-		return nil
-	}
-	data, err := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).GetContent(ctx, key)
-	if err != nil {
-		return err
-	}
-	sec, err := logicalcloud.DecodeSecrets(data)
-	if err != nil {
-		return err
-	}
-	var pending []catalog.Object[catalog.ClusterReferenceSpec]
-	for _, r := range st.References {
-		if r.Spec.Certificate == "" && r.Spec.CertificateError == "" {
-			pending = append(pending, r)
-		}
-	}
-	s.issue(key, lc.Spec, pending, sec)
-	return nil
 }

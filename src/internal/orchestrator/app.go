@@ -142,6 +142,8 @@ type Options struct {
 	// Render bounds Helm rendering, which runs in a pool of child processes
 	// of this binary; zero fields are the render package's defaults.
 	Render RenderOptions
+	// LogicalClouds configures standard logical clouds' users.
+	LogicalClouds LogicalCloudOptions
 	// Logger; nil discards.
 	Logger *logrus.Logger
 	// Registry for metrics; nil means a fresh one with Go and process collectors.
@@ -205,6 +207,34 @@ type EtcdOptions struct {
 	// (compaction past half the quota, defragmentation, the NOSPACE
 	// alarm); 0 means 5s.
 	MaintainInterval time.Duration
+}
+
+// LogicalCloudOptions configures standard logical clouds' users.
+type LogicalCloudOptions struct {
+	// CertTTL is the lifetime asked for each user certificate (the CSR's
+	// expirationSeconds; clusters may cap it); at least 10m, 0 means 8h.
+	// The cloud's owner renews it two thirds into its life.
+	CertTTL time.Duration
+	// ReservedUsers are user name prefixes no cloud may have, beside
+	// Kubernetes' own system:.
+	ReservedUsers []string
+	// RenewAfter, for tests, renews certificates this long after they
+	// were issued instead.
+	RenewAfter time.Duration
+}
+
+func (o LogicalCloudOptions) certTTL() time.Duration {
+	if o.CertTTL == 0 {
+		return logicalcloud.DefaultCertTTL
+	}
+	return o.CertTTL
+}
+
+func (o LogicalCloudOptions) renewAfter() func(notBefore, notAfter time.Time) time.Time {
+	if o.RenewAfter == 0 {
+		return nil
+	}
+	return func(notBefore, _ time.Time) time.Time { return notBefore.Add(o.RenewAfter) }
 }
 
 // AAIOptions configures the AAI sink.
@@ -273,6 +303,9 @@ func New(opts Options) (*App, error) {
 	}
 	if opts.LeaseTTL < 0 {
 		return nil, errors.New("orchestrator: --lease-ttl cannot be negative")
+	}
+	if t := opts.LogicalClouds.CertTTL; t != 0 && t < 10*time.Minute {
+		return nil, errors.New("orchestrator: --logical-cloud-cert-ttl must be at least 10m, the least a cluster issues")
 	}
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = 10 * time.Second
@@ -488,17 +521,16 @@ func (a *App) Run(ctx context.Context) (err error) {
 		MemoryLimit: a.opts.Render.MemoryLimit, MaxOutput: a.opts.Render.MaxOutput, MaxRenders: a.opts.Render.MaxRequests,
 		Limits: a.opts.Archive, Metrics: renderMetrics, Logger: a.log.WithField("component", "render")})
 	defer renderer.Close()
-	var deployer *deploy.Service
-	issuer, err := logicalcloud.NewIssuer(logicalcloud.IssuerOptions{Clients: clusters, Logger: a.log.WithField("component", "issuer"),
-		// Set before any request is issued: requests come from the deployer.
-		Store: logicalcloud.CertStoreFunc(func(ctx context.Context, req logicalcloud.Request, cert, failure string) error {
-			return deployer.SetCertificate(ctx, req, cert, failure)
-		})})
+	// A standard cloud's certificates are issued and renewed by the
+	// cloud's owner alone, and stop with its terminate or hand-over.
+	keeper, err := logicalcloud.NewKeeper(logicalcloud.KeeperOptions{Catalog: cat, Contexts: contexts.Get, Clients: clusters,
+		Owns: groups.Owns, CertTTL: a.opts.LogicalClouds.certTTL(), Issuer: logicalcloud.IssuerOptions{RenewAfter: a.opts.LogicalClouds.renewAfter()},
+		Logger: a.log.WithField("component", "logicalclouds")})
 	if err != nil {
 		return err
 	}
-	defer issuer.Close()
-	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: dispatcher, Renderer: renderer, Issuer: issuer, CreateWait: a.opts.V1CreateWait,
+	deployer, err := deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: dispatcher, Renderer: renderer, CreateWait: a.opts.V1CreateWait,
+		StandardClouds: true, CertTTL: a.opts.LogicalClouds.certTTL(), ReservedUsers: a.opts.LogicalClouds.ReservedUsers,
 		RevisionLimit: a.opts.RevisionLimit, Locks: replicas, Logger: a.log.WithField("component", "deploy")})
 	if err != nil {
 		return err
@@ -545,18 +577,13 @@ func (a *App) Run(ctx context.Context) (err error) {
 			groups.Want(g)
 		}
 	})
-	groupWork.acquire = []func(string){dispatcher.Acquired, func(g string) { recorder.Changed([]string{g}) }, func(g string) {
-		if strings.HasPrefix(g, "lc:") {
-			if err := deployer.ResumeCloud(ctx, g); err != nil {
-				a.log.WithError(err).WithField("group", g).Warn("cannot resume a logical cloud's certificate requests")
-			}
-		}
-	}}
-	groupWork.release = []func(string){dispatcher.Released}
+	cache.OnChange(keeper.Changed)
+	groupWork.acquire = []func(string){dispatcher.Acquired, func(g string) { recorder.Changed([]string{g}) }, keeper.Acquired}
+	groupWork.release = []func(string){dispatcher.Released, keeper.Released}
 	watchCtx, stopWatchers := context.WithCancel(ctx)
 	background := map[string]func(context.Context) error{
 		"watchers": watchers.Run, "context cache": cache.Run, "notifier": notifier.Run, "history recorder": recorder.Run,
-		"rsync dispatcher": dispatcher.Run, "replica set": replicas.Run, "catalogue usage": trackUsage,
+		"rsync dispatcher": dispatcher.Run, "replica set": replicas.Run, "catalogue usage": trackUsage, "logical clouds": keeper.Run,
 		"etcd maintenance": func(ctx context.Context) error { return etcd.Maintain(ctx, maintain) },
 		"group owner": func(ctx context.Context) error {
 			gs, err := cache.Groups(ctx)

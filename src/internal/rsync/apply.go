@@ -239,6 +239,8 @@ func (pa *placementApply) pass(ctx context.Context, todo []appcontext.Resource, 
 	p := pa.p
 	var next []appcontext.Resource
 	var down *appcontext.ResourceStatus
+	var blocked *appcontext.ResourceStatus // an Exclusive object of an earlier wave not applied
+	var blockedClass class
 	for _, wave := range waves(todo) {
 		var try []appcontext.Resource
 		for _, r := range wave {
@@ -246,6 +248,10 @@ func (pa *placementApply) pass(ctx context.Context, todo []appcontext.Resource, 
 			case down != nil:
 				classes[r.Key()] = transient
 				pa.rec.record(p, r.Key(), *down)
+				next = append(next, r)
+			case blocked != nil:
+				classes[r.Key()] = blockedClass
+				pa.rec.record(p, r.Key(), *blocked)
 				next = append(next, r)
 			case skipFailed && classes[r.Key()] == permanent:
 				next = append(next, r)
@@ -279,6 +285,11 @@ func (pa *placementApply) pass(ctx context.Context, todo []appcontext.Resource, 
 			pa.rec.record(p, r.Key(), st)
 			if o.class == done {
 				continue
+			}
+			if r.Exclusive && blocked == nil {
+				blocked = &appcontext.ResourceStatus{Status: st.Status, Attempts: st.Attempts,
+					Error: fmt.Sprintf("not applied while %s is not: %s", r.Key(), st.Error)}
+				blockedClass = o.class
 			}
 			next = append(next, r)
 			if o.class == transient && unreachable(o.err) && down == nil {
@@ -334,6 +345,11 @@ func (pa *placementApply) applyOne(ctx context.Context, r appcontext.Resource, l
 	if err != nil {
 		return outcome{class: classify(ctx, err), err: err}
 	}
+	if r.Exclusive {
+		if o := pa.claim(ctx, cs, ri, obj); o != nil {
+			return *o
+		}
+	}
 	wctx, warnings := cluster.WithWarnings(ctx)
 	// Up to three tries: a missing namespace is created and a field the
 	// schema lacks pruned, in whichever order the API server reports them.
@@ -350,7 +366,7 @@ tries:
 			}
 			// Create the namespace, as helm --create-namespace would, and try again.
 			nsCreated = true
-			if nerr := pa.e.ensureNamespace(ctx, cs, client, obj.GetNamespace()); nerr != nil {
+			if nerr := pa.ensureNamespace(ctx, cs, client, obj.GetNamespace(), labels); nerr != nil {
 				c := classify(ctx, nerr)
 				if c == permanent {
 					nerr, c = errNamespaceUnusable{ns: obj.GetNamespace(), cause: nerr}, waiting
@@ -378,6 +394,54 @@ tries:
 	}
 	ws = append(ws, warnings.List()...)
 	return outcome{class: classify(ctx, err), err: err, warnings: ws}
+}
+
+// claim creates an Exclusive object, or makes sure the one that exists is
+// the placement's: it carries the manifest's owner annotation or this
+// context's label. Create is what makes it race-free: of two claimants
+// (or a claimant and a person) only one creates. It returns an outcome
+// when that settles the attempt.
+func (pa *placementApply) claim(ctx context.Context, cs *clusterState, ri dynamic.ResourceInterface, obj *unstructured.Unstructured) *outcome {
+	if !cs.acquire(ctx) {
+		return &outcome{class: transient, err: ctx.Err()}
+	}
+	defer cs.release()
+	rctx, cancel := context.WithTimeout(ctx, pa.e.opts.RequestTimeout)
+	defer cancel()
+	_, err := ri.Create(rctx, obj, metav1.CreateOptions{FieldManager: fieldManager})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return &outcome{class: classify(ctx, err), err: err}
+	}
+	have, err := ri.Get(rctx, obj.GetName(), metav1.GetOptions{})
+	if err != nil {
+		return &outcome{class: classify(ctx, err), err: err}
+	}
+	if owns(obj, have, pa.c.Meta.StatusID) {
+		return nil
+	}
+	return &outcome{class: permanent, err: errNotOwned{kind: obj.GetKind(), name: obj.GetName(), owner: obj.GetAnnotations()[appcontext.OwnerAnnotation]}}
+}
+
+// owns reports whether the live object have is the one the manifest obj
+// claims: annotated with obj's owner, or labelled by the context statusID.
+func owns(obj, have *unstructured.Unstructured, statusID string) bool {
+	owner := obj.GetAnnotations()[appcontext.OwnerAnnotation]
+	return (owner != "" && have.GetAnnotations()[appcontext.OwnerAnnotation] == owner) ||
+		have.GetLabels()[v1alpha1.LabelContextID] == statusID
+}
+
+// errNotOwned is an Exclusive object that exists and is someone else's.
+type errNotOwned struct{ kind, name, owner string }
+
+func (e errNotOwned) Error() string {
+	msg := fmt.Sprintf("%s %q exists on the cluster and was not created by this deployment: it is never taken over", e.kind, e.name)
+	if e.owner != "" {
+		msg += fmt.Sprintf(" (annotating it %s=%s hands it over, to be deleted with it)", appcontext.OwnerAnnotation, e.owner)
+	}
+	return msg
 }
 
 // checkSchema prunes the fields the cluster's schema lacks from obj. It
@@ -463,6 +527,28 @@ func (e *Engine) resourceFor(cs *clusterState, client *cluster.Client, gvk schem
 		obj.SetNamespace(defaultNS)
 	}
 	return client.Dynamic.Resource(mapping.Resource).Namespace(obj.GetNamespace()), nil
+}
+
+// ensureNamespace creates a missing namespace for an object of the
+// placement: the placement's own Exclusive Namespace when it has one
+// (gone since it was applied: it comes back as the placement's), a bare
+// one otherwise.
+func (pa *placementApply) ensureNamespace(ctx context.Context, cs *clusterState, client *cluster.Client, ns string, labels map[string]string) error {
+	for _, r := range pa.p.Resources {
+		if !r.Exclusive || r.GVK.Kind != "Namespace" || r.GVK.Group != "" || r.Name != ns {
+			continue
+		}
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(r.Manifest); err != nil {
+			return err
+		}
+		decorate(obj, labels)
+		if o := pa.claim(ctx, cs, client.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}), obj); o != nil {
+			return o.err
+		}
+		return nil
+	}
+	return pa.e.ensureNamespace(ctx, cs, client, ns)
 }
 
 func (e *Engine) ensureNamespace(ctx context.Context, cs *clusterState, client *cluster.Client, ns string) error {

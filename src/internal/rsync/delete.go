@@ -122,7 +122,24 @@ func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcon
 	policy := metav1.DeletePropagationBackground
 	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
 	defer cancel()
-	err = ri.Delete(rctx, obj.GetName(), metav1.DeleteOptions{PropagationPolicy: &policy})
+	opts := metav1.DeleteOptions{PropagationPolicy: &policy}
+	if r.Exclusive {
+		// Only the object the placement owns (see claim), and only that
+		// very one: one another made since is left alone.
+		have, err := ri.Get(rctx, obj.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return done, nil
+		}
+		if err != nil {
+			return classify(ctx, err), err
+		}
+		if !owns(obj, have, c.Meta.StatusID) {
+			return done, nil
+		}
+		uid := have.GetUID()
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	err = ri.Delete(rctx, obj.GetName(), opts)
 	if err == nil || apierrors.IsNotFound(err) {
 		return done, nil
 	}
