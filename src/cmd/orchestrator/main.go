@@ -57,6 +57,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.opts.MongoDatabase, "mongo-database", "argus", "MongoDB database name")
 	fs.StringVar(&s.opts.EtcdPrefix, "etcd-prefix", "/argus", "prefix of every etcd key Argus writes")
 	fs.DurationVar(&s.opts.LogicalClouds.CertTTL, "logical-cloud-cert-ttl", logicalcloud.DefaultCertTTL, "lifetime asked for a standard logical cloud's user certificate (the CSR's expirationSeconds; at least 10m, clusters may cap it); the cloud's owner renews it two thirds into its life, and terminate stops that")
+	fs.DurationVar(&s.opts.LogicalClouds.IssueTimeout, "logical-cloud-issue-timeout", 5*time.Minute, "how long a cluster may take to issue a standard logical cloud's first user certificate before the cloud fails (is the cluster's kube-apiserver-client signer configured?)")
 	fs.Var(&s.reserved, "logical-cloud-reserved-users", "comma-separated user name prefixes no standard logical cloud may use (400), beside Kubernetes' own system:, which is always refused: the clusters' admin names, an authenticator's prefix such as oidc:")
 	s.opts.Etcd.QuotaBytes = etcdstore.DefaultQuotaBytes
 	fs.Var(config.Size{Value: &s.opts.Etcd.QuotaBytes}, "etcd-quota-bytes", "backend quota of the embedded etcd: past it etcd raises its NOSPACE alarm and refuses writes (the API then serves reads only and /readyz says why); with --etcd-endpoints, the external etcd's quota, which sizes --catalog-max-bytes")

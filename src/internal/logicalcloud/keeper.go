@@ -61,6 +61,13 @@ type Keeper struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 	mu    sync.Mutex
 	swept map[string]string // group → terminated context whose bindings are gone
+
+	// syncMu is held by a sync and by Released, so no sync of a group
+	// runs once Released stopped it; released are the groups given up
+	// (until acquired again), cancelSync ends the sync in progress.
+	syncMu     sync.Mutex
+	released   map[string]bool
+	cancelSync context.CancelFunc
 }
 
 // NewKeeper returns a Keeper; Run starts it.
@@ -71,7 +78,7 @@ func NewKeeper(opts KeeperOptions) (*Keeper, error) {
 	if opts.Logger == nil {
 		opts.Logger = logrus.NewEntry(logging.Discard())
 	}
-	k := &Keeper{opts: opts, log: opts.Logger, swept: map[string]string{},
+	k := &Keeper{opts: opts, log: opts.Logger, swept: map[string]string{}, released: map[string]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "logicalclouds"})}
@@ -98,17 +105,32 @@ func (k *Keeper) Changed(groups []string) {
 
 // Acquired is told a group this replica now owns.
 func (k *Keeper) Acquired(group string) {
-	if strings.HasPrefix(group, "lc:") {
-		k.enqueue(group)
+	if !strings.HasPrefix(group, "lc:") {
+		return
 	}
+	k.syncMu.Lock()
+	delete(k.released, group)
+	k.syncMu.Unlock()
+	k.enqueue(group)
 }
 
-// Released is told a group this replica gives up: the cloud's issuance
-// stops, and nothing more is stored for it, before the claim goes.
+// Released is told a group this replica gives up: a sync in progress
+// ends, the cloud's issuance stops, and nothing more is stored for it,
+// before the claim goes.
 func (k *Keeper) Released(group string) {
-	if project, cloud, ok := parseGroup(group); ok {
-		k.issuer.Cancel(project, cloud)
+	project, cloud, ok := parseGroup(group)
+	if !ok {
+		return
 	}
+	k.mu.Lock()
+	if k.cancelSync != nil {
+		k.cancelSync()
+	}
+	k.mu.Unlock()
+	k.syncMu.Lock()
+	defer k.syncMu.Unlock()
+	k.released[group] = true
+	k.issuer.Cancel(project, cloud)
 }
 
 func (k *Keeper) enqueue(group string) { k.queue.Add(group) }
@@ -136,11 +158,22 @@ func (k *Keeper) next(ctx context.Context, q workqueue.TypedRateLimitingInterfac
 		return false
 	}
 	defer q.Done(group)
-	if !k.opts.Owns(group) {
-		q.Forget(group) // handed over meanwhile: Released stopped it
+	k.syncMu.Lock()
+	defer k.syncMu.Unlock()
+	if k.released[group] || !k.opts.Owns(group) {
+		q.Forget(group) // handed over: Released stopped it
 		return true
 	}
-	if err := k.sync(ctx, group); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, syncTimeout)
+	k.mu.Lock()
+	k.cancelSync = cancel
+	k.mu.Unlock()
+	err := k.sync(sctx, group)
+	k.mu.Lock()
+	k.cancelSync = nil
+	k.mu.Unlock()
+	cancel()
+	if err != nil {
 		if ctx.Err() == nil {
 			k.log.WithError(err).WithField("group", group).Warn("cannot keep the logical cloud's certificates; retrying")
 			q.AddRateLimited(group)
@@ -150,6 +183,9 @@ func (k *Keeper) next(ctx context.Context, q workqueue.TypedRateLimitingInterfac
 	q.Forget(group)
 	return true
 }
+
+// syncTimeout bounds one sync (a cluster that does not answer the sweep).
+const syncTimeout = time.Minute
 
 func parseGroup(group string) (project, cloud string, ok bool) {
 	rest, ok := strings.CutPrefix(group, "lc:")

@@ -218,8 +218,11 @@ type LogicalCloudOptions struct {
 	// ReservedUsers are user name prefixes no cloud may have, beside
 	// Kubernetes' own system:.
 	ReservedUsers []string
+	// IssueTimeout is how long a cluster may take to issue a cloud's first
+	// certificate before the cloud fails; 0 means 5m.
+	IssueTimeout time.Duration
 	// RenewAfter, for tests, renews certificates this long after they
-	// were issued instead.
+	// were issued (or a new owner took them over) instead.
 	RenewAfter time.Duration
 }
 
@@ -234,7 +237,7 @@ func (o LogicalCloudOptions) renewAfter() func(notBefore, notAfter time.Time) ti
 	if o.RenewAfter == 0 {
 		return nil
 	}
-	return func(notBefore, _ time.Time) time.Time { return notBefore.Add(o.RenewAfter) }
+	return func(time.Time, time.Time) time.Time { return time.Now().Add(o.RenewAfter) }
 }
 
 // AAIOptions configures the AAI sink.
@@ -524,7 +527,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	// A standard cloud's certificates are issued and renewed by the
 	// cloud's owner alone, and stop with its terminate or hand-over.
 	keeper, err := logicalcloud.NewKeeper(logicalcloud.KeeperOptions{Catalog: cat, Contexts: contexts.Get, Clients: clusters,
-		Owns: groups.Owns, CertTTL: a.opts.LogicalClouds.certTTL(), Issuer: logicalcloud.IssuerOptions{RenewAfter: a.opts.LogicalClouds.renewAfter()},
+		Owns: groups.Owns, CertTTL: a.opts.LogicalClouds.certTTL(), Issuer: logicalcloud.IssuerOptions{Timeout: a.opts.LogicalClouds.IssueTimeout, RenewAfter: a.opts.LogicalClouds.renewAfter()},
 		Logger: a.log.WithField("component", "logicalclouds")})
 	if err != nil {
 		return err
