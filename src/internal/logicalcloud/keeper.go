@@ -380,7 +380,9 @@ func (k *Keeper) unbind(ctx context.Context, ref appcontext.ClusterRef, user str
 	for i := range rbs.Items {
 		b := &rbs.Items[i]
 		ok, err := rebind(b.Subjects, user, b.UID,
-			func(opts metav1.DeleteOptions) error { return cs.RbacV1().RoleBindings(b.Namespace).Delete(ctx, b.Name, opts) },
+			func(opts metav1.DeleteOptions) error {
+				return cs.RbacV1().RoleBindings(b.Namespace).Delete(ctx, b.Name, opts)
+			},
 			func(rest []rbacv1.Subject) error {
 				b.Subjects = rest
 				_, err := cs.RbacV1().RoleBindings(b.Namespace).Update(ctx, b, metav1.UpdateOptions{})
@@ -396,7 +398,9 @@ func (k *Keeper) unbind(ctx context.Context, ref appcontext.ClusterRef, user str
 	for i := range crbs.Items {
 		b := &crbs.Items[i]
 		ok, err := rebind(b.Subjects, user, b.UID,
-			func(opts metav1.DeleteOptions) error { return cs.RbacV1().ClusterRoleBindings().Delete(ctx, b.Name, opts) },
+			func(opts metav1.DeleteOptions) error {
+				return cs.RbacV1().ClusterRoleBindings().Delete(ctx, b.Name, opts)
+			},
 			func(rest []rbacv1.Subject) error {
 				b.Subjects = rest
 				_, err := cs.RbacV1().ClusterRoleBindings().Update(ctx, b, metav1.UpdateOptions{})
