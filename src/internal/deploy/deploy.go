@@ -60,8 +60,9 @@ type Options struct {
 	// ReservedUsers are user name prefixes no cloud may have, beside
 	// Kubernetes' own system: (logicalcloud.CheckUser).
 	ReservedUsers []string
-	Logger        *logrus.Entry
-	Now           func() time.Time
+
+	Logger *logrus.Entry
+	Now    func() time.Time
 	// BusyWait bounds how long a v1 upgrade or config change waits for
 	// rsync to finish with the instance before it is refused; 0 means 30s.
 	BusyWait time.Duration

@@ -117,6 +117,7 @@ func TestLogicalCloudIdentity(t *testing.T) {
 	if code, body := o.call("PUT", "/v2/projects/p2/logical-clouds/lc2", named("lc2", standardCloud(ns+"-b", user))); code != 409 {
 		t.Fatalf("a cloud renamed to another cloud's user: %d %s, want 409", code, body)
 	}
+	o.must(200, "PUT", "/v2/projects/p2/logical-clouds/lc2", named("lc2", standardCloud(ns+"-c", user+"-b"))) // its own user still
 
 	o.must(202, "POST", "/v2/projects/p1/logical-clouds/lc1/instantiate", nil)
 	o.waitJSON("/v2/projects/p1/logical-clouds/lc1/status", "lc1 Instantiated", deployedStatusIs("Instantiated"))
