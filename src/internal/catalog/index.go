@@ -179,6 +179,9 @@ func (c *Catalog) write(ctx context.Context, x *index, k *Kind, key Key, rev int
 		op = clientv3.OpPut(ek, string(doc))
 	}
 	if done, err := x.commit(ctx, k, key, rev, op); done || err != nil {
+		if done {
+			c.noteUsage(ek, k, key, doc)
+		}
 		return err
 	}
 	return c.refresh(ctx, x, k, key)
@@ -206,18 +209,21 @@ func (c *Catalog) refresh(ctx context.Context, x *index, k *Kind, key Key) error
 		}
 		raw, err := c.db.Collection(k.Collection).FindOne(ctx, append(keyFilter(k, key), notPending)).Raw()
 		op := clientv3.OpDelete(ek)
+		var doc []byte
 		switch {
 		case errors.Is(err, mongo.ErrNoDocuments):
 		case err != nil:
 			return fmt.Errorf("refresh the index entry of %s: %w", k.describe(key), err)
 		default:
-			doc, err := entry(raw)
-			if err != nil {
+			if doc, err = entry(raw); err != nil {
 				return err
 			}
 			op = clientv3.OpPut(ek, string(doc))
 		}
 		if done, err := x.commit(ctx, k, key, rev, op); done || err != nil {
+			if done {
+				c.noteUsage(ek, k, key, doc)
+			}
 			return err
 		}
 	}

@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.mongodb.org/mongo-driver/bson"
 
-	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/etcdwatch"
 )
 
 // Limits bound what callers may store, so no caller can fill the stores
@@ -66,12 +64,19 @@ func (c *Catalog) getLimits() Limits {
 
 // usage is what each project (by name; "" for everything outside
 // projects) and the catalogue hold, as the index in etcd says: kept by a
-// watch, so every replica sees every replica's writes.
+// follower of the index, so every replica sees every replica's writes.
 type usage struct {
 	mu       sync.Mutex
 	ready    bool
-	projects map[string]int64 // documents and uploaded files
-	total    int64            // documents
+	entries  map[string]entryUsage // index key → what it counts for
+	projects map[string]int64      // documents and uploaded files
+	total    int64                 // documents
+}
+
+// entryUsage is what one index entry counts for, and where.
+type entryUsage struct {
+	project      string
+	doc, content int64
 }
 
 // entrySize is what an index entry counts for: its document, and the size
@@ -84,13 +89,21 @@ func entrySize(doc []byte) (docBytes, contentBytes int64) {
 	return int64(len(doc)), n
 }
 
-func (u *usage) add(project string, doc []byte, sign int64) {
-	d, c := entrySize(doc)
-	u.projects[project] += sign * (d + c)
-	if u.projects[project] == 0 {
-		delete(u.projects, project)
+// set makes key count for e (the zero entryUsage: nothing).
+func (u *usage) set(key string, e entryUsage) {
+	old := u.entries[key]
+	u.projects[old.project] -= old.doc + old.content
+	if u.projects[old.project] == 0 {
+		delete(u.projects, old.project)
 	}
-	u.total += sign * d
+	u.total -= old.doc
+	if e == (entryUsage{}) {
+		delete(u.entries, key)
+		return
+	}
+	u.entries[key] = e
+	u.projects[e.project] += e.doc + e.content
+	u.total += e.doc
 }
 
 // scopeOf is the project an index key's object belongs to ("" outside
@@ -125,76 +138,62 @@ func projectOf(k *Kind, key Key) string {
 	return key[0]
 }
 
-// TrackUsage reads what every project holds from the index in etcd under
-// prefix (see UseIndex) and returns the function that keeps it current:
-// run it until ctx ends; it follows the index with a watch, and starts
-// over from a fresh read when the watch breaks or falls behind a
-// compaction. It only reads etcd, so it works while etcd is out of space.
-func (c *Catalog) TrackUsage(ctx context.Context, cli *clientv3.Client, prefix string) (func(context.Context) error, error) {
+// TrackUsage returns the function that keeps what every project holds,
+// from the index in etcd under prefix (see UseIndex): run it until ctx
+// ends; it follows the index (etcdwatch), so it sees every replica's
+// writes, and only reads etcd, so it works while etcd is out of space.
+// Project and total limits apply once it read the index a first time.
+func (c *Catalog) TrackUsage(cli *clientv3.Client, prefix string) (func(context.Context) error, error) {
 	x := newIndex(cli, prefix)
-	rev, err := c.loadUsage(ctx, x)
+	f, err := etcdwatch.New(etcdwatch.Options{Client: cli, Prefixes: []string{x.prefix}, Name: "catalogue usage",
+		Apply: func(b etcdwatch.Batch) { c.applyUsage(x, b) }})
 	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) error {
-		for attempt := 0; ; {
-			err := c.followUsage(ctx, x, rev)
-			if ctx.Err() != nil {
-				return nil
-			}
-			attempt++
-			if !backoff.Sleep(ctx, min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second)) {
-				return nil
-			}
-			if rev, err = c.loadUsage(ctx, x); err == nil {
-				attempt = 0
-			}
-		}
+		f.Run(ctx)
+		return nil
 	}, nil
 }
 
-// loadUsage sums the index afresh and returns its revision.
-func (c *Catalog) loadUsage(ctx context.Context, x *index) (int64, error) {
-	resp, err := x.cli.Get(ctx, x.prefix, clientv3.WithPrefix())
-	if err != nil {
-		return 0, errdefs.Unavailable(err, "read the catalogue index")
-	}
-	u := &usage{projects: map[string]int64{}}
-	for _, kv := range resp.Kvs {
-		if p, ok := c.scopeOf(x, string(kv.Key)); ok {
-			u.add(p, kv.Value, 1)
-		}
-	}
+func (c *Catalog) applyUsage(x *index, b etcdwatch.Batch) {
 	c.usage.mu.Lock()
-	c.usage.ready, c.usage.projects, c.usage.total = true, u.projects, u.total
-	c.usage.mu.Unlock()
-	return resp.Header.Revision, nil
+	defer c.usage.mu.Unlock()
+	if c.usage.entries == nil {
+		c.usage.entries, c.usage.projects = map[string]entryUsage{}, map[string]int64{}
+	}
+	for _, ev := range b.Events {
+		p, ok := c.scopeOf(x, ev.Key)
+		if !ok {
+			continue
+		}
+		e := entryUsage{}
+		if !ev.Deleted {
+			d, n := entrySize(ev.Value)
+			e = entryUsage{project: p, doc: d, content: n}
+		}
+		c.usage.set(ev.Key, e)
+	}
+	if b.Listed {
+		c.usage.ready = true
+	}
 }
 
-// followUsage applies the index's changes after rev until the watch ends.
-func (c *Catalog) followUsage(ctx context.Context, x *index, rev int64) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for resp := range x.cli.Watch(wctx, x.prefix, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(rev+1)) {
-		if err := resp.Err(); err != nil {
-			return err // compacted past rev, or broken: read afresh
-		}
-		c.usage.mu.Lock()
-		for _, ev := range resp.Events {
-			p, ok := c.scopeOf(x, string(ev.Kv.Key))
-			if !ok {
-				continue
-			}
-			if ev.PrevKv != nil {
-				c.usage.add(p, ev.PrevKv.Value, -1)
-			}
-			if ev.Type == mvccpb.PUT {
-				c.usage.add(p, ev.Kv.Value, 1)
-			}
-		}
-		c.usage.mu.Unlock()
+// noteUsage counts an index entry this catalogue just wrote (nil: removed)
+// at once, so its next write is checked against it; the follower sees the
+// same value when the change comes round.
+func (c *Catalog) noteUsage(ek string, k *Kind, key Key, doc []byte) {
+	c.usage.mu.Lock()
+	defer c.usage.mu.Unlock()
+	if c.usage.entries == nil {
+		return // not tracked
 	}
-	return ctx.Err()
+	e := entryUsage{}
+	if doc != nil {
+		d, n := entrySize(doc)
+		e = entryUsage{project: projectOf(k, key), doc: d, content: n}
+	}
+	c.usage.set(ek, e)
 }
 
 // Usage is what a project (or, for "", everything outside projects)

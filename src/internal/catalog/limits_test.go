@@ -17,7 +17,7 @@ import (
 func TestLimits(t *testing.T) {
 	c, ctx, prefix := indexed(t, Projects, testApps)
 	c.SetLimits(Limits{MaxObjectBytes: 4 << 10, MaxProjectBytes: 14 << 10, MaxTotalBytes: 20 << 10})
-	follow, err := c.TrackUsage(ctx, env.Etcd.Client, prefix)
+	follow, err := c.TrackUsage(env.Etcd.Client, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,6 +25,14 @@ func TestLimits(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- follow(fctx) }()
 	defer func() { stop(); <-done }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) { // polling with a deadline
+		if _, _, ok := c.Usage("p"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("usage never read")
+		}
+	}
 
 	projects, apps := For[Empty](c, Projects), For[appSpec](c, testApps)
 	big := Object[Empty]{Metadata: Metadata{Name: "p", Description: strings.Repeat("d", 5<<10)}}

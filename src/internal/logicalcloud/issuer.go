@@ -9,7 +9,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -277,6 +276,7 @@ func (i *Issuer) store(ctx context.Context, req Request, cert []byte, failure st
 func (i *Issuer) first(ctx context.Context, req Request, log *logrus.Entry) ([]byte, error) {
 	wctx, cancel := context.WithTimeout(ctx, i.opts.Timeout)
 	defer cancel()
+	retry := i.retry()
 	for attempt := 1; ; attempt++ {
 		cert, final, err := i.once(wctx, req, req.CSRName)
 		if err == nil || final || ctx.Err() != nil {
@@ -286,7 +286,7 @@ func (i *Issuer) first(ctx context.Context, req Request, log *logrus.Entry) ([]b
 			return nil, fmt.Errorf("no certificate issued within %s (is the cluster's signer configured?): %w", i.opts.Timeout, err)
 		}
 		log.WithError(err).WithField("attempt", attempt).Info("waiting to issue the logical cloud user certificate")
-		if !i.wait(wctx, attempt) && ctx.Err() != nil {
+		if !retry.Wait(wctx) && ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 	}
@@ -300,6 +300,7 @@ func (i *Issuer) renew(ctx context.Context, req Request, old []byte, expires tim
 	sum := sha256.Sum256(old)
 	name := req.CSRName + "-" + hex.EncodeToString(sum[:4])
 	expired := false
+	retry := i.retry()
 	for attempt := 1; ; attempt++ {
 		cert, err := i.renewOnce(ctx, req, name)
 		if err == nil {
@@ -315,7 +316,7 @@ func (i *Issuer) renew(ctx context.Context, req Request, old []byte, expires tim
 				return nil, false
 			}
 		}
-		if !i.wait(ctx, attempt) {
+		if !retry.Wait(ctx) {
 			return nil, false
 		}
 	}
@@ -346,10 +347,10 @@ func (i *Issuer) renewOnce(ctx context.Context, req Request, name string) ([]byt
 	return cert, err
 }
 
-// wait sleeps the attempt's backoff, with jitter.
-func (i *Issuer) wait(ctx context.Context, attempt int) bool {
-	d := min(i.opts.BackoffBase<<min(attempt-1, 20), i.opts.BackoffMax)
-	return backoff.Sleep(ctx, time.Duration(float64(d)*(0.8+0.4*rand.Float64())))
+// retry is the backoff between attempts while a cluster cannot be
+// reached.
+func (i *Issuer) retry() backoff.Backoff {
+	return backoff.Backoff{Base: i.opts.BackoffBase, Max: i.opts.BackoffMax, Jitter: 0.2}
 }
 
 // validity reads a PEM certificate's validity.

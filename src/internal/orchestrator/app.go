@@ -479,7 +479,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	indexed := &atomic.Bool{}
 	indexed.Store(ok)
 	cat.SetLimits(a.catalogLimits())
-	trackUsage, err := cat.TrackUsage(ctx, etcd.Client, a.opts.EtcdPrefix)
+	trackUsage, err := cat.TrackUsage(etcd.Client, a.opts.EtcdPrefix)
 	if err != nil {
 		return fmt.Errorf("orchestrator: read the catalogue's usage: %w", err)
 	}
