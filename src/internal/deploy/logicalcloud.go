@@ -162,7 +162,7 @@ func (s *Service) InstantiateCloud(ctx context.Context, key catalog.Key) (string
 	if !logicalcloud.Standard(lc.Spec) {
 		status.Status = appcontext.Instantiated // the clusters as they are: nothing to apply
 	}
-	if err := s.clearCertificates(ctx, key, refs); err != nil {
+	if err := logicalcloud.ForgetCertificates(ctx, s.opts.Catalog, key, refs); err != nil {
 		return "", err
 	}
 	if err := s.opts.Contexts.Create(ctx, meta, status, placements); err != nil {
@@ -268,22 +268,6 @@ func (s *Service) cloudSecrets(ctx context.Context, key catalog.Key, user string
 	return sec, clouds.PutContent(ctx, key, enc)
 }
 
-// clearCertificates forgets what clusters issued before: a new
-// instantiation issues anew.
-func (s *Service) clearCertificates(ctx context.Context, key catalog.Key, refs []catalog.Object[catalog.ClusterReferenceSpec]) error {
-	res := catalog.For[catalog.ClusterReferenceSpec](s.opts.Catalog, catalog.ClusterReferences)
-	for _, r := range refs {
-		if r.Spec.Certificate == "" && r.Spec.CertificateError == "" {
-			continue
-		}
-		r.Spec.Certificate, r.Spec.CertificateError = "", ""
-		if err := res.Replace(ctx, append(append(catalog.Key{}, key...), r.Metadata.Name), r); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			return err
-		}
-	}
-	return nil
-}
-
 // TerminateCloud removes a logical cloud from its clusters. A cloud that a
 // deployed DIG still uses is refused.
 func (s *Service) TerminateCloud(ctx context.Context, key catalog.Key) error {
@@ -310,7 +294,7 @@ func (s *Service) TerminateCloud(ctx context.Context, key catalog.Key) error {
 	if err != nil {
 		return err
 	}
-	if err := s.clearCertificates(ctx, key, refs); err != nil {
+	if err := logicalcloud.ForgetCertificates(ctx, s.opts.Catalog, key, refs); err != nil {
 		return err
 	}
 	if !logicalcloud.Standard(lc.Spec) {

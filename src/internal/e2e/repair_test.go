@@ -65,18 +65,7 @@ func renderCPU(t *testing.T) int64 {
 func TestClusterDeletedWhileInstantiateRenders(t *testing.T) {
 	o := startOrchestrator(t, testenv.UniqueName("race"), "/"+testenv.UniqueName("race"))
 	c := sim.Clusters[0]
-	o.must(201, "POST", "/v2/cluster-providers", meta("cp"))
-	o.uploadOK("/v2/cluster-providers/cp/clusters", meta(c.Name), c.Kubeconfig)
-	o.must(201, "POST", "/v2/projects", meta("p1"))
-	o.must(201, "POST", "/v2/projects/p1/composite-apps", obj("ca", map[string]any{"compositeAppVersion": "v1"}))
-	o.must(201, "POST", caPath+"/composite-profiles", meta("cpf"))
-	o.uploadOK(caPath+"/apps", meta("slow"), slowChart(t))
-	o.must(201, "POST", caPath+"/deployment-intent-groups", obj("dig1", map[string]any{"compositeProfile": "cpf", "version": "r1"}))
-	o.must(201, "POST", digPath+"/generic-placement-intents", meta("gpi"))
-	o.must(201, "POST", digPath+"/generic-placement-intents/gpi/app-intents", obj("slow-placement", map[string]any{
-		"app": "slow", "intent": map[string]any{"allOf": []any{map[string]any{"clusterProvider": "cp", "cluster": c.Name}}}}))
-	o.must(201, "POST", digPath+"/intents", obj("intents", map[string]any{"intent": map[string]any{"genericPlacementIntent": "gpi"}}))
-	o.must(202, "POST", digPath+"/approve", nil)
+	onboardOne(t, o, "slow", slowChart(t))
 
 	type answer struct {
 		code int
@@ -124,20 +113,20 @@ func TestClusterDeletedWhileInstantiateRenders(t *testing.T) {
 	}
 }
 
-// onboardOne registers one cluster and a DIG placing the frontend chart on
-// it, approved.
-func onboardOne(t *testing.T, o *orch) {
+// onboardOne registers the first cluster and a DIG placing one app (its
+// chart given) on it, approved.
+func onboardOne(t *testing.T, o *orch, app string, chart []byte) {
 	c := sim.Clusters[0]
 	o.must(201, "POST", "/v2/cluster-providers", meta("cp"))
 	o.uploadOK("/v2/cluster-providers/cp/clusters", meta(c.Name), c.Kubeconfig)
 	o.must(201, "POST", "/v2/projects", meta("p1"))
 	o.must(201, "POST", "/v2/projects/p1/composite-apps", obj("ca", map[string]any{"compositeAppVersion": "v1"}))
 	o.must(201, "POST", caPath+"/composite-profiles", meta("cpf"))
-	o.uploadOK(caPath+"/apps", meta("frontend"), testenv.Archive(t, "testdata/charts/frontend"))
+	o.uploadOK(caPath+"/apps", meta(app), chart)
 	o.must(201, "POST", caPath+"/deployment-intent-groups", obj("dig1", map[string]any{"compositeProfile": "cpf", "version": "r1"}))
 	o.must(201, "POST", digPath+"/generic-placement-intents", meta("gpi"))
-	o.must(201, "POST", digPath+"/generic-placement-intents/gpi/app-intents", obj("frontend-placement", map[string]any{
-		"app": "frontend", "intent": map[string]any{"allOf": []any{map[string]any{"clusterProvider": "cp", "cluster": c.Name}}}}))
+	o.must(201, "POST", digPath+"/generic-placement-intents/gpi/app-intents", obj(app+"-placement", map[string]any{
+		"app": app, "intent": map[string]any{"allOf": []any{map[string]any{"clusterProvider": "cp", "cluster": c.Name}}}}))
 	o.must(201, "POST", digPath+"/intents", obj("intents", map[string]any{"intent": map[string]any{"genericPlacementIntent": "gpi"}}))
 	o.must(202, "POST", digPath+"/approve", nil)
 }
@@ -149,7 +138,7 @@ func onboardOne(t *testing.T, o *orch) {
 func TestLostContextIsRepairedAtStart(t *testing.T) {
 	db, prefix := testenv.UniqueName("lost"), "/"+testenv.UniqueName("lost")
 	o := startOrchestrator(t, db, prefix)
-	onboardOne(t, o)
+	onboardOne(t, o, "frontend", testenv.Archive(t, "testdata/charts/frontend"))
 	o.stop()
 
 	dig := catalog.Key{"p1", "ca", "v1", "dig1"}

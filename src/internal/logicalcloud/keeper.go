@@ -233,7 +233,7 @@ func (k *Keeper) sync(ctx context.Context, group string) error {
 	if st.Lifecycle.Current != catalog.StateTerminated {
 		return nil // stopped or failed: the certificates stay until it is terminated
 	}
-	if err := k.forget(ctx, key, st.References); err != nil {
+	if err := ForgetCertificates(ctx, k.opts.Catalog, key, st.References); err != nil {
 		return err
 	}
 	return k.sweep(ctx, group, st)
@@ -275,9 +275,10 @@ func (k *Keeper) issue(ctx context.Context, key catalog.Key, st State) error {
 	return nil
 }
 
-// forget clears what clusters issued for a terminated cloud.
-func (k *Keeper) forget(ctx context.Context, key catalog.Key, refs []catalog.Object[catalog.ClusterReferenceSpec]) error {
-	res := catalog.For[catalog.ClusterReferenceSpec](k.opts.Catalog, catalog.ClusterReferences)
+// ForgetCertificates clears what clusters issued for a cloud's references:
+// a new instantiation issues anew, and a terminated cloud has none.
+func ForgetCertificates(ctx context.Context, cat *catalog.Catalog, key catalog.Key, refs []catalog.Object[catalog.ClusterReferenceSpec]) error {
+	res := catalog.For[catalog.ClusterReferenceSpec](cat, catalog.ClusterReferences)
 	for _, r := range refs {
 		if r.Spec.Certificate == "" && r.Spec.CertificateError == "" {
 			continue
