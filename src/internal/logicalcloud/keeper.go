@@ -257,8 +257,8 @@ func (k *Keeper) issue(ctx context.Context, key catalog.Key, st State) error {
 	keep := map[string]bool{}
 	for _, r := range st.References {
 		ref := appcontext.ClusterRef{Provider: r.Spec.ClusterProvider, Name: r.Spec.Cluster}
-		if !placed[ref] || r.Spec.CertificateError != "" {
-			continue
+		if !placed[ref] || (r.Spec.CertificateError != "" && r.Spec.Certificate == "") {
+			continue // never issued: failed until the cloud is instantiated again
 		}
 		var cert []byte
 		if r.Spec.Certificate != "" {
@@ -310,7 +310,9 @@ func (k *Keeper) SetCertificate(ctx context.Context, req Request, cert []byte, f
 	if err != nil {
 		return err
 	}
-	r.Spec.Certificate, r.Spec.CertificateError = "", failure
+	// A failed renewal keeps the certificate it could not renew (expired:
+	// it grants nothing), so the owner goes on renewing it.
+	r.Spec.CertificateError = failure
 	if cert != nil {
 		r.Spec.Certificate = base64.StdEncoding.EncodeToString(cert)
 	}
