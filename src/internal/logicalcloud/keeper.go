@@ -196,16 +196,17 @@ func parseGroup(group string) (project, cloud string, ok bool) {
 }
 
 // active reports a cloud whose user should hold certificates: instantiated
-// or updated, its context not failed nor going away.
+// or updated, its context not going away. A context that failed on some
+// cluster keeps its certificates on the others.
 func active(st State) bool {
 	if st.Lifecycle.Current != catalog.StateInstantiated && st.Lifecycle.Current != catalog.StateUpdated {
 		return false
 	}
 	switch st.ContextStatus {
-	case appcontext.Instantiating, appcontext.Instantiated, appcontext.Updating, appcontext.Updated:
-		return true
+	case "", appcontext.Terminating, appcontext.Terminated, appcontext.TerminateFailed:
+		return false
 	}
-	return false
+	return true
 }
 
 // sync brings one cloud's certificate work in line with its state.
