@@ -28,6 +28,10 @@ import (
 type KeeperOptions struct {
 	Catalog  *catalog.Catalog
 	Contexts ContextReader
+	// Touch, when set, marks a context changed without changing it: a
+	// cloud's deployed status follows its certificates, and its watchers
+	// (emcoctl watch, subscriptions) learn of them through its context.
+	Touch func(ctx context.Context, id string) error
 	// Clients are the clusters' own clients: they approve requests and
 	// remove the bindings a terminated cloud's user keeps.
 	Clients Clients
@@ -317,7 +321,13 @@ func (k *Keeper) SetCertificate(ctx context.Context, req Request, cert []byte, f
 	if cert != nil {
 		r.Spec.Certificate = base64.StdEncoding.EncodeToString(cert)
 	}
-	return res.Replace(ctx, rkey, r)
+	if err := res.Replace(ctx, rkey, r); err != nil {
+		return err
+	}
+	if k.opts.Touch == nil {
+		return nil
+	}
+	return k.opts.Touch(ctx, st.ContextID)
 }
 
 var _ CertStore = (*Keeper)(nil)
