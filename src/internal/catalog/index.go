@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 // The index is a copy, in etcd, of every visible object's document (its
@@ -36,7 +37,7 @@ import (
 // object), they copy the object from MongoDB again until it does, so the
 // entry ends as MongoDB has it. Separating the key fields with a space
 // (below every character a name may hold) makes etcd's key order the
-// lists' order. UseIndex reconciles the whole index with MongoDB at
+// lists' order. Open reconciles the whole index with MongoDB at
 // start-up, repairing what a process killed between the two writes left.
 type index struct {
 	cli    *clientv3.Client
@@ -46,11 +47,20 @@ type index struct {
 // indexSep separates key fields in an entry's key.
 const indexSep = " "
 
-// UseIndex makes the catalogue keep and read its index in etcd under
-// prefix (see index), after reconciling it with MongoDB. Run it after
-// Recover: what Recover repaired is then in the index too.
-func (c *Catalog) UseIndex(ctx context.Context, cli *clientv3.Client, prefix string) (Reconciled, error) {
+// useIndex makes the catalogue keep and read its index in etcd under
+// prefix (see index), after reconciling it with MongoDB. It runs after
+// repair: what that repaired is then in the index too.
+func (c *Catalog) useIndex(ctx context.Context, cli *clientv3.Client, prefix string) (Reconciled, error) {
 	idx := newIndex(cli, prefix)
+	c.mu.Lock()
+	c.indexAt = idx
+	c.mu.Unlock()
+	return c.reconcileIndex(ctx, idx)
+}
+
+// reconcileIndex brings idx up to date with MongoDB, then reads through
+// it.
+func (c *Catalog) reconcileIndex(ctx context.Context, idx *index) (Reconciled, error) {
 	var out Reconciled
 	for _, k := range c.kinds {
 		n, err := c.reconcile(ctx, idx, k)
@@ -65,14 +75,29 @@ func (c *Catalog) UseIndex(ctx context.Context, cli *clientv3.Client, prefix str
 	return out, nil
 }
 
-func newIndex(cli *clientv3.Client, prefix string) *index {
-	if prefix == "" {
-		prefix = "/argus"
+// Reindex reconciles the index Open put off (Options.DeferIndex) and
+// reads through it from then on; once the catalogue reads its index (or
+// has none) it does nothing.
+func (c *Catalog) Reindex(ctx context.Context) (Reconciled, error) {
+	c.mu.Lock()
+	at, done := c.indexAt, c.idx != nil
+	c.mu.Unlock()
+	if done || at == nil {
+		return Reconciled{}, nil
 	}
-	return &index{cli: cli, prefix: strings.TrimRight(prefix, "/") + "/catalog/"}
+	return c.reconcileIndex(ctx, at)
 }
 
-// Reconciled counts the index entries UseIndex repaired.
+// Indexed reports whether the catalogue reads its index: false while the
+// index Open put off waits for Reindex.
+func (c *Catalog) Indexed() bool { return c.index() != nil }
+
+// newIndex is the index kept under prefix (see etcdstore.Prefix).
+func newIndex(cli *clientv3.Client, prefix string) *index {
+	return &index{cli: cli, prefix: etcdstore.Prefix(prefix) + "/catalog/"}
+}
+
+// Reconciled counts the index entries useIndex repaired.
 type Reconciled struct{ Fixed int }
 
 func (c *Catalog) index() *index {

@@ -2,11 +2,11 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.mongodb.org/mongo-driver/bson"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
@@ -46,11 +46,11 @@ const (
 	FlagMaxTotalBytes   = "--catalog-max-bytes"
 )
 
-// SetLimits bounds the writes of callers from now on (Create, Put,
+// setLimits bounds the writes of callers from now on (Create, Put,
 // CreateWithContent, PutContent; Replace, which Argus itself uses to
 // record what clusters issued, only by MaxObjectBytes). Project and
 // total limits need TrackUsage.
-func (c *Catalog) SetLimits(l Limits) {
+func (c *Catalog) setLimits(l Limits) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.limits = l
@@ -139,13 +139,19 @@ func projectOf(k *Kind, key Key) string {
 }
 
 // TrackUsage returns the function that keeps what every project holds,
-// from the index in etcd under prefix (see UseIndex): run it until ctx
+// from the catalogue's index in etcd (Options.Index): run it until ctx
 // ends; it follows the index (etcdwatch), so it sees every replica's
-// writes, and only reads etcd, so it works while etcd is out of space.
-// Project and total limits apply once it read the index a first time.
-func (c *Catalog) TrackUsage(cli *clientv3.Client, prefix string) (func(context.Context) error, error) {
-	x := newIndex(cli, prefix)
-	f, err := etcdwatch.New(etcdwatch.Options{Client: cli, Prefixes: []string{x.prefix}, Name: "catalogue usage",
+// writes, and only reads etcd, so it works while etcd is out of space
+// (and the index waits for Reindex). Project and total limits apply once
+// it read the index a first time.
+func (c *Catalog) TrackUsage() (func(context.Context) error, error) {
+	c.mu.Lock()
+	x := c.indexAt
+	c.mu.Unlock()
+	if x == nil {
+		return nil, errors.New("catalog: usage is tracked in the index, and the catalogue has none")
+	}
+	f, err := etcdwatch.New(etcdwatch.Options{Client: x.cli, Prefixes: []string{x.prefix}, Name: "catalogue usage",
 		Apply: func(b etcdwatch.Batch) { c.applyUsage(x, b) }})
 	if err != nil {
 		return nil, err

@@ -16,8 +16,8 @@ import (
 // object always passes.
 func TestLimits(t *testing.T) {
 	c, ctx, prefix := indexed(t, Projects, testApps)
-	c.SetLimits(Limits{MaxObjectBytes: 4 << 10, MaxProjectBytes: 14 << 10, MaxTotalBytes: 20 << 10})
-	follow, err := c.TrackUsage(env.Etcd.Client, prefix)
+	c.setLimits(Limits{MaxObjectBytes: 4 << 10, MaxProjectBytes: 14 << 10, MaxTotalBytes: 20 << 10})
+	follow, err := c.TrackUsage()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,11 +50,8 @@ func TestLimits(t *testing.T) {
 	}
 
 	// Another catalogue on the same stores fills the project.
-	other, err := New(ctx, c.db, Projects, testApps)
+	other, _, err := Open(ctx, Options{DB: c.db, Kinds: []*Kind{Projects, testApps}, Index: c.idx.cli, IndexPrefix: prefix})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := other.UseIndex(ctx, c.idx.cli, prefix); err != nil {
 		t.Fatal(err)
 	}
 	app := func(name string, n int) Object[appSpec] {

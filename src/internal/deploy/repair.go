@@ -3,7 +3,6 @@ package deploy
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -71,13 +70,12 @@ func lostMeta(group string, st catalog.DIGState, before time.Time) (appcontext.M
 		statusID = st.ContextID
 	}
 	meta := appcontext.Meta{ID: st.ContextID, Group: group, StatusID: statusID, Namespace: Namespace, Created: before}
-	kind, key, _ := strings.Cut(group, ":")
-	parts := strings.Split(key, "/")
-	switch {
-	case kind == "dig" && len(parts) == 4:
-		meta.Kind, meta.Project, meta.CompositeApp, meta.Version, meta.DIG = "dig", parts[0], parts[1], parts[2], parts[3]
-	case kind == "lc" && len(parts) == 2:
-		meta.Kind, meta.Project = "lc", parts[0]
+	g, _ := catalog.ParseGroup(group)
+	switch g.Kind {
+	case catalog.GroupDIG:
+		meta.Kind, meta.Project, meta.CompositeApp, meta.Version, meta.DIG = "dig", g.Key[0], g.Key[1], g.Key[2], g.Key[3]
+	case catalog.GroupLogicalCloud:
+		meta.Kind, meta.Project = "lc", g.Key[0]
 	default:
 		return appcontext.Meta{}, false
 	}

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 	"github.com/argus-mc/argus/src/internal/api"
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
@@ -238,7 +239,7 @@ func TestLogicalCloudNamespaceNotTakenOver(t *testing.T) {
 	}
 
 	// Handed over by the operator: the cloud uses it, and deletes it.
-	n.Annotations = map[string]string{appcontext.OwnerAnnotation: "lc:p1/lc1"}
+	n.Annotations = map[string]string{v1alpha1.AnnotationOwner: "lc:p1/lc1"}
 	if _, err := cs.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

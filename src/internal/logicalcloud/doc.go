@@ -11,12 +11,19 @@
 // binding that still names the user. An admin (level 0) cloud is the
 // clusters as they are: nothing to render.
 //
-// The deploy package runs the lifecycle (instantiate, update, terminate)
-// with rsync; this package renders, issues and revokes:
+// Service runs a cloud's lifecycle (instantiate, update, terminate, stop)
+// as deploy runs a DIG's: it records the cloud's resources as an
+// AppContext (kind "lc", group "lc:<project>/<cloud>") that rsync applies
+// with the clusters' own credentials (the namespace Exclusive: never taken
+// over), and its Keeper, run on every replica and fed the contexts' changes
+// and the groups acquired and released, has the certificates issued and
+// renewed where the replica owns the cloud; the Service never issues. The
+// API calls it for EMCO's dcm routes; deploy reads a cloud's state
+// (ReadState) to place a DIG in it.
 //
-//	objs, err := logicalcloud.Resources(logicalcloud.Cloud{Project: "p", Name: "lc1", Spec: spec,
-//		Perms: perms, Quotas: quotas, CSR: secrets.CSR, CertTTL: logicalcloud.DefaultCertTTL})
-//	keeper, err := logicalcloud.NewKeeper(logicalcloud.KeeperOptions{Catalog: cat, Contexts: store.Get,
-//		Clients: registry, Owns: groups.Owns})
-//	go keeper.Run(ctx) // fed by keeper.Changed, Acquired and Released
+//	clouds, err := logicalcloud.NewService(logicalcloud.ServiceOptions{Catalog: cat, Contexts: contexts,
+//		Rsync: dispatcher, Clients: clusters, Owns: groups.Owns, CertTTL: logicalcloud.DefaultCertTTL})
+//	groups.Handle(clouds.Keeper()) // Acquired, Released; cache.OnChange(clouds.Keeper().Changed)
+//	go clouds.Keeper().Run(ctx)
+//	id, err := clouds.InstantiateCloud(ctx, catalog.Key{"p", "lc1"})
 package logicalcloud

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,9 +22,9 @@ import (
 	"github.com/argus-mc/argus/src/internal/logging"
 )
 
-// KeeperOptions configures a Keeper; Catalog, Contexts, Clients and Owns
+// keeperOptions configures a Keeper; Catalog, Contexts, Clients and Owns
 // are required.
-type KeeperOptions struct {
+type keeperOptions struct {
 	Catalog  *catalog.Catalog
 	Contexts ContextReader
 	// Touch, when set, marks a context changed without changing it: a
@@ -56,11 +55,11 @@ type KeeperOptions struct {
 // owner never races this one. Its worker follows the sample-controller
 // shape.
 type Keeper struct {
-	opts   KeeperOptions
+	opts   keeperOptions
 	log    *logrus.Entry
 	issuer *Issuer
 
-	// queue holds the clouds to sync, from NewKeeper on: what is enqueued
+	// queue holds the clouds to sync, from newKeeper on: what is enqueued
 	// before Run runs waits for it.
 	queue workqueue.TypedRateLimitingInterface[string]
 	mu    sync.Mutex
@@ -74,8 +73,8 @@ type Keeper struct {
 	cancelSync context.CancelFunc
 }
 
-// NewKeeper returns a Keeper; Run starts it.
-func NewKeeper(opts KeeperOptions) (*Keeper, error) {
+// newKeeper returns a Keeper; Run starts it.
+func newKeeper(opts keeperOptions) (*Keeper, error) {
 	if opts.Catalog == nil || opts.Contexts == nil || opts.Clients == nil || opts.Owns == nil {
 		return nil, errors.New("logicalcloud: Keeper needs Catalog, Contexts, Clients and Owns")
 	}
@@ -101,7 +100,7 @@ func NewKeeper(opts KeeperOptions) (*Keeper, error) {
 // Changed is told the groups whose contexts changed; it never blocks.
 func (k *Keeper) Changed(groups []string) {
 	for _, g := range groups {
-		if strings.HasPrefix(g, "lc:") && k.opts.Owns(g) {
+		if _, ok := cloudOf(g); ok && k.opts.Owns(g) {
 			k.enqueue(g)
 		}
 	}
@@ -109,7 +108,7 @@ func (k *Keeper) Changed(groups []string) {
 
 // Acquired is told a group this replica now owns.
 func (k *Keeper) Acquired(group string) {
-	if !strings.HasPrefix(group, "lc:") {
+	if _, ok := cloudOf(group); !ok {
 		return
 	}
 	k.syncMu.Lock()
@@ -122,7 +121,7 @@ func (k *Keeper) Acquired(group string) {
 // ends, the cloud's issuance stops, and nothing more is stored for it,
 // before the claim goes.
 func (k *Keeper) Released(group string) {
-	project, cloud, ok := parseGroup(group)
+	key, ok := cloudOf(group)
 	if !ok {
 		return
 	}
@@ -134,7 +133,7 @@ func (k *Keeper) Released(group string) {
 	k.syncMu.Lock()
 	defer k.syncMu.Unlock()
 	k.released[group] = true
-	k.issuer.Cancel(project, cloud)
+	k.issuer.Cancel(key[0], key[1])
 }
 
 func (k *Keeper) enqueue(group string) { k.queue.Add(group) }
@@ -191,12 +190,10 @@ func (k *Keeper) next(ctx context.Context, q workqueue.TypedRateLimitingInterfac
 // syncTimeout bounds one sync (a cluster that does not answer the sweep).
 const syncTimeout = time.Minute
 
-func parseGroup(group string) (project, cloud string, ok bool) {
-	rest, ok := strings.CutPrefix(group, "lc:")
-	if !ok {
-		return "", "", false
-	}
-	return strings.Cut(rest, "/")
+// cloudOf is the cloud a group names, when it is a logical cloud's.
+func cloudOf(group string) (catalog.Key, bool) {
+	g, ok := catalog.ParseGroup(group)
+	return g.Key, ok && g.Kind == catalog.GroupLogicalCloud
 }
 
 // active reports a cloud whose user should hold certificates: instantiated
@@ -215,11 +212,11 @@ func active(st State) bool {
 
 // sync brings one cloud's certificate work in line with its state.
 func (k *Keeper) sync(ctx context.Context, group string) error {
-	project, cloud, ok := parseGroup(group)
+	key, ok := cloudOf(group)
 	if !ok {
 		return nil
 	}
-	key := catalog.Key{project, cloud}
+	project, cloud := key[0], key[1]
 	st, err := ReadState(ctx, k.opts.Catalog, k.opts.Contexts, key)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		k.issuer.Cancel(project, cloud) // deleted: terminated before

@@ -163,10 +163,10 @@ func CSRName(cloud, namespace string) string { return cloud + "-" + namespace + 
 
 // Cloud is what a standard cloud's resources are rendered from.
 type Cloud struct {
-	Project, Name string
-	Spec          catalog.LogicalCloudSpec
-	Perms         []catalog.Object[catalog.UserPermissionSpec]
-	Quotas        []catalog.Object[catalog.ClusterQuotaSpec]
+	Name   string
+	Spec   catalog.LogicalCloudSpec
+	Perms  []catalog.Object[catalog.UserPermissionSpec]
+	Quotas []catalog.Object[catalog.ClusterQuotaSpec]
 	// CSR is the user's certificate request (PEM); CertTTL the lifetime
 	// asked for its certificate (the CSR's expirationSeconds; clusters
 	// never issue less than 10 minutes, and may cap it).
@@ -174,13 +174,9 @@ type Cloud struct {
 	CertTTL time.Duration
 }
 
-// Owner is the owner annotation (appcontext.OwnerAnnotation) of a cloud's
-// namespace: a namespace made beforehand carrying it is handed over to
-// the cloud (and deleted with it); any other is never taken over.
-func Owner(project, cloud string) string { return catalog.LogicalCloudGroup(project, cloud) }
-
 // Resources renders what a standard cloud puts on each cluster, in apply
-// order: its Namespace (annotated with its Owner), the user's
+// order: its Namespace (Exclusive to the cloud: rsync creates it, with
+// the cloud's group as its argus.io/owner), the user's
 // CertificateSigningRequest (client auth only, for CertTTL), a
 // ResourceQuota per cluster quota, and a Role (ClusterRole without a
 // namespace) with its binding to the user per user permission. Names
@@ -195,7 +191,7 @@ func Resources(c Cloud) ([]*unstructured.Unstructured, error) {
 	if !primary {
 		return nil, errdefs.Invalid("logical cloud %q needs a user permission for its namespace %q", cloud, ns)
 	}
-	nsMeta := map[string]any{"name": ns, "annotations": map[string]any{appcontext.OwnerAnnotation: Owner(c.Project, cloud)}}
+	nsMeta := map[string]any{"name": ns}
 	if len(spec.Labels) > 0 {
 		labels := map[string]any{}
 		for k, v := range spec.Labels {

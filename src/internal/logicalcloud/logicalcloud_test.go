@@ -66,7 +66,7 @@ func TestResources(t *testing.T) {
 		t.Fatalf("CSR for %q", sec.CSRUser())
 	}
 	quotas := []catalog.Object[catalog.ClusterQuotaSpec]{{Metadata: catalog.Metadata{Name: "q1"}, Spec: catalog.StringMap{"limits.cpu": "2", "pods": "10"}}}
-	objs, err := Resources(Cloud{Project: "p", Name: "lc1", Spec: std(), Perms: []catalog.Object[catalog.UserPermissionSpec]{perm("p1", "ns1"), perm("p2", "")},
+	objs, err := Resources(Cloud{Name: "lc1", Spec: std(), Perms: []catalog.Object[catalog.UserPermissionSpec]{perm("p1", "ns1"), perm("p2", "")},
 		Quotas: quotas, CSR: sec.CSR, CertTTL: 2 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -82,9 +82,6 @@ func TestResources(t *testing.T) {
 	}
 	if l := objs[0].GetLabels(); l["team.example.com/name"] != "blue" {
 		t.Errorf("namespace labels %v", l)
-	}
-	if a := objs[0].GetAnnotations(); a[appcontext.OwnerAnnotation] != "lc:p/lc1" {
-		t.Errorf("namespace annotations %v", a)
 	}
 	req, _, _ := unstructured.NestedString(objs[1].Object, "spec", "request")
 	if pem, _ := base64.StdEncoding.DecodeString(req); string(pem) != string(sec.CSR) {
@@ -107,7 +104,7 @@ func TestResources(t *testing.T) {
 	if subj[0].(map[string]any)["name"] != "user-1" || ref["name"] != "lc1-role0" || ref["kind"] != "Role" {
 		t.Errorf("binding %v %v", subj, ref)
 	}
-	if _, err := Resources(Cloud{Project: "p", Name: "lc1", Spec: std(), Perms: []catalog.Object[catalog.UserPermissionSpec]{perm("p2", "")}, CSR: sec.CSR}); err == nil {
+	if _, err := Resources(Cloud{Name: "lc1", Spec: std(), Perms: []catalog.Object[catalog.UserPermissionSpec]{perm("p2", "")}, CSR: sec.CSR}); err == nil {
 		t.Error("a cloud without a permission for its namespace was rendered")
 	}
 	enc, _ := sec.Encode()

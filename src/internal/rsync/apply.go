@@ -19,6 +19,7 @@ import (
 	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/cluster"
+	"github.com/argus-mc/argus/src/internal/syncstate"
 )
 
 // apply applies a context's resources: every placement at once, each
@@ -115,6 +116,8 @@ type placementApply struct {
 	// clusterPassed is closed once every placement on the cluster made its
 	// first pass.
 	clusterPassed <-chan struct{}
+	// heal is the sync request a sync action carries out (nil otherwise).
+	heal *appcontext.HealRequest
 }
 
 // outcome is one attempt's result for one resource.
@@ -122,6 +125,9 @@ type outcome struct {
 	class    class
 	err      error
 	warnings []string
+	// fields is the hash of the fields Argus manages on the object the
+	// apply returned; adopted names who owned it before, when adopted.
+	fields, adopted string
 }
 
 func (pa *placementApply) run(ctx context.Context) {
@@ -209,25 +215,11 @@ func (pa *placementApply) applyAll(ctx context.Context, todo, removed []appconte
 			return false
 		}
 		if pass == 1 {
-			for i := len(removed) - 1; i >= 0; i-- {
-				r := removed[i]
-				if st, err := pa.e.deleteWithRetry(ctx, pa.c, p, r); ctx.Err() == nil {
-					pa.rec.record(p, r.Key(), appcontext.ResourceStatus{Status: st, Error: reason(classify(ctx, err), err)})
-				}
-			}
+			pa.deleteRemoved(ctx, removed)
 			firstDone()
 		}
 		if !bundleSettled && ctx.Err() == nil {
-			select { // the bundle follows the resources of every app on the cluster
-			case <-pa.clusterPassed:
-				if emptied(p) { // the app left the cluster: so does its bundle
-					pa.e.deleteBundle(ctx, pa.c, p)
-					bundleSettled = true
-				} else {
-					bundleSettled = pa.applyBundle(ctx, labels)
-				}
-			case <-ctx.Done():
-			}
+			bundleSettled = pa.settleBundle(ctx, labels)
 		}
 		if !needsRetry(classes, todo) {
 			release()
@@ -266,6 +258,33 @@ func (pa *placementApply) applyAll(ctx context.Context, todo, removed []appconte
 		if ctx.Err() != nil {
 			return false
 		}
+	}
+}
+
+// deleteRemoved deletes the removed resources, in reverse order.
+func (pa *placementApply) deleteRemoved(ctx context.Context, removed []appcontext.Resource) {
+	for i := len(removed) - 1; i >= 0; i-- {
+		r := removed[i]
+		if st, _ := pa.e.deleteWithRetry(ctx, pa.c, pa.p, r); ctx.Err() == nil {
+			pa.rec.record(pa.p, r.Key(), st)
+		}
+	}
+}
+
+// settleBundle applies the app's bundle on the cluster, or deletes it when
+// the app left the cluster, once every placement on the cluster made its
+// first pass (the bundle follows the resources of every app there); it
+// reports whether the bundle is settled.
+func (pa *placementApply) settleBundle(ctx context.Context, labels map[string]string) bool {
+	select {
+	case <-pa.clusterPassed:
+		if emptied(pa.p) {
+			pa.e.deleteBundle(ctx, pa.c, pa.p)
+			return true
+		}
+		return pa.applyBundle(ctx, labels)
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -314,10 +333,7 @@ func (pa *placementApply) pass(ctx context.Context, todo []appcontext.Resource, 
 		for i, r := range try {
 			o := outcomes[i]
 			classes[r.Key()] = o.class
-			st := appcontext.ResourceStatus{Status: o.class.status(), Error: reason(o.class, o.err), Warnings: o.warnings}
-			if o.class == done && r.ManifestRef != nil {
-				st.Manifest = r.ManifestRef.SHA256
-			}
+			st := pa.statusAfter(r, o)
 			if o.class == transient {
 				st.Attempts = attempt
 			}
@@ -340,6 +356,29 @@ func (pa *placementApply) pass(ctx context.Context, todo []appcontext.Resource, 
 		}
 	}
 	return next
+}
+
+// statusAfter is a resource's status after an attempt: what the attempt
+// says, with what the resource keeps across applies (its heals, who it was
+// adopted from) and, for a heal carried out, one heal more.
+func (pa *placementApply) statusAfter(r appcontext.Resource, o outcome) appcontext.ResourceStatus {
+	prev := pa.p.StatusOf(r.Key())
+	st := appcontext.ResourceStatus{Status: o.class.status(), Error: reason(o.class, o.err), Warnings: o.warnings,
+		Heal: prev.Heal, Adopted: prev.Adopted}
+	if o.class != done {
+		return st
+	}
+	if r.ManifestRef != nil {
+		st.Manifest = r.ManifestRef.SHA256
+	}
+	st.Fields = o.fields
+	if o.adopted != "" {
+		st.Adopted = o.adopted
+	}
+	if pa.heal != nil {
+		st.Heal = prev.Heal.Next(pa.heal.By, pa.targetOf(r.Key()).Was, time.Now().UTC())
+	}
+	return st
 }
 
 // needsChanges: something on this placement waits for the cluster's API.
@@ -379,24 +418,32 @@ func (pa *placementApply) applyOne(ctx context.Context, r appcontext.Resource, l
 		return outcome{class: permanent, err: fmt.Errorf("decode manifest: %w", err)}
 	}
 	decorate(obj, labels)
+	setAnnotation(obj, v1alpha1.AnnotationOwner, pa.c.Meta.Group)
 	cs := pa.e.cluster(pa.p.Cluster)
-	ri, err := pa.e.resourceFor(cs, client, r.GVK, obj, pa.c.Meta.Namespace)
+	t, err := pa.e.target(cs, client, r.GVK, obj, pa.c.Meta.Namespace)
 	if err != nil {
 		return outcome{class: classify(ctx, err), err: err}
 	}
-	if r.Exclusive {
-		if o := pa.claim(ctx, cs, ri, obj); o != nil {
-			return *o
+	var adopted string
+	switch {
+	case r.Exclusive:
+		if err := pa.claim(ctx, cs, t, obj); err != nil {
+			return outcome{class: classify(ctx, err), err: err}
+		}
+	case pa.needsOwnerCheck(pa.p.StatusOf(r.Key())):
+		if adopted, err = pa.checkOwner(ctx, cs, t, obj); err != nil {
+			return outcome{class: classify(ctx, err), err: err}
 		}
 	}
 	wctx, warnings := cluster.WithWarnings(ctx)
 	// Up to three tries: a missing namespace is created and a field the
 	// schema lacks pruned, in whichever order the API server reports them.
 	var dropped []string
+	var applied *unstructured.Unstructured
 	nsCreated, pruned := false, false
 tries:
 	for {
-		err = pa.e.patch(wctx, cs, ri, obj, pa.mode)
+		applied, err = pa.e.patch(wctx, cs, t.ri, obj, pa.mode)
 		switch {
 		case apierrors.IsNotFound(err) && obj.GetNamespace() != "" && missingNamespace(err, obj.GetNamespace()):
 			if nsCreated { // created, but not yet visible to the API server's admission
@@ -432,55 +479,19 @@ tries:
 		}
 	}
 	ws = append(ws, warnings.List()...)
-	return outcome{class: classify(ctx, err), err: err, warnings: ws}
-}
-
-// claim creates an Exclusive object, or makes sure the one that exists is
-// the placement's: it carries the manifest's owner annotation or this
-// context's label. Create is what makes it race-free: of two claimants
-// (or a claimant and a person) only one creates. It returns an outcome
-// when that settles the attempt.
-func (pa *placementApply) claim(ctx context.Context, cs *clusterState, ri dynamic.ResourceInterface, obj *unstructured.Unstructured) *outcome {
-	if !cs.acquire(ctx) {
-		return &outcome{class: transient, err: ctx.Err()}
+	o := outcome{class: classify(ctx, err), err: err, warnings: ws}
+	if o.class != done {
+		return o
 	}
-	defer cs.release()
-	rctx, cancel := context.WithTimeout(ctx, pa.e.opts.RequestTimeout)
-	defer cancel()
-	_, err := ri.Create(rctx, obj, metav1.CreateOptions{FieldManager: fieldManager})
-	if err == nil {
-		return nil
+	o.fields = syncstate.Hash(applied.Object)
+	if adopted != "" {
+		o.adopted = adopted
+		pa.log.WithFields(logrus.Fields{"resource": r.Key(), "from": adopted}).Info("adopted an existing object")
+		if aerr := pa.e.consumeAdopt(ctx, cs, t, obj.GetName()); aerr != nil {
+			pa.log.WithError(aerr).WithField("resource", r.Key()).Warn("cannot remove the adoption annotation")
+		}
 	}
-	if !apierrors.IsAlreadyExists(err) {
-		return &outcome{class: classify(ctx, err), err: err}
-	}
-	have, err := ri.Get(rctx, obj.GetName(), metav1.GetOptions{})
-	if err != nil {
-		return &outcome{class: classify(ctx, err), err: err}
-	}
-	if owns(obj, have, pa.c.Meta.StatusID) {
-		return nil
-	}
-	return &outcome{class: permanent, err: errNotOwned{kind: obj.GetKind(), name: obj.GetName(), owner: obj.GetAnnotations()[appcontext.OwnerAnnotation]}}
-}
-
-// owns reports whether the live object have is the one the manifest obj
-// claims: annotated with obj's owner, or labelled by the context statusID.
-func owns(obj, have *unstructured.Unstructured, statusID string) bool {
-	owner := obj.GetAnnotations()[appcontext.OwnerAnnotation]
-	return (owner != "" && have.GetAnnotations()[appcontext.OwnerAnnotation] == owner) ||
-		have.GetLabels()[v1alpha1.LabelContextID] == statusID
-}
-
-// errNotOwned is an Exclusive object that exists and is someone else's.
-type errNotOwned struct{ kind, name, owner string }
-
-func (e errNotOwned) Error() string {
-	msg := fmt.Sprintf("%s %q exists on the cluster and was not created by this deployment: it is never taken over", e.kind, e.name)
-	if e.owner != "" {
-		msg += fmt.Sprintf(" (annotating it %s=%s hands it over, to be deleted with it)", appcontext.OwnerAnnotation, e.owner)
-	}
-	return msg
+	return o
 }
 
 // checkSchema prunes the fields the cluster's schema lacks from obj. It
@@ -508,27 +519,28 @@ func (pa *placementApply) checkSchema(ctx context.Context, cs *clusterState, cli
 	return dropped, nil
 }
 
-// patch server-side applies obj, holding one of the cluster's request slots.
-func (e *Engine) patch(ctx context.Context, cs *clusterState, ri dynamic.ResourceInterface, obj *unstructured.Unstructured, mode string) error {
+// patch server-side applies obj, holding one of the cluster's request
+// slots, and returns the object as the API server answered.
+func (e *Engine) patch(ctx context.Context, cs *clusterState, ri dynamic.ResourceInterface, obj *unstructured.Unstructured, mode string) (*unstructured.Unstructured, error) {
 	data, err := obj.MarshalJSON()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	release, ok := cs.acquireKind(ctx, obj.GroupVersionKind().GroupKind())
 	if !ok {
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	defer release()
 	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
 	defer cancel()
 	start := time.Now()
-	_, err = ri.Patch(rctx, obj.GetName(), types.ApplyPatchType, data,
+	out, err := ri.Patch(rctx, obj.GetName(), types.ApplyPatchType, data,
 		metav1.PatchOptions{FieldManager: fieldManager, Force: ptrTrue(), FieldValidation: mode})
 	if e.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 		e.log.WithFields(logrus.Fields{"kind": obj.GetKind(), "name": obj.GetName(), "namespace": obj.GetNamespace(),
 			"ms": time.Since(start).Milliseconds(), "error": err}).Debug("server-side apply")
 	}
-	return err
+	return out, err
 }
 
 // missingNamespace reports a 404 about the object's namespace, not the object.
@@ -541,37 +553,55 @@ func missingNamespace(err error, ns string) bool {
 	return d == nil || (d.Kind == "namespaces" && d.Name == ns)
 }
 
-// resourceFor maps the kind (from the cluster's cached discovery) and
-// picks the namespace: a namespaced object without one goes to the
-// context's. A kind the cluster does not serve is errNotServed: the
-// resource waits for it. Discovery is fetched again for a kind it lacks,
-// at most once a second per cluster.
+// resourceFor is target's dynamic client for the object.
 func (e *Engine) resourceFor(cs *clusterState, client *cluster.Client, gvk schema.GroupVersionKind, obj *unstructured.Unstructured, defaultNS string) (dynamic.ResourceInterface, error) {
+	t, err := e.target(cs, client, gvk, obj, defaultNS)
+	return t.ri, err
+}
+
+// target is where an object goes on a cluster.
+type target struct {
+	client    *cluster.Client
+	ri        dynamic.ResourceInterface
+	gvr       schema.GroupVersionResource
+	namespace string // "" for a cluster-scoped kind
+}
+
+// target maps the kind (from the cluster's cached discovery) and picks the
+// namespace: a namespaced object without one goes to the context's. A
+// kind the cluster does not serve is errNotServed: the resource waits for
+// it. Discovery is fetched again for a kind it lacks, at most once a
+// second per cluster.
+func (e *Engine) target(cs *clusterState, client *cluster.Client, gvk schema.GroupVersionKind, obj *unstructured.Unstructured, defaultNS string) (target, error) {
 	mapping, err := client.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if meta.IsNoMatchError(err) && cs.mayRefresh(client) {
 		client.Mapper.Reset()
 		mapping, err = client.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	}
 	if meta.IsNoMatchError(err) {
-		return nil, errNotServed{kind: gvk.GroupVersion().String() + " " + gvk.Kind}
+		return target{}, errNotServed{kind: gvk.GroupVersion().String() + " " + gvk.Kind}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("discover %s: %w", gvk.Kind, err)
+		return target{}, fmt.Errorf("discover %s: %w", gvk.Kind, err)
 	}
+	t := target{client: client, gvr: mapping.Resource}
 	if mapping.Scope.Name() != meta.RESTScopeNameNamespace {
 		obj.SetNamespace("")
-		return client.Dynamic.Resource(mapping.Resource), nil
+		t.ri = client.Dynamic.Resource(mapping.Resource)
+		return t, nil
 	}
 	if obj.GetNamespace() == "" {
 		obj.SetNamespace(defaultNS)
 	}
-	return client.Dynamic.Resource(mapping.Resource).Namespace(obj.GetNamespace()), nil
+	t.namespace = obj.GetNamespace()
+	t.ri = client.Dynamic.Resource(mapping.Resource).Namespace(t.namespace)
+	return t, nil
 }
 
-// ensureNamespace creates a missing namespace for an object of the
-// placement: the placement's own Exclusive Namespace when it has one
-// (gone since it was applied: it comes back as the placement's), a bare
-// one otherwise.
+// ensureNamespace creates a namespace an object of the placement needs:
+// the placement's own Exclusive Namespace when it has one (gone since it
+// was applied: it comes back as the placement's, claimed), otherwise one
+// owned by the group (Engine.ensureNamespace).
 func (pa *placementApply) ensureNamespace(ctx context.Context, cs *clusterState, client *cluster.Client, ns string, labels map[string]string) error {
 	for _, r := range pa.p.Resources {
 		if !r.Exclusive || r.GVK.Kind != "Namespace" || r.GVK.Group != "" || r.Name != ns {
@@ -582,17 +612,20 @@ func (pa *placementApply) ensureNamespace(ctx context.Context, cs *clusterState,
 			return err
 		}
 		decorate(obj, labels)
-		if o := pa.claim(ctx, cs, client.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}), obj); o != nil {
-			return o.err
-		}
-		return nil
+		setAnnotation(obj, v1alpha1.AnnotationOwner, pa.c.Meta.Group)
+		nsGVR := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+		return pa.claim(ctx, cs, target{client: client, ri: client.Dynamic.Resource(nsGVR), gvr: nsGVR}, obj)
 	}
-	return pa.e.ensureNamespace(ctx, cs, client, ns)
+	return pa.e.ensureNamespace(ctx, cs, client, ns, pa.c.Meta.Group)
 }
 
-func (e *Engine) ensureNamespace(ctx context.Context, cs *clusterState, client *cluster.Client, ns string) error {
-	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}
-	return e.patch(ctx, cs, client.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}), obj, FieldValidationStrict)
+// ensureNamespace creates a namespace an object needs, as helm
+// --create-namespace does, owned by the group that needed it.
+func (e *Engine) ensureNamespace(ctx context.Context, cs *clusterState, client *cluster.Client, ns, owner string) error {
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace",
+		"metadata": map[string]any{"name": ns, "annotations": map[string]any{v1alpha1.AnnotationOwner: owner}}}}
+	_, err := e.patch(ctx, cs, client.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}), obj, FieldValidationStrict)
+	return err
 }
 
 // waves groups resources into what must exist before the next group is
@@ -713,13 +746,13 @@ func (pa *placementApply) putBundle(ctx context.Context, client *cluster.Client,
 		var ri dynamic.ResourceInterface
 		ri, err = pa.e.resourceFor(cs, client, v1alpha1.GVK(), rbs, ns)
 		if err == nil {
-			err = pa.e.patch(ctx, cs, ri, rbs, FieldValidationStrict)
+			_, err = pa.e.patch(ctx, cs, ri, rbs, FieldValidationStrict)
 		}
 		if apierrors.IsNotFound(err) && missingNamespace(err, ns) && !nsCreated {
 			// The bundle goes with the app's namespace, which the app's own
 			// resources may not have created yet.
 			nsCreated = true
-			if nerr := pa.e.ensureNamespace(ctx, cs, client, ns); nerr != nil {
+			if nerr := pa.e.ensureNamespace(ctx, cs, client, ns, pa.c.Meta.Group); nerr != nil {
 				return nerr
 			}
 			continue

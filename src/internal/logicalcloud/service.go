@@ -1,4 +1,4 @@
-package deploy
+package logicalcloud
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"go.mongodb.org/mongo-driver/bson"
@@ -14,98 +15,91 @@ import (
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
-	"github.com/argus-mc/argus/src/internal/logicalcloud"
-	"github.com/argus-mc/argus/src/internal/placement"
+	"github.com/argus-mc/argus/src/internal/logging"
 )
 
-// cloudTarget is where a DIG deploys: a namespace, the logical cloud whose
-// credentials apply it ("" for the clusters' own) and the clusters the
-// cloud includes (nil: any).
-type cloudTarget struct {
-	namespace string
-	name      string
-	label     string // for messages
-	clusters  map[appcontext.ClusterRef]bool
+// Rsync is the part of rsync a cloud's lifecycle drives (rsync.Dispatcher).
+type Rsync interface {
+	Instantiate(group, id string)
+	Update(group, id string)
+	Terminate(group, id string)
+	Stop(group string) bool
+	Busy(group string) bool
 }
 
-// place resolves an app's placement within the cloud's clusters: an allOf
-// cluster outside the cloud is refused (EMCO: the cloud must provide the
-// mandatory clusters); anyOf chooses among the cloud's clusters only.
-func (t cloudTarget) place(app string, intent catalog.PlacementIntent, clusters []placement.Cluster) ([]appcontext.ClusterRef, error) {
-	if t.clusters == nil {
-		refs, err := placement.Resolve(intent, clusters)
+// ServiceOptions configures a Service; Catalog, Contexts and Rsync are
+// required.
+type ServiceOptions struct {
+	Catalog  *catalog.Catalog
+	Contexts *appcontext.Store
+	Rsync    Rsync
+	// Clients reach the clusters whose signers issue standard clouds'
+	// users' certificates; nil leaves only admin clouds available.
+	Clients Clients
+	// Owns reports whether this replica owns a group: a cloud's
+	// certificates are issued and renewed by the owner of its
+	// "lc:<project>/<cloud>" group alone (Keeper). Required with Clients.
+	Owns func(group string) bool
+	// CertTTL is the lifetime asked for a user's certificates (the CSR's
+	// expirationSeconds; clusters may cap it); 0 means DefaultCertTTL.
+	CertTTL time.Duration
+	// ReservedUsers are user name prefixes no cloud may have, beside
+	// Kubernetes' own system: (CheckUser).
+	ReservedUsers []string
+	// Issuer tunes the issuance (timeout, backoff, renewal); its Clients
+	// and Store are the Keeper's.
+	Issuer IssuerOptions
+	Logger *logrus.Entry
+	Now    func() time.Time
+}
+
+// Service runs logical cloud lifecycle actions (EMCO's dcm: instantiate,
+// update, terminate, stop) and guards the changes to a cloud (user names:
+// never reserved, never another cloud's). A standard cloud's resources go
+// to its clusters through rsync, like a DIG's, and its Keeper, on the
+// replica owning the cloud, gets the user's certificate from each of them
+// and keeps it renewed.
+type Service struct {
+	opts   ServiceOptions
+	log    *logrus.Entry
+	keeper *Keeper // nil without Clients
+}
+
+// NewService returns a Service; its Keeper (with Clients) does the
+// certificate work once it runs.
+func NewService(opts ServiceOptions) (*Service, error) {
+	if opts.Catalog == nil || opts.Contexts == nil || opts.Rsync == nil {
+		return nil, errors.New("logicalcloud: Catalog, Contexts and Rsync are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = logrus.NewEntry(logging.Discard())
+	}
+	if opts.Now == nil {
+		opts.Now = func() time.Time { return time.Now().UTC() }
+	}
+	if opts.CertTTL == 0 {
+		opts.CertTTL = DefaultCertTTL
+	}
+	s := &Service{opts: opts, log: opts.Logger}
+	if opts.Clients != nil {
+		k, err := newKeeper(keeperOptions{Catalog: opts.Catalog, Contexts: opts.Contexts.Get, Touch: opts.Contexts.Touch,
+			Clients: opts.Clients, Issuer: opts.Issuer, Owns: opts.Owns, CertTTL: opts.CertTTL,
+			Logger: opts.Logger.WithField("component", "keeper")})
 		if err != nil {
-			return nil, fmt.Errorf("app %q: %w", app, err)
+			return nil, err
 		}
-		return refs, nil
+		s.keeper = k
 	}
-	inCloud := func(sel catalog.ClusterSelector) bool {
-		return sel.Cluster == "" || t.clusters[appcontext.ClusterRef{Provider: sel.ClusterProvider, Name: sel.Cluster}]
-	}
-	for _, sel := range intent.AllOf {
-		if !inCloud(sel) {
-			return nil, errdefs.Invalid("app %q is placed on cluster %s+%s, which logical cloud %q does not include", app, sel.ClusterProvider, sel.Cluster, t.label)
-		}
-	}
-	within := catalog.PlacementIntent{AllOf: intent.AllOf}
-	for _, sel := range intent.AnyOf {
-		if inCloud(sel) {
-			within.AnyOf = append(within.AnyOf, sel)
-		}
-	}
-	if len(intent.AnyOf) > 0 && len(within.AnyOf) == 0 {
-		return nil, errdefs.Invalid("app %q: its anyOf names no cluster of logical cloud %q", app, t.label)
-	}
-	var candidates []placement.Cluster
-	for _, c := range clusters {
-		if t.clusters[c.Ref] {
-			candidates = append(candidates, c)
-		}
-	}
-	refs, err := placement.Resolve(within, candidates)
-	if err != nil {
-		return nil, fmt.Errorf("app %q in logical cloud %q: %w", app, t.label, err)
-	}
-	return refs, nil
+	return s, nil
 }
 
-// cloudFor resolves a DIG's logicalCloud. Empty — or "default" when the
-// project has no cloud of that name — keeps what Argus always did: the
-// clusters' own credentials and namespace "default". Otherwise the cloud
-// must exist and be instantiated.
-func (s *Service) cloudFor(ctx context.Context, project, name string) (cloudTarget, error) {
-	if name == "" {
-		return cloudTarget{namespace: Namespace}, nil
-	}
-	lc, err := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).Get(ctx, catalog.Key{project, name})
-	if errors.Is(err, errdefs.ErrNotFound) {
-		if name == "default" {
-			return cloudTarget{namespace: Namespace}, nil
-		}
-		return cloudTarget{}, errdefs.Invalid("logical cloud %q of project %q does not exist", name, project)
-	}
-	if err != nil {
-		return cloudTarget{}, err
-	}
-	st, err := s.CloudStatus(ctx, catalog.Key{project, name})
-	if err != nil {
-		return cloudTarget{}, err
-	}
-	if st.Deployed != appcontext.Instantiated && st.Deployed != appcontext.Updated {
-		why := ""
-		if st.Reason != "" {
-			why = " (" + st.Reason + ")"
-		}
-		return cloudTarget{}, errdefs.Conflict("logical cloud %q is %s%s; it must be Instantiated to deploy into it", name, orCreated(st.Deployed), why)
-	}
-	t := cloudTarget{namespace: logicalcloud.Namespace(lc.Spec), label: name, clusters: map[appcontext.ClusterRef]bool{}}
-	if logicalcloud.Standard(lc.Spec) {
-		t.name = name
-	}
-	for _, r := range st.References {
-		t.clusters[appcontext.ClusterRef{Provider: r.Spec.ClusterProvider, Name: r.Spec.Cluster}] = true
-	}
-	return t, nil
+// Keeper is the certificate work of standard clouds, nil without Clients:
+// its owner runs it and tells it of changed contexts and of the groups
+// this replica acquires and releases.
+func (s *Service) Keeper() *Keeper { return s.keeper }
+
+func (s *Service) action(state, contextID string) catalog.StateAction {
+	return catalog.StateAction{State: state, ContextID: contextID, TimeStamp: s.opts.Now()}
 }
 
 func orCreated(s string) string {
@@ -116,8 +110,8 @@ func orCreated(s string) string {
 }
 
 // CloudStatus reads a logical cloud's state.
-func (s *Service) CloudStatus(ctx context.Context, key catalog.Key) (logicalcloud.State, error) {
-	return logicalcloud.ReadState(ctx, s.opts.Catalog, s.opts.Contexts.Get, key)
+func (s *Service) CloudStatus(ctx context.Context, key catalog.Key) (State, error) {
+	return ReadState(ctx, s.opts.Catalog, s.opts.Contexts.Get, key)
 }
 
 func cloudGroup(key catalog.Key) string { return catalog.LogicalCloudGroup(key[0], key[1]) }
@@ -148,7 +142,7 @@ func (s *Service) InstantiateCloud(ctx context.Context, key catalog.Key) (string
 		return "", err
 	}
 	id := appcontext.NewID()
-	if logicalcloud.Standard(lc.Spec) {
+	if Standard(lc.Spec) {
 		if err := s.userFree(ctx, key, lc.Spec.User.UserName); err != nil {
 			return "", err
 		}
@@ -156,21 +150,21 @@ func (s *Service) InstantiateCloud(ctx context.Context, key catalog.Key) (string
 	if _, err := s.opts.Catalog.Transition(ctx, cloudGroup(key), cloudSubject(key), from, s.action(catalog.StateInstantiated, id), id); err != nil {
 		return "", err
 	}
-	meta := appcontext.Meta{ID: id, Kind: "lc", Group: cloudGroup(key), Project: key[0], Namespace: logicalcloud.Namespace(lc.Spec),
+	meta := appcontext.Meta{ID: id, Kind: "lc", Group: cloudGroup(key), Project: key[0], Namespace: Namespace(lc.Spec),
 		StatusID: id, Created: s.opts.Now()}
 	status := appcontext.Status{Status: appcontext.Instantiating, Updated: s.opts.Now()}
-	if !logicalcloud.Standard(lc.Spec) {
+	if !Standard(lc.Spec) {
 		status.Status = appcontext.Instantiated // the clusters as they are: nothing to apply
 	}
-	if err := logicalcloud.ForgetCertificates(ctx, s.opts.Catalog, key, refs); err != nil {
+	if err := ForgetCertificates(ctx, s.opts.Catalog, key, refs); err != nil {
 		return "", err
 	}
 	if err := s.opts.Contexts.Create(ctx, meta, status, placements); err != nil {
 		return "", fmt.Errorf("record context: %w", err)
 	}
-	if logicalcloud.Standard(lc.Spec) {
+	if Standard(lc.Spec) {
 		// The cloud's owner has the certificates issued as it sees the
-		// context (logicalcloud.Keeper).
+		// context (Keeper).
 		s.opts.Rsync.Instantiate(meta.Group, id)
 	}
 	s.log.WithFields(logrus.Fields{"logicalCloud": strings.Join(key, "/"), "context": id, "level": lc.Spec.Level}).Info("instantiating logical cloud")
@@ -198,10 +192,10 @@ func (s *Service) planCloud(ctx context.Context, key catalog.Key, lc catalog.Obj
 			return nil, nil, err
 		}
 	}
-	if !logicalcloud.Standard(lc.Spec) {
+	if !Standard(lc.Spec) {
 		return refs, nil, nil
 	}
-	if !s.opts.StandardClouds {
+	if s.keeper == nil {
 		return nil, nil, errdefs.Unavailable(nil, "standard logical clouds are not available: no certificate issuer is configured")
 	}
 	perms, err := catalog.For[catalog.UserPermissionSpec](cat, catalog.UserPermissions).List(ctx, key)
@@ -216,7 +210,7 @@ func (s *Service) planCloud(ctx context.Context, key catalog.Key, lc catalog.Obj
 	if err != nil {
 		return nil, nil, err
 	}
-	objs, err := logicalcloud.Resources(logicalcloud.Cloud{Project: key[0], Name: key[1], Spec: lc.Spec, Perms: perms, Quotas: quotas,
+	objs, err := Resources(Cloud{Name: key[1], Spec: lc.Spec, Perms: perms, Quotas: quotas,
 		CSR: secrets.CSR, CertTTL: s.opts.CertTTL})
 	if err != nil {
 		return nil, nil, err
@@ -234,7 +228,7 @@ func (s *Service) planCloud(ctx context.Context, key catalog.Key, lc catalog.Obj
 			rs = append(rs, appcontext.Resource{GVK: o.GroupVersionKind(), Name: o.GetName(), Namespace: o.GetNamespace(), Manifest: manifest,
 				Exclusive: o.GetKind() == "Namespace"})
 		}
-		placements = append(placements, &appcontext.Placement{App: logicalcloud.App,
+		placements = append(placements, &appcontext.Placement{App: App,
 			Cluster: appcontext.ClusterRef{Provider: r.Spec.ClusterProvider, Name: r.Spec.Cluster}, Resources: rs})
 	}
 	return refs, placements, nil
@@ -242,14 +236,14 @@ func (s *Service) planCloud(ctx context.Context, key catalog.Key, lc catalog.Obj
 
 // cloudSecrets returns the cloud's user key and request, made on first use
 // and again if the user name changed.
-func (s *Service) cloudSecrets(ctx context.Context, key catalog.Key, user string) (logicalcloud.Secrets, error) {
+func (s *Service) cloudSecrets(ctx context.Context, key catalog.Key, user string) (Secrets, error) {
 	clouds := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds)
 	data, err := clouds.GetContent(ctx, key)
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-		return logicalcloud.Secrets{}, err
+		return Secrets{}, err
 	}
 	if err == nil {
-		sec, err := logicalcloud.DecodeSecrets(data)
+		sec, err := DecodeSecrets(data)
 		if err != nil {
 			return sec, err
 		}
@@ -257,7 +251,7 @@ func (s *Service) cloudSecrets(ctx context.Context, key catalog.Key, user string
 			return sec, nil
 		}
 	}
-	sec, err := logicalcloud.NewSecrets(user)
+	sec, err := NewSecrets(user)
 	if err != nil {
 		return sec, err
 	}
@@ -288,16 +282,16 @@ func (s *Service) TerminateCloud(ctx context.Context, key catalog.Key) error {
 		return err
 	}
 	// The owner stops the issuance and clears again what it may still
-	// store meanwhile (logicalcloud.Keeper); this makes the kubeconfigs
+	// store meanwhile (Keeper); this makes the kubeconfigs
 	// go at once.
 	refs, err := catalog.For[catalog.ClusterReferenceSpec](s.opts.Catalog, catalog.ClusterReferences).List(ctx, key)
 	if err != nil {
 		return err
 	}
-	if err := logicalcloud.ForgetCertificates(ctx, s.opts.Catalog, key, refs); err != nil {
+	if err := ForgetCertificates(ctx, s.opts.Catalog, key, refs); err != nil {
 		return err
 	}
-	if !logicalcloud.Standard(lc.Spec) {
+	if !Standard(lc.Spec) {
 		return s.opts.Contexts.SetStatus(ctx, st.ContextID, appcontext.Status{Status: appcontext.Terminated})
 	}
 	s.opts.Rsync.Terminate(cloudGroup(key), st.ContextID)
@@ -357,18 +351,23 @@ func (s *Service) UpdateCloud(ctx context.Context, key catalog.Key) error {
 	if err != nil {
 		return err
 	}
-	if old.Meta.Namespace != logicalcloud.Namespace(lc.Spec) {
+	if old.Meta.Namespace != Namespace(lc.Spec) {
 		return errdefs.Conflict("%s changed its namespace or level since it was instantiated; terminate and instantiate it instead", cloudSubject(key))
 	}
 	if _, err := s.opts.Catalog.Transition(ctx, cloudGroup(key), cloudSubject(key), from, s.action(catalog.StateUpdated, st.ContextID), ""); err != nil {
 		return err
 	}
-	if !logicalcloud.Standard(lc.Spec) {
+	if !Standard(lc.Spec) {
 		return nil // nothing on the clusters
 	}
 	// New clusters get their certificates from the owner, which sees the
-	// context change.
-	return s.applyUpdate(ctx, cloudGroup(key), old.Meta.ID, placements, nil)
+	// context change (Keeper).
+	s.opts.Rsync.Stop(cloudGroup(key)) // the plan is merged with a settled context
+	if err := s.opts.Contexts.ReplaceForUpdate(ctx, old.Meta.ID, placements, nil); err != nil {
+		return err
+	}
+	s.opts.Rsync.Update(cloudGroup(key), old.Meta.ID)
+	return nil
 }
 
 // StopCloud cancels the instantiation, update or termination in flight.
@@ -449,8 +448,8 @@ func (s *Service) userFree(ctx context.Context, key catalog.Key, user string) er
 // another cloud's, and changing its level, namespace or user while it is
 // on its clusters.
 func (s *Service) CloudSpecChangeable(ctx context.Context, key catalog.Key, next catalog.LogicalCloudSpec) error {
-	if logicalcloud.Standard(next) {
-		if err := logicalcloud.CheckUser(next.User.UserName, s.opts.ReservedUsers); err != nil {
+	if Standard(next) {
+		if err := CheckUser(next.User.UserName, s.opts.ReservedUsers); err != nil {
 			return err
 		}
 		if err := s.userFree(ctx, key, next.User.UserName); err != nil {
@@ -481,5 +480,5 @@ func (s *Service) CloudSpecChangeable(ctx context.Context, key catalog.Key, next
 // Kubeconfig is a standard cloud's user's kubeconfig on a reference's
 // cluster.
 func (s *Service) Kubeconfig(ctx context.Context, project, cloud, reference string) ([]byte, error) {
-	return logicalcloud.Source{Catalog: s.opts.Catalog}.ForReference(ctx, project, cloud, reference)
+	return Source{Catalog: s.opts.Catalog}.ForReference(ctx, project, cloud, reference)
 }
