@@ -22,6 +22,7 @@ const (
 	keyRequestID ctxKey = iota
 	keyLogger
 	keyRoute
+	keyReadOnly
 )
 
 // RequestIDHeader carries the request id in and out.

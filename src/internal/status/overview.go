@@ -172,10 +172,8 @@ func (r *Reader) summarise(ctx context.Context, header Header, st catalog.DIGSta
 						continue
 					}
 					s.NotReadyCount++
-					if len(s.NotReady) < MaxNotReady {
-						s.NotReady = append(s.NotReady, NotReady{App: a.Name, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
-							GVK: res.GVK, Name: res.Name, ClusterStatus: res.ClusterStatus, ReadyStatus: res.ReadyStatus, Reason: res.Reason})
-					}
+					s.NotReady = append(s.NotReady, NotReady{App: a.Name, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
+						GVK: res.GVK, Name: res.Name, ClusterStatus: res.ClusterStatus, ReadyStatus: res.ReadyStatus, Reason: res.Reason})
 				}
 				if len(statuses) > 0 {
 					cs.ReadyStatus = string(health.Aggregate(statuses...))
@@ -190,6 +188,7 @@ func (r *Reader) summarise(ctx context.Context, header Header, st catalog.DIGSta
 		if len(all) > 0 {
 			s.ReadyStatus = string(health.Aggregate(all...))
 		}
+		s.NotReady = worstFirst(s.NotReady, MaxNotReady)
 	})
 	if err != nil && !isNotFound(err) {
 		return err
@@ -296,3 +295,25 @@ func (r *Reader) ClusterOverview(ctx context.Context, replica string, owners Wat
 }
 
 func isNotFound(err error) bool { return errors.Is(err, errdefs.ErrNotFound) }
+
+// worstFirst keeps the max worst of what is not Ready: Failed, then
+// NotPresent, then Pending and Terminating, then Unknown (a Pending
+// Deployment never hides its Failed pod), each in answer order.
+func worstFirst(l []NotReady, max int) []NotReady {
+	rank := func(s string) int {
+		switch health.Status(s) {
+		case health.Failed:
+			return 0
+		case health.NotPresent:
+			return 1
+		case health.Pending, health.Terminating:
+			return 2
+		}
+		return 3
+	}
+	sort.SliceStable(l, func(i, j int) bool { return rank(l[i].ReadyStatus) < rank(l[j].ReadyStatus) })
+	if len(l) > max {
+		l = l[:max]
+	}
+	return l
+}
