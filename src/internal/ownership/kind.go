@@ -49,6 +49,7 @@ type Kind struct {
 	mu      sync.Mutex
 	wanted  map[string]bool
 	held    map[string]clientv3.LeaseID // acquired items and the lease of their claim
+	revs    map[string]int64            // acquired items' claim revisions (Fence.Token)
 	holders map[string]string           // item → holder's id, as the claims watch has it
 }
 
@@ -57,7 +58,7 @@ func newKind(s *Set, name string, h Handler) *Kind {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ownership-" + name}),
-		wanted: map[string]bool{}, held: map[string]clientv3.LeaseID{}, holders: map[string]string{}}
+		wanted: map[string]bool{}, held: map[string]clientv3.LeaseID{}, revs: map[string]int64{}, holders: map[string]string{}}
 }
 
 // Name is the kind's name.
@@ -232,6 +233,7 @@ func (k *Kind) sync(ctx context.Context, item string) error {
 	if err != nil {
 		return fmt.Errorf("claim %s/%s: %w", k.name, item, err)
 	}
+	rev := resp.Header.Revision // the claim's creation
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 || clientv3.LeaseID(kvs[0].Lease) != v.lease {
@@ -240,9 +242,11 @@ func (k *Kind) sync(ctx context.Context, item string) error {
 			// enqueues the item again when the claim goes.
 			return nil
 		}
+		rev = kvs[0].CreateRevision
 	}
 	k.mu.Lock()
 	k.held[item] = v.lease
+	k.revs[item] = rev
 	k.holders[item] = k.s.opts.ID
 	n := len(k.held)
 	k.mu.Unlock()
@@ -266,6 +270,11 @@ func (k *Kind) deleteClaim(ctx context.Context, item string, lease clientv3.Leas
 }
 
 func (k *Kind) release(item string) {
+	// Its fences fail from now on: nothing more is written for the item
+	// while its work stops.
+	k.mu.Lock()
+	delete(k.revs, item)
+	k.mu.Unlock()
 	k.h.Released(item)
 	k.mu.Lock()
 	delete(k.held, item)

@@ -39,6 +39,10 @@ type Options struct {
 	// before the others take it over. 0 means 10s; it is rounded up to
 	// whole seconds (etcd's unit).
 	TTL time.Duration
+	// RenewDeadline is how long after its lease's last renewal this
+	// replica still writes for its items (see Fence); it must be shorter
+	// than the TTL. 0 means two thirds of the TTL.
+	RenewDeadline time.Duration
 	// Workers per kind acquire and release items concurrently; 0 means 4.
 	Workers int
 	// Registerer receives the ownership metrics; nil registers none.
@@ -80,6 +84,9 @@ type Set struct {
 	// follows: each listing registers work on it.
 	following *concurrency.Session
 	follower  *etcdwatch.Follower
+	// renewal is the lease's last renewal; renewCh is closed at the next.
+	renewal renewal
+	renewCh chan struct{}
 }
 
 // New returns a Set; Run starts it.
@@ -100,6 +107,12 @@ func New(opts Options) (*Set, error) {
 	if opts.TTL < 0 {
 		return nil, errors.New("ownership: the lease TTL cannot be negative")
 	}
+	if opts.RenewDeadline == 0 {
+		opts.RenewDeadline = renewDeadline(opts.TTL)
+	}
+	if opts.RenewDeadline < 0 || opts.RenewDeadline >= opts.TTL {
+		return nil, errors.New("ownership: the renew deadline must be positive and shorter than the lease TTL")
+	}
 	if opts.Workers <= 0 {
 		opts.Workers = 4
 	}
@@ -110,7 +123,7 @@ func New(opts Options) (*Set, error) {
 		opts.Now = time.Now
 	}
 	s := &Set{opts: opts, log: opts.Logger, started: opts.Now().UTC(), ttl: int(math.Ceil(opts.TTL.Seconds())),
-		ready: make(chan struct{}), kinds: map[string]*Kind{}, members: map[string]Member{},
+		ready: make(chan struct{}), kinds: map[string]*Kind{}, members: map[string]Member{}, renewCh: make(chan struct{}),
 		owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "argus", Subsystem: "ownership", Name: "owned_items",
 			Help: "Work items this replica owns now, by kind."}, []string{"kind"}),
 		moves: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "argus", Subsystem: "ownership", Name: "handovers_total",
@@ -310,10 +323,12 @@ func (s *Set) Run(ctx context.Context) error {
 func (s *Set) newSession(ctx context.Context) (*concurrency.Session, error) {
 	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	sent := time.Now()
 	g, err := s.opts.Client.Grant(gctx, int64(s.ttl))
 	if err != nil {
 		return nil, fmt.Errorf("grant a lease: %w", err)
 	}
+	s.renewed(g.ID, sent)
 	sess, err := concurrency.NewSession(s.opts.Client, concurrency.WithLease(g.ID), concurrency.WithTTL(s.ttl),
 		concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
@@ -353,8 +368,11 @@ func (s *Set) serve(ctx context.Context, sess *concurrency.Session) error {
 	s.following = sess
 	s.mu.Unlock()
 	fctx, cancel := s.whileLeased(ctx, sess)
+	renewing := make(chan struct{})
+	go func() { defer close(renewing); s.renewLoop(fctx, sess) }()
 	s.follower.Run(fctx)
 	cancel()
+	<-renewing
 	select {
 	case <-sess.Done():
 		if ctx.Err() == nil {
