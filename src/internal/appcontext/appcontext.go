@@ -345,9 +345,10 @@ func (s *Store) putStatus(b *batch, id string, st Status) error {
 	return nil
 }
 
-// SetStatus records a context's status.
-func (s *Store) SetStatus(ctx context.Context, id string, st Status) error {
-	b := &batch{s: s}
+// SetStatus records a context's status, if every guard holds (ErrGuard
+// otherwise).
+func (s *Store) SetStatus(ctx context.Context, id string, st Status, guards ...clientv3.Cmp) error {
+	b := &batch{s: s, guards: guards}
 	if err := s.putStatus(b, id, st); err != nil {
 		return err
 	}
@@ -369,9 +370,10 @@ type StatusUpdate struct {
 
 // SetResourceStatuses records many resources' states, and then the
 // context's status when ctxStatus is not nil, in as few transactions as
-// etcd's limits allow.
-func (s *Store) SetResourceStatuses(ctx context.Context, id string, updates []StatusUpdate, ctxStatus *Status) error {
-	b := &batch{s: s}
+// etcd's limits allow, each only if every guard holds (ErrGuard
+// otherwise: the transactions before it were written).
+func (s *Store) SetResourceStatuses(ctx context.Context, id string, updates []StatusUpdate, ctxStatus *Status, guards ...clientv3.Cmp) error {
+	b := &batch{s: s, guards: guards}
 	now := time.Now().UTC()
 	for _, u := range updates {
 		if u.Status.Updated.IsZero() {

@@ -36,11 +36,11 @@ func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.
 		names = updateNames
 	}
 	if c.Status.Status != names.running {
-		if err := e.opts.Store.SetStatus(ctx, id, appcontext.Status{Status: names.running}); err != nil {
+		if err := e.setStatus(ctx, id, appcontext.Status{Status: names.running}); err != nil {
 			return err
 		}
 	}
-	rec := newRecorder(e.opts.Store, c, names, log)
+	rec := newRecorder(e.opts.Store, c, names, log, guards(ctx))
 	mode := c.Meta.FieldValidation
 	if mode == "" {
 		mode = e.opts.FieldValidation
@@ -333,15 +333,26 @@ func (pa *placementApply) applyOne(ctx context.Context, r appcontext.Resource, l
 	if err != nil {
 		return outcome{class: classify(ctx, err), err: err}
 	}
+	if err := pa.fenceApply(ctx, cs, ri, obj); err != nil {
+		return outcome{class: classify(ctx, err), err: err}
+	}
 	wctx, warnings := cluster.WithWarnings(ctx)
 	// Up to three tries: a missing namespace is created and a field the
-	// schema lacks pruned, in whichever order the API server reports them.
+	// schema lacks pruned, in whichever order the API server reports them;
+	// and a fenced apply that met a change since it read the object reads
+	// it again (a few times: a controller may be writing it too).
 	var dropped []string
-	nsCreated, pruned := false, false
+	nsCreated, pruned, conflicts := false, false, 0
 tries:
 	for {
 		err = pa.e.patch(wctx, cs, ri, obj, pa.mode)
 		switch {
+		case apierrors.IsConflict(err) && obj.GetResourceVersion() != "" && conflicts < 5:
+			conflicts++
+			if ferr := pa.fenceApply(ctx, cs, ri, obj); ferr != nil {
+				return outcome{class: classify(ctx, ferr), err: ferr}
+			}
+			continue
 		case apierrors.IsNotFound(err) && obj.GetNamespace() != "" && missingNamespace(err, obj.GetNamespace()):
 			if nsCreated { // created, but not yet visible to the API server's admission
 				err = errNamespaceUnusable{ns: obj.GetNamespace(), cause: err}
@@ -415,6 +426,9 @@ func (e *Engine) patch(ctx context.Context, cs *clusterState, ri dynamic.Resourc
 		return ctx.Err()
 	}
 	defer release()
+	if err := checkWrite(ctx); err != nil {
+		return err
+	}
 	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
 	defer cancel()
 	start := time.Now()

@@ -24,11 +24,11 @@ func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error
 		return err
 	}
 	if c.Status.Status != appcontext.Terminating {
-		if err := e.opts.Store.SetStatus(ctx, id, appcontext.Status{Status: appcontext.Terminating}); err != nil {
+		if err := e.setStatus(ctx, id, appcontext.Status{Status: appcontext.Terminating}); err != nil {
 			return err
 		}
 	}
-	rec := newRecorder(e.opts.Store, c, deleteNames, log)
+	rec := newRecorder(e.opts.Store, c, deleteNames, log, guards(ctx))
 	gone := make(map[*appcontext.Placement]chan struct{}, len(c.Placements))
 	for _, p := range c.Placements {
 		gone[p] = make(chan struct{})
@@ -115,14 +115,25 @@ func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcon
 	if err != nil {
 		return classify(ctx, err), err
 	}
+	opts, gone, err := e.fenceDelete(ctx, cs, ri, c, obj.GetName())
+	if gone {
+		return done, nil
+	}
+	if err != nil {
+		return classify(ctx, err), err
+	}
 	if !cs.acquire(ctx) {
 		return transient, ctx.Err()
 	}
 	defer cs.release()
-	policy := metav1.DeletePropagationBackground
+	if err := checkWrite(ctx); err != nil {
+		return classify(ctx, err), err
+	}
 	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
 	defer cancel()
-	err = ri.Delete(rctx, obj.GetName(), metav1.DeleteOptions{PropagationPolicy: &policy})
+	// A Conflict (the object changed since it was read) is transient: the
+	// next attempt reads it again.
+	err = ri.Delete(rctx, obj.GetName(), opts)
 	if err == nil || apierrors.IsNotFound(err) {
 		return done, nil
 	}
@@ -139,6 +150,10 @@ func (e *Engine) deleteBundle(ctx context.Context, c *appcontext.Context, p *app
 	cs := e.cluster(p.Cluster)
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		if !cs.acquire(ctx) {
+			return
+		}
+		if checkWrite(ctx) != nil {
+			cs.release()
 			return
 		}
 		err := client.Dynamic.Resource(v1alpha1.GVR()).Namespace(c.Meta.Namespace).Delete(ctx, BundleName(p.App, c.Meta.StatusID), metav1.DeleteOptions{})

@@ -13,6 +13,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/ownership"
 )
 
 const fieldManager = "argus"
@@ -93,6 +94,7 @@ type run struct {
 	quiet    chan struct{} // it tried everything once and only waits now (or is done)
 	settled  chan struct{} // done, and every earlier action on the group settled
 	prev     *run          // nil once settled
+	err      error         // why it stopped; set before done is closed
 }
 
 // New returns an Engine.
@@ -154,16 +156,16 @@ const (
 
 // Instantiate applies a new context's resources, after any action in flight
 // on its group.
-func (e *Engine) Instantiate(group, id string) { e.start(group, actionApply, id, false) }
+func (e *Engine) Instantiate(group, id string) { e.start(group, actionApply, id, false, ownership.Fence{}) }
 
 // Update applies a context's new and changed resources, retries those not
 // Applied, and deletes those marked removed, after any action in flight on
 // its group.
-func (e *Engine) Update(group, id string) { e.start(group, actionUpdate, id, false) }
+func (e *Engine) Update(group, id string) { e.start(group, actionUpdate, id, false, ownership.Fence{}) }
 
 // Terminate cancels the actions in flight on the group and deletes the
 // context's resources.
-func (e *Engine) Terminate(group, id string) { e.start(group, actionDelete, id, true) }
+func (e *Engine) Terminate(group, id string) { e.start(group, actionDelete, id, true, ownership.Fence{}) }
 
 // Stop cancels the actions in flight on the group (other than deletions of
 // earlier contexts) and waits for the latest; it reports whether one was
@@ -204,10 +206,10 @@ func (e *Engine) cancelChainLocked(r *run, id string) {
 	}
 }
 
-// start queues an action on the group and returns its run. Starting what
-// already runs (the same kind on the same context) returns the run in
-// flight, so Resume is idempotent.
-func (e *Engine) start(group, kind, id string, preempt bool) *run {
+// start queues an action on the group and returns its run; its writes are
+// fenced by fence (see fencing). Starting what already runs (the same kind
+// on the same context) returns the run in flight, so Resume is idempotent.
+func (e *Engine) start(group, kind, id string, preempt bool, fence ownership.Fence) *run {
 	e.mu.Lock()
 	prev := e.groups[group]
 	if prev != nil && !preempt && prev.kind == kind && prev.id == id && !closed(prev.done) {
@@ -217,7 +219,9 @@ func (e *Engine) start(group, kind, id string, preempt bool) *run {
 	if preempt && prev != nil {
 		e.cancelChainLocked(prev, id)
 	}
-	ctx, cancel := context.WithCancel(e.ctx)
+	ctx, stop := context.WithCancelCause(e.ctx)
+	cancel := func() { stop(context.Canceled) }
+	ctx = withFencing(ctx, fencing{fence: fence, stop: stop})
 	r := &run{kind: kind, id: id, cancel: cancel, done: make(chan struct{}), quiet: make(chan struct{}), settled: make(chan struct{}), prev: prev}
 	quiet := sync.OnceFunc(func() { close(r.quiet) })
 	e.groups[group] = r
@@ -255,9 +259,15 @@ func (e *Engine) start(group, kind, id string, preempt bool) *run {
 			err = e.delete(ctx, id, log)
 		}
 		log = log.WithField("ms", time.Since(start).Milliseconds())
+		if cause := context.Cause(ctx); fenced(cause) {
+			err = cause
+		}
+		r.err = err
 		switch {
 		case err == nil:
 			log.Info("rsync action finished")
+		case fenced(err):
+			log.WithError(err).Warn("rsync action stopped: this replica may no longer write for the group; its next owner continues it")
 		case errors.Is(err, context.Canceled):
 			log.Info("rsync action cancelled")
 		default:
@@ -280,7 +290,7 @@ func (e *Engine) Resume(ctx context.Context) error {
 		if kind == "" {
 			continue
 		}
-		e.start(c.Meta.Group, kind, c.Meta.ID, false)
+		e.start(c.Meta.Group, kind, c.Meta.ID, false, ownership.Fence{})
 		e.log.WithFields(logrus.Fields{"context": c.Meta.ID, "status": c.Status.Status}).Info("resuming rsync action")
 	}
 	return nil

@@ -2,6 +2,7 @@ package rsync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/backoff"
@@ -24,6 +26,10 @@ type recorder struct {
 	id    string
 	log   *logrus.Entry
 	names statusNames
+	// guards fence every write (see fencing): once one fails, nothing
+	// more is written.
+	guards []clientv3.Cmp
+	fenced bool
 
 	mu       sync.Mutex
 	pending  map[string]appcontext.StatusUpdate
@@ -51,8 +57,8 @@ var (
 	deleteNames = statusNames{appcontext.Terminating, appcontext.Terminated, appcontext.TerminateFailed}
 )
 
-func newRecorder(store *appcontext.Store, c *appcontext.Context, names statusNames, log *logrus.Entry) *recorder {
-	r := &recorder{store: store, id: c.Meta.ID, log: log, names: names,
+func newRecorder(store *appcontext.Store, c *appcontext.Context, names statusNames, log *logrus.Entry, guards []clientv3.Cmp) *recorder {
+	r := &recorder{store: store, id: c.Meta.ID, log: log, names: names, guards: guards,
 		pending: map[string]appcontext.StatusUpdate{}, current: map[string]resState{},
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), finished: make(chan struct{})}
 	for _, p := range c.Placements {
@@ -113,13 +119,18 @@ func (r *recorder) finish(cancelled bool) {
 	r.mu.Unlock()
 	close(r.stopped)
 	<-r.finished
-	if cancelled {
+	r.mu.Lock()
+	fenced := r.fenced
+	r.mu.Unlock()
+	if cancelled || fenced {
 		return // who cancelled says what the context's status is
 	}
 	st := r.derive(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := r.store.SetStatus(ctx, r.id, st); err != nil {
+	if err := r.store.SetStatus(ctx, r.id, st, r.guards...); errors.Is(err, appcontext.ErrGuard) {
+		r.log.Warn("the action's final status is not recorded: the group's claim is no longer this replica's")
+	} else if err != nil {
 		r.log.WithError(err).Error("cannot record the context's status")
 	}
 }
@@ -167,6 +178,10 @@ func (r *recorder) flush(stopping bool) error {
 		updates = append(updates, u)
 	}
 	r.pending = map[string]appcontext.StatusUpdate{}
+	if r.fenced {
+		r.mu.Unlock()
+		return nil
+	}
 	var ctxStatus *appcontext.Status
 	if r.passDone && !stopping {
 		st := r.deriveLocked(false)
@@ -180,7 +195,15 @@ func (r *recorder) flush(stopping bool) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := r.store.SetResourceStatuses(ctx, r.id, updates, ctxStatus); err != nil {
+	err := r.store.SetResourceStatuses(ctx, r.id, updates, ctxStatus, r.guards...)
+	if errors.Is(err, appcontext.ErrGuard) {
+		r.mu.Lock()
+		r.fenced = true
+		r.mu.Unlock()
+		r.log.Warn("rsync statuses are no longer recorded: the group's claim is no longer this replica's")
+		return nil
+	}
+	if err != nil {
 		r.mu.Lock()
 		for _, u := range updates { // put back unless something newer came
 			k := u.App + "\x00" + u.Cluster.String() + "\x00" + u.Key
