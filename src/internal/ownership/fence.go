@@ -104,6 +104,10 @@ func (k *Kind) Fence(item string) (Fence, bool) {
 	return Fence{k: k, item: item, lease: lease, rev: rev}, true
 }
 
+// Lease is the lease the claim is on (0 for the zero Fence): keys put on
+// it go when the claim does.
+func (f Fence) Lease() clientv3.LeaseID { return f.lease }
+
 // Token is the fencing token: the revision at which this replica's claim
 // on the item was created. A later owner's claim is always newer.
 func (f Fence) Token() int64 { return f.rev }
