@@ -156,7 +156,9 @@ const (
 
 // Instantiate applies a new context's resources, after any action in flight
 // on its group.
-func (e *Engine) Instantiate(group, id string) { e.start(group, actionApply, id, false, ownership.Fence{}) }
+func (e *Engine) Instantiate(group, id string) {
+	e.start(group, actionApply, id, false, ownership.Fence{})
+}
 
 // Update applies a context's new and changed resources, retries those not
 // Applied, and deletes those marked removed, after any action in flight on
@@ -165,7 +167,9 @@ func (e *Engine) Update(group, id string) { e.start(group, actionUpdate, id, fal
 
 // Terminate cancels the actions in flight on the group and deletes the
 // context's resources.
-func (e *Engine) Terminate(group, id string) { e.start(group, actionDelete, id, true, ownership.Fence{}) }
+func (e *Engine) Terminate(group, id string) {
+	e.start(group, actionDelete, id, true, ownership.Fence{})
+}
 
 // Stop cancels the actions in flight on the group (other than deletions of
 // earlier contexts) and waits for the latest; it reports whether one was

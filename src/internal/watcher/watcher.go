@@ -42,9 +42,9 @@ type clusterWatcher struct {
 	// fence guards every write; the cluster's state lives on its lease.
 	fence ownership.Fence
 
-	mu        sync.Mutex
-	writeMu   sync.Mutex // orders state writes: a newer state is never overwritten by an older one
-	state     appcontext.ClusterState
+	mu      sync.Mutex
+	writeMu sync.Mutex // orders state writes: a newer state is never overwritten by an older one
+	state   appcontext.ClusterState
 	// Until it has published, a watcher keeps its state to itself: the
 	// cluster shows what the watcher before it published (or nothing, so
 	// Unknown, when that one died with its lease) until this one has
@@ -53,8 +53,8 @@ type clusterWatcher struct {
 	// seen those stored so far, askedPublish that the list is in.
 	published, askedPublish bool
 	initial, seen           map[string]bool
-	renewTime string
-	silence   *time.Timer
+	renewTime               string
+	silence                 *time.Timer
 	// bundles remembers which context and app each bundle key belongs to,
 	// so a delete can be recorded after the object left the cache.
 	bundles map[string][2]string
