@@ -331,7 +331,9 @@ func (c *Catalog) DeleteState(ctx context.Context, group string) error {
 }
 
 func (c *Catalog) ensureDIGStateIndex(ctx context.Context) error {
-	_, err := c.digStates().Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "group", Value: 1}}, Options: options.Index().SetUnique(true).SetName("group")})
+	_, err := c.digStates().Indexes().CreateMany(ctx, []mongo.IndexModel{
+		{Keys: bson.D{{Key: "group", Value: 1}}, Options: options.Index().SetUnique(true).SetName("group")},
+		{Keys: bson.D{{Key: "current", Value: 1}}, Options: options.Index().SetName("current")}})
 	return err
 }
 
