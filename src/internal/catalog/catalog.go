@@ -36,6 +36,8 @@ type Catalog struct {
 	// still at work (see intent).
 	logger   *logrus.Entry
 	inflight sync.Map
+	// availableFn says whether MongoDB answers (UseAvailability).
+	availableFn func() error
 }
 
 // New prepares the collections of the given kinds (unique key indexes) and

@@ -22,8 +22,12 @@ func (c *Catalog) ensureIndexes(ctx context.Context, k *Kind) error {
 	for _, f := range k.Queried {
 		models = append(models, mongo.IndexModel{Keys: bson.D{{Key: f, Value: 1}}, Options: options.Index().SetName(f)})
 	}
-	if _, err := c.db.Collection(k.Collection).Indexes().CreateMany(ctx, models); err != nil {
-		return err
+	for _, m := range models {
+		// One at a time: FerretDB v1 drops the connection when one
+		// createIndexes names several indexes that exist already.
+		if _, err := c.db.Collection(k.Collection).Indexes().CreateOne(ctx, m); err != nil {
+			return err
+		}
 	}
 	chunks := bson.D{}
 	for _, f := range k.KeyFields() {

@@ -84,6 +84,9 @@ func (x *index) intentsPrefix() string { return strings.TrimSuffix(x.prefix, "/"
 // begin records the intent of a write to kind k's object key before its
 // MongoDB write.
 func (c *Catalog) begin(ctx context.Context, x *index, k *Kind, key Key, content intentContent) (*intent, error) {
+	if err := c.available(); err != nil {
+		return nil, err
+	}
 	in := &intent{c: c}
 	if x == nil {
 		return in, nil
@@ -379,4 +382,24 @@ func (c *Catalog) log() *logrus.Entry {
 		return logrus.NewEntry(logging.Discard())
 	}
 	return c.logger
+}
+
+// UseAvailability makes every write first ask f whether MongoDB answers
+// (store/mongo's Available): while it does not, writes fail at once with
+// f's error (unavailable, so 503) instead of waiting for it, and start
+// nothing they would leave half made.
+func (c *Catalog) UseAvailability(f func() error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.availableFn = f
+}
+
+func (c *Catalog) available() error {
+	c.mu.Lock()
+	f := c.availableFn
+	c.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f()
 }

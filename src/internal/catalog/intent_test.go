@@ -139,3 +139,16 @@ func TestEndedIntentIsUndone(t *testing.T) {
 		waitIntents(t, c)
 	})
 }
+
+// A restart prepares the collections again: every index exists already
+// (FerretDB v1 drops the connection if one request names several such).
+func TestNewAgainOnTheSameDatabase(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := env.Database(t)
+	for range 2 {
+		if _, err := New(ctx, db, AllKinds()...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

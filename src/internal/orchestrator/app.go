@@ -417,6 +417,9 @@ func (a *App) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("orchestrator: index the catalogue: %w", err)
 	}
+	// While MongoDB does not answer, catalogue writes fail at once (503,
+	// saying why) and start nothing; reads served by the index go on.
+	cat.UseAvailability(mongo.Available)
 	if reconciled.Fixed > 0 {
 		a.log.WithField("entries", reconciled.Fixed).Info("catalogue index brought up to date")
 	}
@@ -513,6 +516,9 @@ func (a *App) Run(ctx context.Context) (err error) {
 	background := map[string]func(context.Context) error{
 		"watchers": watchers.Run, "context cache": cache.Run, "notifier": notifier.Run, "history recorder": recorder.Run,
 		"rsync dispatcher": dispatcher.Run, "replica set": replicas.Run,
+		"catalogue repairs": func(ctx context.Context) error {
+			return cat.RunRepairs(ctx, catalog.RepairOptions{Logger: a.log.WithField("component", "catalog")})
+		},
 		"group owner": func(ctx context.Context) error {
 			gs, err := cache.Groups(ctx)
 			for _, g := range gs {
