@@ -246,7 +246,7 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 	if err != nil {
 		return err
 	}
-	defer func() { in.end(err) }()
+	defer func() { err = in.end(err) }()
 	ins, err := r.coll.InsertOne(ctx, doc)
 	if mongo.IsDuplicateKeyError(err) && r.takeOver(ctx, key) {
 		ins, err = r.coll.InsertOne(ctx, doc)
@@ -391,7 +391,7 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 	if err != nil {
 		return false, err
 	}
-	defer func() { in.end(err) }()
+	defer func() { err = in.end(err) }()
 	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}}, options.Update().SetUpsert(true))
 	if mongo.IsDuplicateKeyError(err) {
 		// Two concurrent upserts of a new key (the loser sees the winner's
@@ -428,7 +428,7 @@ func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) (err 
 	if err != nil {
 		return err
 	}
-	defer func() { in.end(err) }()
+	defer func() { err = in.end(err) }()
 	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}})
 	if err != nil {
 		return fmt.Errorf("replace %s: %w", r.kind.describe(key), err)
@@ -518,7 +518,7 @@ func (r *Resource[S]) Delete(ctx context.Context, key Key, before ...func(contex
 	if err != nil {
 		return err
 	}
-	defer func() { in.end(err) }()
+	defer func() { err = in.end(err) }()
 	mark := time.Now().UTC().Truncate(time.Millisecond)
 	if err := r.markDeleting(ctx, key, mark); err != nil {
 		in.untouched()

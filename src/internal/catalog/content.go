@@ -159,7 +159,7 @@ func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) erro
 	if err != nil {
 		return err
 	}
-	defer func() { in.end(err) }()
+	defer func() { err = in.end(err) }()
 	if err = r.writeContent(ctx, key, gen, data); err != nil {
 		return err
 	}

@@ -155,6 +155,11 @@ func (c *Catalog) Transition(ctx context.Context, group, subject string, from []
 	if err := c.available(); err != nil {
 		return DIGState{}, err
 	}
+	st, err := c.transition(ctx, group, subject, from, next, statusID)
+	return st, c.storeError(err)
+}
+
+func (c *Catalog) transition(ctx context.Context, group, subject string, from []string, next StateAction, statusID string) (DIGState, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		cur, exists, err := c.getState(ctx, group)
 		if err != nil {
@@ -217,6 +222,10 @@ func (c *Catalog) LockForDelete(ctx context.Context, group, subject string, from
 	if err := c.available(); err != nil {
 		return err
 	}
+	return c.storeError(c.lockForDelete(ctx, group, subject, from))
+}
+
+func (c *Catalog) lockForDelete(ctx context.Context, group, subject string, from []string) error {
 	for attempt := 0; attempt < 3; attempt++ {
 		cur, exists, err := c.getState(ctx, group)
 		if err != nil {

@@ -125,33 +125,52 @@ func (in *intent) untouched() {
 	}
 }
 
-// end finishes the write: its intent goes (if the entry's write did not
-// take it already), or, when the write failed, is marked Ended so that
-// it is repaired at once; when etcd cannot say so now, the repairer of
-// this process finds it no longer in flight.
-func (in *intent) end(err error) {
-	if in == nil || in.key == "" {
-		return
+// end finishes the write and returns its error, as callers are to see it
+// (see storeError): its intent goes (if the entry's write did not take it
+// already), or, when the write failed, is marked Ended so that it is
+// repaired at once; when etcd cannot say so now, the repairer of this
+// process finds it no longer in flight.
+func (in *intent) end(err error) error {
+	if in == nil {
+		return err
+	}
+	err = in.c.storeError(err)
+	if in.key == "" {
+		return err
 	}
 	defer in.c.inflight.Delete(in.key)
-	if in.clean {
-		err = nil
-	}
-	if err == nil && in.cleared {
-		return
+	failed := err != nil && !in.clean
+	if !failed && in.cleared {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err == nil {
+	if !failed {
 		_, _ = in.cli.Delete(ctx, in.key)
-		return
+		return err
 	}
 	in.rec.Ended = true
-	data, merr := json.Marshal(in.rec)
-	if merr != nil {
-		return
+	if data, merr := json.Marshal(in.rec); merr == nil {
+		_, _ = in.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(in.key), "=", in.rev)).Then(clientv3.OpPut(in.key, string(data))).Commit()
 	}
-	_, _ = in.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(in.key), "=", in.rev)).Then(clientv3.OpPut(in.key, string(data))).Commit()
+	return err
+}
+
+// storeError is a write's error as callers see it: one that MongoDB's
+// absence caused (a network error, a timeout, no server to select, or
+// MongoDB found down meanwhile) is unavailable, saying so, whatever
+// operation met it; others are as they are.
+func (c *Catalog) storeError(err error) error {
+	switch {
+	case err == nil || errors.Is(err, errdefs.ErrUnavailable):
+		return err
+	case mongo.IsNetworkError(err), mongo.IsTimeout(err): // no server to select is a timeout too
+		return errdefs.Unavailable(err, "MongoDB does not answer")
+	}
+	if down := c.available(); down != nil {
+		return errors.Join(down, err)
+	}
+	return err
 }
 
 // RepairOptions configures RunRepairs.

@@ -91,6 +91,9 @@ func TestHAChaos(t *testing.T) {
 			return
 		}
 	}
+	if !t.Run("FerretDB stopped for 20s", c.storeDown) {
+		return
+	}
 	if !t.Run("etcd leader killed mid-apply", c.etcdLeaderKilled) {
 		return
 	}
@@ -945,4 +948,119 @@ func (c *chaos) etcdLeaderKilled(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond) // polling with a deadline
 	}
+}
+
+// storeDown stops FerretDB (SIGSTOP: it hangs, the harder case) for 20
+// s: status, history and lists keep answering from etcd and the caches,
+// fast; a create answers 503 with a reason within 2 s; a cluster change
+// still reaches the subscriber; once FerretDB is back nothing half made
+// is left (no object of a refused create, no write intent) and creates
+// work again.
+func (c *chaos) storeDown(t *testing.T) {
+	c.restore(t)
+	c.waitQuiet(t)
+	fer := c.stores["ferretdb"]
+	stoppedAt := sendSignal(t, fer.pid, syscall.SIGSTOP)
+	resumed := false
+	defer func() {
+		if !resumed {
+			sendSignal(t, fer.pid, syscall.SIGCONT)
+		}
+	}()
+	var lat []time.Duration
+	var creates []string
+	outage := 20 * time.Second
+	client := &http.Client{Timeout: 30 * time.Second}
+	get := func(r *haReplica, path string) (int, time.Duration) {
+		start := time.Now()
+		resp, err := client.Get(r.base + path)
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("GET %s during the outage: %v", path, err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode, took
+	}
+	markerDone := false
+	for i := 0; time.Since(stoppedAt) < outage; i++ {
+		for _, r := range c.h.replicas {
+			for _, path := range []string{chaosDIG + "/status?type=cluster", chaosDIG + "/status/history", "/v2/projects", chaosCA + "/apps"} {
+				code, took := get(r, path)
+				if code != 200 {
+					t.Fatalf("GET %s through %s during the outage: %d", path, r.id, code)
+				}
+				if strings.Contains(path, "/status?") {
+					lat = append(lat, took)
+				}
+			}
+		}
+		if i%10 == 2 {
+			creates = append(creates, c.refusedCreate(t, fmt.Sprintf("down%d", i)))
+		}
+		if !markerDone && time.Since(stoppedAt) > 3*time.Second {
+			markerDone = true
+			c.marker(t, "while FerretDB is stopped", false)
+		}
+		time.Sleep(200 * time.Millisecond) // the outage's pace of probes
+	}
+	sendSignal(t, fer.pid, syscall.SIGCONT)
+	resumed = true
+	slices.Sort(lat)
+	t.Logf("FerretDB stopped %s: %d status answers, p50 %s, max %s; %d creates refused",
+		outage, len(lat), lat[len(lat)/2].Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond), len(creates))
+	if lat[len(lat)-1] > 500*time.Millisecond {
+		t.Errorf("a status answer took %s during the outage (target 100ms)", lat[len(lat)-1])
+	}
+	c.afterOutage(t, creates)
+}
+
+// refusedCreate creates a project while MongoDB is down: 503 with a
+// reason, within 2 s (asserted at 10 s, a loose bound for CI).
+func (c *chaos) refusedCreate(t *testing.T, name string) string {
+	r := c.alive()
+	start := time.Now()
+	code, body := r.call("POST", "/v2/projects", meta(name))
+	took := time.Since(start)
+	if code != 503 || !strings.Contains(body, "MongoDB") {
+		t.Fatalf("create during the outage: %d %q after %s, want 503 naming MongoDB", code, body, took)
+	}
+	if took > 10*time.Second {
+		t.Errorf("create during the outage answered after %s (target 2s)", took)
+	}
+	t.Logf("create during the outage: 503 after %s: %s", took.Round(time.Millisecond), strings.TrimSpace(body))
+	return name
+}
+
+// afterOutage checks, once FerretDB is back, that the refused creates
+// left nothing, no write intent stays, and creates work again.
+func (c *chaos) afterOutage(t *testing.T, refused []string) {
+	r := c.alive()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := c.etcd.Get(context.Background(), "/argus/catalog-intents/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err == nil && resp.Count == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("catalogue write intents left a minute after the outage: %v %v", resp, err)
+		}
+		time.Sleep(200 * time.Millisecond) // polling with a deadline
+	}
+	for _, name := range refused {
+		if code, body := r.call("GET", "/v2/projects/"+name, nil); code != 404 {
+			t.Fatalf("a project refused during the outage exists: %d %s", code, body)
+		}
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		code, body := r.call("POST", "/v2/projects", meta("after-outage"))
+		if code == 201 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("creates still fail a minute after the outage: %d %s", code, body)
+		}
+		time.Sleep(200 * time.Millisecond) // polling with a deadline
+	}
+	r.must(204, "DELETE", "/v2/projects/after-outage", nil)
 }
