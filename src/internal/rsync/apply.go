@@ -373,7 +373,7 @@ func (pa *placementApply) applyOne(ctx context.Context, r appcontext.Resource, l
 	if err != nil {
 		return outcome{class: classify(ctx, err), err: err}
 	}
-	if err := pa.fenceApply(ctx, cs, ri, obj); err != nil {
+	if err := pa.fenceApply(ctx, cs, client, ri, obj); err != nil {
 		return outcome{class: classify(ctx, err), err: err}
 	}
 	wctx, warnings := cluster.WithWarnings(ctx)
@@ -389,7 +389,7 @@ tries:
 		switch {
 		case apierrors.IsConflict(err) && obj.GetResourceVersion() != "" && conflicts < 5:
 			conflicts++
-			if ferr := pa.fenceApply(ctx, cs, ri, obj); ferr != nil {
+			if ferr := pa.fenceApply(ctx, cs, client, ri, obj); ferr != nil {
 				return outcome{class: classify(ctx, ferr), err: ferr}
 			}
 			continue

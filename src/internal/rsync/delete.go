@@ -157,7 +157,7 @@ func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcon
 	if err != nil {
 		return classify(ctx, err), err
 	}
-	opts, gone, err := e.fenceDelete(ctx, cs, ri, c, obj.GetName())
+	opts, gone, err := e.fenceDelete(ctx, cs, client, ri, c, obj)
 	if gone {
 		return done, nil
 	}

@@ -8,13 +8,16 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/ownership"
 )
 
@@ -96,31 +99,50 @@ func errStale(obj string, theirs metav1.Object) error {
 		theirs.GetAnnotations()[v1alpha1.AnnotationFence])
 }
 
-// liveObject reads an object as the cluster has it; nil when it does not
-// exist.
-func (e *Engine) liveObject(ctx context.Context, cs *clusterState, ri dynamic.ResourceInterface, name string) (*unstructured.Unstructured, error) {
+// liveObject reads an object's metadata as the cluster has it (through
+// the metadata client when there is one: nothing else crosses the wire);
+// nil when it does not exist.
+func (e *Engine) liveObject(ctx context.Context, cs *clusterState, client *cluster.Client, ri dynamic.ResourceInterface,
+	gvk schema.GroupVersionKind, namespace, name string) (metav1.Object, error) {
 	if !cs.acquire(ctx) {
 		return nil, ctx.Err()
 	}
 	defer cs.release()
 	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
 	defer cancel()
-	live, err := ri.Get(rctx, name, metav1.GetOptions{})
+	var live metav1.Object
+	var err error
+	if m, merr := client.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version); client.Metadata != nil && merr == nil {
+		var pm *metav1.PartialObjectMetadata
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			pm, err = client.Metadata.Resource(m.Resource).Namespace(namespace).Get(rctx, name, metav1.GetOptions{})
+		} else {
+			pm, err = client.Metadata.Resource(m.Resource).Get(rctx, name, metav1.GetOptions{})
+		}
+		live = pm
+	} else {
+		var u *unstructured.Unstructured
+		u, err = ri.Get(rctx, name, metav1.GetOptions{})
+		live = u
+	}
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
-	return live, err
+	if err != nil {
+		return nil, err
+	}
+	return live, nil
 }
 
 // fenceApply makes obj's apply conditional (see above): it carries the
 // run's token and, when the object exists, its resourceVersion. An object
 // a newer owner wrote is refused, and the run stopped.
-func (pa *placementApply) fenceApply(ctx context.Context, cs *clusterState, ri dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
+func (pa *placementApply) fenceApply(ctx context.Context, cs *clusterState, client *cluster.Client, ri dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
 	tok := token(ctx)
 	if tok == 0 {
 		return nil
 	}
-	live, err := pa.e.liveObject(ctx, cs, ri, obj.GetName())
+	live, err := pa.e.liveObject(ctx, cs, client, ri, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
 	if err != nil {
 		return err
 	}
@@ -141,19 +163,21 @@ func (pa *placementApply) fenceApply(ctx context.Context, cs *clusterState, ri d
 // fenceDelete reads the object before a fenced delete: the options make
 // the delete conditional on what was read; gone reports an object already
 // gone. One a newer owner wrote is refused, and the run stopped.
-func (e *Engine) fenceDelete(ctx context.Context, cs *clusterState, ri dynamic.ResourceInterface, c *appcontext.Context, name string) (opts metav1.DeleteOptions, gone bool, err error) {
+func (e *Engine) fenceDelete(ctx context.Context, cs *clusterState, client *cluster.Client, ri dynamic.ResourceInterface, c *appcontext.Context,
+	obj *unstructured.Unstructured) (opts metav1.DeleteOptions, gone bool, err error) {
 	policy := metav1.DeletePropagationBackground
 	opts.PropagationPolicy = &policy
 	tok := token(ctx)
 	if tok == 0 {
 		return opts, false, nil
 	}
-	live, err := e.liveObject(ctx, cs, ri, name)
+	name := obj.GetName()
+	live, err := e.liveObject(ctx, cs, client, ri, obj.GroupVersionKind(), obj.GetNamespace(), name)
 	if err != nil || live == nil {
 		return opts, live == nil && err == nil, err
 	}
 	if newerToken(live, c.Meta.StatusID, tok) {
-		err := errStale(live.GetKind()+" "+name, live)
+		err := errStale(obj.GetKind()+" "+name, live)
 		fencingOf(ctx).stop(err)
 		return opts, false, err
 	}
