@@ -403,16 +403,7 @@ func (c *Catalog) log() *logrus.Entry {
 	return c.logger
 }
 
-// UseAvailability makes every write first ask f whether MongoDB answers
-// (store/mongo's Available): while it does not, writes fail at once with
-// f's error (unavailable, so 503) instead of waiting for it, and start
-// nothing they would leave half made.
-func (c *Catalog) UseAvailability(f func() error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.availableFn = f
-}
-
+// available is nil while MongoDB answers, as Options.Available says.
 func (c *Catalog) available() error {
 	c.mu.Lock()
 	f := c.availableFn

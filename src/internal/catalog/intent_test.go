@@ -50,7 +50,7 @@ func owned(t *testing.T, c *Catalog, id string) clientv3.LeaseID {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.SetOwner(Owner{ID: id, Lease: func() int64 { return int64(g.ID) }, Alive: func(ctx context.Context, lease int64) (bool, error) {
+	c.setOwner(Owner{ID: id, Lease: func() int64 { return int64(g.ID) }, Alive: func(ctx context.Context, lease int64) (bool, error) {
 		resp, err := env.Etcd.Client.TimeToLive(ctx, clientv3.LeaseID(lease))
 		if err != nil {
 			return false, err
@@ -147,7 +147,7 @@ func TestNewAgainOnTheSameDatabase(t *testing.T) {
 	defer cancel()
 	db := env.Database(t)
 	for range 2 {
-		if _, err := New(ctx, db, AllKinds()...); err != nil {
+		if _, _, err := Open(ctx, Options{DB: db}); err != nil {
 			t.Fatal(err)
 		}
 	}

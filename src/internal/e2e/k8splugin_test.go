@@ -12,6 +12,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/deploy"
@@ -82,29 +83,7 @@ func TestK8spluginCompatibility(t *testing.T) {
 		t.Fatalf("GET /v1/healthcheck: %d %s", code, body)
 	}
 
-	// Connectivity info with other-connectivity-list: GET returns it all,
-	// the kubeconfig base64-encoded as k8splugin does.
-	records := []map[string]string{{"connectivity-record-name": "ovn-central", "FQDN-or-ip": "ovn.example", "ssl-initiator": "false"}}
-	if code, body := o.upload("/v1/connectivity-info", map[string]any{"cloud-region": "kud", "cloud-owner": "test_owner",
-		"other-connectivity-list": map[string]any{"connectivity-records": records}}, cl.Kubeconfig); code != 201 {
-		t.Fatalf("connectivity-info: %d %s", code, body)
-	}
-	var conn struct {
-		CloudRegion string `json:"cloud-region"`
-		CloudOwner  string `json:"cloud-owner"`
-		Kubeconfig  string `json:"kubeconfig"`
-		Other       struct {
-			Records []map[string]string `json:"connectivity-records"`
-		} `json:"other-connectivity-list"`
-	}
-	if err := json.Unmarshal([]byte(o.must(200, "GET", "/v1/connectivity-info/kud", nil)), &conn); err != nil {
-		t.Fatal(err)
-	}
-	kc, _ := base64.StdEncoding.DecodeString(conn.Kubeconfig)
-	if conn.CloudRegion != "kud" || conn.CloudOwner != "test_owner" || string(kc) != string(cl.Kubeconfig) ||
-		len(conn.Other.Records) != 1 || conn.Other.Records[0]["FQDN-or-ip"] != "ovn.example" {
-		t.Fatalf("GET connectivity-info = %+v", conn)
-	}
+	checkConnectivityInfo(t, o, cl.Kubeconfig)
 
 	// A definition whose chart has a PersistentVolume, a ClusterRole and a
 	// Deployment; the chart name comes from the archive; "default" exists.
@@ -146,6 +125,68 @@ func TestK8spluginCompatibility(t *testing.T) {
 	})
 	t.Logf("create to v1 status ready (PV, ClusterRole, CRD, cluster-scoped custom object, Deployment, Pod): %s", took.Round(time.Millisecond))
 
+	checkPVAppOnCluster(ctx, t, cs, id)
+
+	checkV1Reads(t, o, id)
+
+	checkUpgradeIsNotified(ctx, t, o, cs, id)
+
+	testConfigAPI(t, o, id)
+	testLackingKind(t, o)
+
+	// Teardown in k8splugin's order.
+	o.must(202, "DELETE", "/v1/instance/"+id, nil)
+	o.must(404, "GET", "/v1/instance/"+id, nil)
+	o.must(204, "DELETE", "/v1/rb/definition/pvapp/v1", nil)
+	o.must(404, "GET", "/v1/rb/definition/pvapp/v1", nil)
+	o.must(404, "GET", "/v1/rb/definition/pvapp/v1/profile/default", nil)
+	o.must(404, "GET", "/v1/rb/definition/pvapp/v1/profile/p1", nil)
+	o.must(204, "DELETE", "/v1/rb/definition/pvapp/v1/profile/p1", nil) // gone already: k8splugin answers 204 too
+	o.must(204, "DELETE", "/v1/connectivity-info/kud", nil)
+	o.must(404, "GET", "/v1/connectivity-info/kud", nil)
+	if d, err := cs.AppsV1().Deployments("k8sp").Get(ctx, "pvrel", metav1.GetOptions{}); err == nil && d.DeletionTimestamp == nil {
+		t.Fatal("the deployment survived the instance")
+	}
+	if _, err := cs.CoreV1().PersistentVolumes().Get(ctx, "pvrel-data-"+id, metav1.GetOptions{}); err == nil {
+		t.Fatal("the persistent volume survived the instance")
+	}
+	if _, err := cs.RbacV1().ClusterRoles().Get(ctx, "pvrel-reader-"+id, metav1.GetOptions{}); err == nil {
+		t.Fatal("the cluster role survived the instance")
+	}
+}
+
+// checkConnectivityInfo stores connectivity info with an
+// other-connectivity-list: GET returns it all, the kubeconfig
+// base64-encoded as k8splugin does.
+func checkConnectivityInfo(t *testing.T, o *orch, kubeconfig []byte) {
+	t.Helper()
+	records := []map[string]string{{"connectivity-record-name": "ovn-central", "FQDN-or-ip": "ovn.example", "ssl-initiator": "false"}}
+	if code, body := o.upload("/v1/connectivity-info", map[string]any{"cloud-region": "kud", "cloud-owner": "test_owner",
+		"other-connectivity-list": map[string]any{"connectivity-records": records}}, kubeconfig); code != 201 {
+		t.Fatalf("connectivity-info: %d %s", code, body)
+	}
+	var conn struct {
+		CloudRegion string `json:"cloud-region"`
+		CloudOwner  string `json:"cloud-owner"`
+		Kubeconfig  string `json:"kubeconfig"`
+		Other       struct {
+			Records []map[string]string `json:"connectivity-records"`
+		} `json:"other-connectivity-list"`
+	}
+	if err := json.Unmarshal([]byte(o.must(200, "GET", "/v1/connectivity-info/kud", nil)), &conn); err != nil {
+		t.Fatal(err)
+	}
+	kc, _ := base64.StdEncoding.DecodeString(conn.Kubeconfig)
+	if conn.CloudRegion != "kud" || conn.CloudOwner != "test_owner" || string(kc) != string(kubeconfig) ||
+		len(conn.Other.Records) != 1 || conn.Other.Records[0]["FQDN-or-ip"] != "ovn.example" {
+		t.Fatalf("GET connectivity-info = %+v", conn)
+	}
+}
+
+// checkPVAppOnCluster checks the instance's objects on the cluster: the
+// overridden image, and k8splugin's instance label on each.
+func checkPVAppOnCluster(ctx context.Context, t *testing.T, cs kubernetes.Interface, id string) {
+	t.Helper()
 	d, err := cs.AppsV1().Deployments("k8sp").Get(ctx, "pvrel", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -164,9 +205,13 @@ func TestK8spluginCompatibility(t *testing.T) {
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("pods by k8splugin's label: %v %v", pods, err)
 	}
+}
 
-	// k8splugin's GET shapes: ?full=true with its status, lists without
-	// resources, filtered.
+// checkV1Reads checks k8splugin's GET shapes (?full=true with its status,
+// lists without resources, filtered) and its queries, which read the
+// cluster as k8splugin's do.
+func checkV1Reads(t *testing.T, o *orch, id string) {
+	t.Helper()
 	var full deploy.FullInstance
 	_ = json.Unmarshal([]byte(o.must(200, "GET", "/v1/instance/"+id+"?full=true", nil)), &full)
 	if full.Status != "DONE" || full.ID != id || len(full.Resources) != 5 || full.PostInstallTimeout != 600 {
@@ -193,7 +238,13 @@ func TestK8spluginCompatibility(t *testing.T) {
 	if rq.ResourceCount != 1 || rq.ResourcesStatus[0].Name != "pvrel" {
 		t.Fatalf("region query: %+v", rq)
 	}
+}
 
+// checkUpgradeIsNotified subscribes to the instance (its fields have
+// k8splugin's types), upgrades it with k8splugin's body (no release name)
+// and waits for the new image, the notification and its recorded answer.
+func checkUpgradeIsNotified(ctx context.Context, t *testing.T, o *orch, cs kubernetes.Interface, id string) {
+	t.Helper()
 	// A status subscription's fields have k8splugin's types.
 	hook := newHook(t, "ok")
 	var sub struct {
@@ -211,6 +262,7 @@ func TestK8spluginCompatibility(t *testing.T) {
 	}
 
 	// Upgrade with k8splugin's body (no release name) changes the image.
+	beforeUpgrade := len(mustPosts(hook))
 	o.must(201, "POST", "/v1/instance/"+id+"/upgrade", map[string]any{"cloud-region": "kud", "rb-name": "pvapp", "rb-version": "v1",
 		"profile-name": "p1", "labels": map[string]string{"tenant": "t1"},
 		"override-values": map[string]string{"image.repository": "registry.example/nginx", "image.tag": "1.28"}})
@@ -222,34 +274,22 @@ func TestK8spluginCompatibility(t *testing.T) {
 		return err
 	})
 	o.waitV1Status(id, "ready after the upgrade", func(st status.InstanceStatus) (bool, string) { return st.Ready, describeV1(st) })
-	hook.waitPost(0, "about the upgrade", func(p post) bool { return p.doc.InstanceID == id })
+	// The callback about the upgrade: after it, for this instance, a
+	// Deployment or Pod carrying the upgrade's image.
+	hook.waitPost(beforeUpgrade, "about the upgrade", func(p post) bool {
+		return p.doc.InstanceID == id && (carries(entry(p.doc.Changes.Modified, "Deployment", "kud", "pvrel"), "registry.example/nginx:1.28") ||
+			carries(entry(p.doc.Changes.Created, "Pod", "kud", "pvrel"), "registry.example/nginx:1.28"))
+	})
 	waitFor(t, "the answer recorded", func() (bool, string) { // it is recorded after it came
 		_ = json.Unmarshal([]byte(o.must(200, "GET", "/v1/instance/"+id+"/status/subscription/so", nil)), &sub)
 		return sub.LastNotifyStatus == 204 && !sub.LastNotifyTime.Before(sub.LastUpdateTime), fmt.Sprintf("%+v", sub)
 	})
+}
 
-	testConfigAPI(t, o, id)
-	testLackingKind(t, o)
-
-	// Teardown in k8splugin's order.
-	o.must(202, "DELETE", "/v1/instance/"+id, nil)
-	o.must(404, "GET", "/v1/instance/"+id, nil)
-	o.must(204, "DELETE", "/v1/rb/definition/pvapp/v1", nil)
-	o.must(404, "GET", "/v1/rb/definition/pvapp/v1", nil)
-	o.must(404, "GET", "/v1/rb/definition/pvapp/v1/profile/default", nil)
-	o.must(404, "GET", "/v1/rb/definition/pvapp/v1/profile/p1", nil)
-	o.must(204, "DELETE", "/v1/rb/definition/pvapp/v1/profile/p1", nil) // gone already: k8splugin answers 204 too
-	o.must(204, "DELETE", "/v1/connectivity-info/kud", nil)
-	o.must(404, "GET", "/v1/connectivity-info/kud", nil)
-	if d, err := cs.AppsV1().Deployments("k8sp").Get(ctx, "pvrel", metav1.GetOptions{}); err == nil && d.DeletionTimestamp == nil {
-		t.Fatal("the deployment survived the instance")
-	}
-	if _, err := cs.CoreV1().PersistentVolumes().Get(ctx, "pvrel-data-"+id, metav1.GetOptions{}); err == nil {
-		t.Fatal("the persistent volume survived the instance")
-	}
-	if _, err := cs.RbacV1().ClusterRoles().Get(ctx, "pvrel-reader-"+id, metav1.GetOptions{}); err == nil {
-		t.Fatal("the cluster role survived the instance")
-	}
+// carries reports whether a change entry's JSON holds s.
+func carries(e map[string]any, s string) bool {
+	b, err := json.Marshal(e)
+	return e != nil && err == nil && strings.Contains(string(b), s)
 }
 
 // testConfigAPI drives /v1/instance/{id}/config as k8splugin's clients do:
@@ -333,7 +373,7 @@ func testLackingKind(t *testing.T, o *orch) {
 		"rb-version": "v1", "profile-name": "default", "release-name": "lacks"})), &inst)
 	took := o.waitV1Status(inst.ID, "the missing kind's failure", func(st status.InstanceStatus) (bool, string) {
 		w, cm := v1Entry(st, "Widget", "lacks-widget"), v1Entry(st, "ConfigMap", "lacks-settings")
-		return !st.Ready && w != nil && w.ReadyStatus == "NotPresent" && strings.Contains(w.Reason, "not served") &&
+		return !st.Ready && w != nil && w.ReadyStatus == "NotPresent" && strings.Contains(w.Reason, "widgets.example.com/v1 Widget is not served") &&
 			cm != nil && cm.ReadyStatus == "Ready", describeV1(st)
 	})
 	t.Logf("create to the missing kind shown in v1 status: %s", took.Round(time.Millisecond))

@@ -115,11 +115,8 @@ func startOrchestratorTB(t testing.TB, db, prefix string, mods ...func(*orchestr
 	o.base = "http://" + app.Addr().String()
 	cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 	defer ccancel()
-	if o.catalog, err = catalog.New(cctx, stores.Mongo.Client.Database(db), catalog.AllKinds()...); err != nil {
-		t.Fatal(err)
-	}
 	// The test's own writes keep the orchestrator's catalogue index too.
-	if _, err = o.catalog.UseIndex(cctx, stores.Etcd.Client, prefix); err != nil {
+	if o.catalog, _, err = catalog.Open(cctx, catalog.Options{DB: stores.Mongo.Client.Database(db), Index: stores.Etcd.Client, IndexPrefix: prefix}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(o.stop)
@@ -248,9 +245,17 @@ func (o *orch) digState() catalog.DIGState {
 // returns the time it took.
 func (o *orch) waitContext(id, what string, cond func(*appcontext.Context) (bool, string)) time.Duration {
 	o.t.Helper()
+	return o.waitContextBy(time.Now().Add(60*time.Second), id, what, cond)
+}
+
+// waitContextBy polls the context until cond holds or the deadline passes
+// (a claim like "all of this within 60 s" shares one deadline); it returns
+// how long it waited.
+func (o *orch) waitContextBy(deadline time.Time, id, what string, cond func(*appcontext.Context) (bool, string)) time.Duration {
+	o.t.Helper()
 	start := time.Now()
 	last := ""
-	for time.Since(start) < 60*time.Second {
+	for time.Now().Before(deadline) {
 		c, err := o.contexts.Get(context.Background(), id)
 		if err == nil {
 			ok, state := cond(c)
@@ -263,7 +268,7 @@ func (o *orch) waitContext(id, what string, cond func(*appcontext.Context) (bool
 		}
 		time.Sleep(50 * time.Millisecond) // polling with a deadline
 	}
-	o.t.Fatalf("%s: not true after 60s; last: %s", what, last)
+	o.t.Fatalf("%s: not true after %s; last: %s", what, time.Since(start).Round(time.Second), last)
 	return 0
 }
 
@@ -282,6 +287,28 @@ func allResources(want string) func(*appcontext.Context) (bool, string) {
 	}
 }
 
+// checkBundles: the cluster holds one ResourceBundleState per app of
+// context id.
+func checkBundles(t *testing.T, cl *simcluster.Cluster, id string) {
+	t.Helper()
+	rbs, err := cl.Clientset().RESTClient().Get().AbsPath("/apis/k8splugin.io/v1alpha1/namespaces/default/resourcebundlestates").DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Items []struct{ Metadata metav1.ObjectMeta }
+	}
+	_ = json.Unmarshal(rbs, &list)
+	var names []string
+	for _, it := range list.Items {
+		names = append(names, it.Metadata.Name)
+	}
+	want := fmt.Sprintf("backend-%s,cache-%s,frontend-%s", id, id, id)
+	if strings.Join(names, ",") != want {
+		t.Fatalf("%s: bundles %v, want %s", cl.Name, names, want)
+	}
+}
+
 func TestInstantiateTerminateReinstantiate(t *testing.T) {
 	o := startOrchestrator(t, testenv.UniqueName("e2e"), "/"+testenv.UniqueName("e2e"))
 	onboard(t, o, []any{map[string]any{"app": "frontend", "values": map[string]any{"replicaCount": "2"}}})
@@ -295,7 +322,10 @@ func TestInstantiateTerminateReinstantiate(t *testing.T) {
 	}
 	o.waitContext(id, "every resource Applied", allResources(appcontext.RsyncApplied))
 	took := time.Since(start)
-	t.Logf("instantiate to all Applied (3 apps x 3 resources x 2 clusters): %s (target < 10s)", took.Round(time.Millisecond))
+	t.Logf("instantiate to all Applied (3 apps x 3 resources x 2 clusters): %s (target < 10s; fails over 50s)", took.Round(time.Millisecond))
+	if took > 50*time.Second { // 5× the target: CI headroom; docs/benchmarks.md keeps the 10 s
+		t.Errorf("instantiate to all Applied took %s, want under 10s", took)
+	}
 	o.waitContext(id, "context Instantiated", func(c *appcontext.Context) (bool, string) {
 		return c.Status.Status == appcontext.Instantiated, c.Status.Status
 	})
@@ -326,22 +356,7 @@ func TestInstantiateTerminateReinstantiate(t *testing.T) {
 				t.Fatalf("override not applied: replicas %d", *d.Spec.Replicas)
 			}
 		}
-		rbs, err := cl.Clientset().RESTClient().Get().AbsPath("/apis/k8splugin.io/v1alpha1/namespaces/default/resourcebundlestates").DoRaw(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var list struct {
-			Items []struct{ Metadata metav1.ObjectMeta }
-		}
-		_ = json.Unmarshal(rbs, &list)
-		var names []string
-		for _, it := range list.Items {
-			names = append(names, it.Metadata.Name)
-		}
-		want := fmt.Sprintf("backend-%s,cache-%s,frontend-%s", id, id, id)
-		if strings.Join(names, ",") != want {
-			t.Fatalf("%s: bundles %v, want %s", cl.Name, names, want)
-		}
+		checkBundles(t, cl, id)
 	}
 
 	// A cluster in use cannot be deleted (its labels go first, as children).

@@ -42,6 +42,9 @@ type renewal struct {
 // after its last renewal: client-go's 10 s of 15.
 func renewDeadline(ttl time.Duration) time.Duration { return ttl * 2 / 3 }
 
+// ttlDuration is the lease TTL in force.
+func (s *Set) ttlDuration() time.Duration { return time.Duration(s.ttl) * time.Second }
+
 // renewed records a renewal of lease sent at sent, and wakes Fence.Wait.
 func (s *Set) renewed(lease clientv3.LeaseID, sent time.Time) {
 	s.mu.Lock()
@@ -59,7 +62,7 @@ func (s *Set) renewed(lease clientv3.LeaseID, sent time.Time) {
 // too, but its keep-alive answers say nothing about when they were sent:
 // an answer read late (after a pause) would look fresh.
 func (s *Set) renewLoop(ctx context.Context, sess *concurrency.Session) {
-	every := max(s.TTL()/5, 100*time.Millisecond)
+	every := max(s.ttlDuration()/5, 100*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -173,7 +176,7 @@ func (f Fence) Wait(ctx context.Context) error {
 			return err
 		}
 		if timeout == nil {
-			t := time.NewTimer(time.Until(at.Add(s.TTL())))
+			t := time.NewTimer(time.Until(at.Add(s.ttlDuration())))
 			defer t.Stop()
 			timeout = t.C
 		}

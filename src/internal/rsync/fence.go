@@ -7,17 +7,11 @@ import (
 	"strconv"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 	"github.com/argus-mc/argus/src/internal/appcontext"
-	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/ownership"
 )
 
@@ -99,101 +93,80 @@ func errStale(obj string, theirs metav1.Object) error {
 		theirs.GetAnnotations()[v1alpha1.AnnotationFence])
 }
 
-// liveObject reads an object's metadata as the cluster has it (through
-// the metadata client when there is one: nothing else crosses the wire);
-// nil when it does not exist.
-func (e *Engine) liveObject(ctx context.Context, cs *clusterState, client *cluster.Client, ri dynamic.ResourceInterface,
-	gvk schema.GroupVersionKind, namespace, name string) (metav1.Object, error) {
-	if !cs.acquire(ctx) {
-		return nil, ctx.Err()
+// guardWrite reads the live object's metadata before an apply when the
+// apply needs it: to check who owns it (see checkOwner; it returns whom
+// the object is adopted from), or to fence the write — the object then
+// carries the run's token and, when it exists, its resourceVersion as a
+// precondition. An object a newer owner of the deployment wrote is
+// refused, and the run stopped.
+func (pa *placementApply) guardWrite(ctx context.Context, cs *clusterState, t target, r appcontext.Resource, obj *unstructured.Unstructured) (string, error) {
+	check, tok := pa.needsOwnerCheck(pa.p.StatusOf(r.Key())), token(ctx)
+	if !check && tok == 0 {
+		return "", nil
 	}
-	defer cs.release()
-	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
-	defer cancel()
-	var live metav1.Object
-	var err error
-	if m, merr := client.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version); client.Metadata != nil && merr == nil {
-		var pm *metav1.PartialObjectMetadata
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			pm, err = client.Metadata.Resource(m.Resource).Namespace(namespace).Get(rctx, name, metav1.GetOptions{})
-		} else {
-			pm, err = client.Metadata.Resource(m.Resource).Get(rctx, name, metav1.GetOptions{})
+	live, err := pa.e.liveMeta(ctx, cs, t, obj.GetName())
+	if err != nil {
+		return "", err
+	}
+	var adopted string
+	if check {
+		if adopted, err = pa.checkOwner(live); err != nil {
+			return "", err
 		}
-		live = pm
-	} else {
-		var u *unstructured.Unstructured
-		u, err = ri.Get(rctx, name, metav1.GetOptions{})
-		live = u
 	}
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return live, nil
-}
-
-// fenceApply makes obj's apply conditional (see above): it carries the
-// run's token and, when the object exists, its resourceVersion. An object
-// a newer owner wrote is refused, and the run stopped.
-func (pa *placementApply) fenceApply(ctx context.Context, cs *clusterState, client *cluster.Client, ri dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
-	tok := token(ctx)
 	if tok == 0 {
-		return nil
-	}
-	live, err := pa.e.liveObject(ctx, cs, client, ri, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
-	if err != nil {
-		return err
+		return adopted, nil
 	}
 	setAnnotation(obj, v1alpha1.AnnotationFence, strconv.FormatInt(tok, 10))
 	obj.SetResourceVersion("")
 	if live == nil {
-		return nil
+		return adopted, nil
 	}
 	if newerToken(live, pa.c.Meta.StatusID, tok) {
 		err := errStale(obj.GetKind()+" "+obj.GetName(), live)
 		fencingOf(ctx).stop(err)
-		return err
+		return "", err
 	}
 	obj.SetResourceVersion(live.GetResourceVersion())
-	return nil
+	return adopted, nil
 }
 
-// fenceDelete reads the object before a fenced delete: the options make
-// the delete conditional on what was read; gone reports an object already
-// gone. One a newer owner wrote is refused, and the run stopped.
-func (e *Engine) fenceDelete(ctx context.Context, cs *clusterState, client *cluster.Client, ri dynamic.ResourceInterface, c *appcontext.Context,
-	obj *unstructured.Unstructured) (opts metav1.DeleteOptions, gone bool, err error) {
-	policy := metav1.DeletePropagationBackground
-	opts.PropagationPolicy = &policy
+// guardDelete reads the live object's metadata before a delete that needs
+// it: of a group that owns its objects (one another deployment holds is
+// left alone: owner names it), or fenced. The options make the delete
+// conditional on what was read (uid, and resourceVersion when fenced);
+// gone reports an object already gone. One a newer owner of the
+// deployment wrote is refused, and the run stopped.
+func (e *Engine) guardDelete(ctx context.Context, cs *clusterState, t target, c *appcontext.Context,
+	obj *unstructured.Unstructured) (opts metav1.DeleteOptions, owner string, gone bool, err error) {
+	opts = metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)}
 	tok := token(ctx)
-	if tok == 0 {
-		return opts, false, nil
+	if !guarded(c.Meta) && tok == 0 {
+		return opts, "", false, nil
 	}
 	name := obj.GetName()
-	live, err := e.liveObject(ctx, cs, client, ri, obj.GroupVersionKind(), obj.GetNamespace(), name)
+	live, err := e.liveMeta(ctx, cs, t, name)
 	if err != nil || live == nil {
-		return opts, live == nil && err == nil, err
+		return opts, "", live == nil && err == nil, err
+	}
+	if guarded(c.Meta) {
+		if v := judge(live, c.Meta); !v.ours {
+			return opts, v.owner, false, nil
+		}
+	}
+	uid := live.GetUID()
+	opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	if tok == 0 {
+		return opts, "", false, nil
 	}
 	if newerToken(live, c.Meta.StatusID, tok) {
 		err := errStale(obj.GetKind()+" "+name, live)
 		fencingOf(ctx).stop(err)
-		return opts, false, err
+		return opts, "", false, err
 	}
-	uid, rv := types.UID(live.GetUID()), live.GetResourceVersion()
-	opts.Preconditions = &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}
-	return opts, false, nil
-}
-
-// setAnnotation sets one annotation of obj.
-func setAnnotation(obj *unstructured.Unstructured, key, value string) {
-	ann := obj.GetAnnotations()
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	ann[key] = value
-	obj.SetAnnotations(ann)
+	rv := live.GetResourceVersion()
+	opts.Preconditions.ResourceVersion = &rv
+	return opts, "", false, nil
 }
 
 // setStatus records a context's status under the run's fence.

@@ -88,7 +88,7 @@ func waitFence(t *testing.T, kind *ownership.Kind, group string) ownership.Fence
 func waitStopped(t *testing.T, d *Dispatcher, store *appcontext.Store, group, id, refused string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for d.opts.Engine.running(group) != nil {
+	for d.opts.Engine.Busy(group) {
 		if time.Now().After(deadline) {
 			t.Fatal("the fenced run did not stop")
 		}
