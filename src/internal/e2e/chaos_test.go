@@ -256,9 +256,8 @@ func (c *chaos) owner(t *testing.T, items func(api.Replica) []string, item strin
 	return nil
 }
 
-func digs(r api.Replica) []string          { return r.DIGs }
-func clusterItems(r api.Replica) []string  { return r.Clusters }
-func subscriptions(r api.Replica) []string { return r.Subscriptions }
+func digs(r api.Replica) []string         { return r.DIGs }
+func clusterItems(r api.Replica) []string { return r.Clusters }
 
 // cm is a ConfigMap of the DIG as a cluster has it.
 type cm struct {
