@@ -57,11 +57,19 @@ func (s *Set) renewed(lease clientv3.LeaseID, sent time.Time) {
 	s.renewCh = make(chan struct{})
 }
 
+// errRenewLate ends a session whose lease was not renewed within the
+// renew deadline.
+var errRenewLate = errors.New("ownership: lease not renewed within the renew deadline; its work was released")
+
 // renewLoop renews the session's lease every TTL/5 until ctx ends and
 // records each renewal's send time. The session keeps the lease alive
 // too, but its keep-alive answers say nothing about when they were sent:
-// an answer read late (after a pause) would look fresh.
-func (s *Set) renewLoop(ctx context.Context, sess *concurrency.Session) {
+// an answer read late (after a pause) would look fresh. Once the last
+// renewal was sent a renew deadline ago it returns errRenewLate: the
+// fences fail already, and the items' work must stop too before the
+// lease can expire and another replica claims them (client-go's leader
+// election stops leading at its RenewDeadline likewise).
+func (s *Set) renewLoop(ctx context.Context, sess *concurrency.Session) error {
 	every := max(s.ttlDuration()/5, 100*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -72,15 +80,27 @@ func (s *Set) renewLoop(ctx context.Context, sess *concurrency.Session) {
 		cancel()
 		if err == nil && resp.TTL > 0 {
 			s.renewed(sess.Lease(), sent)
+		} else if ctx.Err() == nil && s.renewalAge(sess.Lease()) >= s.opts.RenewDeadline {
+			return errRenewLate
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-sess.Done():
-			return
+			return nil
 		case <-t.C:
 		}
 	}
+}
+
+// renewalAge is how long ago lease's last renewal was sent.
+func (s *Set) renewalAge(lease clientv3.LeaseID) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.renewal.lease != lease {
+		return s.opts.RenewDeadline
+	}
+	return time.Since(s.renewal.at)
 }
 
 // Fence is this replica's right to write for one item it holds: Check

@@ -62,9 +62,10 @@ func TestFenceTokenGuardAndRelease(t *testing.T) {
 	}
 }
 
-// A replica cut off from etcd stops writing (its fences fail) before its
-// lease expires and another replica claims its items; the old fence's
-// guard then fails in etcd.
+// A replica cut off from etcd stops writing (its fences fail) and
+// releases its items (the ledger sees no item run twice) before its
+// lease expires and another replica claims them; the old fence's guard
+// then fails in etcd.
 func TestFenceFailsBeforeTakeover(t *testing.T) {
 	prefix := env.EtcdPrefix()
 	l := newLedger(t)

@@ -283,7 +283,6 @@ func (k *Kind) sync(ctx context.Context, item string) error {
 	return nil
 }
 
-// release stops an item's work and forgets it.
 // deleteClaim deletes item's claim if it is still on lease.
 func (k *Kind) deleteClaim(ctx context.Context, item string, lease clientv3.LeaseID) error {
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
@@ -295,6 +294,7 @@ func (k *Kind) deleteClaim(ctx context.Context, item string, lease clientv3.Leas
 	return nil
 }
 
+// release stops an item's work and forgets it.
 func (k *Kind) release(item string) {
 	// Its fences fail from now on: nothing more is written for the item
 	// while its work stops.

@@ -313,6 +313,17 @@ func (s *Set) Run(ctx context.Context) error {
 			retry.Reset()
 			continue
 		}
+		if errors.Is(err, errRenewLate) {
+			// Not revoked: the others must not claim the items before
+			// the workers released them; the lease expires by itself.
+			s.log.Error("the replica's lease was not renewed within the renew deadline (etcd slow or unreachable?): its work was released; registering again")
+			sess.Orphan()
+			sess = nil
+			if !retry.Wait(ctx) {
+				return nil
+			}
+			continue
+		}
 		s.log.WithError(err).Warn("ownership session ended; starting a new one")
 		_ = sess.Close()
 		sess = nil
@@ -374,11 +385,15 @@ func (s *Set) serve(ctx context.Context, sess *concurrency.Session) error {
 	s.following = sess
 	s.mu.Unlock()
 	fctx, cancel := s.whileLeased(ctx, sess)
-	renewing := make(chan struct{})
-	go func() { defer close(renewing); s.renewLoop(fctx, sess) }()
+	renewing := make(chan error, 1)
+	go func() {
+		err := s.renewLoop(fctx, sess)
+		cancel() // a late renewal ends the session: its work stops
+		renewing <- err
+	}()
 	s.follower.Run(fctx)
 	cancel()
-	<-renewing
+	late := <-renewing
 	select {
 	case <-sess.Done():
 		if ctx.Err() == nil {
@@ -386,7 +401,7 @@ func (s *Set) serve(ctx context.Context, sess *concurrency.Session) error {
 		}
 	default:
 	}
-	return nil
+	return late
 }
 
 // register puts this replica's member key on the session's lease. A key
