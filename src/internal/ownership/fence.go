@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -78,9 +79,13 @@ func (s *Set) renewLoop(ctx context.Context, sess *concurrency.Session) error {
 		rctx, cancel := context.WithTimeout(ctx, s.opts.RenewDeadline)
 		resp, err := s.opts.Client.KeepAliveOnce(rctx, sess.Lease())
 		cancel()
-		if err == nil && resp.TTL > 0 {
+		switch {
+		case err == nil && resp.TTL > 0:
 			s.renewed(sess.Lease(), sent)
-		} else if ctx.Err() == nil && s.renewalAge(sess.Lease()) >= s.opts.RenewDeadline {
+		case ctx.Err() != nil:
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return errLeaseLost // etcd says it expired (a pause longer than the TTL)
+		case s.renewalAge(sess.Lease()) >= s.opts.RenewDeadline:
 			return errRenewLate
 		}
 		select {

@@ -309,6 +309,7 @@ func (s *Set) Run(ctx context.Context) error {
 		}
 		if errors.Is(err, errLeaseLost) {
 			s.log.Error("the replica's lease expired (etcd unreachable for a whole TTL?): its work was released; registering again")
+			sess.Orphan()
 			sess = nil
 			retry.Reset()
 			continue
@@ -400,6 +401,9 @@ func (s *Set) serve(ctx context.Context, sess *concurrency.Session) error {
 			return errLeaseLost
 		}
 	default:
+	}
+	if ctx.Err() != nil {
+		return nil
 	}
 	return late
 }
