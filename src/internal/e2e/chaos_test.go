@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -977,7 +978,11 @@ func (c *chaos) storeDown(t *testing.T) {
 		if err != nil {
 			t.Fatalf("GET %s during the outage: %v", path, err)
 		}
-		_ = resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
+		if resp.StatusCode != 200 {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+			t.Fatalf("GET %s through %s during the outage: %d %s after %s", path, r.id, resp.StatusCode, b, took)
+		}
 		return resp.StatusCode, took
 	}
 	markerDone := false
