@@ -27,8 +27,9 @@ type Catalog struct {
 	// older than it belong to no live process (see takeOver).
 	mu          sync.Mutex
 	staleBefore time.Time
-	// idx, once useIndex ran, serves reads; nil reads MongoDB alone.
-	idx *index
+	// indexAt is the index the catalogue keeps (nil: none); idx, once it
+	// is reconciled, serves reads; nil reads MongoDB alone.
+	indexAt, idx *index
 	// owner signs this process's markers (see Owner); nil judges them by
 	// staleBefore alone.
 	owner *Owner
@@ -38,6 +39,10 @@ type Catalog struct {
 	inflight sync.Map
 	// availableFn says whether MongoDB answers (UseAvailability).
 	availableFn func() error
+	// limits bound callers' writes (see Limits); usage, kept by
+	// TrackUsage, is what they are checked against.
+	limits Limits
+	usage  usage
 }
 
 // Options configures Open; DB is required.
@@ -62,6 +67,14 @@ type Options struct {
 	// Available): while it does not, writes fail at once with its error
 	// (unavailable, so 503) and start nothing they would leave half made.
 	Available func() error
+	// DeferIndex, when it says an error bringing the index up to date is
+	// passing (etcd out of space takes no writes), makes Open return the
+	// catalogue reading MongoDB meanwhile, with Opened.IndexDeferred;
+	// Reindex tries again. Nil fails Open.
+	DeferIndex func(error) bool
+	// Limits bound what callers may store (see Limits); project and total
+	// limits apply once TrackUsage follows the index.
+	Limits Limits
 }
 
 // Opened is what Open found to repair.
@@ -69,11 +82,14 @@ type Opened struct {
 	Recovered Recovered
 	// IndexFixed counts the index entries brought up to date.
 	IndexFixed int
+	// IndexDeferred is why the index was not brought up to date (see
+	// Options.DeferIndex); nil when it was, or there is none.
+	IndexDeferred error
 }
 
 // Open returns the catalogue ready to use: its collections prepared
 // (unique key indexes), its markers signed by Owner, what killed writers
-// left repaired and its index reconciled, in that order.
+// left repaired, its limits set and its index reconciled, in that order.
 func Open(ctx context.Context, opts Options) (*Catalog, Opened, error) {
 	var out Opened
 	if opts.DB == nil {
@@ -95,12 +111,17 @@ func Open(ctx context.Context, opts Options) (*Catalog, Opened, error) {
 			return nil, out, fmt.Errorf("catalog: repair: %w", err)
 		}
 	}
+	c.setLimits(opts.Limits)
 	if opts.Index != nil {
 		fixed, err := c.useIndex(ctx, opts.Index, opts.IndexPrefix)
-		if err != nil {
+		switch {
+		case err == nil:
+			out.IndexFixed = fixed.Fixed
+		case opts.DeferIndex != nil && opts.DeferIndex(err):
+			out.IndexDeferred = err
+		default:
 			return nil, out, fmt.Errorf("catalog: index: %w", err)
 		}
-		out.IndexFixed = fixed.Fixed
 	}
 	return c, out, nil
 }
@@ -298,6 +319,9 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 		}
 	}
 	doc := r.document(key, obj)
+	if err := r.checkWrite(key, doc, nil, int64(len(content))); err != nil {
+		return err
+	}
 	var since time.Time
 	var ic intentContent
 	if content != nil {
@@ -452,6 +476,9 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 		return false, err
 	}
 	set := append(r.filter(key), bson.E{Key: "metadata", Value: obj.Metadata}, bson.E{Key: "spec", Value: obj.Spec})
+	if err := r.checkWrite(key, set, prev, -1); err != nil {
+		return false, err
+	}
 	in, err := r.cat.begin(ctx, x, r.kind, key, intentContent{})
 	if err != nil {
 		return false, err
@@ -489,6 +516,9 @@ func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) (err 
 		return err
 	}
 	set := bson.D{{Key: "metadata", Value: obj.Metadata}, {Key: "spec", Value: obj.Spec}}
+	if err := r.checkObject(key, r.document(key, obj)); err != nil {
+		return err
+	}
 	in, err := r.cat.begin(ctx, x, r.kind, key, intentContent{})
 	if err != nil {
 		return err

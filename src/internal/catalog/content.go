@@ -152,6 +152,11 @@ func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) erro
 	if err != nil {
 		return err
 	}
+	if prev != nil {
+		if err := r.checkGrowth(key, int64(len(prev)), prev, int64(len(data)), r.cat.getLimits()); err != nil {
+			return err
+		}
+	}
 	gen := time.Now().UTC().Truncate(time.Millisecond)
 	// The new generation is the intent's: should this writer stop before
 	// the object names it, it is dropped (see intent).

@@ -143,9 +143,9 @@ func (e *Engine) deleteWithRetry(ctx context.Context, c *appcontext.Context, p *
 }
 
 // deleteOne deletes one resource. Of a deployment intent group or an
-// instance, only an object it owns is deleted (and only that object: the
-// delete is conditional on its uid); another's is left in place and its
-// owner returned.
+// instance, and an Exclusive object of any group, only an object the
+// group owns is deleted (and only that object: the delete is conditional
+// on its uid); another's is left in place and its owner returned.
 func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, r appcontext.Resource) (class, string, error) {
 	client, err := e.clientFor(ctx, c, p.Cluster)
 	if err != nil {
@@ -165,7 +165,7 @@ func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcon
 	if err != nil {
 		return classify(ctx, err), "", err
 	}
-	opts, owner, gone, err := e.guardDelete(ctx, cs, t, c, obj)
+	opts, owner, gone, err := e.guardDelete(ctx, cs, t, c, r, obj)
 	switch {
 	case err != nil:
 		return classify(ctx, err), "", err

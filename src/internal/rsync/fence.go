@@ -100,7 +100,8 @@ func errStale(obj string, theirs metav1.Object) error {
 // precondition. An object a newer owner of the deployment wrote is
 // refused, and the run stopped.
 func (pa *placementApply) guardWrite(ctx context.Context, cs *clusterState, t target, r appcontext.Resource, obj *unstructured.Unstructured) (string, error) {
-	check, tok := pa.needsOwnerCheck(pa.p.StatusOf(r.Key())), token(ctx)
+	// An Exclusive object was claimed just before (never adopted).
+	check, tok := !r.Exclusive && pa.needsOwnerCheck(pa.p.StatusOf(r.Key())), token(ctx)
 	if !check && tok == 0 {
 		return "", nil
 	}
@@ -132,16 +133,16 @@ func (pa *placementApply) guardWrite(ctx context.Context, cs *clusterState, t ta
 }
 
 // guardDelete reads the live object's metadata before a delete that needs
-// it: of a group that owns its objects (one another deployment holds is
-// left alone: owner names it), or fenced. The options make the delete
+// it: of a group that owns its objects or of an Exclusive object (one
+// another deployment holds is left alone: owner names it), or fenced. The options make the delete
 // conditional on what was read (uid, and resourceVersion when fenced);
 // gone reports an object already gone. One a newer owner of the
 // deployment wrote is refused, and the run stopped.
-func (e *Engine) guardDelete(ctx context.Context, cs *clusterState, t target, c *appcontext.Context,
+func (e *Engine) guardDelete(ctx context.Context, cs *clusterState, t target, c *appcontext.Context, r appcontext.Resource,
 	obj *unstructured.Unstructured) (opts metav1.DeleteOptions, owner string, gone bool, err error) {
 	opts = metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)}
-	tok := token(ctx)
-	if !guarded(c.Meta) && tok == 0 {
+	tok, own := token(ctx), guarded(c.Meta) || r.Exclusive
+	if !own && tok == 0 {
 		return opts, "", false, nil
 	}
 	name := obj.GetName()
@@ -149,7 +150,7 @@ func (e *Engine) guardDelete(ctx context.Context, cs *clusterState, t target, c 
 	if err != nil || live == nil {
 		return opts, "", live == nil && err == nil, err
 	}
-	if guarded(c.Meta) {
+	if own {
 		if v := judge(live, c.Meta); !v.ours {
 			return opts, v.owner, false, nil
 		}
