@@ -374,6 +374,17 @@ func (c *chaos) logSince(id string, offset int64) string {
 	return string(b[offset:])
 }
 
+// lastLines is the last n lines of log that contain sub.
+func lastLines(log, sub string, n int) string {
+	var out []string
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out[max(0, len(out)-n):], "")
+}
+
 func (c *chaos) logSize(id string) int64 {
 	fi, err := os.Stat(filepath.Join(c.h.dir, "logs", "orch"+strings.TrimPrefix(id, "r")+".log"))
 	if err != nil {
@@ -981,7 +992,8 @@ func (c *chaos) storeDown(t *testing.T) {
 		defer func() { _ = resp.Body.Close() }()
 		if resp.StatusCode != 200 {
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-			t.Fatalf("GET %s through %s during the outage: %d %s after %s", path, r.id, resp.StatusCode, b, took)
+			t.Fatalf("GET %s through %s during the outage: %d %s after %s; its log: %s", path, r.id, resp.StatusCode, b, took,
+				lastLines(c.logSince(r.id, 0), `"level":"error"`, 5))
 		}
 		return resp.StatusCode, took
 	}
