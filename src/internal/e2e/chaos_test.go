@@ -982,6 +982,7 @@ func (c *chaos) storeDown(t *testing.T) {
 	var creates []string
 	outage := 20 * time.Second
 	client := &http.Client{Timeout: 30 * time.Second}
+	failed := map[string]int{}
 	get := func(r *haReplica, path string) (int, time.Duration) {
 		start := time.Now()
 		resp, err := client.Get(r.base + path)
@@ -990,10 +991,15 @@ func (c *chaos) storeDown(t *testing.T) {
 			t.Fatalf("GET %s during the outage: %v", path, err)
 		}
 		defer func() { _ = resp.Body.Close() }()
-		if resp.StatusCode != 200 {
+		if resp.StatusCode != 200 && failed[path] == 0 {
+			// Once per path (the outage goes on: the other answers and
+			// the creates are still checked).
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-			t.Fatalf("GET %s through %s during the outage: %d %s after %s; its log: %s", path, r.id, resp.StatusCode, b, took,
-				lastLines(c.logSince(r.id, 0), `"level":"error"`, 5))
+			t.Errorf("GET %s through %s during the outage: %d %s after %s; its log: %s", path, r.id, resp.StatusCode, b, took,
+				lastLines(c.logSince(r.id, 0), `"level":"error"`, 2))
+		}
+		if resp.StatusCode != 200 {
+			failed[path]++
 		}
 		return resp.StatusCode, took
 	}
@@ -1001,10 +1007,7 @@ func (c *chaos) storeDown(t *testing.T) {
 	for i := 0; time.Since(stoppedAt) < outage; i++ {
 		for _, r := range c.h.replicas {
 			for _, path := range []string{chaosDIG + "/status?type=cluster", chaosDIG + "/status/history", "/v2/projects", chaosCA + "/apps"} {
-				code, took := get(r, path)
-				if code != 200 {
-					t.Fatalf("GET %s through %s during the outage: %d", path, r.id, code)
-				}
+				_, took := get(r, path)
 				if strings.Contains(path, "/status?") {
 					lat = append(lat, took)
 				}
@@ -1022,8 +1025,8 @@ func (c *chaos) storeDown(t *testing.T) {
 	sendSignal(t, fer.pid, syscall.SIGCONT)
 	resumed = true
 	slices.Sort(lat)
-	t.Logf("FerretDB stopped %s: %d status answers, p50 %s, max %s; %d creates refused",
-		outage, len(lat), lat[len(lat)/2].Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond), len(creates))
+	t.Logf("FerretDB stopped %s: %d status answers, p50 %s, max %s; %d creates refused; answers not 200 by path: %v",
+		outage, len(lat), lat[len(lat)/2].Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond), len(creates), failed)
 	if lat[len(lat)-1] > 500*time.Millisecond {
 		t.Errorf("a status answer took %s during the outage (target 100ms)", lat[len(lat)-1])
 	}
