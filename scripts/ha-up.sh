@@ -10,7 +10,9 @@
 # DIR/bin unless ARGUS_ORCHESTRATOR names a binary.
 #
 # Once every replica answers /readyz it writes DIR/replicas (one line per
-# replica: "URL PID") and then DIR/ready. It stays in the foreground, and
+# replica: "URL PID"), DIR/stores (one line per store process: "NAME URL
+# PID", the etcd members e1..e3 and ferretdb, for tests that fail them)
+# and then DIR/ready. It stays in the foreground, and
 # on SIGTERM or SIGINT stops the replicas, then the stores, and exits.
 # Replicas are named r1..rN (--replica-id); logs are in DIR/logs. Each run
 # starts afresh: the stores' data under DIR is removed first.
@@ -40,7 +42,7 @@ done
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
-rm -rf "$dir/ready" "$dir/replicas" "$dir"/etcd? "$dir/ferretdb" "$dir"/orch* "$dir/logs"
+rm -rf "$dir/ready" "$dir/replicas" "$dir/stores" "$dir"/etcd? "$dir/ferretdb" "$dir"/orch* "$dir/logs"
 mkdir -p "$dir/logs"
 
 log() { echo "ha-up: $*" >&2; }
@@ -170,6 +172,11 @@ for i in $(seq "$replicas"); do
   echo "http://127.0.0.1:${api[i]} ${pids[i + 3]}"
 done >"$dir/replicas.tmp"
 mv "$dir/replicas.tmp" "$dir/replicas"
+{
+  for i in 1 2 3; do echo "e$i http://127.0.0.1:${client[i]} ${pids[i - 1]}"; done
+  echo "ferretdb mongodb://127.0.0.1:$mongo/ ${pids[3]}"
+} >"$dir/stores.tmp"
+mv "$dir/stores.tmp" "$dir/stores"
 : >"$dir/ready"
 log "$replicas replicas ready (DIR/replicas); SIGTERM or SIGINT stops everything"
 

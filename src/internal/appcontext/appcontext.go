@@ -491,10 +491,15 @@ func (s *Store) PutHeal(ctx context.Context, id string, req HealRequest) error {
 	return nil
 }
 
-// ClearHeal deletes the context's sync request once it is carried out.
-func (s *Store) ClearHeal(ctx context.Context, id string) error {
-	if _, err := s.cli.Delete(ctx, s.healKey(id)); err != nil {
+// ClearHeal deletes the context's sync request once it is carried out,
+// if every guard holds (ErrGuard otherwise).
+func (s *Store) ClearHeal(ctx context.Context, id string, guards ...clientv3.Cmp) error {
+	resp, err := s.cli.Txn(ctx).If(guards...).Then(clientv3.OpDelete(s.healKey(id))).Commit()
+	if err != nil {
 		return fmt.Errorf("clear sync request of %s: %w", id, err)
+	}
+	if !resp.Succeeded {
+		return ErrGuard
 	}
 	return nil
 }
@@ -511,9 +516,10 @@ func (s *Store) SetMeta(ctx context.Context, meta Meta) error {
 	return nil
 }
 
-// SetStatus records a context's status.
-func (s *Store) SetStatus(ctx context.Context, id string, st Status) error {
-	b := &batch{s: s}
+// SetStatus records a context's status, if every guard holds (ErrGuard
+// otherwise).
+func (s *Store) SetStatus(ctx context.Context, id string, st Status, guards ...clientv3.Cmp) error {
+	b := &batch{s: s, guards: guards}
 	if err := s.putStatus(b, id, st); err != nil {
 		return err
 	}
@@ -530,9 +536,10 @@ type StatusUpdate struct {
 
 // SetResourceStatuses records many resources' states, and then the
 // context's status when ctxStatus is not nil, in as few transactions as
-// etcd's limits allow.
-func (s *Store) SetResourceStatuses(ctx context.Context, id string, updates []StatusUpdate, ctxStatus *Status) error {
-	b := &batch{s: s}
+// etcd's limits allow, each only if every guard holds (ErrGuard
+// otherwise: the transactions before it were written).
+func (s *Store) SetResourceStatuses(ctx context.Context, id string, updates []StatusUpdate, ctxStatus *Status, guards ...clientv3.Cmp) error {
+	b := &batch{s: s, guards: guards}
 	now := time.Now().UTC()
 	for _, u := range updates {
 		if u.Status.Updated.IsZero() {

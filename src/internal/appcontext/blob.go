@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -48,7 +49,14 @@ type batch struct {
 	s   *Store
 	ops []clientv3.Op
 	sz  []int
+	// guards are conditions every transaction of the batch holds under
+	// (a writer's fencing token); ErrGuard when one does not.
+	guards []clientv3.Cmp
 }
+
+// ErrGuard is a guarded write refused because its guard no longer held:
+// the writer lost what entitled it to write (its claim on the group).
+var ErrGuard = errors.New("appcontext: the write's guard no longer holds")
 
 // opOverhead approximates the per-operation framing of a transaction.
 const opOverhead = 32
@@ -65,8 +73,12 @@ func (b *batch) commit(ctx context.Context) error {
 			total += b.sz[end]
 			end++
 		}
-		if _, err := b.s.cli.Txn(ctx).Then(b.ops[start:end]...).Commit(); err != nil {
+		resp, err := b.s.cli.Txn(ctx).If(b.guards...).Then(b.ops[start:end]...).Commit()
+		if err != nil {
 			return fmt.Errorf("write context: %w", err)
+		}
+		if !resp.Succeeded {
+			return ErrGuard
 		}
 		start = end
 	}

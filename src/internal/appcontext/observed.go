@@ -109,17 +109,38 @@ func IndexBundle(st *v1alpha1.ResourceBundleStateStatus) map[EntryRef]*BundleEnt
 	return out
 }
 
-// PutBundle stores a bundle snapshot.
-func (s *Store) PutBundle(ctx context.Context, id, app string, c ClusterRef, snap BundleSnapshot) error {
+func (s *Store) bundleKey(id, app string, c ClusterRef) string {
+	return s.ctxPrefix(id) + "app/" + app + "/cluster/" + c.String() + "/bundle"
+}
+
+// PutBundle stores a bundle snapshot, if every guard holds (ErrGuard
+// otherwise).
+func (s *Store) PutBundle(ctx context.Context, id, app string, c ClusterRef, snap BundleSnapshot, guards ...clientv3.Cmp) error {
 	data, err := json.Marshal(snap)
 	if err != nil {
 		return err
 	}
-	_, err = s.cli.Put(ctx, s.ctxPrefix(id)+"app/"+app+"/cluster/"+c.String()+"/bundle", string(data))
+	resp, err := s.cli.Txn(ctx).If(guards...).Then(clientv3.OpPut(s.bundleKey(id, app, c), string(data))).Commit()
 	if err != nil {
 		return fmt.Errorf("store bundle snapshot: %w", err)
 	}
+	if !resp.Succeeded {
+		return ErrGuard
+	}
 	return nil
+}
+
+// Bundle reads one stored bundle snapshot; false when there is none.
+func (s *Store) Bundle(ctx context.Context, id, app string, c ClusterRef) (BundleSnapshot, bool, error) {
+	var snap BundleSnapshot
+	resp, err := s.cli.Get(ctx, s.bundleKey(id, app, c))
+	if err != nil {
+		return snap, false, fmt.Errorf("read bundle snapshot: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return snap, false, nil
+	}
+	return snap, true, json.Unmarshal(resp.Kvs[0].Value, &snap)
 }
 
 // Touch records that something a context's status is computed from
@@ -165,12 +186,45 @@ type ClusterState struct {
 
 // PutClusterState stores a cluster's state.
 func (s *Store) PutClusterState(ctx context.Context, c ClusterRef, st ClusterState) error {
+	return s.PutClusterStateOn(ctx, c, st, 0)
+}
+
+// PutClusterStateOn stores a cluster's state on a lease (0: none), so it
+// goes when its writer's lease does: a cluster whose watcher died is not
+// believed on that watcher's last word. It writes only if every guard
+// holds (ErrGuard otherwise).
+func (s *Store) PutClusterStateOn(ctx context.Context, c ClusterRef, st ClusterState, lease clientv3.LeaseID, guards ...clientv3.Cmp) error {
 	data, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
-	_, err = s.cli.Put(ctx, s.prefix+"/clusters/"+c.String(), string(data))
-	return err
+	var opts []clientv3.OpOption
+	if lease != 0 {
+		opts = append(opts, clientv3.WithLease(lease))
+	}
+	resp, err := s.cli.Txn(ctx).If(guards...).Then(clientv3.OpPut(s.clusterKey(c), string(data), opts...)).Commit()
+	if err != nil {
+		return fmt.Errorf("store the state of cluster %s: %w", c, err)
+	}
+	if !resp.Succeeded {
+		return ErrGuard
+	}
+	return nil
+}
+
+func (s *Store) clusterKey(c ClusterRef) string { return s.prefix + "/clusters/" + c.String() }
+
+// ClusterState reads one cluster's state; false when none is stored.
+func (s *Store) ClusterState(ctx context.Context, c ClusterRef) (ClusterState, bool, error) {
+	var st ClusterState
+	resp, err := s.cli.Get(ctx, s.clusterKey(c))
+	if err != nil {
+		return st, false, fmt.Errorf("read the state of cluster %s: %w", c, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return st, false, nil
+	}
+	return st, true, json.Unmarshal(resp.Kvs[0].Value, &st)
 }
 
 // ClusterStates returns every cluster's state with one range read.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -32,6 +33,12 @@ type Catalog struct {
 	// owner signs this process's markers (see Owner); nil judges them by
 	// staleBefore alone.
 	owner *Owner
+	// logger is RunRepairs'; inflight are this process's write intents
+	// still at work (see intent).
+	logger   *logrus.Entry
+	inflight sync.Map
+	// availableFn says whether MongoDB answers (UseAvailability).
+	availableFn func() error
 	// limits bound callers' writes (see Limits); usage, kept by
 	// TrackUsage, is what they are checked against.
 	limits Limits
@@ -56,6 +63,10 @@ type Options struct {
 	// after the repair; nil reads MongoDB alone.
 	Index       *clientv3.Client
 	IndexPrefix string
+	// Available, when set, says whether MongoDB answers (store/mongo's
+	// Available): while it does not, writes fail at once with its error
+	// (unavailable, so 503) and start nothing they would leave half made.
+	Available func() error
 	// DeferIndex, when it says an error bringing the index up to date is
 	// passing (etcd out of space takes no writes), makes Open return the
 	// catalogue reading MongoDB meanwhile, with Opened.IndexDeferred;
@@ -94,6 +105,7 @@ func Open(ctx context.Context, opts Options) (*Catalog, Opened, error) {
 	if opts.Owner != nil {
 		c.setOwner(*opts.Owner)
 	}
+	c.availableFn = opts.Available
 	if !opts.RepairBefore.IsZero() {
 		if out.Recovered, err = c.repair(ctx, opts.RepairBefore); err != nil {
 			return nil, out, fmt.Errorf("catalog: repair: %w", err)
@@ -138,6 +150,9 @@ func prepare(ctx context.Context, db *mongo.Database, kinds ...*Kind) (*Catalog,
 			Options: options.Index().SetUnique(true).SetName("key"),
 		})
 		if err != nil {
+			return nil, fmt.Errorf("catalog: index %s: %w", k.Collection, err)
+		}
+		if err := c.ensureIndexes(ctx, k); err != nil {
 			return nil, fmt.Errorf("catalog: index %s: %w", k.Collection, err)
 		}
 		if k == DeploymentIntentGroups {
@@ -290,7 +305,7 @@ func (r *Resource[S]) CreateWithContent(ctx context.Context, key Key, obj Object
 	return r.create(ctx, key, obj, content)
 }
 
-func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], content []byte) error {
+func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], content []byte) (err error) {
 	r.checkKey(key)
 	parent := r.kind.ParentKey(key)
 	if err := r.parentAlive(ctx, parent); err != nil {
@@ -299,7 +314,6 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 	x := r.cat.index()
 	var rev int64 // the entry's revision before the insert
 	if x != nil {
-		var err error
 		if _, rev, err = x.read(ctx, r.kind, key); err != nil {
 			return err
 		}
@@ -308,17 +322,26 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 	if err := r.checkWrite(key, doc, nil, int64(len(content))); err != nil {
 		return err
 	}
-	var intent time.Time
+	var since time.Time
+	var ic intentContent
 	if content != nil {
 		// Millisecond precision, as stored, so the intent matches itself.
-		intent = time.Now().UTC().Truncate(time.Millisecond)
-		doc = append(doc, r.cat.markerFields(fieldPending, fieldPendingBy, intent)...)
+		since = time.Now().UTC().Truncate(time.Millisecond)
+		doc = append(doc, r.cat.markerFields(fieldPending, fieldPendingBy, since)...)
+		doc = append(doc, contentFields(since, len(content))...)
+		ic = intentContent{Pending: &since, Chunks: chunkCount(len(content))}
 	}
+	in, err := r.cat.begin(ctx, x, r.kind, key, ic)
+	if err != nil {
+		return err
+	}
+	defer func() { err = in.end(err) }()
 	ins, err := r.coll.InsertOne(ctx, doc)
 	if mongo.IsDuplicateKeyError(err) && r.takeOver(ctx, key) {
 		ins, err = r.coll.InsertOne(ctx, doc)
 	}
 	if mongo.IsDuplicateKeyError(err) {
+		in.untouched()
 		return errdefs.Conflict("%s already exists", r.kind.describe(key))
 	}
 	if err != nil {
@@ -327,54 +350,66 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 	// This very document, not another one created under the same key after
 	// a concurrent delete of this one.
 	mine := bson.D{{Key: "_id", Value: ins.InsertedID}}
-	undo := func(cause error) error {
-		bg := context.WithoutCancel(ctx)
-		if _, err := r.coll.DeleteOne(bg, mine); err != nil {
-			return errors.Join(cause, fmt.Errorf("undo create %s: %w", r.kind.describe(key), err))
-		}
-		if content != nil {
-			if err := r.dropContent(bg, key, intent); err != nil {
-				return errors.Join(cause, fmt.Errorf("undo create %s: %w", r.kind.describe(key), err))
-			}
-		}
-		return cause
+	if err = r.complete(ctx, key, mine, parent, since, content); err != nil {
+		return r.undoCreate(ctx, key, mine, since, content, err)
 	}
-	if err := r.parentAlive(ctx, parent); err != nil {
-		return undo(err)
-	}
-	if content == nil {
-		if x != nil {
-			return r.indexDoc(ctx, x, key, rev, r.document(key, obj))
-		}
+	if x == nil {
 		return nil
 	}
-	if err := r.writeContent(ctx, key, intent, content); err != nil {
-		return undo(err)
+	entry := r.document(key, obj)
+	if content != nil {
+		entry = append(entry, contentFields(since, len(content))...)
 	}
-	// One write makes the object visible and points it at its content.
-	res, err := r.coll.UpdateOne(ctx, append(mine, bson.E{Key: fieldPending, Value: intent}), bson.D{
-		{Key: "$unset", Value: bson.D{{Key: fieldPending, Value: ""}, {Key: fieldPendingBy, Value: ""}}},
-		{Key: "$set", Value: bson.D{{Key: fieldContentGen, Value: intent}, {Key: fieldContentSize, Value: int64(len(content))}}}})
+	return r.indexDoc(ctx, x, key, rev, entry, in)
+}
+
+// complete finishes a create once the object is inserted: the parent is
+// checked again, and an object created with content gets it and becomes
+// visible in one write.
+func (r *Resource[S]) complete(ctx context.Context, key Key, mine bson.D, parent Key, since time.Time, content []byte) error {
+	if err := r.parentAlive(ctx, parent); err != nil {
+		return err
+	}
+	if content == nil {
+		return nil
+	}
+	if err := r.writeContent(ctx, key, since, content); err != nil {
+		return err
+	}
+	res, err := r.coll.UpdateOne(ctx, append(mine, bson.E{Key: fieldPending, Value: since}), bson.D{
+		{Key: "$unset", Value: bson.D{{Key: fieldPending, Value: ""}, {Key: fieldPendingBy, Value: ""}}}})
 	if err != nil {
-		return undo(fmt.Errorf("create %s: %w", r.kind.describe(key), err))
+		return fmt.Errorf("create %s: %w", r.kind.describe(key), err)
 	}
 	if res.MatchedCount == 0 { // swept meanwhile: the content goes too
-		return undo(errdefs.Conflict("%s was removed while it was being created", r.kind.describe(key)))
-	}
-	if x != nil {
-		return r.indexDoc(ctx, x, key, rev, append(r.document(key, obj),
-			bson.E{Key: fieldContentGen, Value: intent}, bson.E{Key: fieldContentSize, Value: int64(len(content))}))
+		return errdefs.Conflict("%s was removed while it was being created", r.kind.describe(key))
 	}
 	return nil
 }
 
-// indexDoc writes a document as the object's index entry (see index).
-func (r *Resource[S]) indexDoc(ctx context.Context, x *index, key Key, rev int64, doc bson.D) error {
+// undoCreate removes what a create that failed inserted; what it cannot
+// remove now (MongoDB is down) the create's intent repairs later.
+func (r *Resource[S]) undoCreate(ctx context.Context, key Key, mine bson.D, since time.Time, content []byte, cause error) error {
+	bg := context.WithoutCancel(ctx)
+	if _, err := r.coll.DeleteOne(bg, mine); err != nil {
+		return errors.Join(cause, fmt.Errorf("undo create %s: %w", r.kind.describe(key), err))
+	}
+	if content != nil {
+		if err := r.dropContent(bg, key, since, chunkCount(len(content))); err != nil {
+			return errors.Join(cause, fmt.Errorf("undo create %s: %w", r.kind.describe(key), err))
+		}
+	}
+	return cause
+}
+
+// indexDoc writes a document as the object's index entry (see index),
+// ending the write's intent.
+func (r *Resource[S]) indexDoc(ctx context.Context, x *index, key Key, rev int64, doc bson.D, in *intent) error {
 	data, err := bson.Marshal(doc)
 	if err != nil {
 		return err
 	}
-	return r.cat.write(ctx, x, r.kind, key, rev, data)
+	return r.cat.write(ctx, x, r.kind, key, rev, data, in)
 }
 
 // entry reads the object's index entry (and its revision) before a write;
@@ -390,16 +425,16 @@ func (r *Resource[S]) entry(ctx context.Context, key Key) (*index, bson.Raw, int
 
 // indexUpdate sets fields of the object's index entry as read (prev, at
 // rev) before a MongoDB write; without one, the entry is copied from
-// MongoDB.
-func (r *Resource[S]) indexUpdate(ctx context.Context, x *index, key Key, prev bson.Raw, rev int64, set bson.D) error {
+// MongoDB. The write's intent ends with it.
+func (r *Resource[S]) indexUpdate(ctx context.Context, x *index, key Key, prev bson.Raw, rev int64, set bson.D, in *intent) error {
 	if prev == nil {
-		return r.cat.refresh(ctx, x, r.kind, key)
+		return r.cat.refresh(ctx, x, r.kind, key, in)
 	}
 	data, err := withFields(prev, set)
 	if err != nil {
 		return err
 	}
-	return r.cat.write(ctx, x, r.kind, key, rev, data)
+	return r.cat.write(ctx, x, r.kind, key, rev, data, in)
 }
 
 // takeOver removes the intent a dead process left under key, if that is
@@ -409,7 +444,7 @@ func (r *Resource[S]) indexUpdate(ctx context.Context, x *index, key Key, prev b
 func (r *Resource[S]) takeOver(ctx context.Context, key Key) bool {
 	var doc bson.Raw
 	err := r.coll.FindOne(ctx, append(r.filter(key), bson.E{Key: fieldPending, Value: bson.D{{Key: "$exists", Value: true}}}),
-		options.FindOne().SetProjection(bson.D{{Key: fieldPending, Value: 1}, {Key: fieldPendingBy, Value: 1}})).Decode(&doc)
+		options.FindOne().SetProjection(bson.D{{Key: fieldPending, Value: 1}, {Key: fieldPendingBy, Value: 1}, {Key: fieldContentChunks, Value: 1}})).Decode(&doc)
 	if err != nil {
 		return false
 	}
@@ -421,7 +456,7 @@ func (r *Resource[S]) takeOver(ctx context.Context, key Key) bool {
 	if err != nil || res.DeletedCount == 0 {
 		return false
 	}
-	_ = r.dropContent(ctx, key, since)
+	_ = r.dropContent(ctx, key, since, pendingChunks(doc))
 	return true
 }
 
@@ -444,10 +479,16 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 	if err := r.checkWrite(key, set, prev, -1); err != nil {
 		return false, err
 	}
+	in, err := r.cat.begin(ctx, x, r.kind, key, intentContent{})
+	if err != nil {
+		return false, err
+	}
+	defer func() { err = in.end(err) }()
 	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}}, options.Update().SetUpsert(true))
 	if mongo.IsDuplicateKeyError(err) {
 		// Two concurrent upserts of a new key (the loser sees the winner's
 		// insert), or an object being created or deleted.
+		in.untouched()
 		return false, errdefs.Conflict("%s is being created, deleted or replaced concurrently", r.kind.describe(key))
 	}
 	if err != nil {
@@ -456,9 +497,9 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 	created = res.UpsertedCount > 0
 	if x != nil {
 		if created {
-			err = r.indexDoc(ctx, x, key, rev, set)
+			err = r.indexDoc(ctx, x, key, rev, set, in)
 		} else {
-			err = r.indexUpdate(ctx, x, key, prev, rev, bson.D{{Key: "metadata", Value: obj.Metadata}, {Key: "spec", Value: obj.Spec}})
+			err = r.indexUpdate(ctx, x, key, prev, rev, bson.D{{Key: "metadata", Value: obj.Metadata}, {Key: "spec", Value: obj.Spec}}, in)
 		}
 	}
 	return created, err
@@ -466,7 +507,7 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 
 // Replace replaces an existing object; unlike Put it never creates one,
 // so a concurrent delete is not undone (NotFound instead).
-func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) error {
+func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) (err error) {
 	r.checkKey(key)
 	// $set, not a whole-document replace: the object keeps its content and
 	// markers; a pending object is absent and one being deleted stays so.
@@ -478,15 +519,21 @@ func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) error
 	if err := r.checkObject(key, r.document(key, obj)); err != nil {
 		return err
 	}
+	in, err := r.cat.begin(ctx, x, r.kind, key, intentContent{})
+	if err != nil {
+		return err
+	}
+	defer func() { err = in.end(err) }()
 	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}})
 	if err != nil {
 		return fmt.Errorf("replace %s: %w", r.kind.describe(key), err)
 	}
 	if res.MatchedCount == 0 {
+		in.untouched()
 		return errdefs.NotFound("%s not found", r.kind.describe(key))
 	}
 	if x != nil {
-		return r.indexUpdate(ctx, x, key, prev, rev, set)
+		return r.indexUpdate(ctx, x, key, prev, rev, set, in)
 	}
 	return nil
 }
@@ -552,15 +599,28 @@ func (r *Resource[S]) List(ctx context.Context, parent Key) ([]Object[S], error)
 // given, runs once the object is marked as being deleted (no child can be
 // created under it from then on) and before anything is removed; an error
 // from one aborts the delete and is returned.
-func (r *Resource[S]) Delete(ctx context.Context, key Key, before ...func(context.Context) error) error {
+func (r *Resource[S]) Delete(ctx context.Context, key Key, before ...func(context.Context) error) (err error) {
 	r.checkKey(key)
+	// The intent names the content to drop should the delete stop once
+	// the object is gone (see intent).
+	x := r.cat.index()
+	var content stored
+	if doc, lerr := r.cat.lookup(ctx, r.kind, key, contentProjection); lerr == nil {
+		_ = bson.Unmarshal(doc, &content)
+	}
+	ic := intentContent{Gen: content.Gen, Chunks: content.chunks()}
+	in, err := r.cat.begin(ctx, x, r.kind, key, ic)
+	if err != nil {
+		return err
+	}
+	defer func() { err = in.end(err) }()
 	mark := time.Now().UTC().Truncate(time.Millisecond)
 	if err := r.markDeleting(ctx, key, mark); err != nil {
+		in.untouched()
 		return err
 	}
 	// The index follows each step from MongoDB: deletes are rare, and the
 	// mark is what creates of children check.
-	x := r.cat.index()
 	reindex := func(ctx context.Context) error {
 		if x == nil {
 			return nil
@@ -611,9 +671,11 @@ func (r *Resource[S]) Delete(ctx context.Context, key Key, before ...func(contex
 		return err
 	}
 	// From here on the object is gone for readers; a crash leaves at most
-	// content without its object, which the start-up repair removes.
-	if _, err := r.contents().DeleteMany(ctx, r.filter(key)); err != nil {
-		return fmt.Errorf("delete content of %s: %w", r.kind.describe(key), err)
+	// content without its object, which the intent's repair drops.
+	if content.Gen != nil {
+		if err := r.cat.dropChunks(ctx, r.kind, key, *content.Gen, content.chunks()); err != nil {
+			return fmt.Errorf("delete content of %s: %w", r.kind.describe(key), err)
+		}
 	}
 	// Once more: a cascading child created between the first pass and the
 	// mark (its parent check passed) would otherwise be an orphan.
@@ -659,10 +721,11 @@ func (r *Resource[S]) markDeleting(ctx context.Context, key Key, mark time.Time)
 func (r *Resource[S]) deleteCascading(ctx context.Context, key Key, kinds []*Kind) error {
 	x := r.cat.index()
 	for _, child := range kinds {
-		for _, coll := range []string{child.Collection, child.Collection + "_content"} {
-			if _, err := r.cat.db.Collection(coll).DeleteMany(ctx, r.filter(key)); err != nil {
-				return fmt.Errorf("delete %s: delete its %ss: %w", r.kind.describe(key), child.Name, err)
-			}
+		if err := r.cat.dropChildContents(ctx, child, r.filter(key)); err != nil {
+			return fmt.Errorf("delete %s: delete its %ss: %w", r.kind.describe(key), child.Name, err)
+		}
+		if _, err := r.cat.db.Collection(child.Collection).DeleteMany(ctx, r.filter(key)); err != nil {
+			return fmt.Errorf("delete %s: delete its %ss: %w", r.kind.describe(key), child.Name, err)
 		}
 		if x != nil {
 			if _, err := x.cli.Delete(ctx, x.children(child, key), clientv3.WithPrefix()); err != nil {

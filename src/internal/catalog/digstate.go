@@ -143,6 +143,14 @@ func (c *Catalog) TransitionDIG(ctx context.Context, key Key, from []string, nex
 // Transition is TransitionDIG for any lifecycle group; subject names what
 // the group is in a refusal ("the deployment intent group is Created; ...").
 func (c *Catalog) Transition(ctx context.Context, group, subject string, from []string, next StateAction, statusID string) (DIGState, error) {
+	if err := c.available(); err != nil {
+		return DIGState{}, err
+	}
+	st, err := c.transition(ctx, group, subject, from, next, statusID)
+	return st, c.storeError(err)
+}
+
+func (c *Catalog) transition(ctx context.Context, group, subject string, from []string, next StateAction, statusID string) (DIGState, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		cur, exists, err := c.getState(ctx, group)
 		if err != nil {
@@ -202,6 +210,13 @@ func (c *Catalog) Transition(ctx context.Context, group, subject string, from []
 // create runtime state) while its owner is being deleted. UnlockForDelete
 // puts the state back, for a delete that did not happen.
 func (c *Catalog) LockForDelete(ctx context.Context, group, subject string, from []string) error {
+	if err := c.available(); err != nil {
+		return err
+	}
+	return c.storeError(c.lockForDelete(ctx, group, subject, from))
+}
+
+func (c *Catalog) lockForDelete(ctx context.Context, group, subject string, from []string) error {
 	for attempt := 0; attempt < 3; attempt++ {
 		cur, exists, err := c.getState(ctx, group)
 		if err != nil {
@@ -347,8 +362,15 @@ func (c *Catalog) DeleteState(ctx context.Context, group string) error {
 }
 
 func (c *Catalog) ensureDIGStateIndex(ctx context.Context) error {
-	_, err := c.digStates().Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "group", Value: 1}}, Options: options.Index().SetUnique(true).SetName("group")})
-	return err
+	// One at a time (see ensureIndexes).
+	for _, m := range []mongo.IndexModel{
+		{Keys: bson.D{{Key: "group", Value: 1}}, Options: options.Index().SetUnique(true).SetName("group")},
+		{Keys: bson.D{{Key: "current", Value: 1}}, Options: options.Index().SetName("current")}} {
+		if _, err := c.digStates().Indexes().CreateOne(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func nonEmpty(s string) []string {

@@ -196,36 +196,43 @@ func (x *index) read(ctx context.Context, k *Kind, key Key) (bson.Raw, int64, er
 
 // write sets an object's entry (nil removes it) if it is still at mod
 // revision rev (0: absent); otherwise another writer came between, and
-// the entry is copied from MongoDB.
-func (c *Catalog) write(ctx context.Context, x *index, k *Kind, key Key, rev int64, doc []byte) error {
+// the entry is copied from MongoDB. The write's intent goes with it.
+func (c *Catalog) write(ctx context.Context, x *index, k *Kind, key Key, rev int64, doc []byte, in *intent) error {
 	ek := x.key(k, key)
 	op := clientv3.OpDelete(ek)
 	if doc != nil {
 		op = clientv3.OpPut(ek, string(doc))
 	}
-	if done, err := x.commit(ctx, k, key, rev, op); done || err != nil {
+	if done, err := x.commit(ctx, k, key, rev, op, in); done || err != nil {
 		if done {
 			c.noteUsage(ek, k, key, doc)
 		}
 		return err
 	}
-	return c.refresh(ctx, x, k, key)
+	return c.refresh(ctx, x, k, key, in)
 }
 
-// commit applies op to an object's entry if it is still at revision rev;
-// false when it is not.
-func (x *index) commit(ctx context.Context, k *Kind, key Key, rev int64, op clientv3.Op) (bool, error) {
-	resp, err := x.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(x.key(k, key)), "=", rev)).Then(op).Commit()
+// commit applies op to an object's entry, and removes the intent, if the
+// entry is still at revision rev; false when it is not.
+func (x *index) commit(ctx context.Context, k *Kind, key Key, rev int64, op clientv3.Op, in *intent) (bool, error) {
+	resp, err := x.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(x.key(k, key)), "=", rev)).Then(append([]clientv3.Op{op}, in.ops()...)...).Commit()
 	if err != nil {
-		return false, errdefs.Unavailable(err, "%s is stored, but the catalogue index could not be updated (it is repaired at the next start)", k.describe(key))
+		return false, errdefs.Unavailable(err, "%s is stored, but the catalogue index could not be updated (it is repaired as soon as etcd answers)", k.describe(key))
+	}
+	if resp.Succeeded && in != nil {
+		in.cleared = true
 	}
 	return resp.Succeeded, nil
 }
 
 // refresh copies an object's entry from MongoDB (or removes it when the
 // object is absent or still being created), retrying while others change
-// the entry meanwhile.
-func (c *Catalog) refresh(ctx context.Context, x *index, k *Kind, key Key) error {
+// the entry meanwhile; the intents given go with the entry's write.
+func (c *Catalog) refresh(ctx context.Context, x *index, k *Kind, key Key, ins ...*intent) error {
+	var in *intent
+	if len(ins) > 0 {
+		in = ins[0]
+	}
 	ek := x.key(k, key)
 	for range 10 {
 		_, rev, err := x.read(ctx, k, key)
@@ -245,7 +252,7 @@ func (c *Catalog) refresh(ctx context.Context, x *index, k *Kind, key Key) error
 			}
 			op = clientv3.OpPut(ek, string(doc))
 		}
-		if done, err := x.commit(ctx, k, key, rev, op); done || err != nil {
+		if done, err := x.commit(ctx, k, key, rev, op, in); done || err != nil {
 			if done {
 				c.noteUsage(ek, k, key, doc)
 			}

@@ -20,6 +20,9 @@ type Kind struct {
 	// Cascade makes objects of this kind go with their parent instead of
 	// keeping it from being deleted (subscriptions belong to what they watch).
 	Cascade bool
+	// Queried are the fields besides the key that queries filter on
+	// (CountWhere): each gets an index.
+	Queried []string
 }
 
 // Field is the document field holding this level's name.

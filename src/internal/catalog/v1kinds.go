@@ -17,7 +17,7 @@ var (
 	RBDefinitions     = &Kind{Name: "rb definition", Collection: "rbdefinitions", Own: []string{"rbname", "rbversion"}}
 	RBProfiles        = &Kind{Name: "rb profile", Collection: "rbprofiles", Parent: RBDefinitions, Cascade: true}
 	ConfigTemplates   = &Kind{Name: "config template", Collection: "rbconfigtemplates", Parent: RBDefinitions, Cascade: true}
-	Instances         = &Kind{Name: "instance", Collection: "instances"}
+	Instances         = &Kind{Name: "instance", Collection: "instances", Queried: []string{"spec.request.cloudRegion"}}
 	InstanceConfigs   = &Kind{Name: "config", Collection: "instanceconfigs", Parent: Instances, Cascade: true}
 )
 

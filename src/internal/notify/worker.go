@@ -321,7 +321,13 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 		return st, err
 	}
 	_, st.Delivered = Diff(nil, entries, nil)
-	st.Head, st.Pending, st.Rebaseline = headOf(envelope), nil, false
+	st.Head, st.Rebaseline = headOf(envelope), false
+	if st.Pending != nil {
+		// Changed filters while a payload waited for its 2xx: it is still
+		// sent, under its sequence number, and once it is the subscriber
+		// is at the new baseline (what the new filters see now).
+		st.Pending.Next, st.Pending.NextHead = st.Delivered, st.Head
+	}
 	if st.Created.IsZero() {
 		st.Created = w.opts.Now().UTC()
 	}

@@ -291,3 +291,38 @@ func TestResumedWorkerCatchesUp(t *testing.T) {
 		t.Fatalf("after the restart = %+v", p)
 	}
 }
+
+// Filters changed (a PUT) while a payload waits for its 2xx: the payload
+// is still delivered under its sequence number, and the next change is
+// the next number, diffed against what the new filters saw at the PUT.
+func TestRebaselineKeepsThePendingPayload(t *testing.T) {
+	states := statesFor(t)
+	rcv := newReceiver(t)
+	rcv.answer.Store(503)
+	key := testenv.UniqueName("sub")
+	w := &world{entries: map[string]string{"a": "1"}}
+	r := startWorker(t, states, key, w.source, rcv.srv.URL, 0)
+	w.set("a", "2")
+	r.w.Notify()
+	first := rcv.next(t)
+	r.stop(t) // the PUT restarts the worker with a new baseline to take
+	st, _, err := states.Load(context.Background(), key)
+	if err != nil || st.Pending == nil {
+		t.Fatalf("state before the PUT: %+v %v", st, err)
+	}
+	st.Rebaseline = true
+	if err := states.Save(context.Background(), key, st); err != nil {
+		t.Fatal(err)
+	}
+	w.set("b", "1") // what the new filters see already: part of the baseline
+	rcv.answer.Store(200)
+	r = startWorker(t, states, key, w.source, rcv.srv.URL, 0)
+	if p := rcv.nextDelivered(t); p.id != first.id || p.sequence != 1 || len(p.changes.Modified) != 1 {
+		t.Fatalf("after the PUT: %+v, want the pending delivery %+v", p, first)
+	}
+	w.set("c", "1")
+	r.w.Notify()
+	if p := rcv.next(t); p.sequence != 2 || len(p.changes.Created) != 1 || p.changes.Created[0]["name"] != "c" || len(p.changes.Modified) != 0 {
+		t.Fatalf("the change after the PUT = %+v, want c created as sequence 2", p)
+	}
+}

@@ -125,8 +125,10 @@ func (a *App) openCatalog(ctx context.Context, st *stores, start time.Time) (*ca
 			}
 			return resp.TTL > 0, nil
 		}}
+	// While MongoDB does not answer, catalogue writes fail at once (503,
+	// saying why) and start nothing; reads served by the index go on.
 	cat, opened, err := catalog.Open(ctx, catalog.Options{DB: st.mongo.DB, Owner: owner, RepairBefore: before,
-		Index: cli, IndexPrefix: a.opts.EtcdPrefix, Limits: a.catalogLimits(),
+		Index: cli, IndexPrefix: a.opts.EtcdPrefix, Limits: a.catalogLimits(), Available: st.mongo.Available,
 		DeferIndex: func(error) bool { return st.etcd.NoSpace() != nil }})
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: open the catalogue: %w", err)

@@ -215,6 +215,9 @@ func (a *App) runWork(life *lifecycle, st *stores, w *work) {
 		}
 	})
 	life.add("context cache", w.cache.Run, nil)
+	life.add("catalogue repairs", func(ctx context.Context) error {
+		return st.catalog.RunRepairs(ctx, catalog.RepairOptions{Logger: a.log.WithField("component", "catalog")})
+	}, nil)
 	life.add("watchers", w.watchers.Run, nil)
 	w.notifierRun = life.add("notifier", w.notifier.Run, nil)
 	if w.sink != nil {

@@ -58,6 +58,7 @@ type Kind struct {
 	mu      sync.Mutex
 	wanted  map[string]bool
 	held    map[string]clientv3.LeaseID // acquired items and the lease of their claim
+	revs    map[string]int64            // acquired items' claim revisions (Fence.Token)
 	holders map[string]string           // item → holder's id, as the claims watch has it
 }
 
@@ -66,7 +67,7 @@ func newKind(s *Set, name string) *Kind {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ownership-" + name}),
-		wanted: map[string]bool{}, held: map[string]clientv3.LeaseID{}, holders: map[string]string{}}
+		wanted: map[string]bool{}, held: map[string]clientv3.LeaseID{}, revs: map[string]int64{}, holders: map[string]string{}}
 }
 
 // Handle attaches h to the kind: an item's Acquired calls every handler in
@@ -256,6 +257,7 @@ func (k *Kind) sync(ctx context.Context, item string) error {
 	if err != nil {
 		return fmt.Errorf("claim %s/%s: %w", k.name, item, err)
 	}
+	rev := resp.Header.Revision // the claim's creation
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 || clientv3.LeaseID(kvs[0].Lease) != v.lease {
@@ -264,9 +266,11 @@ func (k *Kind) sync(ctx context.Context, item string) error {
 			// enqueues the item again when the claim goes.
 			return nil
 		}
+		rev = kvs[0].CreateRevision
 	}
 	k.mu.Lock()
 	k.held[item] = v.lease
+	k.revs[item] = rev
 	k.holders[item] = k.s.opts.ID
 	n := len(k.held)
 	k.mu.Unlock()
@@ -279,7 +283,6 @@ func (k *Kind) sync(ctx context.Context, item string) error {
 	return nil
 }
 
-// release stops an item's work and forgets it.
 // deleteClaim deletes item's claim if it is still on lease.
 func (k *Kind) deleteClaim(ctx context.Context, item string, lease clientv3.LeaseID) error {
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
@@ -291,7 +294,13 @@ func (k *Kind) deleteClaim(ctx context.Context, item string, lease clientv3.Leas
 	return nil
 }
 
+// release stops an item's work and forgets it.
 func (k *Kind) release(item string) {
+	// Its fences fail from now on: nothing more is written for the item
+	// while its work stops.
+	k.mu.Lock()
+	delete(k.revs, item)
+	k.mu.Unlock()
 	for _, h := range slices.Backward(k.h) {
 		h.Released(item)
 	}

@@ -40,6 +40,10 @@ type Options struct {
 	// before the others take it over. 0 means 10s; it is rounded up to
 	// whole seconds (etcd's unit).
 	TTL time.Duration
+	// RenewDeadline is how long after its lease's last renewal this
+	// replica still writes for its items (see Fence); it must be shorter
+	// than the TTL. 0 means two thirds of the TTL.
+	RenewDeadline time.Duration
 	// Workers per kind acquire and release items concurrently; 0 means 4.
 	Workers int
 	// Registerer receives the ownership metrics; nil registers none.
@@ -81,6 +85,9 @@ type Set struct {
 	// follows: each listing registers work on it.
 	following *concurrency.Session
 	follower  *etcdwatch.Follower
+	// renewal is the lease's last renewal; renewCh is closed at the next.
+	renewal renewal
+	renewCh chan struct{}
 }
 
 // New returns a Set; Run starts it.
@@ -98,6 +105,12 @@ func New(opts Options) (*Set, error) {
 	if opts.TTL < 0 {
 		return nil, errors.New("ownership: the lease TTL cannot be negative")
 	}
+	if opts.RenewDeadline == 0 {
+		opts.RenewDeadline = renewDeadline(opts.TTL)
+	}
+	if opts.RenewDeadline < 0 || opts.RenewDeadline >= opts.TTL {
+		return nil, errors.New("ownership: the renew deadline must be positive and shorter than the lease TTL")
+	}
 	if opts.Workers <= 0 {
 		opts.Workers = 4
 	}
@@ -108,7 +121,7 @@ func New(opts Options) (*Set, error) {
 		opts.Now = time.Now
 	}
 	s := &Set{opts: opts, log: opts.Logger, started: opts.Now().UTC(), ttl: int(math.Ceil(opts.TTL.Seconds())),
-		ready: make(chan struct{}), kinds: map[string]*Kind{}, members: map[string]Member{},
+		ready: make(chan struct{}), kinds: map[string]*Kind{}, members: map[string]Member{}, renewCh: make(chan struct{}),
 		owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "argus", Subsystem: "ownership", Name: "owned_items",
 			Help: "Work items this replica owns now, by kind."}, []string{"kind"}),
 		moves: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "argus", Subsystem: "ownership", Name: "handovers_total",
@@ -296,8 +309,20 @@ func (s *Set) Run(ctx context.Context) error {
 		}
 		if errors.Is(err, errLeaseLost) {
 			s.log.Error("the replica's lease expired (etcd unreachable for a whole TTL?): its work was released; registering again")
+			sess.Orphan()
 			sess = nil
 			retry.Reset()
+			continue
+		}
+		if errors.Is(err, errRenewLate) {
+			// Not revoked: the others must not claim the items before
+			// the workers released them; the lease expires by itself.
+			s.log.Error("the replica's lease was not renewed within the renew deadline (etcd slow or unreachable?): its work was released; registering again")
+			sess.Orphan()
+			sess = nil
+			if !retry.Wait(ctx) {
+				return nil
+			}
 			continue
 		}
 		s.log.WithError(err).Warn("ownership session ended; starting a new one")
@@ -316,10 +341,12 @@ func (s *Set) Run(ctx context.Context) error {
 func (s *Set) newSession(ctx context.Context) (*concurrency.Session, error) {
 	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	sent := time.Now()
 	g, err := s.opts.Client.Grant(gctx, int64(s.ttl))
 	if err != nil {
 		return nil, fmt.Errorf("grant a lease: %w", err)
 	}
+	s.renewed(g.ID, sent)
 	sess, err := concurrency.NewSession(s.opts.Client, concurrency.WithLease(g.ID), concurrency.WithTTL(s.ttl),
 		concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
@@ -359,8 +386,15 @@ func (s *Set) serve(ctx context.Context, sess *concurrency.Session) error {
 	s.following = sess
 	s.mu.Unlock()
 	fctx, cancel := s.whileLeased(ctx, sess)
+	renewing := make(chan error, 1)
+	go func() {
+		err := s.renewLoop(fctx, sess)
+		cancel() // a late renewal ends the session: its work stops
+		renewing <- err
+	}()
 	s.follower.Run(fctx)
 	cancel()
+	late := <-renewing
 	select {
 	case <-sess.Done():
 		if ctx.Err() == nil {
@@ -368,7 +402,10 @@ func (s *Set) serve(ctx context.Context, sess *concurrency.Session) error {
 		}
 	default:
 	}
-	return nil
+	if ctx.Err() != nil {
+		return nil
+	}
+	return late
 }
 
 // register puts this replica's member key on the session's lease. A key

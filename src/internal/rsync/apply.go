@@ -37,11 +37,11 @@ func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.
 		names = updateNames
 	}
 	if c.Status.Status != names.running {
-		if err := e.opts.Store.SetStatus(ctx, id, appcontext.Status{Status: names.running}); err != nil {
+		if err := e.setStatus(ctx, id, appcontext.Status{Status: names.running}); err != nil {
 			return err
 		}
 	}
-	rec := newRecorder(e.ctx, e.opts.Store, c, names, log, finalFlushTimeout)
+	rec := newRecorder(e.ctx, e.opts.Store, c, names, log, finalFlushTimeout, guards(ctx))
 	mode := c.Meta.FieldValidation
 	if mode == "" {
 		mode = e.opts.FieldValidation
@@ -424,27 +424,33 @@ func (pa *placementApply) applyOne(ctx context.Context, r appcontext.Resource, l
 	if err != nil {
 		return outcome{class: classify(ctx, err), err: err}
 	}
-	var adopted string
-	switch {
-	case r.Exclusive:
+	if r.Exclusive {
 		if err := pa.claim(ctx, cs, t, obj); err != nil {
 			return outcome{class: classify(ctx, err), err: err}
 		}
-	case pa.needsOwnerCheck(pa.p.StatusOf(r.Key())):
-		if adopted, err = pa.checkOwner(ctx, cs, t, obj); err != nil {
-			return outcome{class: classify(ctx, err), err: err}
-		}
+	}
+	adopted, err := pa.guardWrite(ctx, cs, t, r, obj)
+	if err != nil {
+		return outcome{class: classify(ctx, err), err: err}
 	}
 	wctx, warnings := cluster.WithWarnings(ctx)
 	// Up to three tries: a missing namespace is created and a field the
-	// schema lacks pruned, in whichever order the API server reports them.
+	// schema lacks pruned, in whichever order the API server reports them;
+	// and a fenced apply that met a change since it read the object reads
+	// it again (a few times: a controller may be writing it too).
 	var dropped []string
 	var applied *unstructured.Unstructured
-	nsCreated, pruned := false, false
+	nsCreated, pruned, conflicts := false, false, 0
 tries:
 	for {
 		applied, err = pa.e.patch(wctx, cs, t.ri, obj, pa.mode)
 		switch {
+		case apierrors.IsConflict(err) && obj.GetResourceVersion() != "" && conflicts < 5:
+			conflicts++
+			if _, ferr := pa.guardWrite(ctx, cs, t, r, obj); ferr != nil {
+				return outcome{class: classify(ctx, ferr), err: ferr}
+			}
+			continue
 		case apierrors.IsNotFound(err) && obj.GetNamespace() != "" && missingNamespace(err, obj.GetNamespace()):
 			if nsCreated { // created, but not yet visible to the API server's admission
 				err = errNamespaceUnusable{ns: obj.GetNamespace(), cause: err}
@@ -531,6 +537,9 @@ func (e *Engine) patch(ctx context.Context, cs *clusterState, ri dynamic.Resourc
 		return nil, ctx.Err()
 	}
 	defer release()
+	if err := checkWrite(ctx); err != nil {
+		return nil, err
+	}
 	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
 	defer cancel()
 	start := time.Now()
@@ -701,7 +710,7 @@ func (pa *placementApply) applyBundle(ctx context.Context, labels map[string]str
 		pa.log.WithError(err).Warn("cannot apply the ResourceBundleState; the status shows why")
 		if p.Bundle == nil {
 			snap := appcontext.BundleSnapshot{Refused: "its ResourceBundleState could not be applied: " + reason(cl, err), Received: time.Now().UTC()}
-			if perr := pa.e.opts.Store.PutBundle(ctx, c.Meta.ID, p.App, p.Cluster, snap); perr != nil {
+			if perr := pa.e.opts.Store.PutBundle(ctx, c.Meta.ID, p.App, p.Cluster, snap, guards(ctx)...); perr != nil {
 				pa.log.WithError(perr).Warn("cannot record why the ResourceBundleState is missing")
 			}
 		}

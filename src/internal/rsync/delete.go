@@ -25,11 +25,11 @@ func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error
 		return err
 	}
 	if c.Status.Status != appcontext.Terminating {
-		if err := e.opts.Store.SetStatus(ctx, id, appcontext.Status{Status: appcontext.Terminating}); err != nil {
+		if err := e.setStatus(ctx, id, appcontext.Status{Status: appcontext.Terminating}); err != nil {
 			return err
 		}
 	}
-	rec := newRecorder(e.ctx, e.opts.Store, c, deleteNames, log, finalFlushTimeout)
+	rec := newRecorder(e.ctx, e.opts.Store, c, deleteNames, log, finalFlushTimeout, guards(ctx))
 	gone := make(map[*appcontext.Placement]chan struct{}, len(c.Placements))
 	for _, p := range c.Placements {
 		gone[p] = make(chan struct{})
@@ -165,28 +165,26 @@ func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcon
 	if err != nil {
 		return classify(ctx, err), "", err
 	}
-	opts := metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)}
-	// Only the object the group owns, and only that very one (one made
-	// since is left alone): for guarded groups, and for an Exclusive
-	// object, which the group never took over (see claim).
-	if guarded(c.Meta) || r.Exclusive {
-		uid, owner, err := e.deletable(ctx, cs, t, c, obj.GetName())
-		switch {
-		case err != nil:
-			return classify(ctx, err), "", err
-		case owner != "":
-			return done, owner, nil
-		case uid == "":
-			return done, "", nil // gone already
-		}
-		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	opts, owner, gone, err := e.guardDelete(ctx, cs, t, c, r, obj)
+	switch {
+	case err != nil:
+		return classify(ctx, err), "", err
+	case owner != "":
+		return done, owner, nil
+	case gone:
+		return done, "", nil
 	}
 	if !cs.acquire(ctx) {
 		return transient, "", ctx.Err()
 	}
 	defer cs.release()
+	if err := checkWrite(ctx); err != nil {
+		return classify(ctx, err), "", err
+	}
 	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
 	defer cancel()
+	// A Conflict (the object changed since it was read) is transient: the
+	// next attempt reads it again.
 	err = t.ri.Delete(rctx, obj.GetName(), opts)
 	if err == nil || apierrors.IsNotFound(err) {
 		return done, "", nil
@@ -205,6 +203,10 @@ func (e *Engine) deleteBundle(ctx context.Context, c *appcontext.Context, p *app
 	cs := e.cluster(p.Cluster)
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		if !cs.acquire(ctx) {
+			return
+		}
+		if checkWrite(ctx) != nil {
+			cs.release()
 			return
 		}
 		err := client.Dynamic.Resource(v1alpha1.GVR()).Namespace(c.Meta.Namespace).Delete(ctx, BundleName(p.App, c.Meta.StatusID), metav1.DeleteOptions{})

@@ -24,6 +24,9 @@ type Claims interface {
 	Want(group string)
 	// Drop is never called: a group outlives its actions.
 	Drop(group string)
+	// Fence is this replica's fence for a group it holds (see fencing);
+	// false when it holds none.
+	Fence(group string) (ownership.Fence, bool)
 }
 
 // DispatcherOptions configures a Dispatcher; Engine and Claims are required.
@@ -385,7 +388,11 @@ func (d *Dispatcher) handle(r record) {
 		d.log.WithFields(logrus.Fields{"group": group, "context": id, "action": kind}).Warn("skipping an unknown rsync action")
 		return
 	}
-	run := d.opts.Engine.start(group, kind, id, kind == actionDelete)
+	fence, held := d.opts.Claims.Fence(group)
+	if !held {
+		return // being released: its next owner runs it
+	}
+	run := d.opts.Engine.start(group, kind, id, kind == actionDelete, fence)
 	if t != nil && t.r == run { // the same action asked for again
 		t.rev = r.ModRevision
 		if t.quiet {
@@ -421,6 +428,9 @@ func (d *Dispatcher) followRun(group, id string, t *tracked) {
 		return
 	}
 	delete(d.groups[group].runs, id)
+	if fenced(t.r.err) {
+		return // not done: the record stays for the group's next owner
+	}
 	if t.stopRev != 0 {
 		d.reportLocked(group, id, progressReport{Rev: t.stopRev, Halted: true})
 		return

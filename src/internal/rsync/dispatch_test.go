@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/ownership"
 )
 
 // claims is what the dispatchers tell ownership: the test itself moves
@@ -25,6 +26,9 @@ type claimSet struct {
 
 func (claims) Want(string) {}
 func (claims) Drop(string) {}
+
+// Fence fences nothing: the test moves groups itself.
+func (claims) Fence(string) (ownership.Fence, bool) { return ownership.Fence{}, true }
 
 // give moves a group to d: the old owner releases it first.
 func (cs *claimSet) give(group string, d *Dispatcher) {

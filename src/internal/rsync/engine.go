@@ -13,6 +13,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/ownership"
 	"github.com/argus-mc/argus/src/internal/syncstate"
 )
 
@@ -98,6 +99,7 @@ type run struct {
 	quiet    chan struct{} // it tried everything once and only waits now (or is done)
 	settled  chan struct{} // done, and every earlier action on the group settled
 	prev     *run          // nil once settled
+	err      error         // why it stopped; set before done is closed
 }
 
 // New returns an Engine.
@@ -180,10 +182,11 @@ func (e *Engine) cancelChainLocked(r *run, id string) {
 	}
 }
 
-// start queues an action on the group and returns its run. Starting what
-// already runs (the same kind on the same context) returns the run in
-// flight, so a group's records may be handed over again.
-func (e *Engine) start(group, kind, id string, preempt bool) *run {
+// start queues an action on the group and returns its run; its writes are
+// fenced by fence (see fencing). Starting what already runs (the same kind
+// on the same context) returns the run in flight, so a group's records may
+// be handed over again.
+func (e *Engine) start(group, kind, id string, preempt bool, fence ownership.Fence) *run {
 	e.mu.Lock()
 	prev := e.groups[group]
 	if prev != nil && !preempt && prev.kind == kind && prev.id == id && !closed(prev.done) {
@@ -193,7 +196,9 @@ func (e *Engine) start(group, kind, id string, preempt bool) *run {
 	if preempt && prev != nil {
 		e.cancelChainLocked(prev, id)
 	}
-	ctx, cancel := context.WithCancel(e.ctx)
+	ctx, stop := context.WithCancelCause(e.ctx)
+	cancel := func() { stop(context.Canceled) }
+	ctx = withFencing(ctx, fencing{fence: fence, stop: stop})
 	r := &run{kind: kind, id: id, cancel: cancel, done: make(chan struct{}), quiet: make(chan struct{}), settled: make(chan struct{}), prev: prev}
 	quiet := sync.OnceFunc(func() { close(r.quiet) })
 	e.groups[group] = r
@@ -233,9 +238,15 @@ func (e *Engine) start(group, kind, id string, preempt bool) *run {
 			err = e.heal(ctx, id, log, quiet)
 		}
 		log = log.WithField("ms", time.Since(start).Milliseconds())
+		if cause := context.Cause(ctx); fenced(cause) {
+			err = cause
+		}
+		r.err = err
 		switch {
 		case err == nil:
 			log.Info("rsync action finished")
+		case fenced(err):
+			log.WithError(err).Warn("rsync action stopped: this replica may no longer write for the group; its next owner continues it")
 		case errors.Is(err, context.Canceled):
 			log.Info("rsync action cancelled")
 		default:

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/argus-mc/argus/src/internal/ownership"
 )
 
 // The engine's tests drive it directly, as its Dispatcher does in the
@@ -11,11 +13,15 @@ import (
 
 // Instantiate applies a new context's resources, after any action in
 // flight on its group.
-func (e *Engine) Instantiate(group, id string) { e.start(group, actionApply, id, false) }
+func (e *Engine) Instantiate(group, id string) {
+	e.start(group, actionApply, id, false, ownership.Fence{})
+}
 
 // Terminate cancels the actions in flight on the group and deletes the
 // context's resources.
-func (e *Engine) Terminate(group, id string) { e.start(group, actionDelete, id, true) }
+func (e *Engine) Terminate(group, id string) {
+	e.start(group, actionDelete, id, true, ownership.Fence{})
+}
 
 // Busy reports whether an action is running on the group.
 func (e *Engine) Busy(group string) bool {
@@ -38,7 +44,7 @@ func (e *Engine) Resume(ctx context.Context) error {
 		if kind == "" {
 			continue
 		}
-		e.start(c.Meta.Group, kind, c.Meta.ID, false)
+		e.start(c.Meta.Group, kind, c.Meta.ID, false, ownership.Fence{})
 		e.log.WithFields(logrus.Fields{"context": c.Meta.ID, "status": c.Status.Status}).Info("resuming rsync action")
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/ownership"
 )
 
 // actionSync re-applies what drifted: the resources of the context's
@@ -17,7 +18,7 @@ const actionSync = "sync"
 
 // Sync re-applies the resources the context's sync request names, after
 // any action in flight on its group.
-func (e *Engine) Sync(group, id string) { e.start(group, actionSync, id, false) }
+func (e *Engine) Sync(group, id string) { e.start(group, actionSync, id, false, ownership.Fence{}) }
 
 // syncNames keep a context's lifecycle status through a sync: an
 // instantiated context stays Instantiated (or becomes InstantiateFailed if
@@ -43,7 +44,7 @@ func (e *Engine) heal(ctx context.Context, id string, log *logrus.Entry, firstPa
 		firstPass()
 		return nil
 	}
-	rec := newRecorder(e.ctx, e.opts.Store, c, syncNames(c.Status.Status), log, finalFlushTimeout)
+	rec := newRecorder(e.ctx, e.opts.Store, c, syncNames(c.Status.Status), log, finalFlushTimeout, guards(ctx))
 	mode := c.Meta.FieldValidation
 	if mode == "" {
 		mode = e.opts.FieldValidation
@@ -75,7 +76,7 @@ func (e *Engine) heal(ctx context.Context, id string, log *logrus.Entry, firstPa
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return e.opts.Store.ClearHeal(context.WithoutCancel(ctx), id)
+	return e.opts.Store.ClearHeal(context.WithoutCancel(ctx), id, guards(ctx)...)
 }
 
 func targeted(req *appcontext.HealRequest, p *appcontext.Placement, key string) bool {

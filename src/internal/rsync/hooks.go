@@ -334,6 +334,14 @@ func (e *Engine) deleteAndWait(ctx context.Context, c *appcontext.Context, p *ap
 	if err != nil {
 		return err
 	}
+	if tok := token(ctx); tok != 0 && newerToken(cur, c.Meta.StatusID, tok) {
+		err := errStale(cur.GetKind()+" "+cur.GetName(), cur)
+		fencingOf(ctx).stop(err)
+		return err
+	}
+	if err := checkWrite(ctx); err != nil {
+		return err
+	}
 	policy := metav1.DeletePropagationBackground
 	if err := ri.Delete(ctx, obj.GetName(), metav1.DeleteOptions{PropagationPolicy: &policy,
 		Preconditions: &metav1.Preconditions{UID: ptr(cur.GetUID())}}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {

@@ -148,10 +148,9 @@ func (e *Engine) liveMeta(ctx context.Context, cs *clusterState, t target, name 
 // checkOwner decides whether the resource may be applied: an object that
 // is not there, or is the group's, may; another's may only be adopted.
 // It returns who the object is adopted from ("" when it is not adopted).
-func (pa *placementApply) checkOwner(ctx context.Context, cs *clusterState, t target, obj *unstructured.Unstructured) (string, error) {
-	live, err := pa.e.liveMeta(ctx, cs, t, obj.GetName())
-	if err != nil || live == nil {
-		return "", err
+func (pa *placementApply) checkOwner(live metav1.Object) (string, error) {
+	if live == nil {
+		return "", nil
 	}
 	v := judge(live, pa.c.Meta)
 	switch {
@@ -188,6 +187,9 @@ func (pa *placementApply) claim(ctx context.Context, cs *clusterState, t target,
 
 // create creates obj as rsync's field manager.
 func (e *Engine) create(ctx context.Context, cs *clusterState, t target, obj *unstructured.Unstructured) error {
+	if err := checkWrite(ctx); err != nil {
+		return err
+	}
 	if !cs.acquire(ctx) {
 		return ctx.Err()
 	}
@@ -224,18 +226,4 @@ func (e *Engine) consumeAdopt(ctx context.Context, cs *clusterState, t target, n
 		return nil
 	}
 	return err
-}
-
-// deletable reads the object and reports whether it is the context's to
-// delete, and its uid (the delete is made conditional on it, so an object
-// replaced meanwhile is not deleted); an object already gone is done.
-func (e *Engine) deletable(ctx context.Context, cs *clusterState, t target, c *appcontext.Context, name string) (types.UID, string, error) {
-	live, err := e.liveMeta(ctx, cs, t, name)
-	if err != nil || live == nil {
-		return "", "", err
-	}
-	if v := judge(live, c.Meta); !v.ours {
-		return "", v.owner, nil
-	}
-	return live.GetUID(), "", nil
 }

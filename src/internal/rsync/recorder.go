@@ -2,6 +2,7 @@ package rsync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/backoff"
@@ -24,6 +26,10 @@ type recorder struct {
 	id    string
 	log   *logrus.Entry
 	names statusNames
+	// guards fence every write (see fencing): once one fails, nothing
+	// more is written.
+	guards []clientv3.Cmp
+	fenced bool
 
 	mu       sync.Mutex
 	pending  map[string]appcontext.StatusUpdate
@@ -74,9 +80,11 @@ var (
 )
 
 // newRecorder starts a recorder for context c; proc ends when the process
-// stops, finalWait bounds the last writes (see recorder.finalWait).
-func newRecorder(proc context.Context, store *appcontext.Store, c *appcontext.Context, names statusNames, log *logrus.Entry, finalWait time.Duration) *recorder {
-	r := &recorder{store: store, id: c.Meta.ID, log: log, names: names,
+// stops, finalWait bounds the last writes (see recorder.finalWait), and
+// guards fence every write (see fencing).
+func newRecorder(proc context.Context, store *appcontext.Store, c *appcontext.Context, names statusNames, log *logrus.Entry, finalWait time.Duration,
+	guards []clientv3.Cmp) *recorder {
+	r := &recorder{store: store, id: c.Meta.ID, log: log, names: names, guards: guards,
 		pending: map[string]appcontext.StatusUpdate{}, current: map[string]resState{}, flushedCh: make(chan struct{}),
 		wake: make(chan struct{}, 1), finished: make(chan struct{}), proc: proc, finalWait: finalWait}
 	r.ending, r.end = context.WithCancel(proc)
@@ -162,13 +170,18 @@ func (r *recorder) finish(cancelled bool) {
 	r.mu.Unlock()
 	r.end()
 	<-r.finished
-	if cancelled {
+	r.mu.Lock()
+	fenced := r.fenced
+	r.mu.Unlock()
+	if cancelled || fenced {
 		return // who cancelled says what the context's status is
 	}
 	st := r.derive(true)
 	ctx, cancel := context.WithDeadline(context.Background(), r.deadline)
 	defer cancel()
-	if err := r.store.SetStatus(ctx, r.id, st); err != nil {
+	if err := r.store.SetStatus(ctx, r.id, st, r.guards...); errors.Is(err, appcontext.ErrGuard) {
+		r.log.Warn("the action's final status is not recorded: the group's claim is no longer this replica's")
+	} else if err != nil {
 		r.log.WithError(err).Error("cannot record the context's status")
 	}
 }
@@ -234,6 +247,11 @@ func (r *recorder) flush(ctx context.Context, stopping bool) error {
 		updates = append(updates, u)
 	}
 	r.pending = map[string]appcontext.StatusUpdate{}
+	if r.fenced {
+		r.mu.Unlock()
+		r.markFlushed(upTo) // nothing more is written: nobody waits for it
+		return nil
+	}
 	var ctxStatus *appcontext.Status
 	if r.passDone && !stopping {
 		st := r.deriveLocked(false)
@@ -246,7 +264,16 @@ func (r *recorder) flush(ctx context.Context, stopping bool) error {
 		r.markFlushed(upTo)
 		return nil
 	}
-	if err := r.store.SetResourceStatuses(ctx, r.id, updates, ctxStatus); err != nil {
+	err := r.store.SetResourceStatuses(ctx, r.id, updates, ctxStatus, r.guards...)
+	if errors.Is(err, appcontext.ErrGuard) {
+		r.mu.Lock()
+		r.fenced = true
+		r.mu.Unlock()
+		r.log.Warn("rsync statuses are no longer recorded: the group's claim is no longer this replica's")
+		r.markFlushed(upTo)
+		return nil
+	}
+	if err != nil {
 		r.mu.Lock()
 		for _, u := range updates { // put back unless something newer came
 			k := u.App + "\x00" + u.Cluster.String() + "\x00" + u.Key

@@ -36,7 +36,7 @@ func TestRecorderEndsWhileEtcdRefusesWrites(t *testing.T) {
 				logger, hook := logtest.NewNullLogger()
 				proc, stopProc := context.WithCancel(context.Background())
 				defer stopProc()
-				rec := newRecorder(proc, r.store, c, applyNames, logrus.NewEntry(logger), finalWait)
+				rec := newRecorder(proc, r.store, c, applyNames, logrus.NewEntry(logger), finalWait, nil)
 				p := c.Placements[0]
 				rec.record(p, p.Resources[0].Key(), appcontext.ResourceStatus{Status: appcontext.RsyncApplied})
 				waitFor(t, r.store, id, "the first status written before etcd refuses", func(c *appcontext.Context) bool {

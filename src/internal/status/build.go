@@ -487,7 +487,10 @@ func clusterUnknown(in Input, p *appcontext.Placement, bundle *v1alpha1.Resource
 	st, known := in.Clusters[p.Cluster]
 	if !known {
 		c.Connectivity, c.Monitor = Unknown, Unknown
-		return "the cluster's state is not known yet"
+		// No watcher has stored its state yet, or the one that did died
+		// (its state went with its lease) and the next has not read the
+		// cluster's bundles yet.
+		return "no watcher reports on the cluster (yet, or since its replica stopped)"
 	}
 	c.Connectivity, c.Monitor = st.Connectivity, st.Monitor
 	if !st.LastSeen.IsZero() && in.formatTimes {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/etcdwatch"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/ownership"
 )
 
 // Clusters gives a watcher its cluster's client.
@@ -28,6 +30,9 @@ type Clusters interface {
 type Claims interface {
 	Want(item string)
 	Drop(item string)
+	// Fence is this replica's fence for a cluster it holds: its writes
+	// carry its guards, and the cluster's state lives on its lease.
+	Fence(item string) (ownership.Fence, bool)
 }
 
 // Options configures a Manager; Store and Clusters are required.
@@ -224,13 +229,24 @@ func (m *Manager) Released(item string) {
 	if w := m.watchers[ref]; w != nil {
 		w.stop()
 		delete(m.watchers, ref)
+		// Handed over while alive: the state it published stays, off this
+		// replica's lease, until the next watcher publishes its own, so
+		// a handover shows nothing when nothing changed.
+		w.detach()
 		m.log.WithField("cluster", ref.String()).Info("watcher stopped: the cluster went to another replica")
 	}
 }
 
 func (m *Manager) startLocked(ctx context.Context, ref appcontext.ClusterRef) {
+	var fence ownership.Fence
+	if m.opts.Claims != nil {
+		var held bool
+		if fence, held = m.opts.Claims.Fence(ref.String()); !held {
+			return // being released
+		}
+	}
 	wctx, cancel := context.WithCancel(ctx)
-	w := &clusterWatcher{m: m, ref: ref, cancel: cancel, done: make(chan struct{}),
+	w := &clusterWatcher{m: m, ref: ref, cancel: cancel, done: make(chan struct{}), fence: fence,
 		log: m.log.WithField("cluster", ref.String())}
 	m.watchers[ref] = w
 	m.wg.Add(1)
@@ -273,6 +289,18 @@ func (m *Manager) setStatusID(id, statusID string) {
 		return
 	}
 	m.statusIDs[id] = statusID
+}
+
+// placedOn is a copy of what the live contexts place on a cluster:
+// context id → its apps there.
+func (m *Manager) placedOn(ref appcontext.ClusterRef) map[string]map[string]bool {
+	m.placedMu.RLock()
+	defer m.placedMu.RUnlock()
+	out := make(map[string]map[string]bool, len(m.placed[ref]))
+	for id, apps := range m.placed[ref] {
+		out[id] = maps.Clone(apps)
+	}
+	return out
 }
 
 // placedContext is the live context a bundle labelled with a status

@@ -24,6 +24,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/ownership"
 )
 
 // errNotPlaced marks a bundle whose labels name no live context placing
@@ -38,11 +39,22 @@ type clusterWatcher struct {
 	done   chan struct{}
 	log    *logrus.Entry
 
-	mu        sync.Mutex
-	writeMu   sync.Mutex // orders state writes: a newer state is never overwritten by an older one
-	state     appcontext.ClusterState
-	renewTime string
-	silence   *time.Timer
+	// fence guards every write; the cluster's state lives on its lease.
+	fence ownership.Fence
+
+	mu      sync.Mutex
+	writeMu sync.Mutex // orders state writes: a newer state is never overwritten by an older one
+	state   appcontext.ClusterState
+	// Until it has published, a watcher keeps its state to itself: the
+	// cluster shows what the watcher before it published (or nothing, so
+	// Unknown, when that one died with its lease) until this one has
+	// stored every bundle it found. published says it has; initial are
+	// the bundles listed at start not yet stored (nil before the list),
+	// seen those stored so far, askedPublish that the list is in.
+	published, askedPublish bool
+	initial, seen           map[string]bool
+	renewTime               string
+	silence                 *time.Timer
 	// bundles remembers which context and app each bundle key belongs to,
 	// so a delete can be recorded after the object left the cache.
 	bundles map[string][2]string
@@ -54,8 +66,18 @@ func (w *clusterWatcher) stop() {
 	<-w.done
 }
 
+// publishKey is the queue's item for "publish once the bundles listed at
+// start are stored": no bundle key is empty.
+const publishKey = ""
+
 func (w *clusterWatcher) run(ctx context.Context) {
-	w.bundles, w.written = map[string][2]string{}, map[string]string{}
+	w.bundles, w.written, w.seen = map[string][2]string{}, map[string]string{}, map[string]bool{}
+	// The state published before (by this cluster's previous watcher) is
+	// where this one's changes start from, so what stayed the same (how
+	// long it has been unreachable) stays the same.
+	if st, ok, err := w.m.opts.Store.ClusterState(ctx, w.ref); err == nil && ok {
+		w.state = st
+	}
 	defer func() {
 		w.mu.Lock()
 		if w.silence != nil {
@@ -91,7 +113,7 @@ func (w *clusterWatcher) run(ctx context.Context) {
 			queue.Add(key)
 		}
 	}
-	_, _ = bundles.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	listed, _ := bundles.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue,
 	})
 	_ = bundles.SetWatchErrorHandler(func(_ *cache.Reflector, err error) { w.watchError(ctx, err) })
@@ -119,13 +141,128 @@ func (w *clusterWatcher) run(ctx context.Context) {
 		}
 	}()
 	leaseFactory.Start(ctx.Done())
-	if cache.WaitForCacheSync(ctx.Done(), leases.HasSynced) {
+	if cache.WaitForCacheSync(ctx.Done(), leases.HasSynced, listed.HasSynced) {
 		w.available()
 		if len(leases.GetStore().ListKeys()) == 0 {
 			w.monitorGone("no monitor Lease " + w.m.opts.LeaseNamespace + "/" + w.m.opts.LeaseName)
 		}
+		w.listed(bundles.GetStore().ListKeys())
+		queue.Add(publishKey) // after every bundle listed
 	}
 	<-ctx.Done()
+}
+
+// listed records the bundles the cluster has at start: the state is
+// published once each is stored.
+func (w *clusterWatcher) listed(keys []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.initial = map[string]bool{}
+	for _, k := range keys {
+		if !w.seen[k] {
+			w.initial[k] = true
+		}
+	}
+}
+
+// stored records a bundle stored (or one no live context places here,
+// which nothing waits for); the state is published when it was the last
+// one it waited for.
+func (w *clusterWatcher) stored(ctx context.Context, key string) error {
+	w.mu.Lock()
+	w.seen[key] = true
+	delete(w.initial, key)
+	ready := w.askedPublish && !w.published && len(w.initial) == 0
+	w.mu.Unlock()
+	if !ready {
+		return nil
+	}
+	return w.publish(ctx)
+}
+
+// askPublish publishes the state once every bundle listed at start is
+// stored (now, or when the last one is).
+func (w *clusterWatcher) askPublish(ctx context.Context) error {
+	w.mu.Lock()
+	w.askedPublish = true
+	ready := !w.published && w.initial != nil && len(w.initial) == 0
+	w.mu.Unlock()
+	if !ready {
+		return nil
+	}
+	return w.publish(ctx)
+}
+
+// publish says what the cluster's bundles no longer hold (the bundles of
+// placed apps deleted while nobody watched), then writes the watcher's
+// state on its lease: from now on the cluster is believed on this
+// watcher's word. Called from the bundle worker, so no bundle is stored
+// meanwhile.
+func (w *clusterWatcher) publish(ctx context.Context) error {
+	if err := w.missingBundles(ctx); err != nil {
+		return err
+	}
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	w.mu.Lock()
+	st := w.state
+	w.mu.Unlock()
+	if err := w.store(st); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.published = true
+	w.mu.Unlock()
+	w.log.Info("watcher publishes the cluster's state: its bundles are stored")
+	return nil
+}
+
+// missingBundles stores as deleted the snapshots of placed apps whose
+// bundle the cluster no longer has.
+func (w *clusterWatcher) missingBundles(ctx context.Context) error {
+	have := map[[2]string]bool{}
+	w.mu.Lock()
+	for _, owner := range w.bundles {
+		have[owner] = true
+	}
+	w.mu.Unlock()
+	for id, apps := range w.m.placedOn(w.ref) {
+		for app := range apps {
+			if have[[2]string{id, app}] {
+				continue
+			}
+			snap, ok, err := w.m.opts.Store.Bundle(ctx, id, app, w.ref)
+			if err != nil {
+				return err
+			}
+			if !ok || snap.Deleted {
+				continue
+			}
+			err = w.m.opts.Store.PutBundle(ctx, id, app, w.ref, appcontext.BundleSnapshot{Deleted: true, Received: w.m.opts.Now().UTC()},
+				w.fence.Guards()...)
+			if err != nil && !errors.Is(err, appcontext.ErrGuard) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// detach leaves the published state in etcd off this watcher's lease, for
+// the cluster's next watcher to replace (see Manager.Released).
+func (w *clusterWatcher) detach() {
+	w.mu.Lock()
+	published, st := w.published, w.state
+	w.mu.Unlock()
+	if !published || w.fence.Lease() == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := w.m.opts.Store.PutClusterStateOn(ctx, w.ref, withMonitor(st), 0, w.fence.Guards()...)
+	if err != nil && !errors.Is(err, appcontext.ErrGuard) {
+		w.log.WithError(err).Warn("cannot leave the cluster's state to its next watcher; it goes with this replica's lease")
+	}
 }
 
 func (w *clusterWatcher) processNext(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], inf cache.SharedIndexInformer) bool {
@@ -134,7 +271,21 @@ func (w *clusterWatcher) processNext(ctx context.Context, queue workqueue.TypedR
 		return false
 	}
 	defer queue.Done(key)
-	if err := w.syncBundle(ctx, key, inf); err != nil {
+	if key == publishKey {
+		if err := w.askPublish(ctx); err != nil && ctx.Err() == nil {
+			w.log.WithError(err).Warn("cannot publish the cluster's state; retrying")
+			queue.AddRateLimited(key)
+		}
+		return true
+	}
+	err := w.syncBundle(ctx, key, inf)
+	if err == nil || errors.Is(err, errNotPlaced) {
+		if perr := w.stored(ctx, key); perr != nil && ctx.Err() == nil {
+			w.log.WithError(perr).Warn("cannot publish the cluster's state; retrying")
+			queue.AddRateLimited(publishKey)
+		}
+	}
+	if err != nil {
 		if ctx.Err() == nil {
 			entry := w.log.WithError(err).WithField("bundle", key)
 			if errors.Is(err, errNotPlaced) {
@@ -165,7 +316,11 @@ func (w *clusterWatcher) syncBundle(ctx context.Context, key string, inf cache.S
 		if !known {
 			return nil
 		}
-		err := w.m.opts.Store.PutBundle(ctx, owner[0], owner[1], w.ref, appcontext.BundleSnapshot{Deleted: true, Received: w.m.opts.Now().UTC()})
+		err := w.m.opts.Store.PutBundle(ctx, owner[0], owner[1], w.ref, appcontext.BundleSnapshot{Deleted: true, Received: w.m.opts.Now().UTC()},
+			w.fence.Guards()...)
+		if errors.Is(err, appcontext.ErrGuard) {
+			return nil // no longer this replica's cluster: its next watcher stores it
+		}
 		if err == nil {
 			w.mu.Lock()
 			delete(w.bundles, key)
@@ -202,7 +357,9 @@ func (w *clusterWatcher) syncBundle(ctx context.Context, key string, inf cache.S
 		w.log.WithError(err).WithField("bundle", key).Warn("ResourceBundleState refused")
 		snap.Status, snap.Refused = nil, "ResourceBundleState "+key+" refused: "+err.Error()
 	}
-	if err := w.m.opts.Store.PutBundle(ctx, id, app, w.ref, snap); err != nil {
+	if err := w.m.opts.Store.PutBundle(ctx, id, app, w.ref, snap, w.fence.Guards()...); errors.Is(err, appcontext.ErrGuard) {
+		return nil // no longer this replica's cluster: its next watcher stores it
+	} else if err != nil {
 		return err
 	}
 	w.mu.Lock()
@@ -334,19 +491,40 @@ func (w *clusterWatcher) update(f func(*appcontext.ClusterState)) {
 		w.state.Updated = w.m.opts.Now().UTC()
 	}
 	st := w.state
+	published := w.published
 	w.mu.Unlock()
-	if !changed {
+	// Before it has published, a watcher stores only what it knows makes
+	// every resource of the cluster Unknown whatever its bundles say (it
+	// cannot reach it, no monitor runs there): never a state that would
+	// have its bundles believed before they are stored, nor a guess.
+	unbelieved := st.Connectivity == appcontext.Unreachable || st.Monitor != "" && st.Monitor != appcontext.MonitorRunning
+	if !changed || !published && !unbelieved {
 		return
 	}
+	if err := w.store(st); err != nil {
+		w.log.WithError(err).Error("cannot store cluster state")
+	}
+}
+
+// store writes the watcher's state on its claim's lease, under its guard.
+func (w *clusterWatcher) store(st appcontext.ClusterState) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := w.m.opts.Store.PutClusterStateOn(ctx, w.ref, withMonitor(st), w.fence.Lease(), w.fence.Guards()...)
+	if errors.Is(err, appcontext.ErrGuard) {
+		w.log.Info("cluster state not stored: the cluster is no longer this replica's")
+		return nil
+	}
+	return err
+}
+
+// withMonitor says why a state without a monitor state has none.
+func withMonitor(st appcontext.ClusterState) appcontext.ClusterState {
 	if st.Monitor == "" {
 		st.Monitor = appcontext.MonitorNotInstalled
 		st.Reason = "no monitor Lease seen yet"
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := w.m.opts.Store.PutClusterState(ctx, w.ref, st); err != nil {
-		w.log.WithError(err).Error("cannot store cluster state")
-	}
+	return st
 }
 
 // clientRetry times the attempts to get a cluster's client.

@@ -37,6 +37,12 @@ const (
 	AnnotationAdopt = "argus.io/adopt"
 )
 
+// AnnotationFence is the fencing token of the orchestrator replica that
+// last applied the object for its deployment (the revision of its claim
+// on the deployment): a replica holding an older claim, one that lost the
+// deployment without noticing yet, never writes over it or deletes it.
+const AnnotationFence = "argus.io/fence"
+
 // GV is k8splugin.io/v1alpha1.
 func GV() schema.GroupVersion { return schema.GroupVersion{Group: Group, Version: Version} }
 

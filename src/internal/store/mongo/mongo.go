@@ -8,14 +8,17 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/FerretDB/FerretDB/ferretdb"
 	"github.com/sirupsen/logrus"
+	"go.mongodb.org/mongo-driver/event"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/mongo/readpref"
 
+	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/logging"
 )
 
@@ -29,6 +32,12 @@ type Options struct {
 	DataDir string
 	// ConnectTimeout bounds the first connection; 0 means 10s.
 	ConnectTimeout time.Duration
+	// HeartbeatTimeout bounds each check that the server answers (every
+	// HeartbeatInterval) and each new connection; 0 means 2s. A server
+	// that misses it is down: the operations in flight on it are cut off,
+	// new ones wait at most ServerSelectionTimeout for it (0 means 2s),
+	// and Available says why.
+	HeartbeatTimeout, HeartbeatInterval, ServerSelectionTimeout time.Duration
 	// Logger receives the store's messages (FerretDB's at error level only).
 	Logger *logrus.Entry
 }
@@ -44,6 +53,10 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// down is why the server missed its last heartbeat; nil while it
+	// answers.
+	down atomic.Pointer[error]
 }
 
 // Open connects to MongoDB, starting an embedded FerretDB first when no URI
@@ -57,6 +70,15 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if opts.ConnectTimeout == 0 {
 		opts.ConnectTimeout = 10 * time.Second
+	}
+	if opts.HeartbeatTimeout == 0 {
+		opts.HeartbeatTimeout = 2 * time.Second
+	}
+	if opts.HeartbeatInterval == 0 {
+		opts.HeartbeatInterval = 500 * time.Millisecond // the driver's least
+	}
+	if opts.ServerSelectionTimeout == 0 {
+		opts.ServerSelectionTimeout = 2 * time.Second
 	}
 	st := &Store{}
 	uri := opts.URI
@@ -73,7 +95,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
 	defer cancel()
-	client, err := mongo.Connect(cctx, options.Client().ApplyURI(uri).SetTimeout(30*time.Second))
+	client, err := mongo.Connect(cctx, options.Client().ApplyURI(uri).SetTimeout(30*time.Second).
+		SetConnectTimeout(opts.HeartbeatTimeout).SetHeartbeatInterval(opts.HeartbeatInterval).
+		SetServerSelectionTimeout(opts.ServerSelectionTimeout).SetServerMonitor(st.monitor(opts.Logger)))
 	if err != nil {
 		_ = st.Close(ctx) // the connect error is the one worth reporting
 		return nil, fmt.Errorf("mongo: connect: %w", err)
@@ -85,6 +109,33 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("mongo: reach server: %w", err)
 	}
 	return st, nil
+}
+
+// monitor follows the server's heartbeats: Available reports the last.
+func (s *Store) monitor(log *logrus.Entry) *event.ServerMonitor {
+	return &event.ServerMonitor{
+		ServerHeartbeatSucceeded: func(*event.ServerHeartbeatSucceededEvent) {
+			if s.down.Swap(nil) != nil {
+				log.Info("MongoDB answers again")
+			}
+		},
+		ServerHeartbeatFailed: func(e *event.ServerHeartbeatFailedEvent) {
+			err := e.Failure
+			if s.down.Swap(&err) == nil {
+				log.WithError(err).Warn("MongoDB does not answer: changes are refused until it does")
+			}
+		},
+	}
+}
+
+// Available returns nil while the server answers its heartbeats, and
+// otherwise why it does not (an unavailable errdefs error): what needs
+// MongoDB fails fast instead of waiting for it.
+func (s *Store) Available() error {
+	if p := s.down.Load(); p != nil {
+		return errdefs.Unavailable(*p, "MongoDB does not answer")
+	}
+	return nil
 }
 
 // EmbeddedURI returns the embedded server's URI ("" when external).

@@ -2,11 +2,18 @@ package mongo
 
 import (
 	"context"
+	"errors"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.uber.org/goleak"
+
+	"github.com/argus-mc/argus/src/internal/errdefs"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -60,5 +67,130 @@ func TestExternalURIStartsNoServer(t *testing.T) {
 	}
 	if client.DB.Name() != "other" {
 		t.Fatalf("database = %q", client.DB.Name())
+	}
+}
+
+// stall forwards loopback connections to target until stopped: then it
+// holds every byte (a server that hangs, as one stopped with SIGSTOP).
+type stall struct {
+	ln      net.Listener
+	target  string
+	stalled atomic.Bool
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	conns   []net.Conn
+}
+
+func newStall(t *testing.T, target string) *stall {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stall{ln: ln, target: target}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			s.mu.Lock()
+			s.conns = append(s.conns, in, out)
+			s.mu.Unlock()
+			s.wg.Add(2)
+			go s.pipe(in, out)
+			go s.pipe(out, in)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		s.stalled.Store(false)
+		s.mu.Lock()
+		for _, c := range s.conns {
+			_ = c.Close()
+		}
+		s.mu.Unlock()
+		s.wg.Wait()
+	})
+	return s
+}
+
+func (s *stall) pipe(dst, src net.Conn) {
+	defer s.wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for s.stalled.Load() {
+			time.Sleep(10 * time.Millisecond) // holding the bytes is the fault
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = dst.Close()
+			return
+		}
+	}
+}
+
+// A server that hangs is found down within a few heartbeats: Available
+// says so, operations fail within the selection timeout instead of
+// waiting, and it is up again once the server answers.
+func TestAvailableFollowsAHungServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	server, err := Open(ctx, Options{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close(ctx)
+	u, err := url.Parse(server.EmbeddedURI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStall(t, u.Host)
+	u.Host = st.ln.Addr().String()
+	client, err := Open(ctx, Options{URI: u.String(), HeartbeatTimeout: 500 * time.Millisecond, ServerSelectionTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close(ctx)
+	if err := client.Available(); err != nil {
+		t.Fatalf("available before the fault: %v", err)
+	}
+	st.stalled.Store(true)
+	start := time.Now()
+	for client.Available() == nil {
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("a hung server is still available after 30s")
+		}
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
+	}
+	t.Logf("a hung server found down after %s", time.Since(start).Round(10*time.Millisecond))
+	if !errors.Is(client.Available(), errdefs.ErrUnavailable) {
+		t.Fatalf("Available = %v, want ErrUnavailable", client.Available())
+	}
+	start = time.Now()
+	if _, err := client.DB.Collection("t").InsertOne(ctx, bson.M{"x": 1}); err == nil {
+		t.Fatal("an insert into a hung server succeeded")
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("an insert into a hung server took %s", took)
+	}
+	st.stalled.Store(false)
+	start = time.Now()
+	for client.Available() != nil {
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("the server answers again but is not available after 30s")
+		}
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
 	}
 }
