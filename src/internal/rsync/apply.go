@@ -28,7 +28,7 @@ import (
 // Retrying and Waiting resources are tried again until then. firstPass is
 // called once every resource was tried.
 func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.Entry, firstPass func()) error {
-	c, err := e.opts.Store.Get(ctx, id)
+	c, err := e.store.Get(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -37,11 +37,11 @@ func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.
 		names = updateNames
 	}
 	if c.Status.Status != names.running {
-		if err := e.opts.Store.SetStatus(ctx, id, appcontext.Status{Status: names.running}); err != nil {
+		if err := e.store.SetStatus(ctx, id, appcontext.Status{Status: names.running}); err != nil {
 			return err
 		}
 	}
-	rec := newRecorder(e.opts.Store, c, names, log)
+	rec := newRecorder(e.store, c, names, log)
 	mode := c.Meta.FieldValidation
 	if mode == "" {
 		mode = e.opts.FieldValidation
@@ -65,6 +65,10 @@ func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.
 			pa := &placementApply{e: e, c: c, p: p, rec: rec, mode: mode, clusterPassed: clusterPass[p.Cluster].done,
 				firstDone: func() { pass.dec(); clusterPass[p.Cluster].dec() },
 				log:       log.WithFields(logrus.Fields{"app": p.App, "cluster": p.Cluster.String()})}
+			if e.delegated(p.Cluster) {
+				pa.runRemote(ctx)
+				return
+			}
 			pa.run(ctx)
 		}()
 	}
@@ -102,6 +106,23 @@ func (c *countdown) dec() {
 	}
 }
 
+// pending is what an apply has to do on a placement: every resource not
+// Applied with its current manifest, and those removed but not Deleted.
+func pending(p *appcontext.Placement) (todo, removed []appcontext.Resource) {
+	for _, r := range p.Resources {
+		st := p.StatusOf(r.Key())
+		switch {
+		case r.Removed:
+			if st.Status != appcontext.RsyncDeleted {
+				removed = append(removed, r)
+			}
+		case st.Status != appcontext.RsyncApplied || st.Manifest == "" || r.ManifestRef == nil || st.Manifest != r.ManifestRef.SHA256:
+			todo = append(todo, r)
+		}
+	}
+	return todo, removed
+}
+
 // placementApply applies one app's resources to one cluster.
 type placementApply struct {
 	e         *Engine
@@ -128,19 +149,7 @@ func (pa *placementApply) run(ctx context.Context) {
 	defer firstDone()
 	p := pa.p
 	labels := bundleLabels(pa.c.Meta.StatusID, p.App)
-	// What to apply: every resource not Applied with its current manifest.
-	var todo, removed []appcontext.Resource
-	for _, r := range p.Resources {
-		st := p.StatusOf(r.Key())
-		switch {
-		case r.Removed:
-			if st.Status != appcontext.RsyncDeleted {
-				removed = append(removed, r)
-			}
-		case st.Status != appcontext.RsyncApplied || st.Manifest == "" || r.ManifestRef == nil || st.Manifest != r.ManifestRef.SHA256:
-			todo = append(todo, r)
-		}
-	}
+	todo, removed := pending(p)
 	bundleSettled := false
 	// An app that depends on others waits for them before it applies
 	// anything; it has made its first pass as far as the rest of the

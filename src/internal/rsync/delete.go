@@ -19,16 +19,16 @@ import (
 // placement's in reverse apply order, after its ResourceBundleState. An app
 // others depend on goes once they are gone (dependencies in reverse).
 func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error {
-	c, err := e.opts.Store.Get(ctx, id)
+	c, err := e.store.Get(ctx, id)
 	if err != nil {
 		return err
 	}
 	if c.Status.Status != appcontext.Terminating {
-		if err := e.opts.Store.SetStatus(ctx, id, appcontext.Status{Status: appcontext.Terminating}); err != nil {
+		if err := e.store.SetStatus(ctx, id, appcontext.Status{Status: appcontext.Terminating}); err != nil {
 			return err
 		}
 	}
-	rec := newRecorder(e.opts.Store, c, deleteNames, log)
+	rec := newRecorder(e.store, c, deleteNames, log)
 	gone := make(map[*appcontext.Placement]chan struct{}, len(c.Placements))
 	for _, p := range c.Placements {
 		gone[p] = make(chan struct{})
@@ -45,6 +45,10 @@ func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error
 				case <-ctx.Done():
 					return
 				}
+			}
+			if e.delegated(p.Cluster) {
+				e.deleteRemote(ctx, c, p, rec, log)
+				return
 			}
 			e.deleteBundle(ctx, c, p)
 			var left []appcontext.Resource

@@ -101,8 +101,8 @@ type progressReport struct {
 
 // NewDispatcher returns a Dispatcher; Run follows the records.
 func NewDispatcher(opts DispatcherOptions) (*Dispatcher, error) {
-	if opts.Engine == nil || opts.Claims == nil {
-		return nil, errors.New("rsync: Engine and Claims are required")
+	if opts.Engine == nil || opts.Claims == nil || opts.Engine.opts.Store == nil {
+		return nil, errors.New("rsync: Engine (on a Store) and Claims are required")
 	}
 	if opts.StopWait == 0 {
 		opts.StopWait = time.Minute

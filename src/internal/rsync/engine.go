@@ -32,11 +32,30 @@ const (
 	FieldValidationIgnore = appcontext.FieldValidationIgnore
 )
 
+// Contexts is where the engine reads contexts and records their
+// statuses: the orchestrator's appcontext.Store, or a fleet agent's copy
+// of its cluster's work.
+type Contexts interface {
+	Get(ctx context.Context, id string) (*appcontext.Context, error)
+	List(ctx context.Context) ([]appcontext.Summary, error)
+	SetStatus(ctx context.Context, id string, st appcontext.Status) error
+	SetResourceStatuses(ctx context.Context, id string, updates []appcontext.StatusUpdate, ctxStatus *appcontext.Status) error
+}
+
+var _ Contexts = (*appcontext.Store)(nil)
+
 // Options configures the Engine. Zero values are the documented defaults,
-// except Store and Clusters, which are required.
+// except Clusters and one of Store and Contexts, which are required.
 type Options struct {
-	Store    *appcontext.Store
+	// Store holds the contexts in etcd; the Dispatcher needs it.
+	Store *appcontext.Store
+	// Contexts, when set, is read and written instead of Store (a fleet
+	// agent's local copy of its work).
+	Contexts Contexts
 	Clusters Clusters
+	// Delegate, when set, hands the placements on pull clusters to their
+	// agents instead of applying them (the fleet hub); it needs Observed.
+	Delegate Delegate
 	// ClusterParallelism bounds the requests rsync has in flight to one
 	// cluster, over every action; 0 means 16.
 	ClusterParallelism int
@@ -69,6 +88,7 @@ type Options struct {
 // so deciding which process runs a context's action can happen outside.
 type Engine struct {
 	opts   Options
+	store  Contexts
 	log    *logrus.Entry
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -95,8 +115,11 @@ type run struct {
 
 // New returns an Engine.
 func New(opts Options) (*Engine, error) {
-	if opts.Store == nil || opts.Clusters == nil {
-		return nil, errors.New("rsync: Store and Clusters are required")
+	if (opts.Store == nil && opts.Contexts == nil) || opts.Clusters == nil {
+		return nil, errors.New("rsync: Store (or Contexts) and Clusters are required")
+	}
+	if opts.Delegate != nil && opts.Observed == nil {
+		return nil, errors.New("rsync: a Delegate needs Observed, to follow what the agents report")
 	}
 	if !appcontext.ValidFieldValidation(opts.FieldValidation) {
 		return nil, fmt.Errorf("rsync: field validation %q is not one of Strict, Warn, Ignore", opts.FieldValidation)
@@ -126,7 +149,11 @@ func New(opts Options) (*Engine, error) {
 		opts.Logger = logrus.NewEntry(logging.Discard())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &Engine{opts: opts, log: opts.Logger, ctx: ctx, cancel: cancel, groups: map[string]*run{},
+	store := opts.Contexts
+	if store == nil {
+		store = opts.Store
+	}
+	e := &Engine{opts: opts, store: store, log: opts.Logger, ctx: ctx, cancel: cancel, groups: map[string]*run{},
 		clusters: map[appcontext.ClusterRef]*clusterState{}, waiters: map[string]map[uint64]chan struct{}{}}
 	if opts.Observed != nil {
 		opts.Observed.OnChange(e.changed)
@@ -267,7 +294,7 @@ func (e *Engine) start(group, kind, id string, preempt bool) *run {
 // Instantiating, Updating or Terminating, and failed ones rsync was still
 // working on (Active). It may be called again; what runs is not restarted.
 func (e *Engine) Resume(ctx context.Context) error {
-	list, err := e.opts.Store.List(ctx)
+	list, err := e.store.List(ctx)
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ import (
 // once cost a few transactions, not a hundred. It also keeps every
 // resource's current status and derives the context's status from them.
 type recorder struct {
-	store *appcontext.Store
+	store Contexts
 	id    string
 	log   *logrus.Entry
 	names statusNames
@@ -51,7 +51,7 @@ var (
 	deleteNames = statusNames{appcontext.Terminating, appcontext.Terminated, appcontext.TerminateFailed}
 )
 
-func newRecorder(store *appcontext.Store, c *appcontext.Context, names statusNames, log *logrus.Entry) *recorder {
+func newRecorder(store Contexts, c *appcontext.Context, names statusNames, log *logrus.Entry) *recorder {
 	r := &recorder{store: store, id: c.Meta.ID, log: log, names: names,
 		pending: map[string]appcontext.StatusUpdate{}, current: map[string]resState{},
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), finished: make(chan struct{})}
@@ -86,6 +86,22 @@ func (r *recorder) record(p *appcontext.Placement, key string, st appcontext.Res
 	r.current[k] = cur
 	r.mu.Unlock()
 	r.signal()
+}
+
+// observe takes in a resource's status that someone else recorded (a
+// pull cluster's agent, through the hub): the context's status counts it,
+// and nothing is written.
+func (r *recorder) observe(p *appcontext.Placement, key string, st appcontext.ResourceStatus) {
+	k := recKey(p, key)
+	r.mu.Lock()
+	cur := r.current[k]
+	changed := cur.status != st.Status || cur.reason != st.Error
+	cur.status, cur.reason, cur.where = st.Status, st.Error, where(p, key)
+	r.current[k] = cur
+	r.mu.Unlock()
+	if changed {
+		r.signal()
+	}
 }
 
 // firstPassDone lets the context's status reflect what happened.
