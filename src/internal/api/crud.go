@@ -55,6 +55,9 @@ type crud[S any] struct {
 	// arrive: a file over it is refused before it is held; 0 means
 	// MaxUploadBody.
 	maxFile int64
+	// createJSON, when set with upload, serves a POST that is not a
+	// multipart upload (a cluster in pull mode has no kubeconfig).
+	createJSON handlerFunc
 }
 
 func registerCRUD[S any](r *mux.Router, s *server, c crud[S]) {
@@ -121,6 +124,11 @@ func (c crud[S]) check(obj *catalog.Object[S], urlKey []string) error {
 }
 
 func (c crud[S]) create(s *server, w http.ResponseWriter, r *http.Request) error {
+	if c.createJSON != nil {
+		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "multipart/form-data" {
+			return c.createJSON(s, w, r)
+		}
+	}
 	if c.files != nil {
 		return c.writeWithFiles(s, w, r, false)
 	}
