@@ -134,6 +134,8 @@ type Options struct {
 	// Render bounds Helm rendering, which runs in a pool of child processes
 	// of this binary; zero fields are the render package's defaults.
 	Render RenderOptions
+	// Fleet configures pull clusters; zero fields are the defaults.
+	Fleet FleetOptions
 	// Logger; nil discards.
 	Logger *logrus.Logger
 	// Registry for metrics; nil means a fresh one with Go and process collectors.
@@ -428,8 +430,13 @@ func (a *App) Run(ctx context.Context) (err error) {
 	// The cache is created before rsync, which orders dependent apps by
 	// what it observes; it runs with the watchers below.
 	cache := appcontext.NewCache(contexts, a.log.WithField("component", "cache"))
+	pull, err := a.startFleet(ctx, etcd.Client, contexts, cache, replicas)
+	if err != nil {
+		return err
+	}
+	defer pull.stop()
 	engine, err := rsync.New(rsync.Options{Store: contexts, Clusters: clusters, FieldValidation: a.opts.FieldValidation,
-		Observed: cache, Logger: a.log.WithField("component", "rsync")})
+		Observed: cache, Delegate: pull.hub, Logger: a.log.WithField("component", "rsync")})
 	if err != nil {
 		return err
 	}
@@ -464,7 +471,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	clusterWork := &lateHandler{}
 	clusterKind := replicas.Kind(kindClusters, clusterWork)
-	watchers, err := watcher.New(watcher.Options{Store: contexts, Clusters: clusters, SilentAfter: a.opts.MonitorSilentAfter,
+	watchers, err := watcher.New(watcher.Options{Store: contexts, Clusters: clusters, Remote: pull.join, SilentAfter: a.opts.MonitorSilentAfter,
 		Claims: clusterKind, Logger: a.log.WithField("component", "watcher")})
 	if err != nil {
 		return err
@@ -507,7 +514,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	watchCtx, stopWatchers := context.WithCancel(ctx)
 	background := map[string]func(context.Context) error{
 		"watchers": watchers.Run, "context cache": cache.Run, "notifier": notifier.Run, "history recorder": recorder.Run,
-		"rsync dispatcher": dispatcher.Run, "replica set": replicas.Run,
+		"rsync dispatcher": dispatcher.Run, "replica set": replicas.Run, "fleet hub": pull.hub.Run,
 		"group owner": func(ctx context.Context) error {
 			gs, err := cache.Groups(ctx)
 			for _, g := range gs {
@@ -561,6 +568,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Consistency:   consistency{cli: etcd.Client, cache: cache},
 		Changes:       notifier,
 		Console:       console.Handler(),
+		Fleet:         pull.join,
 		ClusterInUse: func(ctx context.Context, provider, name string) ([]string, error) {
 			return liveOn(ctx, cache, contexts, appcontext.ClusterRef{Provider: provider, Name: name})
 		},
@@ -606,7 +614,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           pull.hub.Handler(handler),
 		ReadHeaderTimeout: a.opts.HTTP.ReadHeaderTimeout,
 		ReadTimeout:       a.opts.HTTP.ReadTimeout,
 		WriteTimeout:      a.opts.HTTP.WriteTimeout,
@@ -617,6 +625,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	// Connections beyond the cap wait in the kernel's backlog; running out
 	// of descriptors anyway makes Serve back off and retry, never exit.
+	serveHTTP2(srv)
 	limited := netutil.LimitListener(ln, maxConns)
 	serveErr := make(chan error, 1)
 	serving = true
@@ -648,6 +657,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	case <-ctx.Done():
 	}
 	a.log.Info("shutting down")
+	pull.hub.Stop() // agents' streams would hold the graceful shutdown
 	sctx, cancel := context.WithTimeout(context.Background(), a.opts.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
