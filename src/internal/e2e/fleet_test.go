@@ -1,0 +1,473 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/argus-mc/argus/src/internal/orchestrator"
+	"github.com/argus-mc/argus/src/internal/simcluster"
+	"github.com/argus-mc/argus/src/internal/status"
+	"github.com/argus-mc/argus/src/internal/testenv"
+	"github.com/argus-mc/argus/src/internal/testenv/tgz"
+)
+
+// Issue 25, fleet mode: clusters the orchestrator cannot dial join by
+// token, pull their work and push their state. Two pull clusters of the
+// test's own (their agents are bin/monitor processes; their kubeconfigs
+// never reach the orchestrator) and the package's first cluster as a push
+// cluster registered as always.
+
+const (
+	fleetProject = "/v2/projects/fleet"
+	fleetCA      = fleetProject + "/composite-apps/vfw/v1"
+	fleetDIG     = fleetCA + "/deployment-intent-groups/vfw-dig"
+	fleetCP      = "/v2/cluster-providers/fleet-cp"
+)
+
+// fleetChart is the vfw chart with objects named <release>-fl, so the
+// package's other vfw tests on the shared push cluster never meet them;
+// values.version changes the ConfigMap.
+func fleetChart(t *testing.T, name string) []byte {
+	return tgz.FromInside(t, map[string]string{
+		"Chart.yaml":  "apiVersion: v2\nname: " + name + "\nversion: 0.1.0\n",
+		"values.yaml": "version: one\n",
+		"templates/all.yaml": `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Release.Name }}-fl
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: {{ .Release.Name }}-fl}
+  template:
+    metadata:
+      labels: {app: {{ .Release.Name }}-fl}
+    spec:
+      containers:
+      - {name: main, image: "busybox:1.36"}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ .Release.Name }}-fl
+spec:
+  selector: {app: {{ .Release.Name }}-fl}
+  ports:
+  - port: 80
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-fl-config
+data:
+  version: {{ .Values.version | quote }}
+`,
+	})
+}
+
+// buildMonitor builds the monitor binary (agent mode is a flag of it).
+func buildMonitor(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "monitor")
+	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/monitor").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build monitor: %v: %s", err, out)
+	}
+	return bin
+}
+
+// preparePull installs what the agent's manifests bring (the CRD and the
+// argus-system namespace) on a pull cluster.
+func preparePull(t testing.TB, set *simcluster.Set) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := installCRD(ctx, set); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range set.Clusters {
+		if _, err := testenv.ApplyManifestFiles(ctx, c.RESTConfig(), false, "../../../deployments/kubernetes/monitor/namespace.yaml"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// agentProc is an agent (bin/monitor in agent mode) run by a test.
+type agentProc struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	out    strings.Builder
+	exited chan struct{}
+	code   int
+}
+
+// startAgent runs the agent of cluster c against the orchestrator URLs.
+func startAgent(t testing.TB, bin, urls, token string, c *simcluster.Cluster, extra ...string) *agentProc {
+	t.Helper()
+	args := append([]string{"--orchestrator", urls, "--kubeconfig", c.KubeconfigPath, "--listen", "127.0.0.1:0",
+		"--log-format", "text", "--log-level", "debug", "--lease-renew-interval", "2s"}, extra...)
+	if token != "" {
+		args = append(args, "--join-token", token)
+	}
+	a := &agentProc{t: t, cmd: exec.Command(bin, args...), exited: make(chan struct{})}
+	a.cmd.Env = append(os.Environ(), "KUBECONFIG=")
+	pr, pw := io.Pipe()
+	a.cmd.Stdout, a.cmd.Stderr = pw, pw
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			a.mu.Lock()
+			a.out.WriteString(sc.Text() + "\n")
+			a.mu.Unlock()
+		}
+	}()
+	go func() {
+		err := a.cmd.Wait()
+		a.code = a.cmd.ProcessState.ExitCode()
+		_ = err
+		_ = pw.Close()
+		close(a.exited)
+	}()
+	t.Cleanup(a.stop)
+	return a
+}
+
+func (a *agentProc) output() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.out.String()
+}
+
+// stop ends the agent with SIGTERM (SIGKILL after 30 s) and waits.
+func (a *agentProc) stop() {
+	select {
+	case <-a.exited:
+		return
+	default:
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+	case <-time.After(30 * time.Second):
+		a.t.Errorf("agent ignored SIGTERM for 30s:\n%s", tail(a.output(), 3000))
+		_ = a.cmd.Process.Kill()
+		<-a.exited
+	}
+}
+
+// wait returns the agent's exit code once it exits (60 s at most).
+func (a *agentProc) wait() int {
+	select {
+	case <-a.exited:
+		return a.code
+	case <-time.After(60 * time.Second):
+		a.t.Fatalf("agent still running after 60s:\n%s", tail(a.output(), 3000))
+		return 0
+	}
+}
+
+func tail(s string, n int) string { return s[max(0, len(s)-n):] }
+
+// tcpProxy forwards loopback connections to target until cut: then it
+// closes every connection and refuses new ones until restored.
+type tcpProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  map[net.Conn]bool
+	wg     sync.WaitGroup
+}
+
+func newTCPProxy(t testing.TB, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.setCut(true)
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *tcpProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		p.conns[c] = true
+		p.mu.Unlock()
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.forward(c)
+		}()
+	}
+}
+
+func (p *tcpProxy) forward(c net.Conn) {
+	defer func() {
+		_ = c.Close()
+		p.mu.Lock()
+		delete(p.conns, c)
+		p.mu.Unlock()
+	}()
+	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	if p.cut {
+		p.mu.Unlock()
+		_ = up.Close()
+		return
+	}
+	p.conns[up] = true
+	p.mu.Unlock()
+	defer func() {
+		_ = up.Close()
+		p.mu.Lock()
+		delete(p.conns, up)
+		p.mu.Unlock()
+	}()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	<-done
+	_ = c.Close()
+	_ = up.Close()
+	<-done
+}
+
+// setCut cuts (closing every connection) or restores the link.
+func (p *tcpProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			_ = c.Close()
+		}
+	}
+}
+
+// registerPull creates a cluster in pull mode and returns its join token.
+func (o *orch) registerPull(provider, name string) string {
+	o.t.Helper()
+	body := o.must(201, "POST", "/v2/cluster-providers/"+provider+"/clusters",
+		map[string]any{"metadata": map[string]any{"name": name}, "spec": map[string]any{"mode": "pull"}})
+	var answer struct {
+		JoinToken string `json:"joinToken"`
+		Spec      struct {
+			Mode string `json:"mode"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal([]byte(body), &answer); err != nil || answer.JoinToken == "" || answer.Spec.Mode != "pull" {
+		o.t.Fatalf("pull cluster %s: %s (%v)", name, body, err)
+	}
+	return answer.JoinToken
+}
+
+// onboardFleet registers the fleet vfw composite app with a DIG placing
+// every app on the clusters labelled fleet.
+func onboardFleet(t *testing.T, o *orch) {
+	o.must(201, "POST", "/v2/projects", meta("fleet"))
+	o.must(201, "POST", fleetProject+"/composite-apps", obj("vfw", map[string]any{"compositeAppVersion": "v1"}))
+	o.must(201, "POST", fleetCA+"/composite-profiles", meta("vfw-profile"))
+	for _, a := range vfwApps {
+		o.uploadOK(fleetCA+"/apps", meta(a), fleetChart(t, a))
+		o.uploadOK(fleetCA+"/composite-profiles/vfw-profile/profiles", obj(a+"-profile", map[string]any{"app": a}),
+			testenv.ArchiveFiles(t, map[string]string{"manifest.yaml": "version: v1\ntype:\n  values: override_values.yaml\n", "override_values.yaml": ""}))
+	}
+	o.must(201, "POST", fleetCA+"/deployment-intent-groups", obj("vfw-dig", map[string]any{"compositeProfile": "vfw-profile", "version": "r1"}))
+	o.must(201, "POST", fleetDIG+"/generic-placement-intents", meta("gpi"))
+	for _, a := range vfwApps {
+		o.must(201, "POST", fleetDIG+"/generic-placement-intents/gpi/app-intents", placementOn(a, map[string]any{"clusterProvider": "fleet-cp", "clusterLabel": "fleet"}))
+	}
+	o.must(201, "POST", fleetDIG+"/intents", obj("intents", map[string]any{"intent": map[string]any{"genericPlacementIntent": "gpi"}}))
+}
+
+// digStatus GETs a DIG's status with the query.
+func (o *orch) digStatus(dig, query string) status.Response {
+	o.t.Helper()
+	body := o.must(200, "GET", dig+"/status?"+query, nil)
+	var r status.Response
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		o.t.Fatalf("decode status: %v\n%s", err, body)
+	}
+	return r
+}
+
+// waitFor polls cond (deadline d) and returns how long it took.
+func waitCond(t testing.TB, d time.Duration, what string, cond func() (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	last := ""
+	for time.Since(start) < d {
+		ok, state := cond()
+		if ok {
+			return time.Since(start)
+		}
+		last = state
+		time.Sleep(100 * time.Millisecond) // polling with a deadline
+	}
+	t.Fatalf("%s: not true after %s; last: %s", what, d, last)
+	return 0
+}
+
+// clusterView is one cluster's part of a type=cluster answer, per app.
+func clusterView(r status.Response, cluster string) map[string]status.Cluster {
+	out := map[string]status.Cluster{}
+	for _, a := range r.Apps {
+		for _, c := range a.Clusters {
+			if c.Cluster == cluster {
+				out[a.Name] = c
+			}
+		}
+	}
+	return out
+}
+
+// allReady says whether every app is Ready on every named cluster, each
+// with its three objects and a Pod.
+func allReady(r status.Response, clusters ...string) (bool, string) {
+	for _, cl := range clusters {
+		view := clusterView(r, cl)
+		if len(view) != len(vfwApps) {
+			return false, fmt.Sprintf("%s: %d apps", cl, len(view))
+		}
+		for app, c := range view {
+			if c.Connectivity != "Available" || c.Monitor != "Running" || c.Ready == nil || !*c.Ready {
+				return false, fmt.Sprintf("%s/%s: connectivity %s monitor %s ready %v", cl, app, c.Connectivity, c.Monitor, c.Ready != nil && *c.Ready)
+			}
+			kinds := map[string]int{}
+			for _, res := range c.Resources {
+				kinds[res.GVK.Kind]++
+			}
+			if kinds["Deployment"] != 1 || kinds["Service"] != 1 || kinds["ConfigMap"] != 1 || kinds["Pod"] != 1 {
+				return false, fmt.Sprintf("%s/%s: kinds %v", cl, app, kinds)
+			}
+		}
+	}
+	return true, ""
+}
+
+// shape is what a cluster's entry looks like, names of Pods left out.
+func shape(c status.Cluster) string {
+	var res []string
+	for _, r := range c.Resources {
+		name := r.Name
+		if r.GVK.Kind == "Pod" {
+			name = "*"
+		}
+		res = append(res, fmt.Sprintf("%s/%s/%s %s %s %s", r.GVK.Group, r.GVK.Kind, name, r.ClusterStatus, r.ReadyStatus, r.Namespace))
+	}
+	sort.Strings(res)
+	return fmt.Sprintf("ready=%v %s monitor=%s last-seen-set=%v [%s]", c.Ready != nil && *c.Ready, c.Connectivity, c.Monitor, c.LastSeen != "", strings.Join(res, "; "))
+}
+
+func TestFleet(t *testing.T) {
+	t.Parallel()
+	pulls := testenv.Clusters(t, 2)
+	preparePull(t, pulls)
+	bin := buildMonitor(t)
+	startMonitors(t, sim) // the push cluster's monitor
+	db, prefix := stores.Database(t).Name(), stores.EtcdPrefix()
+	o := startOrchestrator(t, db, prefix, func(opts *orchestrator.Options) {
+		opts.CallbackAllow = []string{"127.0.0.1"} // the test's receiver
+		opts.Fleet.UnreachableAfter = 2 * time.Second
+		opts.Fleet.Heartbeat = 2 * time.Second
+	})
+	o.must(201, "POST", "/v2/cluster-providers", meta("fleet-cp"))
+	o.uploadOK(fleetCP+"/clusters", meta("push01"), sim.Clusters[0].Kubeconfig)
+	tokens := map[string]string{"pull01": o.registerPull("fleet-cp", "pull01"), "pull02": o.registerPull("fleet-cp", "pull02")}
+	for _, c := range []string{"push01", "pull01", "pull02"} {
+		o.must(201, "POST", fleetCP+"/clusters/"+c+"/labels", map[string]string{"clusterLabel": "fleet"})
+	}
+	proxy := newTCPProxy(t, strings.TrimPrefix(o.base, "http://"))
+	agents := map[string]*agentProc{
+		"pull01": startAgent(t, bin, o.base, tokens["pull01"], pulls.Clusters[0]),
+		"pull02": startAgent(t, bin, "http://"+proxy.addr(), tokens["pull02"], pulls.Clusters[1]),
+	}
+	defer func() {
+		if t.Failed() {
+			for name, a := range agents {
+				t.Logf("agent %s:\n%s", name, tail(a.output(), 6000))
+			}
+		}
+	}()
+	onboardFleet(t, o)
+	o.must(202, "POST", fleetDIG+"/approve", nil)
+	start := time.Now()
+	o.must(202, "POST", fleetDIG+"/instantiate", nil)
+	waitCond(t, 3*time.Minute, "every app Ready on the push and both pull clusters", func() (bool, string) {
+		return allReady(o.digStatus(fleetDIG, "type=cluster"), "push01", "pull01", "pull02")
+	})
+	t.Logf("instantiate → Applied and Ready on 1 push and 2 pull clusters: %s", time.Since(start).Round(10*time.Millisecond))
+	r := o.digStatus(fleetDIG, "type=cluster")
+	for _, app := range vfwApps {
+		want := shape(clusterView(r, "push01")[app])
+		for _, cl := range []string{"pull01", "pull02"} {
+			if got := shape(clusterView(r, cl)[app]); got != want {
+				t.Errorf("%s on %s: %s\n  push01: %s", app, cl, got, want)
+			}
+		}
+	}
+	if os.Getenv("FLEET_DEBUG") != "" {
+		data, _ := json.MarshalIndent(clusterView(r, "pull01")["sink"], "", " ")
+		t.Logf("pull01 sink: %s\nagent: %s", data, tail(agents["pull01"].output(), 4000))
+	}
+	for i, c := range pulls.Clusters {
+		for _, app := range vfwApps {
+			d, err := c.Clientset().AppsV1().Deployments("default").Get(context.Background(), app+"-fl", metav1.GetOptions{})
+			if err != nil || d.Labels["argus.io/app"] != app {
+				t.Errorf("pull%02d: deployment %s-fl: %v %v", i+1, app, err, d.Labels)
+			}
+		}
+	}
+	rs := o.digStatus(fleetDIG, "type=rsync")
+	if rs.RsyncStatus["Applied"] != 3*3*3 || len(rs.RsyncStatus) != 1 {
+		t.Errorf("rsync status %v, want 27 Applied", rs.RsyncStatus)
+	}
+}
+
+func TestFleetDebug(t *testing.T) {
+	t.Skip("debug")
+}
