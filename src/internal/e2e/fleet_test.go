@@ -466,8 +466,19 @@ func TestFleet(t *testing.T) {
 	if rs.RsyncStatus["Applied"] != 3*3*3 || len(rs.RsyncStatus) != 1 {
 		t.Errorf("rsync status %v, want 27 Applied", rs.RsyncStatus)
 	}
+	f := &fleetTest{o: o, prefix: prefix, db: db, pulls: pulls, bin: bin, tokens: tokens, agents: agents, proxy: proxy}
+	t.Run("credentials", f.credentials)
+	t.Run("gitOps", f.gitOps)
+	t.Run("cut off", f.cutOff)
 }
 
-func TestFleetDebug(t *testing.T) {
-	t.Skip("debug")
+// fleetTest is what TestFleet's steps share.
+type fleetTest struct {
+	o          *orch
+	prefix, db string
+	pulls      *simcluster.Set
+	bin        string
+	tokens     map[string]string
+	agents     map[string]*agentProc
+	proxy      *tcpProxy
 }

@@ -156,10 +156,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// jitter spreads d over ±50%, so agents cut off together do not all
-// come back at once.
+// jitter picks a wait between d/2 and d, so agents cut off together do
+// not all come back at once, and none waits longer than d.
 func jitter(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.5 + rand.Float64()))
+	return d/2 + time.Duration(rand.Float64()*float64(d/2))
 }
 
 // credential loads the kept credential, or joins with the token.

@@ -105,20 +105,26 @@ func (h *Hub) Connect(stream pb.Fleet_ConnectServer) error {
 		return err
 	}
 	s.log.WithField("work_revision", hello.GetWorkRevision()).Info("agent connected")
-	recvDone := make(chan error, 1)
-	go func() { recvDone <- s.receive() }()
+	// The receiver ends when the stream does, which is when this handler
+	// returns (a Recv cannot be interrupted otherwise): the hub waits for it.
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		s.receive()
+	}()
 	s.sendLoop()
 	s.cancel(nil)
-	err = <-recvDone // the stream ends with this handler; Recv then returns
 	s.finish()
 	cause := context.Cause(s.ctx)
 	switch {
 	case errors.Is(cause, errSuperseded):
 		return status.Error(codes.Aborted, "superseded by a newer stream of the same agent")
+	case status.Code(cause) != codes.Unknown:
+		return cause // a refusal (PermissionDenied, InvalidArgument) as it is
 	case cause != nil && !errors.Is(cause, context.Canceled):
 		return status.Error(codes.Unavailable, cause.Error())
 	}
-	return err
+	return nil
 }
 
 func (h *Hub) admit() bool {
@@ -264,13 +270,16 @@ func (s *session) queue(m *pb.HubMessage) {
 	s.signal()
 }
 
-// receive reads the agent's messages until the stream ends.
-func (s *session) receive() error {
+// receive reads the agent's messages until the stream or the session ends.
+func (s *session) receive() {
 	for {
 		m, err := s.stream.Recv()
 		if err != nil {
-			s.cancel(nil)
-			return nil // the agent went away; it reconnects
+			s.cancel(nil) // the agent went away; it reconnects
+			return
+		}
+		if s.ctx.Err() != nil {
+			return
 		}
 		s.heard()
 		switch b := m.GetBody().(type) {
@@ -283,7 +292,7 @@ func (s *session) receive() error {
 		}
 		if err != nil {
 			s.end(err)
-			return err
+			return
 		}
 	}
 }
