@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +23,8 @@ import (
 	pb "github.com/argus-mc/argus/src/apis/fleet"
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/fleet/join"
+	"github.com/argus-mc/argus/src/internal/simcluster"
+	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
 // agentCredential reads a pull cluster's agent credential from its Secret.
@@ -280,13 +283,11 @@ func (f *fleetTest) cutOff(t *testing.T) {
 	}
 	// The subscription: contiguous sequence numbers, one payload per number.
 	hk.waitPost(0, "a notification after the reconnect", func(p post) bool { return p.at.After(restored) })
-	posts, _ := hk.snapshot()
-	for i, p := range posts {
-		if p.seq != int64(i+1) {
-			t.Fatalf("callback %d has sequence %d: a gap or a repeat (%d posts)", i+1, p.seq, len(posts))
-		}
+	got := seqs(hk)
+	if !contiguous(got) {
+		t.Fatalf("callback sequences %v have a gap", got)
 	}
-	t.Logf("subscription: %d callbacks, sequences 1..%d without a gap", len(posts), len(posts))
+	t.Logf("subscription: %d callbacks, sequences %v without a gap", len(got), got)
 }
 
 // configVersion is a ConfigMap's data.version in namespace default.
@@ -297,4 +298,109 @@ func configVersion(t *testing.T, cs kubernetes.Interface, name string) string {
 		return err.Error()
 	}
 	return cm.Data["version"]
+}
+
+// replicas: with scripts/ha-up.sh and three replicas, the agent (given all
+// three URLs) connects to one; that replica is killed (-9); the agent
+// connects to another, and a status change on its cluster reaches the
+// status answers again within the lease TTL plus 5 s.
+func (f *fleetTest) replicas(t *testing.T) {
+	const ttl = 10 * time.Second
+	h := startHA(t, 3, "--fleet-unreachable-after=2s", "--lease-ttl="+ttl.String())
+	r1 := h.replicas[0].orch
+	r1.must(201, "POST", "/v2/cluster-providers", meta("fleet-cp"))
+	token := r1.registerPull("fleet-cp", "ha01")
+	var urls []string
+	for _, r := range h.replicas {
+		urls = append(urls, r.base)
+	}
+	a := startAgent(t, f.bin, strings.Join(urls, ","), token, f.pulls.Clusters[0], "--agent-secret", "argus-agent-ha")
+	defer func() {
+		if t.Failed() {
+			t.Logf("agent:\n%s", tail(a.output(), 5000))
+		}
+	}()
+	const ca = fleetProject + "/composite-apps/ha/v1"
+	dig := ca + "/deployment-intent-groups/ha-dig"
+	r1.must(201, "POST", "/v2/projects", meta("fleet"))
+	r1.must(201, "POST", fleetProject+"/composite-apps", obj("ha", map[string]any{"compositeAppVersion": "v1"}))
+	r1.must(201, "POST", ca+"/composite-profiles", meta("prof"))
+	r1.uploadOK(ca+"/apps", meta("sink"), fleetChart(t, "sink", "ha"))
+	r1.uploadOK(ca+"/composite-profiles/prof/profiles", obj("sink-profile", map[string]any{"app": "sink"}),
+		testenv.ArchiveFiles(t, map[string]string{"manifest.yaml": "version: v1\ntype:\n  values: override_values.yaml\n", "override_values.yaml": ""}))
+	r1.must(201, "POST", ca+"/deployment-intent-groups", obj("ha-dig", map[string]any{"compositeProfile": "prof", "version": "r1"}))
+	r1.must(201, "POST", dig+"/generic-placement-intents", meta("gpi"))
+	r1.must(201, "POST", dig+"/generic-placement-intents/gpi/app-intents", placementOn("sink", map[string]any{"clusterProvider": "fleet-cp", "cluster": "ha01"}))
+	r1.must(201, "POST", dig+"/intents", obj("intents", map[string]any{"intent": map[string]any{"genericPlacementIntent": "gpi"}}))
+	r1.must(202, "POST", dig+"/approve", nil)
+	r1.must(202, "POST", dig+"/instantiate", nil)
+	podReady := func(r *orch) (string, string) {
+		for _, app := range r.digStatus(dig, "type=cluster").Apps {
+			for _, c := range app.Clusters {
+				for _, res := range c.Resources {
+					if res.GVK.Kind == "Pod" {
+						return res.ReadyStatus, c.Connectivity
+					}
+				}
+			}
+		}
+		return "", ""
+	}
+	waitCond(t, 2*time.Minute, "the DIG Ready on the pull cluster", func() (bool, string) {
+		st, conn := podReady(r1)
+		return st == "Ready" && conn == "Available", st + " " + conn
+	})
+	// The replica the agent streams to.
+	var holder *haReplica
+	waitCond(t, time.Minute, "one replica serves the agent", func() (bool, string) {
+		holder = nil
+		for _, r := range h.replicas {
+			if metricValue(t, r.orch, "argus_fleet_agents_connected") == 1 {
+				holder = r
+			}
+		}
+		return holder != nil, "no replica reports the agent"
+	})
+	var other *haReplica
+	for _, r := range h.replicas {
+		if r != holder {
+			other = r
+			break
+		}
+	}
+	if err := syscall.Kill(holder.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := simcluster.SetPodState(t.Context(), f.pulls.Clusters[0].Clientset(), "default", "app=sink-ha", "not-ready"); err != nil {
+		t.Fatal(err)
+	}
+	flowed := waitCond(t, 5*(ttl+5*time.Second), "the status change through another replica", func() (bool, string) {
+		st, conn := podReady(other.orch)
+		return st != "Ready" && st != "Unknown" && st != "" && conn == "Available", st + " " + conn
+	})
+	reconnected := "?"
+	for _, r := range h.replicas {
+		if r != holder && metricValue(t, r.orch, "argus_fleet_agents_connected") == 1 {
+			reconnected = r.id
+		}
+	}
+	t.Logf("kill -9 of %s, the replica the agent streamed to: the agent is on %s, and the pod's change reached the status %s after the kill (lease TTL %s + 5s = %s)",
+		holder.id, reconnected, flowed.Round(10*time.Millisecond), ttl, ttl+5*time.Second)
+}
+
+// metricValue reads one gauge or counter from a replica's /metrics.
+func metricValue(t *testing.T, o *orch, name string) float64 {
+	t.Helper()
+	code, body := o.call("GET", "/metrics", nil)
+	if code != 200 {
+		return -1
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			var f float64
+			_, _ = fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return -1
 }

@@ -39,24 +39,25 @@ const (
 	fleetCP      = "/v2/cluster-providers/fleet-cp"
 )
 
-// fleetChart is the vfw chart with objects named <release>-fl, so the
-// package's other vfw tests on the shared push cluster never meet them;
-// values.version changes the ConfigMap.
-func fleetChart(t *testing.T, name string) []byte {
+// fleetChart is the vfw chart with objects named <release>-<suffix>, so
+// the package's other vfw tests on the shared push cluster (and this
+// test's other orchestrators) never meet them; values.version changes the
+// ConfigMap.
+func fleetChart(t *testing.T, name, suffix string) []byte {
 	return tgz.FromInside(t, map[string]string{
 		"Chart.yaml":  "apiVersion: v2\nname: " + name + "\nversion: 0.1.0\n",
-		"values.yaml": "version: one\n",
+		"values.yaml": "version: one\nsuffix: " + suffix + "\n",
 		"templates/all.yaml": `apiVersion: apps/v1
 kind: Deployment
 metadata:
-  name: {{ .Release.Name }}-fl
+  name: {{ .Release.Name }}-{{ .Values.suffix }}
 spec:
   replicas: 1
   selector:
-    matchLabels: {app: {{ .Release.Name }}-fl}
+    matchLabels: {app: {{ .Release.Name }}-{{ .Values.suffix }}}
   template:
     metadata:
-      labels: {app: {{ .Release.Name }}-fl}
+      labels: {app: {{ .Release.Name }}-{{ .Values.suffix }}}
     spec:
       containers:
       - {name: main, image: "busybox:1.36"}
@@ -64,16 +65,16 @@ spec:
 apiVersion: v1
 kind: Service
 metadata:
-  name: {{ .Release.Name }}-fl
+  name: {{ .Release.Name }}-{{ .Values.suffix }}
 spec:
-  selector: {app: {{ .Release.Name }}-fl}
+  selector: {app: {{ .Release.Name }}-{{ .Values.suffix }}}
   ports:
   - port: 80
 ---
 apiVersion: v1
 kind: ConfigMap
 metadata:
-  name: {{ .Release.Name }}-fl-config
+  name: {{ .Release.Name }}-{{ .Values.suffix }}-config
 data:
   version: {{ .Values.version | quote }}
 `,
@@ -312,7 +313,7 @@ func onboardFleet(t *testing.T, o *orch) {
 	o.must(201, "POST", fleetProject+"/composite-apps", obj("vfw", map[string]any{"compositeAppVersion": "v1"}))
 	o.must(201, "POST", fleetCA+"/composite-profiles", meta("vfw-profile"))
 	for _, a := range vfwApps {
-		o.uploadOK(fleetCA+"/apps", meta(a), fleetChart(t, a))
+		o.uploadOK(fleetCA+"/apps", meta(a), fleetChart(t, a, "fl"))
 		o.uploadOK(fleetCA+"/composite-profiles/vfw-profile/profiles", obj(a+"-profile", map[string]any{"app": a}),
 			testenv.ArchiveFiles(t, map[string]string{"manifest.yaml": "version: v1\ntype:\n  values: override_values.yaml\n", "override_values.yaml": ""}))
 	}
@@ -470,6 +471,7 @@ func TestFleet(t *testing.T) {
 	t.Run("credentials", f.credentials)
 	t.Run("gitOps", f.gitOps)
 	t.Run("cut off", f.cutOff)
+	t.Run("replicas", f.replicas)
 }
 
 // fleetTest is what TestFleet's steps share.
