@@ -238,7 +238,7 @@ func (h *Hub) markUnreachable(ctx context.Context, ref appcontext.ClusterRef, si
 		if st.Connectivity == appcontext.Unreachable {
 			return nil
 		}
-		st.Connectivity, st.UnreachableSince, st.Updated = appcontext.Unreachable, since.UTC(), h.opts.Now().UTC()
+		st.Connectivity, st.UnreachableSince, st.Updated, st.Agent = appcontext.Unreachable, since.UTC(), h.opts.Now().UTC(), true
 		if st.Monitor == "" {
 			st.Monitor, st.Reason = appcontext.MonitorNotInstalled, "no agent has connected yet"
 		}

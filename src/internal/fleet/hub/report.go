@@ -207,7 +207,7 @@ func (s *session) bundleOwner(statusID, app string) string {
 func (s *session) reportedState(m *pb.Monitor) (appcontext.ClusterState, bool) {
 	now := s.h.opts.Now().UTC()
 	st := s.state
-	st.Connectivity, st.UnreachableSince, st.UnusableReason = appcontext.Available, time.Time{}, ""
+	st.Connectivity, st.UnreachableSince, st.UnusableReason, st.Agent = appcontext.Available, time.Time{}, "", true
 	switch m.GetState() {
 	case appcontext.MonitorRunning:
 		st.Monitor, st.Reason = appcontext.MonitorRunning, ""
@@ -219,7 +219,7 @@ func (s *session) reportedState(m *pb.Monitor) (appcontext.ClusterState, bool) {
 		}
 	}
 	changed := st.Connectivity != s.state.Connectivity || st.Monitor != s.state.Monitor || st.Reason != s.state.Reason ||
-		!s.state.UnreachableSince.IsZero() || s.state.UnusableReason != ""
+		!s.state.UnreachableSince.IsZero() || s.state.UnusableReason != "" || !s.state.Agent
 	if !changed && now.Sub(s.lastSeen) < s.h.opts.LastSeenInterval {
 		return st, false
 	}
