@@ -224,7 +224,7 @@ func (f *fleetTest) cutOff(t *testing.T) {
 	hk := newHook(t, "ok")
 	f.o.must(201, "POST", fleetDIG+"/status/subscriptions", map[string]any{"name": "fleet", "callback-url": hk.url(), "type": "cluster"})
 	cutAt := time.Now()
-	f.proxy.setCut(true)
+	f.proxy.Cut()
 	unreachable := waitCond(t, time.Minute, "pull02 Unreachable with its resources Unknown", func() (bool, string) {
 		view := clusterView(f.o.digStatus(fleetDIG, "type=cluster"), "pull02")
 		for app, c := range view {
@@ -259,7 +259,7 @@ func (f *fleetTest) cutOff(t *testing.T) {
 	case <-t.Context().Done():
 	}
 	logBefore := len(f.agents["pull02"].output())
-	f.proxy.setCut(false)
+	f.proxy.Restore()
 	restored := time.Now()
 	applied := waitCond(t, time.Minute, "the update applied on pull02 after the link came back", func() (bool, string) {
 		v := configVersion(t, f.pulls.Clusters[1].Clientset(), "sink-fl-config")

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -190,105 +189,6 @@ func (a *agentProc) wait() int {
 
 func tail(s string, n int) string { return s[max(0, len(s)-n):] }
 
-// tcpProxy forwards loopback connections to target until cut: then it
-// closes every connection and refuses new ones until restored.
-type tcpProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  map[net.Conn]bool
-	wg     sync.WaitGroup
-}
-
-func newTCPProxy(t testing.TB, target string) *tcpProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.setCut(true)
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *tcpProxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.cut {
-			p.mu.Unlock()
-			_ = c.Close()
-			continue
-		}
-		p.conns[c] = true
-		p.mu.Unlock()
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			p.forward(c)
-		}()
-	}
-}
-
-func (p *tcpProxy) forward(c net.Conn) {
-	defer func() {
-		_ = c.Close()
-		p.mu.Lock()
-		delete(p.conns, c)
-		p.mu.Unlock()
-	}()
-	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-	if err != nil {
-		return
-	}
-	p.mu.Lock()
-	if p.cut {
-		p.mu.Unlock()
-		_ = up.Close()
-		return
-	}
-	p.conns[up] = true
-	p.mu.Unlock()
-	defer func() {
-		_ = up.Close()
-		p.mu.Lock()
-		delete(p.conns, up)
-		p.mu.Unlock()
-	}()
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
-	<-done
-	_ = c.Close()
-	_ = up.Close()
-	<-done
-}
-
-// setCut cuts (closing every connection) or restores the link.
-func (p *tcpProxy) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for c := range p.conns {
-			_ = c.Close()
-		}
-	}
-}
-
 // registerPull creates a cluster in pull mode and returns its join token.
 func (o *orch) registerPull(provider, name string) string {
 	o.t.Helper()
@@ -422,10 +322,10 @@ func TestFleet(t *testing.T) {
 	for _, c := range []string{"push01", "pull01", "pull02"} {
 		o.must(201, "POST", fleetCP+"/clusters/"+c+"/labels", map[string]string{"clusterLabel": "fleet"})
 	}
-	proxy := newTCPProxy(t, strings.TrimPrefix(o.base, "http://"))
+	proxy := testenv.NewProxy(t, strings.TrimPrefix(o.base, "http://"))
 	agents := map[string]*agentProc{
 		"pull01": startAgent(t, bin, o.base, tokens["pull01"], pulls.Clusters[0]),
-		"pull02": startAgent(t, bin, "http://"+proxy.addr(), tokens["pull02"], pulls.Clusters[1]),
+		"pull02": startAgent(t, bin, "http://"+proxy.Addr(), tokens["pull02"], pulls.Clusters[1]),
 	}
 	defer func() {
 		if t.Failed() {
@@ -482,5 +382,5 @@ type fleetTest struct {
 	bin        string
 	tokens     map[string]string
 	agents     map[string]*agentProc
-	proxy      *tcpProxy
+	proxy      *testenv.Proxy
 }
