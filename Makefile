@@ -90,6 +90,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzOverrideValues -fuzztime $(FUZZTIME) ./src/internal/render
 	$(GO) test -run '^$$' -fuzz FuzzApply -fuzztime $(FUZZTIME) ./src/internal/gac
 	$(GO) test -run '^$$' -fuzz FuzzRollbackBody -fuzztime $(FUZZTIME) ./src/internal/api
+	$(GO) test -run '^$$' -fuzz FuzzReport -fuzztime $(FUZZTIME) ./src/internal/fleet/hub
 
 lint: $(GOLANGCI) generate
 	@git diff --exit-code -- src/apis deployments/kubernetes/monitor || { echo "generated files were stale; commit the regenerated ones"; exit 1; }

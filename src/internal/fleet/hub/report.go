@@ -42,11 +42,31 @@ func (w *writes) last(op clientv3.Op, size int) {
 	w.late, w.lsz = append(w.late, op), append(w.lsz, size)
 }
 
+// checkReport refuses a report that breaks the bounds above; a bundle's
+// own content is checked when it is stored (a refused bundle is stored as
+// refused, as a push cluster's is).
+func checkReport(r *pb.StatusReport) error {
+	if len(r.GetPlacements())+len(r.GetBundles()) > maxReportItems {
+		return status.Errorf(codes.InvalidArgument, "a report may hold at most %d placements and bundles", maxReportItems)
+	}
+	for _, pr := range r.GetPlacements() {
+		for _, rr := range pr.GetResources() {
+			if _, err := resourceStatus(rr); err != nil {
+				return status.Errorf(codes.InvalidArgument, "resource %.200q of %.40s/%.60s: %v", rr.GetKey(), pr.GetContextId(), pr.GetApp(), err)
+			}
+		}
+	}
+	if m := r.GetMonitor(); len(m.GetState()) > 64 || len(m.GetReason()) > maxReason {
+		return status.Errorf(codes.InvalidArgument, "the monitor's state or reason is too long")
+	}
+	return nil
+}
+
 // report stores what the agent reported, then acknowledges it.
 func (s *session) report(r *pb.StatusReport) error {
 	s.h.metrics.reports.Inc()
-	if len(r.GetPlacements())+len(r.GetBundles()) > maxReportItems {
-		return status.Errorf(codes.InvalidArgument, "a report may hold at most %d placements and bundles", maxReportItems)
+	if err := checkReport(r); err != nil {
+		return err
 	}
 	w := &writes{progress: map[itemKey]progressRecord{}}
 	for _, pr := range r.GetPlacements() {
@@ -103,9 +123,9 @@ func (s *session) placement(pr *pb.PlacementReport, w *writes) error {
 		if !it.keys[rr.GetKey()] || seen[rr.GetKey()] {
 			continue
 		}
-		st, err := resourceStatus(rr)
+		st, err := resourceStatus(rr) // checked with the report: cannot fail here
 		if err != nil {
-			return status.Errorf(codes.InvalidArgument, "resource %.200q of %.40s/%.60s: %v", rr.GetKey(), k.id, k.app, err)
+			return err
 		}
 		seen[rr.GetKey()] = true
 		updates = append(updates, appcontext.StatusUpdate{App: k.app, Cluster: s.ref, Key: rr.GetKey(), Status: st})
