@@ -404,3 +404,27 @@ func metricValue(t *testing.T, o *orch, name string) float64 {
 	}
 	return -1
 }
+
+// terminate: the DIG's objects leave the pull clusters through their
+// agents, and deleting a pull cluster revokes its agent's credential: the
+// agent ends, non-zero, saying so.
+func (f *fleetTest) terminate(t *testing.T) {
+	f.o.must(202, "POST", fleetDIG+"/terminate", nil)
+	waitCond(t, time.Minute, "the DIG Terminated, its objects gone from the pull clusters", func() (bool, string) {
+		if st := f.o.digStatus(fleetDIG, "type=rsync"); st.Status != "Terminated" {
+			return false, st.Status
+		}
+		for i, c := range f.pulls.Clusters {
+			if _, err := c.Clientset().AppsV1().Deployments("default").Get(t.Context(), "sink-fl", metav1.GetOptions{}); err == nil {
+				return false, fmt.Sprintf("sink-fl still on pull%02d", i+1)
+			}
+		}
+		return true, ""
+	})
+	f.o.must(204, "DELETE", fleetCP+"/clusters/pull02/labels/fleet", nil)
+	f.o.must(204, "DELETE", fleetCP+"/clusters/pull02", nil)
+	a := f.agents["pull02"]
+	if code := a.wait(); code == 0 || !strings.Contains(a.output(), "refused") {
+		t.Errorf("the deleted cluster's agent: exit %d:\n%s", code, tail(a.output(), 2000))
+	}
+}

@@ -371,6 +371,7 @@ func TestFleet(t *testing.T) {
 	t.Run("credentials", f.credentials)
 	t.Run("gitOps", f.gitOps)
 	t.Run("cut off", f.cutOff)
+	t.Run("terminate and delete", f.terminate)
 	t.Run("replicas", f.replicas)
 }
 

@@ -49,13 +49,9 @@ func parseEndpoint(raw string, roots *x509.CertPool) (endpoint, error) {
 	}
 	hp := net.JoinHostPort(host, port)
 	e := endpoint{base: u.Scheme + "://" + hp}
-	// An IP goes to gRPC as it is; a name through its DNS resolver, which
-	// tries every address the name has.
-	if net.ParseIP(host) != nil {
-		e.target = "passthrough:///" + hp
-	} else {
-		e.target = "dns:///" + hp
-	}
+	// gRPC's DNS resolver takes an IP as it is and tries every address a
+	// name has; it is also where gRPC applies $HTTPS_PROXY.
+	e.target = "dns:///" + hp
 	if u.Scheme == "https" {
 		e.tls = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: host}
 	}

@@ -176,7 +176,7 @@ func (h *Hub) progressReset() {
 	}
 	h.mu.Unlock()
 	for _, k := range keys {
-		resp, err := h.opts.Client.Get(context.Background(), h.keys.report(k.ref, k.id, k.app))
+		resp, err := h.opts.Client.Get(h.ctx(), h.keys.report(k.ref, k.id, k.app))
 		if err != nil || len(resp.Kvs) == 0 {
 			continue
 		}

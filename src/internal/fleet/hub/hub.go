@@ -294,6 +294,16 @@ func (h *Hub) keepLease(ctx context.Context) {
 	}
 }
 
+// ctx is Run's context (Background before it runs).
+func (h *Hub) ctx() context.Context {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.runCtx == nil {
+		return context.Background()
+	}
+	return h.runCtx
+}
+
 func (h *Hub) leaseID() clientv3.LeaseID {
 	h.mu.Lock()
 	defer h.mu.Unlock()
