@@ -259,7 +259,7 @@ func (f *fleetTest) cutOff(t *testing.T) {
 	case <-t.Context().Done():
 	}
 	logBefore := len(f.agents["pull02"].output())
-	f.proxy.Restore()
+	f.proxy.Heal()
 	restored := time.Now()
 	applied := waitCond(t, time.Minute, "the update applied on pull02 after the link came back", func() (bool, string) {
 		v := configVersion(t, f.pulls.Clusters[1].Clientset(), "sink-fl-config")

@@ -3,14 +3,18 @@ package testenv
 import (
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
-// Proxy forwards loopback TCP connections to a target until Cut: then it
-// closes every connection and refuses new ones until Restore, as a link
-// that drops would (tests of clients that must reconnect and resume).
+// Proxy forwards loopback TCP connections to one address until the test
+// cuts it: Cut closes every connection and refuses new ones (a partition
+// between a client and its server), Heal lets them through again.
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -21,8 +25,8 @@ type Proxy struct {
 	conns map[net.Conn]bool
 }
 
-// NewProxy listens on a loopback port and forwards to target until the
-// test ends.
+// NewProxy listens on a loopback port and forwards to target; it stops
+// when the test ends.
 func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -31,7 +35,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	}
 	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
 	p.wg.Add(1)
-	go p.serve()
+	go p.accept()
 	t.Cleanup(func() {
 		_ = ln.Close()
 		p.Cut()
@@ -40,10 +44,10 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	return p
 }
 
-// Addr is the proxy's host:port.
+// Addr is the proxy's address.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Cut closes every connection and refuses new ones.
+// Cut closes every connection and refuses new ones until Heal.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -53,66 +57,63 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Restore accepts connections again.
-func (p *Proxy) Restore() {
+// Heal lets connections through again.
+func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
 }
 
-func (p *Proxy) serve() {
+func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
-		c, err := p.ln.Accept()
+		in, err := p.ln.Accept()
 		if err != nil {
 			return
 		}
-		if !p.track(c) {
-			_ = c.Close()
+		p.mu.Lock()
+		refused := p.cut
+		p.mu.Unlock()
+		if refused {
+			_ = in.Close()
 			continue
 		}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			p.forward(c)
-		}()
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = in.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[in], p.conns[out] = true, true
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(in, out)
+		go p.pipe(out, in)
 	}
 }
 
-// track records a connection unless the link is cut.
-func (p *Proxy) track(c net.Conn) bool {
+// pipe copies one direction; when it ends, both ends close.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(dst, src)
+	_ = dst.Close()
+	_ = src.Close()
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cut {
-		return false
-	}
-	p.conns[c] = true
-	return true
-}
-
-func (p *Proxy) untrack(c net.Conn) {
-	_ = c.Close()
-	p.mu.Lock()
-	delete(p.conns, c)
+	delete(p.conns, dst)
+	delete(p.conns, src)
 	p.mu.Unlock()
 }
 
-func (p *Proxy) forward(c net.Conn) {
-	defer p.untrack(c)
-	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+// EtcdBehindProxy is a client of the embedded etcd that reaches it through
+// a Proxy, so the test can cut it off (a partitioned replica); both go
+// when the test ends.
+func (s *Stores) EtcdBehindProxy(t testing.TB) (*clientv3.Client, *Proxy) {
+	t.Helper()
+	p := NewProxy(t, strings.TrimPrefix(s.EtcdEndpoints()[0], "http://"))
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + p.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
-		return
+		t.Fatal(err)
 	}
-	if !p.track(up) {
-		_ = up.Close()
-		return
-	}
-	defer p.untrack(up)
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
-	<-done
-	_ = c.Close()
-	_ = up.Close()
-	<-done
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli, p
 }

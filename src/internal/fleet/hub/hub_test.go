@@ -268,7 +268,7 @@ func TestAgentResumesFromItsRevision(t *testing.T) {
 	if err := f.hub.Forget(t.Context(), c.Meta.ID, "c", edge); err != nil {
 		t.Fatal(err)
 	}
-	proxy.Restore()
+	proxy.Heal()
 	f.settled(t, c.Meta.ID, "b", newGen)
 	waitFor(t, "c forgotten", func() bool { _, forgotten := mem.log(); return len(forgotten) == 1 })
 	applied, forgotten := mem.log()
