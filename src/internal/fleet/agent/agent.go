@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -111,7 +110,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer cancel()
 	joinedNow := false
-	for attempt, i := 0, 0; ; i++ {
+	retry := a.retry()
+	for i := 0; ; i++ {
 		select {
 		case err := <-clusterErr: // the cluster side ended on its own
 			if err == nil {
@@ -145,10 +145,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("%w: %v (the cluster was deleted or joined anew; give the agent a new join token)", ErrRefused, err)
 		}
 		if time.Since(start) > 30*time.Second {
-			attempt = 0 // the stream lasted: the next failure starts afresh
+			retry.Reset() // the stream lasted: the next failure starts afresh
 		}
-		attempt++
-		d := jitter(min(a.opts.BackoffBase<<min(attempt-1, 16), a.opts.BackoffMax))
+		d := retry.Next()
 		log.WithError(err).WithFields(logrus.Fields{"orchestrator": e.base, "retry_in": d.Round(time.Millisecond).String()}).Info("no stream to the orchestrator; reconnecting")
 		if !backoff.Sleep(cctx, d) {
 			continue
@@ -156,10 +155,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// jitter picks a wait between d/2 and d, so agents cut off together do
-// not all come back at once, and none waits longer than d.
-func jitter(d time.Duration) time.Duration {
-	return d/2 + time.Duration(rand.Float64()*float64(d/2))
+// retry is the wait between connection attempts: doubling from
+// BackoffBase, jittered by a quarter so agents cut off together do not all
+// come back at once, and never longer than BackoffMax.
+func (a *Agent) retry() backoff.Backoff {
+	return backoff.Backoff{Base: a.opts.BackoffBase, Max: a.opts.BackoffMax * 4 / 5, Jitter: 0.25}
 }
 
 // credential loads the kept credential, or joins with the token.
@@ -180,7 +180,8 @@ func (a *Agent) credential(ctx context.Context) (Credential, error) {
 // join exchanges the join token at the first orchestrator that answers,
 // and keeps the credential. A refused token ends it at once.
 func (a *Agent) join(ctx context.Context) (Credential, error) {
-	for attempt, i := 1, 0; ; attempt, i = attempt+1, i+1 {
+	retry := a.retry()
+	for i := 0; ; i++ {
 		e := a.endpoints[i%len(a.endpoints)]
 		c, err := join(ctx, a.http, e, a.opts.JoinToken)
 		if err == nil {
@@ -194,7 +195,7 @@ func (a *Agent) join(ctx context.Context) (Credential, error) {
 			return Credential{}, err
 		}
 		a.log.WithError(err).Warn("cannot join yet; retrying")
-		if !backoff.Sleep(ctx, jitter(min(a.opts.BackoffBase<<min(attempt-1, 16), a.opts.BackoffMax))) {
+		if !retry.Wait(ctx) {
 			return Credential{}, ctx.Err()
 		}
 	}

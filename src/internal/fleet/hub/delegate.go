@@ -11,6 +11,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/etcdwatch"
 	"github.com/argus-mc/argus/src/internal/rsync"
 )
 
@@ -147,47 +148,21 @@ func deliverLatest(ch chan progressRecordRev, v progressRecordRev) {
 }
 
 // progressEvent hands a progress record to whoever follows its placement.
-func (h *Hub) progressEvent(ev *clientv3.Event) {
-	if ev.Type != clientv3.EventTypePut {
+func (h *Hub) progressEvent(ev etcdwatch.Event) {
+	if ev.Deleted {
 		return
 	}
-	k, ok := parsePlacement(strings.TrimPrefix(string(ev.Kv.Key), h.keys.reportsPrefix()))
+	k, ok := parsePlacement(strings.TrimPrefix(ev.Key, h.keys.reportsPrefix()))
 	if !ok {
 		return
 	}
 	var pr progressRecord
-	if json.Unmarshal(ev.Kv.Value, &pr) != nil {
+	if json.Unmarshal(ev.Value, &pr) != nil {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, ch := range h.followers[k] {
-		deliverLatest(ch, progressRecordRev{pr, ev.Kv.ModRevision})
-	}
-}
-
-// progressReset hands every followed placement its current progress again:
-// the watch restarted and may have missed some.
-func (h *Hub) progressReset() {
-	h.mu.Lock()
-	keys := make([]placementKey, 0, len(h.followers))
-	for k := range h.followers {
-		keys = append(keys, k)
-	}
-	h.mu.Unlock()
-	for _, k := range keys {
-		resp, err := h.opts.Client.Get(h.ctx(), h.keys.report(k.ref, k.id, k.app))
-		if err != nil || len(resp.Kvs) == 0 {
-			continue
-		}
-		var pr progressRecord
-		if json.Unmarshal(resp.Kvs[0].Value, &pr) != nil {
-			continue
-		}
-		h.mu.Lock()
-		for _, ch := range h.followers[k] {
-			deliverLatest(ch, progressRecordRev{pr, resp.Kvs[0].ModRevision})
-		}
-		h.mu.Unlock()
+		deliverLatest(ch, progressRecordRev{pr, ev.ModRevision})
 	}
 }

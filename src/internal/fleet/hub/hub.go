@@ -18,6 +18,7 @@ import (
 	pb "github.com/argus-mc/argus/src/apis/fleet"
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/backoff"
+	"github.com/argus-mc/argus/src/internal/etcdwatch"
 	"github.com/argus-mc/argus/src/internal/logging"
 )
 
@@ -191,22 +192,17 @@ func (h *Hub) Run(ctx context.Context) error {
 		h.want(ref)
 	}
 	watches := []struct {
-		name   string
-		prefix string
-		w      prefixWatch
+		name, prefix string
+		apply        func(etcdwatch.Event)
 	}{
-		{"work", h.keys.workPrefix(), prefixWatch{onEvent: h.workEvent, onReset: h.resyncAll}},
-		{"progress", h.keys.reportsPrefix(), prefixWatch{onEvent: h.progressEvent, onReset: h.progressReset}},
-		{"sessions", h.keys.sessionsPrefix(), prefixWatch{onList: h.sessionsListed, onEvent: h.sessionEvent}},
+		{"fleet work", h.keys.workPrefix(), h.workEvent},
+		{"fleet progress", h.keys.reportsPrefix(), h.progressEvent},
+		{"fleet sessions", h.keys.sessionsPrefix(), h.sessionEvent},
 	}
 	var ready sync.WaitGroup
 	for _, w := range watches {
 		ready.Add(1)
-		h.goOwned(func() {
-			w.w.cli, w.w.prefix, w.w.log = h.opts.Client, w.prefix, h.log.WithField("watch", w.name)
-			w.w.ready = ready.Done
-			w.w.run(ctx)
-		})
+		h.goOwned(func() { h.follow(ctx, w.name, w.prefix, w.apply, ready.Done) })
 	}
 	h.goOwned(func() { h.writer.run(ctx) })
 	h.goOwned(func() { h.keepLease(ctx) })
@@ -249,7 +245,8 @@ func (h *Hub) goOwned(f func()) {
 
 // newLease opens the lease the session keys live on.
 func (h *Hub) newLease(ctx context.Context) (*concurrency.Session, error) {
-	for attempt := 1; ; attempt++ {
+	retry := backoff.Backoff{Base: time.Second, Step: time.Second, Max: 10 * time.Second}
+	for {
 		sess, err := concurrency.NewSession(h.opts.Client, concurrency.WithTTL(int(h.opts.LeaseTTL/time.Second)), concurrency.WithContext(ctx))
 		if err == nil {
 			return sess, nil
@@ -258,7 +255,7 @@ func (h *Hub) newLease(ctx context.Context) (*concurrency.Session, error) {
 			return nil, ctx.Err()
 		}
 		h.log.WithError(err).Warn("cannot open the sessions' lease; retrying")
-		if !backoff.Sleep(ctx, min(time.Duration(attempt)*time.Second, 10*time.Second)) {
+		if !retry.Wait(ctx) {
 			return nil, ctx.Err()
 		}
 	}

@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/etcdwatch"
 )
 
 // keeper records the pull clusters this replica keeps (the owner among
@@ -109,38 +109,17 @@ func (h *Hub) startTimerLocked(ref appcontext.ClusterRef) {
 	})
 }
 
-// sessionsListed takes in every session key (at start and after a failed
-// watch).
-func (h *Hub) sessionsListed(kvs []*mvccpb.KeyValue) {
-	now := map[appcontext.ClusterRef]bool{}
-	for _, kv := range kvs {
-		if ref, err := appcontext.ParseClusterRef(strings.TrimPrefix(string(kv.Key), h.keys.sessionsPrefix())); err == nil {
-			now[ref] = true
-		}
-	}
-	k := &h.keeper
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for ref := range k.present {
-		if !now[ref] {
-			h.absentLocked(ref)
-		}
-	}
-	for ref := range now {
-		h.presentLocked(ref)
-	}
-}
-
-// sessionEvent follows one session key.
-func (h *Hub) sessionEvent(ev *clientv3.Event) {
-	ref, err := appcontext.ParseClusterRef(strings.TrimPrefix(string(ev.Kv.Key), h.keys.sessionsPrefix()))
+// sessionEvent follows one session key (a key gone while the watch was
+// broken comes as a deletion too).
+func (h *Hub) sessionEvent(ev etcdwatch.Event) {
+	ref, err := appcontext.ParseClusterRef(strings.TrimPrefix(ev.Key, h.keys.sessionsPrefix()))
 	if err != nil {
 		return
 	}
 	k := &h.keeper
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if ev.Type == clientv3.EventTypeDelete {
+	if ev.Deleted {
 		h.absentLocked(ref)
 	} else {
 		h.presentLocked(ref)

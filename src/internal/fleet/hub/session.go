@@ -19,6 +19,7 @@ import (
 
 	pb "github.com/argus-mc/argus/src/apis/fleet"
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/etcdwatch"
 )
 
 // session is one agent's stream on this replica.
@@ -37,7 +38,7 @@ type session struct {
 
 	mu      sync.Mutex
 	out     []*pb.HubMessage
-	events  []*clientv3.Event // work changes not sent yet
+	events  []etcdwatch.Event // work changes not sent yet
 	resync  bool              // send the cluster's work again from sentRev (complete)
 	sentRev int64
 	items   map[itemKey]*item
@@ -346,8 +347,8 @@ func (s *session) sendLoop() {
 }
 
 // workEvent hands a change of a work record to its cluster's session here.
-func (h *Hub) workEvent(ev *clientv3.Event) {
-	rest := strings.TrimPrefix(string(ev.Kv.Key), h.keys.workPrefix())
+func (h *Hub) workEvent(ev etcdwatch.Event) {
+	rest := strings.TrimPrefix(ev.Key, h.keys.workPrefix())
 	k, ok := parsePlacement(rest)
 	if !ok {
 		return
@@ -366,19 +367,6 @@ func (h *Hub) workEvent(ev *clientv3.Event) {
 	}
 	s.mu.Unlock()
 	s.signal()
-}
-
-// resyncAll makes every session send its work again: the watch restarted
-// and may have missed changes.
-func (h *Hub) resyncAll() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, s := range h.sessions {
-		s.mu.Lock()
-		s.events, s.resync = nil, true
-		s.mu.Unlock()
-		s.signal()
-	}
 }
 
 // catchUp reads the cluster's work and returns the batches that bring an
@@ -422,28 +410,28 @@ func (s *session) catchUp(from int64) ([]*pb.HubMessage, error) {
 }
 
 // live turns work changes into a batch.
-func (s *session) live(events []*clientv3.Event) []*pb.HubMessage {
+func (s *session) live(events []etcdwatch.Event) []*pb.HubMessage {
 	b := &pb.WorkBatch{}
 	var items []*pb.WorkItem
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ev := range events {
-		if ev.Kv.ModRevision <= s.sentRev {
+		if ev.ModRevision <= s.sentRev {
 			continue // sent with the catch-up already
 		}
-		k, ok := parsePlacement(strings.TrimPrefix(string(ev.Kv.Key), s.h.keys.workPrefix()))
+		k, ok := parsePlacement(strings.TrimPrefix(ev.Key, s.h.keys.workPrefix()))
 		if !ok {
 			continue
 		}
 		ik := itemKey{k.id, k.app}
-		if ev.Type == clientv3.EventTypeDelete {
+		if ev.Deleted {
 			delete(s.items, ik)
 			b.Removed = append(b.Removed, &pb.WorkKey{ContextId: k.id, App: k.app})
-		} else if wi, it, err := decodeWork(ev.Kv.Value, ev.Kv.ModRevision); err == nil {
+		} else if wi, it, err := decodeWork(ev.Value, ev.ModRevision); err == nil {
 			s.items[ik] = it
 			items = append(items, wi)
 		}
-		b.Revision = max(b.Revision, ev.Kv.ModRevision)
+		b.Revision = max(b.Revision, ev.ModRevision)
 	}
 	if b.Revision == 0 {
 		return nil

@@ -18,8 +18,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
-	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/etcdwatch"
 	"github.com/argus-mc/argus/src/internal/logging"
 )
 
@@ -304,65 +304,41 @@ func (s *Service) OnChange(f func(ref appcontext.ClusterRef, present bool)) {
 // Ready is closed once the records are loaded.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
-// Run loads the records and follows them until ctx ends; a failed watch
-// is listed again.
+// Run loads the records and follows them until ctx ends (etcdwatch: a
+// broken watch is listed again, and a record deleted meanwhile comes as a
+// deletion).
 func (s *Service) Run(ctx context.Context) error {
-	for attempt := 0; ; attempt++ {
-		err := s.follow(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		s.log.WithError(err).Warn("pull cluster records: watch failed; listing again")
-		if !backoff.Sleep(ctx, min(time.Duration(attempt+1)*time.Second, 10*time.Second)) {
-			return nil
-		}
-	}
-}
-
-func (s *Service) follow(ctx context.Context) error {
-	resp, err := s.opts.Client.Get(ctx, s.clustersPrefix(), clientv3.WithPrefix())
+	f, err := etcdwatch.New(etcdwatch.Options{Client: s.opts.Client, Prefixes: []string{s.clustersPrefix()}, Name: "pull clusters",
+		Logger: s.log, Apply: func(b etcdwatch.Batch) {
+			for _, ev := range b.Events {
+				if ev.Deleted {
+					if ref, err := appcontext.ParseClusterRef(strings.TrimPrefix(ev.Key, s.clustersPrefix())); err == nil {
+						s.remove(ref)
+					}
+					continue
+				}
+				s.set(ev.Key, ev.Value, ev.CreateRevision)
+			}
+			if b.First {
+				s.once.Do(func() { close(s.ready) })
+			}
+		}})
 	if err != nil {
 		return err
 	}
-	seen := map[appcontext.ClusterRef]bool{}
-	for _, kv := range resp.Kvs {
-		if ref, ok := s.set(string(kv.Key), kv.Value, kv.CreateRevision); ok {
-			seen[ref] = true
-		}
-	}
-	for _, ref := range s.Clusters() { // gone while the watch was down
-		if !seen[ref] {
-			s.remove(ref)
-		}
-	}
-	s.once.Do(func() { close(s.ready) })
-	w := s.opts.Client.Watch(clientv3.WithRequireLeader(ctx), s.clustersPrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-	for wr := range w {
-		if err := wr.Err(); err != nil {
-			return err
-		}
-		for _, ev := range wr.Events {
-			if ev.Type == clientv3.EventTypeDelete {
-				if ref, err := appcontext.ParseClusterRef(strings.TrimPrefix(string(ev.Kv.Key), s.clustersPrefix())); err == nil {
-					s.remove(ref)
-				}
-				continue
-			}
-			s.set(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.CreateRevision)
-		}
-	}
-	return errors.New("watch closed")
+	f.Run(ctx)
+	return nil
 }
 
-func (s *Service) set(key string, value []byte, created int64) (appcontext.ClusterRef, bool) {
+func (s *Service) set(key string, value []byte, created int64) {
 	ref, err := appcontext.ParseClusterRef(strings.TrimPrefix(key, s.clustersPrefix()))
 	if err != nil {
-		return ref, false
+		return
 	}
 	var rec record
 	if err := json.Unmarshal(value, &rec); err != nil {
 		s.log.WithError(err).WithField("cluster", ref.String()).Warn("malformed pull cluster record ignored")
-		return ref, false
+		return
 	}
 	s.mu.Lock()
 	old, existed := s.clusters[ref]
@@ -380,7 +356,6 @@ func (s *Service) set(key string, value []byte, created int64) (appcontext.Clust
 			f(ref, true)
 		}
 	}
-	return ref, true
 }
 
 func (s *Service) remove(ref appcontext.ClusterRef) {
