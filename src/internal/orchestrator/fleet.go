@@ -62,7 +62,12 @@ func (a *App) startFleet(ctx context.Context, cli *clientv3.Client, contexts *ap
 	jctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- js.Run(jctx) }()
-	f := &fleet{join: js, hub: h, stop: func() { cancel(); <-done }}
+	f := &fleet{join: js, hub: h, stop: func() {
+		cancel()
+		if err := <-done; err != nil {
+			a.log.WithError(err).Warn("pull clusters' records stopped")
+		}
+	}}
 	select {
 	case <-js.Ready():
 		return f, nil

@@ -129,7 +129,7 @@ func (e *Engine) followRemote(ctx context.Context, c *appcontext.Context, p *app
 		case <-changed:
 			observe()
 		case pr := <-progress:
-			if pr.Generation < gen || !(pr.Quiet || pr.Settled) {
+			if pr.Generation < gen || (!pr.Quiet && !pr.Settled) {
 				continue
 			}
 			if err := d.WaitObserved(ctx, pr.Revision); err != nil {

@@ -210,7 +210,7 @@ func (a *Agent) session(ctx context.Context, e endpoint, cred Credential, log *l
 	if err != nil {
 		return err
 	}
-	defer cc.Close()
+	defer func() { _ = cc.Close() }()
 	sctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cred.Credential))
 	defer cancel()
 	stream, err := pb.NewFleetClient(cc).Connect(sctx)
@@ -244,10 +244,10 @@ func (a *Agent) session(ctx context.Context, e endpoint, cred Credential, log *l
 		heartbeat: time.Duration(max(1, w.GetHeartbeatSeconds())) * time.Second}
 	sendErr := make(chan error, 1)
 	go func() { sendErr <- c.sendLoop(sctx) }()
-	err = c.receive()
+	err = c.receive() // a stream ends with an error, EOF included
 	cancel()
-	if serr := <-sendErr; err == nil {
-		err = serr
+	if serr := <-sendErr; serr != nil {
+		log.WithError(serr).Debug("sending stopped")
 	}
 	return err
 }

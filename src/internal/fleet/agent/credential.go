@@ -112,14 +112,14 @@ func join(ctx context.Context, client *http.Client, e endpoint, token string) (C
 	if err != nil {
 		return Credential{}, fmt.Errorf("join at %s: %w", e.base, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxJoinAnswer))
 	if err != nil {
 		return Credential{}, fmt.Errorf("join at %s: %w", e.base, err)
 	}
-	switch {
-	case resp.StatusCode == http.StatusOK:
-	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusBadRequest:
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusBadRequest:
 		return Credential{}, fmt.Errorf("%w: join at %s: %d %s", ErrRefused, e.base, resp.StatusCode, firstLine(data))
 	default:
 		return Credential{}, fmt.Errorf("join at %s: %d %s", e.base, resp.StatusCode, firstLine(data))

@@ -95,11 +95,11 @@ type Hub struct {
 	writer  *writer
 	metrics *metrics
 
-	runCtx  context.Context // Run's; nil until it runs
-	started chan struct{}   // closed once the watches are up
+	started chan struct{} // closed once the watches are up
 	wg      sync.WaitGroup
 
 	mu        sync.Mutex
+	stopping  bool
 	lease     *concurrency.Session
 	sessions  map[appcontext.ClusterRef]*session
 	streams   int
@@ -186,7 +186,7 @@ func (h *Hub) Run(ctx context.Context) error {
 		return err
 	}
 	h.mu.Lock()
-	h.runCtx, h.lease = ctx, sess
+	h.lease = sess
 	h.mu.Unlock()
 	for _, ref := range h.opts.Credentials.Clusters() {
 		h.want(ref)
@@ -211,6 +211,9 @@ func (h *Hub) Run(ctx context.Context) error {
 	close(h.started)
 	h.log.Info("fleet hub running")
 	<-ctx.Done()
+	h.mu.Lock()
+	h.stopping = true // no stream handler starts from now on
+	h.mu.Unlock()
 	h.srv.Stop()
 	h.wg.Wait()
 	h.mu.Lock()
@@ -286,19 +289,11 @@ func (h *Hub) keepLease(ctx context.Context) {
 		}
 		h.mu.Unlock()
 		for _, s := range live {
-			s.recordSession(ctx, next.Lease())
+			if err := s.recordSession(ctx, next.Lease()); err != nil {
+				s.end(err) // the agent reconnects and records itself anew
+			}
 		}
 	}
-}
-
-// ctx is Run's context (Background before it runs).
-func (h *Hub) ctx() context.Context {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.runCtx == nil {
-		return context.Background()
-	}
-	return h.runCtx
 }
 
 func (h *Hub) leaseID() clientv3.LeaseID {

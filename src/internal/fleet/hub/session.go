@@ -71,33 +71,29 @@ const maxBufferedEvents = 1024
 
 // Connect serves one agent's stream (the Fleet service).
 func (h *Hub) Connect(stream pb.Fleet_ConnectServer) error {
-	select {
-	case <-h.started:
-	default:
-		return status.Error(codes.Unavailable, "the fleet hub is starting")
+	if !h.enter() {
+		return status.Error(codes.Unavailable, "the fleet hub is starting or stopping")
 	}
+	defer h.wg.Done()
 	cred := bearer(stream.Context())
 	ref, epoch, err := h.opts.Credentials.Authenticate(cred)
 	if err != nil {
 		return status.Error(codes.Unauthenticated, err.Error())
 	}
-	first, err := stream.Recv()
+	// Counted from here: a stream that says nothing holds a slot too.
+	if !h.admit() {
+		return status.Error(codes.ResourceExhausted, "this replica serves as many agents as it may; try another")
+	}
+	defer h.dismiss()
+	hello, err := h.hello(stream)
 	if err != nil {
 		return err
-	}
-	hello := first.GetHello()
-	if hello == nil {
-		return status.Error(codes.InvalidArgument, "the first message must be a Hello")
 	}
 	named := appcontext.ClusterRef{Provider: hello.GetClusterProvider(), Name: hello.GetCluster()}
 	if named != ref {
 		h.log.WithFields(logrus.Fields{"cluster": ref.String(), "named": fmt.Sprintf("%.120s", named.String())}).Warn("an agent named another cluster than its credential's")
 		return status.Errorf(codes.PermissionDenied, "the credential is for cluster %s, not %.120s", ref, named)
 	}
-	if !h.admit() {
-		return status.Error(codes.ResourceExhausted, "this replica serves as many agents as it may; try another")
-	}
-	defer h.dismiss()
 	s := h.newSession(stream, ref, cred, epoch)
 	defer s.cancel(nil)
 	defer h.unregister(s)
@@ -126,6 +122,57 @@ func (h *Hub) Connect(stream pb.Fleet_ConnectServer) error {
 		return status.Error(codes.Unavailable, cause.Error())
 	}
 	return nil
+}
+
+// helloTimeout bounds the wait for a stream's Hello.
+const helloTimeout = 10 * time.Second
+
+// hello reads a stream's first message, which must be a Hello, within
+// helloTimeout. The read outlives a timeout only until the stream ends,
+// which returning ends; the hub waits for it.
+func (h *Hub) hello(stream pb.Fleet_ConnectServer) (*pb.Hello, error) {
+	type result struct {
+		m   *pb.AgentMessage
+		err error
+	}
+	got := make(chan result, 1)
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		m, err := stream.Recv()
+		got <- result{m, err}
+	}()
+	t := time.NewTimer(helloTimeout)
+	defer t.Stop()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			return nil, r.err
+		}
+		if r.m.GetHello() == nil {
+			return nil, status.Error(codes.InvalidArgument, "the first message must be a Hello")
+		}
+		return r.m.GetHello(), nil
+	case <-t.C:
+		return nil, status.Errorf(codes.DeadlineExceeded, "no Hello within %s", helloTimeout)
+	}
+}
+
+// enter counts a stream's handler among the goroutines Run waits for,
+// unless the hub is not running (yet, or any more).
+func (h *Hub) enter() bool {
+	select {
+	case <-h.started:
+	default:
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopping {
+		return false
+	}
+	h.wg.Add(1)
+	return true
 }
 
 func (h *Hub) admit() bool {
