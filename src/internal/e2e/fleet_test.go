@@ -236,7 +236,7 @@ func (o *orch) digStatus(dig, query string) status.Response {
 	return r
 }
 
-// waitFor polls cond (deadline d) and returns how long it took.
+// waitCond polls cond (deadline d) and returns how long it took.
 func waitCond(t testing.TB, d time.Duration, what string, cond func() (bool, string)) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -247,7 +247,7 @@ func waitCond(t testing.TB, d time.Duration, what string, cond func() (bool, str
 			return time.Since(start)
 		}
 		last = state
-		time.Sleep(100 * time.Millisecond) // polling with a deadline
+		time.Sleep(50 * time.Millisecond) // polling with a deadline
 	}
 	t.Fatalf("%s: not true after %s; last: %s", what, d, last)
 	return 0

@@ -3,6 +3,8 @@ package hub
 import (
 	"strings"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/argus-mc/argus/src/internal/appcontext"
 )
 
@@ -73,13 +75,9 @@ type workResource struct {
 	Size      int64  `json:"size"`
 }
 
-// key is the resource's key within its placement (appcontext.Resource.Key).
+// key is the resource's key within its placement.
 func (r workResource) key() string {
-	ns := r.Namespace
-	if ns == "" {
-		ns = "_"
-	}
-	return r.Kind + "/" + ns + "/" + r.Name
+	return appcontext.Resource{GVK: schema.GroupVersionKind{Group: r.Group, Version: r.Version, Kind: r.Kind}, Name: r.Name, Namespace: r.Namespace}.Key()
 }
 
 // progressRecord is an agent's progress on a placement.
