@@ -102,10 +102,12 @@ func (e *Engine) followRemote(ctx context.Context, c *appcontext.Context, p *app
 			return false
 		}
 	}
+	// The statuses are counted when the agent says it tried everything
+	// (quiet) and when it is done (settled), not at every change of the
+	// group: a DIG on thousands of pull clusters would read itself once
+	// per placement per change.
 	progress, stop := d.Follow(c.Meta.ID, p.App, p.Cluster)
 	defer stop()
-	changed, release := e.listen(c.Meta.Group)
-	defer release()
 	observe := func() {
 		_ = e.opts.Observed.View(ctx, c.Meta.ID, func(obs *appcontext.Context, _ map[appcontext.ClusterRef]appcontext.ClusterState) {
 			var op *appcontext.Placement
@@ -126,8 +128,6 @@ func (e *Engine) followRemote(ctx context.Context, c *appcontext.Context, p *app
 		select {
 		case <-ctx.Done():
 			return false
-		case <-changed:
-			observe()
 		case pr := <-progress:
 			if pr.Generation < gen || (!pr.Quiet && !pr.Settled) {
 				continue
