@@ -36,13 +36,9 @@ type clusterAnswer struct {
 	JoinTokenExpires time.Time `json:"joinTokenExpires"`
 }
 
-// checkClusterSpec refuses modes Argus does not have, naming those it has.
-func checkClusterSpec(o *catalog.Object[catalog.ClusterSpec]) error {
-	if len(o.Spec.GitOps) > 0 && string(o.Spec.GitOps) != "null" {
-		return errdefs.Invalid(`spec.gitOps (a cluster pulling from a git repository through Flux, Anthos or Azure Arc) is not supported: ` +
-			`register the cluster with {"spec":{"mode":"pull"}} and run the Argus agent in it, which pulls its work from the orchestrator ` +
-			`without a git server (docs/fleet.md), or upload its kubeconfig`)
-	}
+// checkClusterMode refuses modes Argus does not have, naming those it has
+// (spec.gitOps is refused from the raw spec, checkClusterSpec).
+func checkClusterMode(o *catalog.Object[catalog.ClusterSpec]) error {
 	if o.Spec.Mode != "" && o.Spec.Mode != catalog.ClusterModePull {
 		return errdefs.Invalid("spec.mode %.40q is not supported: leave it out and upload the cluster's kubeconfig, or say %q", o.Spec.Mode, catalog.ClusterModePull)
 	}
@@ -55,13 +51,20 @@ func checkClusterSpec(o *catalog.Object[catalog.ClusterSpec]) error {
 func (s *server) createPullCluster(clusters *catalog.Resource[catalog.ClusterSpec]) handlerFunc {
 	return func(s *server, w http.ResponseWriter, r *http.Request) error {
 		var obj catalog.Object[catalog.ClusterSpec]
-		if err := s.decodeJSON(w, r, &obj); err != nil {
+		peek := &specPeek[catalog.ClusterSpec]{obj: &obj}
+		err := s.decodeJSON(w, r, peek)
+		if len(peek.spec) > 0 {
+			if cerr := checkClusterSpec(peek.spec); cerr != nil {
+				return cerr // a GitOps cluster is refused as such, whatever else the body lacks
+			}
+		}
+		if err != nil {
 			return err
 		}
 		if err := catalog.ValidateName(clusters.Kind().Name, obj.Metadata.Name); err != nil {
 			return err
 		}
-		if err := checkClusterSpec(&obj); err != nil {
+		if err := checkClusterMode(&obj); err != nil {
 			return err
 		}
 		if obj.Spec.Mode != catalog.ClusterModePull {

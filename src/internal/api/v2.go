@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -63,8 +64,9 @@ func (s *server) v2Routes(r *mux.Router) {
 	clusters := crud[catalog.ClusterSpec]{res: catalog.For[catalog.ClusterSpec](cat, catalog.Clusters),
 		collection: pClusters, item: pCluster, parentVars: vProvider, itemVars: []string{"cluster"},
 		upload: func(_ context.Context, b []byte) error { return s.checkKubeconfig(b) }, maxFile: cluster.MaxKubeconfigBytes, noPut: true,
+		checkSpec: checkClusterSpec, listView: s.clustersView,
 		validate: func(o *catalog.Object[catalog.ClusterSpec]) error {
-			if err := checkClusterSpec(o); err != nil {
+			if err := checkClusterMode(o); err != nil {
 				return err
 			}
 			if o.Spec.Mode == catalog.ClusterModePull {
@@ -151,6 +153,7 @@ func (s *server) v2Routes(r *mux.Router) {
 			}
 			return nil
 		},
+		afterCreate:  s.digCreated,
 		beforeDelete: s.lockDIGForDelete,
 		abortDelete: func(ctx context.Context, key catalog.Key) error {
 			return s.opts.Catalog.UnlockForDelete(ctx, catalog.DIGGroup(key))
@@ -227,6 +230,13 @@ func (s *server) digAction(action string) handlerFunc {
 		w.WriteHeader(http.StatusAccepted)
 		return nil
 	}
+}
+
+// digCreated starts a new DIG's history with its creation, as EMCO's does.
+func (s *server) digCreated(ctx context.Context, dig catalog.Key) error {
+	_, err := s.opts.Catalog.TransitionDIG(ctx, dig, []string{catalog.StateCreated},
+		catalog.StateAction{State: catalog.StateCreated, TimeStamp: time.Now().UTC()}, "")
+	return err
 }
 
 // lockDIGForDelete refuses to delete a DIG whose resources are deployed,

@@ -58,7 +58,7 @@ func (pa *placementApply) runRemote(ctx context.Context) {
 	defer firstDone()
 	p := pa.p
 	if deps := pa.c.Meta.Dependencies[p.App]; len(deps) > 0 {
-		if todo, _ := pending(p); len(todo) > 0 && !pa.waitDependencies(ctx, deps, todo, firstDone) {
+		if todo, _ := pa.work(); len(todo) > 0 && !pa.waitDependencies(ctx, deps, todo, firstDone) {
 			return
 		}
 	}
