@@ -53,7 +53,9 @@ func (f *fakeAgent) Follow(string, string, appcontext.ClusterRef) (<-chan Progre
 	return f.follow, func() {}
 }
 
-func (f *fakeAgent) WaitObserved(ctx context.Context, rev int64) error { return f.cache.WaitRevision(ctx, rev) }
+func (f *fakeAgent) WaitObserved(ctx context.Context, rev int64) error {
+	return f.cache.WaitRevision(ctx, rev)
+}
 
 func (f *fakeAgent) Forget(context.Context, string, string, appcontext.ClusterRef) error {
 	f.mu.Lock()
