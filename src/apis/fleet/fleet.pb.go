@@ -569,6 +569,9 @@ type WorkItem struct {
 	FieldValidation string `protobuf:"bytes,6,opt,name=field_validation,json=fieldValidation,proto3" json:"field_validation,omitempty"`
 	// Set when the placement is to be deleted from the cluster.
 	Delete bool `protobuf:"varint,7,opt,name=delete,proto3" json:"delete,omitempty"`
+	// Set when the placement comes from an update: Helm's install hooks do
+	// not run (as in EMCO), even for an agent that holds nothing yet.
+	Update bool `protobuf:"varint,9,opt,name=update,proto3" json:"update,omitempty"`
 	// In apply order; each manifest by its sha256, fetched with a
 	// BlobRequest when the agent does not hold it.
 	Resources     []*Resource `protobuf:"bytes,8,rep,name=resources,proto3" json:"resources,omitempty"`
@@ -655,6 +658,13 @@ func (x *WorkItem) GetDelete() bool {
 	return false
 }
 
+func (x *WorkItem) GetUpdate() bool {
+	if x != nil {
+		return x.Update
+	}
+	return false
+}
+
 func (x *WorkItem) GetResources() []*Resource {
 	if x != nil {
 		return x.Resources
@@ -671,9 +681,11 @@ type Resource struct {
 	Name      string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
 	Namespace string                 `protobuf:"bytes,5,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Set on an object an update no longer renders: the agent deletes it.
-	Removed       bool   `protobuf:"varint,6,opt,name=removed,proto3" json:"removed,omitempty"`
-	Sha256        string `protobuf:"bytes,7,opt,name=sha256,proto3" json:"sha256,omitempty"`
-	Size          int64  `protobuf:"varint,8,opt,name=size,proto3" json:"size,omitempty"`
+	Removed bool   `protobuf:"varint,6,opt,name=removed,proto3" json:"removed,omitempty"`
+	Sha256  string `protobuf:"bytes,7,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Size    int64  `protobuf:"varint,8,opt,name=size,proto3" json:"size,omitempty"`
+	// Set on a Helm hook: the agent's rsync runs it at its events.
+	Hook          *Hook `protobuf:"bytes,9,opt,name=hook,proto3" json:"hook,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -764,6 +776,74 @@ func (x *Resource) GetSize() int64 {
 	return 0
 }
 
+func (x *Resource) GetHook() *Hook {
+	if x != nil {
+		return x.Hook
+	}
+	return nil
+}
+
+// Hook is a Helm hook's annotations.
+type Hook struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Events         []string               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	Weight         int32                  `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	DeletePolicies []string               `protobuf:"bytes,3,rep,name=delete_policies,json=deletePolicies,proto3" json:"delete_policies,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Hook) Reset() {
+	*x = Hook{}
+	mi := &file_fleet_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Hook) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Hook) ProtoMessage() {}
+
+func (x *Hook) ProtoReflect() protoreflect.Message {
+	mi := &file_fleet_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Hook.ProtoReflect.Descriptor instead.
+func (*Hook) Descriptor() ([]byte, []int) {
+	return file_fleet_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Hook) GetEvents() []string {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *Hook) GetWeight() int32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *Hook) GetDeletePolicies() []string {
+	if x != nil {
+		return x.DeletePolicies
+	}
+	return nil
+}
+
 // WorkAck tells the hub every batch up to revision was taken in.
 type WorkAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -774,7 +854,7 @@ type WorkAck struct {
 
 func (x *WorkAck) Reset() {
 	*x = WorkAck{}
-	mi := &file_fleet_proto_msgTypes[8]
+	mi := &file_fleet_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +866,7 @@ func (x *WorkAck) String() string {
 func (*WorkAck) ProtoMessage() {}
 
 func (x *WorkAck) ProtoReflect() protoreflect.Message {
-	mi := &file_fleet_proto_msgTypes[8]
+	mi := &file_fleet_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +879,7 @@ func (x *WorkAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkAck.ProtoReflect.Descriptor instead.
 func (*WorkAck) Descriptor() ([]byte, []int) {
-	return file_fleet_proto_rawDescGZIP(), []int{8}
+	return file_fleet_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WorkAck) GetRevision() int64 {
@@ -820,7 +900,7 @@ type BlobRequest struct {
 
 func (x *BlobRequest) Reset() {
 	*x = BlobRequest{}
-	mi := &file_fleet_proto_msgTypes[9]
+	mi := &file_fleet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +912,7 @@ func (x *BlobRequest) String() string {
 func (*BlobRequest) ProtoMessage() {}
 
 func (x *BlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleet_proto_msgTypes[9]
+	mi := &file_fleet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +925,7 @@ func (x *BlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlobRequest.ProtoReflect.Descriptor instead.
 func (*BlobRequest) Descriptor() ([]byte, []int) {
-	return file_fleet_proto_rawDescGZIP(), []int{9}
+	return file_fleet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BlobRequest) GetContextId() string {
@@ -873,7 +953,7 @@ type Blobs struct {
 
 func (x *Blobs) Reset() {
 	*x = Blobs{}
-	mi := &file_fleet_proto_msgTypes[10]
+	mi := &file_fleet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +965,7 @@ func (x *Blobs) String() string {
 func (*Blobs) ProtoMessage() {}
 
 func (x *Blobs) ProtoReflect() protoreflect.Message {
-	mi := &file_fleet_proto_msgTypes[10]
+	mi := &file_fleet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +978,7 @@ func (x *Blobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Blobs.ProtoReflect.Descriptor instead.
 func (*Blobs) Descriptor() ([]byte, []int) {
-	return file_fleet_proto_rawDescGZIP(), []int{10}
+	return file_fleet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Blobs) GetContextId() string {
@@ -925,7 +1005,7 @@ type Blob struct {
 
 func (x *Blob) Reset() {
 	*x = Blob{}
-	mi := &file_fleet_proto_msgTypes[11]
+	mi := &file_fleet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1017,7 @@ func (x *Blob) String() string {
 func (*Blob) ProtoMessage() {}
 
 func (x *Blob) ProtoReflect() protoreflect.Message {
-	mi := &file_fleet_proto_msgTypes[11]
+	mi := &file_fleet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1030,7 @@ func (x *Blob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Blob.ProtoReflect.Descriptor instead.
 func (*Blob) Descriptor() ([]byte, []int) {
-	return file_fleet_proto_rawDescGZIP(), []int{11}
+	return file_fleet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Blob) GetSha256() string {
@@ -984,7 +1064,7 @@ type StatusReport struct {
 
 func (x *StatusReport) Reset() {
 	*x = StatusReport{}
-	mi := &file_fleet_proto_msgTypes[12]
+	mi := &file_fleet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1076,7 @@ func (x *StatusReport) String() string {
 func (*StatusReport) ProtoMessage() {}
 
 func (x *StatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_fleet_proto_msgTypes[12]
+	mi := &file_fleet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1089,7 @@ func (x *StatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReport.ProtoReflect.Descriptor instead.
 func (*StatusReport) Descriptor() ([]byte, []int) {
-	return file_fleet_proto_rawDescGZIP(), []int{12}
+	return file_fleet_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatusReport) GetSeq() int64 {
@@ -1060,7 +1140,7 @@ type PlacementReport struct {
 
 func (x *PlacementReport) Reset() {
 	*x = PlacementReport{}
-	mi := &file_fleet_proto_msgTypes[13]
+	mi := &file_fleet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1152,7 @@ func (x *PlacementReport) String() string {
 func (*PlacementReport) ProtoMessage() {}
 
 func (x *PlacementReport) ProtoReflect() protoreflect.Message {
-	mi := &file_fleet_proto_msgTypes[13]
+	mi := &file_fleet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1165,7 @@ func (x *PlacementReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementReport.ProtoReflect.Descriptor instead.
 func (*PlacementReport) Descriptor() ([]byte, []int) {
-	return file_fleet_proto_rawDescGZIP(), []int{13}
+	return file_fleet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PlacementReport) GetContextId() string {
@@ -1147,7 +1227,7 @@ type ResourceReport struct {
 
 func (x *ResourceReport) Reset() {
 	*x = ResourceReport{}
-	mi := &file_fleet_proto_msgTypes[14]
+	mi := &file_fleet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1239,7 @@ func (x *ResourceReport) String() string {
 func (*ResourceReport) ProtoMessage() {}
 
 func (x *ResourceReport) ProtoReflect() protoreflect.Message {
-	mi := &file_fleet_proto_msgTypes[14]
+	mi := &file_fleet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1252,7 @@ func (x *ResourceReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceReport.ProtoReflect.Descriptor instead.
 func (*ResourceReport) Descriptor() ([]byte, []int) {
-	return file_fleet_proto_rawDescGZIP(), []int{14}
+	return file_fleet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResourceReport) GetKey() string {
@@ -1243,7 +1323,7 @@ type BundleReport struct {
 
 func (x *BundleReport) Reset() {
 	*x = BundleReport{}
-	mi := &file_fleet_proto_msgTypes[15]
+	mi := &file_fleet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1335,7 @@ func (x *BundleReport) String() string {
 func (*BundleReport) ProtoMessage() {}
 
 func (x *BundleReport) ProtoReflect() protoreflect.Message {
-	mi := &file_fleet_proto_msgTypes[15]
+	mi := &file_fleet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1348,7 @@ func (x *BundleReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BundleReport.ProtoReflect.Descriptor instead.
 func (*BundleReport) Descriptor() ([]byte, []int) {
-	return file_fleet_proto_rawDescGZIP(), []int{15}
+	return file_fleet_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BundleReport) GetStatusId() string {
@@ -1331,7 +1411,7 @@ type Monitor struct {
 
 func (x *Monitor) Reset() {
 	*x = Monitor{}
-	mi := &file_fleet_proto_msgTypes[16]
+	mi := &file_fleet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1423,7 @@ func (x *Monitor) String() string {
 func (*Monitor) ProtoMessage() {}
 
 func (x *Monitor) ProtoReflect() protoreflect.Message {
-	mi := &file_fleet_proto_msgTypes[16]
+	mi := &file_fleet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1436,7 @@ func (x *Monitor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Monitor.ProtoReflect.Descriptor instead.
 func (*Monitor) Descriptor() ([]byte, []int) {
-	return file_fleet_proto_rawDescGZIP(), []int{16}
+	return file_fleet_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Monitor) GetState() string {
@@ -1383,7 +1463,7 @@ type StatusAck struct {
 
 func (x *StatusAck) Reset() {
 	*x = StatusAck{}
-	mi := &file_fleet_proto_msgTypes[17]
+	mi := &file_fleet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1475,7 @@ func (x *StatusAck) String() string {
 func (*StatusAck) ProtoMessage() {}
 
 func (x *StatusAck) ProtoReflect() protoreflect.Message {
-	mi := &file_fleet_proto_msgTypes[17]
+	mi := &file_fleet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1488,7 @@ func (x *StatusAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusAck.ProtoReflect.Descriptor instead.
 func (*StatusAck) Descriptor() ([]byte, []int) {
-	return file_fleet_proto_rawDescGZIP(), []int{17}
+	return file_fleet_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusAck) GetSeq() int64 {
@@ -1456,7 +1536,7 @@ const file_fleet_proto_rawDesc = "" +
 	"\aWorkKey\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\tR\tcontextId\x12\x10\n" +
-	"\x03app\x18\x02 \x01(\tR\x03app\"\x91\x02\n" +
+	"\x03app\x18\x02 \x01(\tR\x03app\"\xa9\x02\n" +
 	"\bWorkItem\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\tR\tcontextId\x12\x10\n" +
@@ -1467,8 +1547,9 @@ const file_fleet_proto_rawDesc = "" +
 	"\tstatus_id\x18\x04 \x01(\tR\bstatusId\x12\x1c\n" +
 	"\tnamespace\x18\x05 \x01(\tR\tnamespace\x12)\n" +
 	"\x10field_validation\x18\x06 \x01(\tR\x0ffieldValidation\x12\x16\n" +
-	"\x06delete\x18\a \x01(\bR\x06delete\x126\n" +
-	"\tresources\x18\b \x03(\v2\x18.argus.fleet.v1.ResourceR\tresources\"\xc6\x01\n" +
+	"\x06delete\x18\a \x01(\bR\x06delete\x12\x16\n" +
+	"\x06update\x18\t \x01(\bR\x06update\x126\n" +
+	"\tresources\x18\b \x03(\v2\x18.argus.fleet.v1.ResourceR\tresources\"\xf0\x01\n" +
 	"\bResource\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
@@ -1477,7 +1558,12 @@ const file_fleet_proto_rawDesc = "" +
 	"\tnamespace\x18\x05 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aremoved\x18\x06 \x01(\bR\aremoved\x12\x16\n" +
 	"\x06sha256\x18\a \x01(\tR\x06sha256\x12\x12\n" +
-	"\x04size\x18\b \x01(\x03R\x04size\"%\n" +
+	"\x04size\x18\b \x01(\x03R\x04size\x12(\n" +
+	"\x04hook\x18\t \x01(\v2\x14.argus.fleet.v1.HookR\x04hook\"_\n" +
+	"\x04Hook\x12\x16\n" +
+	"\x06events\x18\x01 \x03(\tR\x06events\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x05R\x06weight\x12'\n" +
+	"\x0fdelete_policies\x18\x03 \x03(\tR\x0edeletePolicies\"%\n" +
 	"\aWorkAck\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\"D\n" +
 	"\vBlobRequest\x12\x1d\n" +
@@ -1544,7 +1630,7 @@ func file_fleet_proto_rawDescGZIP() []byte {
 	return file_fleet_proto_rawDescData
 }
 
-var file_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_fleet_proto_goTypes = []any{
 	(*AgentMessage)(nil),    // 0: argus.fleet.v1.AgentMessage
 	(*HubMessage)(nil),      // 1: argus.fleet.v1.HubMessage
@@ -1554,42 +1640,44 @@ var file_fleet_proto_goTypes = []any{
 	(*WorkKey)(nil),         // 5: argus.fleet.v1.WorkKey
 	(*WorkItem)(nil),        // 6: argus.fleet.v1.WorkItem
 	(*Resource)(nil),        // 7: argus.fleet.v1.Resource
-	(*WorkAck)(nil),         // 8: argus.fleet.v1.WorkAck
-	(*BlobRequest)(nil),     // 9: argus.fleet.v1.BlobRequest
-	(*Blobs)(nil),           // 10: argus.fleet.v1.Blobs
-	(*Blob)(nil),            // 11: argus.fleet.v1.Blob
-	(*StatusReport)(nil),    // 12: argus.fleet.v1.StatusReport
-	(*PlacementReport)(nil), // 13: argus.fleet.v1.PlacementReport
-	(*ResourceReport)(nil),  // 14: argus.fleet.v1.ResourceReport
-	(*BundleReport)(nil),    // 15: argus.fleet.v1.BundleReport
-	(*Monitor)(nil),         // 16: argus.fleet.v1.Monitor
-	(*StatusAck)(nil),       // 17: argus.fleet.v1.StatusAck
+	(*Hook)(nil),            // 8: argus.fleet.v1.Hook
+	(*WorkAck)(nil),         // 9: argus.fleet.v1.WorkAck
+	(*BlobRequest)(nil),     // 10: argus.fleet.v1.BlobRequest
+	(*Blobs)(nil),           // 11: argus.fleet.v1.Blobs
+	(*Blob)(nil),            // 12: argus.fleet.v1.Blob
+	(*StatusReport)(nil),    // 13: argus.fleet.v1.StatusReport
+	(*PlacementReport)(nil), // 14: argus.fleet.v1.PlacementReport
+	(*ResourceReport)(nil),  // 15: argus.fleet.v1.ResourceReport
+	(*BundleReport)(nil),    // 16: argus.fleet.v1.BundleReport
+	(*Monitor)(nil),         // 17: argus.fleet.v1.Monitor
+	(*StatusAck)(nil),       // 18: argus.fleet.v1.StatusAck
 }
 var file_fleet_proto_depIdxs = []int32{
 	2,  // 0: argus.fleet.v1.AgentMessage.hello:type_name -> argus.fleet.v1.Hello
-	8,  // 1: argus.fleet.v1.AgentMessage.work_ack:type_name -> argus.fleet.v1.WorkAck
-	9,  // 2: argus.fleet.v1.AgentMessage.blob_request:type_name -> argus.fleet.v1.BlobRequest
-	12, // 3: argus.fleet.v1.AgentMessage.report:type_name -> argus.fleet.v1.StatusReport
+	9,  // 1: argus.fleet.v1.AgentMessage.work_ack:type_name -> argus.fleet.v1.WorkAck
+	10, // 2: argus.fleet.v1.AgentMessage.blob_request:type_name -> argus.fleet.v1.BlobRequest
+	13, // 3: argus.fleet.v1.AgentMessage.report:type_name -> argus.fleet.v1.StatusReport
 	3,  // 4: argus.fleet.v1.HubMessage.welcome:type_name -> argus.fleet.v1.Welcome
 	4,  // 5: argus.fleet.v1.HubMessage.work:type_name -> argus.fleet.v1.WorkBatch
-	10, // 6: argus.fleet.v1.HubMessage.blobs:type_name -> argus.fleet.v1.Blobs
-	17, // 7: argus.fleet.v1.HubMessage.status_ack:type_name -> argus.fleet.v1.StatusAck
+	11, // 6: argus.fleet.v1.HubMessage.blobs:type_name -> argus.fleet.v1.Blobs
+	18, // 7: argus.fleet.v1.HubMessage.status_ack:type_name -> argus.fleet.v1.StatusAck
 	5,  // 8: argus.fleet.v1.WorkBatch.keys:type_name -> argus.fleet.v1.WorkKey
 	6,  // 9: argus.fleet.v1.WorkBatch.items:type_name -> argus.fleet.v1.WorkItem
 	5,  // 10: argus.fleet.v1.WorkBatch.removed:type_name -> argus.fleet.v1.WorkKey
 	7,  // 11: argus.fleet.v1.WorkItem.resources:type_name -> argus.fleet.v1.Resource
-	11, // 12: argus.fleet.v1.Blobs.blobs:type_name -> argus.fleet.v1.Blob
-	13, // 13: argus.fleet.v1.StatusReport.placements:type_name -> argus.fleet.v1.PlacementReport
-	15, // 14: argus.fleet.v1.StatusReport.bundles:type_name -> argus.fleet.v1.BundleReport
-	16, // 15: argus.fleet.v1.StatusReport.monitor:type_name -> argus.fleet.v1.Monitor
-	14, // 16: argus.fleet.v1.PlacementReport.resources:type_name -> argus.fleet.v1.ResourceReport
-	0,  // 17: argus.fleet.v1.Fleet.Connect:input_type -> argus.fleet.v1.AgentMessage
-	1,  // 18: argus.fleet.v1.Fleet.Connect:output_type -> argus.fleet.v1.HubMessage
-	18, // [18:19] is the sub-list for method output_type
-	17, // [17:18] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	8,  // 12: argus.fleet.v1.Resource.hook:type_name -> argus.fleet.v1.Hook
+	12, // 13: argus.fleet.v1.Blobs.blobs:type_name -> argus.fleet.v1.Blob
+	14, // 14: argus.fleet.v1.StatusReport.placements:type_name -> argus.fleet.v1.PlacementReport
+	16, // 15: argus.fleet.v1.StatusReport.bundles:type_name -> argus.fleet.v1.BundleReport
+	17, // 16: argus.fleet.v1.StatusReport.monitor:type_name -> argus.fleet.v1.Monitor
+	15, // 17: argus.fleet.v1.PlacementReport.resources:type_name -> argus.fleet.v1.ResourceReport
+	0,  // 18: argus.fleet.v1.Fleet.Connect:input_type -> argus.fleet.v1.AgentMessage
+	1,  // 19: argus.fleet.v1.Fleet.Connect:output_type -> argus.fleet.v1.HubMessage
+	19, // [19:20] is the sub-list for method output_type
+	18, // [18:19] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_fleet_proto_init() }
@@ -1615,7 +1703,7 @@ func file_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleet_proto_rawDesc), len(file_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,10 +19,10 @@ import (
 type Delegate interface {
 	// Pulls reports whether ref is a pull cluster.
 	Pulls(ref appcontext.ClusterRef) bool
-	// Publish makes p, or its deletion when del, the work of p's cluster
-	// and returns the work's generation; publishing what is published
-	// already returns its generation unchanged.
-	Publish(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, del bool) (int64, error)
+	// Publish makes p the work of p's cluster — to install, update or
+	// delete — and returns the work's generation; publishing what is
+	// published already returns its generation unchanged.
+	Publish(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, kind WorkKind) (int64, error)
 	// Follow returns the agent's progress on a placement, the current
 	// progress first, until stop is called.
 	Follow(id, app string, ref appcontext.ClusterRef) (progress <-chan Progress, stop func())
@@ -32,6 +32,18 @@ type Delegate interface {
 	// agent forgets it.
 	Forget(ctx context.Context, id, app string, ref appcontext.ClusterRef) error
 }
+
+// WorkKind is what an agent does with a placement: install it (Helm's
+// install hooks run), update it (they do not, as in EMCO), or delete it
+// (the delete hooks run).
+type WorkKind string
+
+// Work kinds.
+const (
+	WorkInstall WorkKind = "install"
+	WorkUpdate  WorkKind = "update"
+	WorkDelete  WorkKind = "delete"
+)
 
 // Progress is an agent's progress on one generation of a placement.
 type Progress struct {
@@ -62,14 +74,18 @@ func (pa *placementApply) runRemote(ctx context.Context) {
 			return
 		}
 	}
-	pa.e.followRemote(ctx, pa.c, p, pa.rec, false, firstDone, pa.log)
+	kind := WorkInstall
+	if pa.update {
+		kind = WorkUpdate
+	}
+	pa.e.followRemote(ctx, pa.c, p, pa.rec, kind, firstDone, pa.log)
 }
 
 // deleteRemote deletes a placement from a pull cluster through its agent
 // and forgets the placement's work once that settled.
 func (e *Engine) deleteRemote(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, rec *recorder, log *logrus.Entry) {
 	log = log.WithFields(logrus.Fields{"app": p.App, "cluster": p.Cluster.String()})
-	if !e.followRemote(ctx, c, p, rec, true, func() {}, log) {
+	if !e.followRemote(ctx, c, p, rec, WorkDelete, func() {}, log) {
 		return
 	}
 	for attempt := 1; ctx.Err() == nil; attempt++ {
@@ -86,12 +102,12 @@ func (e *Engine) deleteRemote(ctx context.Context, c *appcontext.Context, p *app
 
 // followRemote publishes a placement (or its deletion) and waits until the
 // agent settled it; it reports whether it did before ctx ended.
-func (e *Engine) followRemote(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, rec *recorder, del bool, quiet func(), log *logrus.Entry) bool {
+func (e *Engine) followRemote(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, rec *recorder, kind WorkKind, quiet func(), log *logrus.Entry) bool {
 	d := e.opts.Delegate
 	var gen int64
 	for attempt := 1; ; attempt++ {
 		var err error
-		if gen, err = d.Publish(ctx, c, p, del); err == nil {
+		if gen, err = d.Publish(ctx, c, p, kind); err == nil {
 			break
 		}
 		if ctx.Err() != nil {

@@ -25,7 +25,8 @@ type fakeAgent struct {
 
 func (f *fakeAgent) Pulls(ref appcontext.ClusterRef) bool { return ref == c1 }
 
-func (f *fakeAgent) Publish(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, del bool) (int64, error) {
+func (f *fakeAgent) Publish(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, kind WorkKind) (int64, error) {
+	del := kind == WorkDelete
 	f.mu.Lock()
 	f.published = append(f.published, del)
 	gen := int64(len(f.published))

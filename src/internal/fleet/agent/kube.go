@@ -183,7 +183,7 @@ func (k *KubeCluster) apply(ctx context.Context, w Work) {
 	switch {
 	case w.Delete:
 		k.engine.Terminate(id, id)
-	case isNew:
+	case isNew && !w.Update: // an installation: Helm's install hooks run
 		k.engine.Instantiate(id, id)
 	default:
 		k.engine.Update(id, id)

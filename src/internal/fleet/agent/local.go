@@ -59,7 +59,7 @@ func (s *localStore) put(w Work) bool {
 	p := &appcontext.Placement{App: w.Key.App, Cluster: s.ref, Statuses: map[string]appcontext.ResourceStatus{}}
 	for i, r := range w.Resources {
 		res := appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace, Manifest: r.Manifest, Order: i, Removed: r.Removed,
-			ManifestRef: &appcontext.BlobRef{SHA256: r.SHA256, Size: len(r.Manifest), Chunks: 1}}
+			ManifestRef: &appcontext.BlobRef{SHA256: r.SHA256, Size: len(r.Manifest), Chunks: 1}, Hook: r.Hook}
 		p.Resources = append(p.Resources, res)
 		if st, ok := statuses[res.Key()]; ok {
 			p.Statuses[res.Key()] = st

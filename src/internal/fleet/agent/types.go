@@ -20,9 +20,10 @@ type Work struct {
 	StatusID        string
 	Namespace       string
 	FieldValidation string
-	// Delete asks for the placement's deletion.
-	Delete    bool
-	Resources []Resource
+	// Delete asks for the placement's deletion; Update says it comes
+	// from an update (Helm's install hooks do not run).
+	Delete, Update bool
+	Resources      []Resource
 }
 
 // Resource is one object of a placement, its manifest filled in.
@@ -33,6 +34,8 @@ type Resource struct {
 	Removed   bool
 	SHA256    string
 	Manifest  []byte
+	// Hook is set on a Helm hook, which rsync runs at its events.
+	Hook *appcontext.Hook
 }
 
 // Bundle is a ResourceBundleState's status as the monitor wrote it.

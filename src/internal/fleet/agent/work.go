@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	pb "github.com/argus-mc/argus/src/apis/fleet"
+	"github.com/argus-mc/argus/src/internal/appcontext"
 )
 
 // workState is the agent's copy of its cluster's work: the latest item of
@@ -158,7 +159,7 @@ func (s *workState) askedAny(it *pb.WorkItem) bool {
 // notes (in missing) those to ask for.
 func (s *workState) resolve(it *pb.WorkItem, missing map[string]map[string]bool) (Work, bool) {
 	w := Work{Key: keyOf(it), Generation: it.GetGeneration(), StatusID: it.GetStatusId(), Namespace: it.GetNamespace(),
-		FieldValidation: it.GetFieldValidation(), Delete: it.GetDelete()}
+		FieldValidation: it.GetFieldValidation(), Delete: it.GetDelete(), Update: it.GetUpdate()}
 	ok := true
 	for _, r := range it.GetResources() {
 		data, have := s.blobs[r.GetSha256()]
@@ -173,8 +174,12 @@ func (s *workState) resolve(it *pb.WorkItem, missing map[string]map[string]bool)
 			}
 			continue
 		}
-		w.Resources = append(w.Resources, Resource{GVK: schema.GroupVersionKind{Group: r.GetGroup(), Version: r.GetVersion(), Kind: r.GetKind()},
-			Name: r.GetName(), Namespace: r.GetNamespace(), Removed: r.GetRemoved(), SHA256: r.GetSha256(), Manifest: data})
+		res := Resource{GVK: schema.GroupVersionKind{Group: r.GetGroup(), Version: r.GetVersion(), Kind: r.GetKind()},
+			Name: r.GetName(), Namespace: r.GetNamespace(), Removed: r.GetRemoved(), SHA256: r.GetSha256(), Manifest: data}
+		if h := r.GetHook(); h != nil {
+			res.Hook = &appcontext.Hook{Events: h.GetEvents(), Weight: int(h.GetWeight()), DeletePolicies: h.GetDeletePolicies()}
+		}
+		w.Resources = append(w.Resources, res)
 	}
 	return w, ok
 }

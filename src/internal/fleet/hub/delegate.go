@@ -24,11 +24,13 @@ const maxWorkRecord = 1 << 20
 // Publish records a placement, or its deletion, as its cluster's work
 // (rsync.Delegate). The record's revision is the work's generation; an
 // unchanged record keeps its generation.
-func (h *Hub) Publish(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, del bool) (int64, error) {
+func (h *Hub) Publish(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, kind rsync.WorkKind) (int64, error) {
 	rec := workRecord{Context: c.Meta.ID, App: p.App, StatusID: c.Meta.StatusID, Namespace: c.Meta.Namespace,
-		FieldValidation: c.Meta.FieldValidation, Delete: del, Resources: make([]workResource, 0, len(p.Resources))}
+		FieldValidation: c.Meta.FieldValidation, Delete: kind == rsync.WorkDelete, Update: kind == rsync.WorkUpdate,
+		Resources: make([]workResource, 0, len(p.Resources))}
 	for _, r := range p.Resources {
-		wr := workResource{Group: r.GVK.Group, Version: r.GVK.Version, Kind: r.GVK.Kind, Name: r.Name, Namespace: r.Namespace, Removed: r.Removed}
+		wr := workResource{Group: r.GVK.Group, Version: r.GVK.Version, Kind: r.GVK.Kind, Name: r.Name, Namespace: r.Namespace, Removed: r.Removed,
+			Hook: r.Hook}
 		if r.ManifestRef == nil {
 			return 0, errdefs.Invalid("resource %s of %s has no stored manifest", r.Key(), p.App)
 		}

@@ -194,7 +194,7 @@ func (f *fixture) newContext(t *testing.T, apps ...string) *appcontext.Context {
 
 func (f *fixture) publish(t *testing.T, c *appcontext.Context, app string) int64 {
 	t.Helper()
-	gen, err := f.hub.Publish(t.Context(), c, c.Placement(app, edge), false)
+	gen, err := f.hub.Publish(t.Context(), c, c.Placement(app, edge), rsync.WorkInstall)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,7 @@ type workRecord struct {
 	Namespace       string         `json:"namespace"`
 	FieldValidation string         `json:"fieldValidation,omitempty"`
 	Delete          bool           `json:"delete,omitempty"`
+	Update          bool           `json:"update,omitempty"`
 	Resources       []workResource `json:"resources"`
 }
 
@@ -73,6 +74,8 @@ type workResource struct {
 	Removed   bool   `json:"removed,omitempty"`
 	SHA256    string `json:"sha256"`
 	Size      int64  `json:"size"`
+	// Hook is set on a Helm hook: the agent's rsync runs it at its events.
+	Hook *appcontext.Hook `json:"hook,omitempty"`
 }
 
 // key is the resource's key within its placement.

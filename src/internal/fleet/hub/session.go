@@ -516,11 +516,15 @@ func decodeWork(value []byte, gen int64) (*pb.WorkItem, *item, error) {
 		return nil, nil, err
 	}
 	wi := &pb.WorkItem{ContextId: rec.Context, App: rec.App, Generation: gen, StatusId: rec.StatusID, Namespace: rec.Namespace,
-		FieldValidation: rec.FieldValidation, Delete: rec.Delete}
+		FieldValidation: rec.FieldValidation, Delete: rec.Delete, Update: rec.Update}
 	it := &item{gen: gen, statusID: rec.StatusID, del: rec.Delete, keys: map[string]bool{}, blobs: map[string]bool{}}
 	for _, r := range rec.Resources {
-		wi.Resources = append(wi.Resources, &pb.Resource{Group: r.Group, Version: r.Version, Kind: r.Kind, Name: r.Name,
-			Namespace: r.Namespace, Removed: r.Removed, Sha256: r.SHA256, Size: r.Size})
+		res := &pb.Resource{Group: r.Group, Version: r.Version, Kind: r.Kind, Name: r.Name,
+			Namespace: r.Namespace, Removed: r.Removed, Sha256: r.SHA256, Size: r.Size}
+		if r.Hook != nil {
+			res.Hook = &pb.Hook{Events: r.Hook.Events, Weight: int32(r.Hook.Weight), DeletePolicies: r.Hook.DeletePolicies}
+		}
+		wi.Resources = append(wi.Resources, res)
 		it.keys[r.key()] = true
 		it.blobs[r.SHA256] = true
 	}
