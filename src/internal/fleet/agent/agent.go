@@ -34,7 +34,8 @@ type Options struct {
 	Cluster     Cluster
 	Credentials Credentials
 	// BackoffBase and BackoffMax bound the wait between connection
-	// attempts (jittered); 0 means 250ms and 5s.
+	// attempts (jittered); 0 means 250ms and 4s, so a link that comes back
+	// is used again within seconds.
 	BackoffBase, BackoffMax time.Duration
 	// Version is reported to the orchestrator.
 	Version string
@@ -64,7 +65,7 @@ func New(opts Options) (*Agent, error) {
 		opts.BackoffBase = 250 * time.Millisecond
 	}
 	if opts.BackoffMax <= 0 {
-		opts.BackoffMax = 5 * time.Second
+		opts.BackoffMax = 4 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = logrus.NewEntry(logging.Discard())

@@ -183,7 +183,7 @@ func (k *KubeCluster) apply(ctx context.Context, w Work) {
 	switch {
 	case w.Delete:
 		k.engine.Terminate(id, id)
-	case isNew && !w.Update: // an installation: Helm's install hooks run
+	case isNew && !w.Update && !k.installed(ctx, w): // an installation: Helm's install hooks run
 		k.engine.Instantiate(id, id)
 	default:
 		k.engine.Update(id, id)
@@ -195,6 +195,15 @@ func (k *KubeCluster) apply(ctx context.Context, w Work) {
 			k.store.r.Progress(w.Key, w.Generation, true, false)
 		}
 	}()
+}
+
+// installed reports whether the placement's ResourceBundleState is on the
+// cluster: an agent that restarted gets its work again, and what was
+// installed before is updated, not installed anew (its install hooks
+// would run again).
+func (k *KubeCluster) installed(ctx context.Context, w Work) bool {
+	_, err := k.client.Dynamic.Resource(v1alpha1.GVR()).Namespace(w.Namespace).Get(ctx, rsync.BundleName(w.Key.App, w.StatusID), metav1.GetOptions{})
+	return err == nil
 }
 
 // Monitor reports the in-process monitor's state (Cluster).

@@ -49,7 +49,7 @@ func (h *Hub) Publish(ctx context.Context, c *appcontext.Context, p *appcontext.
 	if err != nil {
 		return 0, fmt.Errorf("read the work of %s on %s: %w", p.App, p.Cluster, err)
 	}
-	if len(resp.Kvs) > 0 && bytes.Equal(resp.Kvs[0].Value, data) {
+	if len(resp.Kvs) > 0 && sameWork(resp.Kvs[0].Value, rec) {
 		return resp.Kvs[0].ModRevision, nil
 	}
 	put, err := h.opts.Client.Put(ctx, key, string(data))
@@ -57,6 +57,21 @@ func (h *Hub) Publish(ctx context.Context, c *appcontext.Context, p *appcontext.
 		return 0, fmt.Errorf("publish the work of %s on %s: %w", p.App, p.Cluster, err)
 	}
 	return put.Header.Revision, nil
+}
+
+// sameWork reports whether a stored record asks what rec asks. An update
+// that leaves a placement as it was changes nothing for its agent (the
+// Update flag alone would only make every unchanged placement of the DIG
+// travel again): it keeps its generation.
+func sameWork(stored []byte, rec workRecord) bool {
+	var old workRecord
+	if json.Unmarshal(stored, &old) != nil {
+		return false
+	}
+	old.Update = rec.Update
+	a, errA := json.Marshal(old)
+	b, errB := json.Marshal(rec)
+	return errA == nil && errB == nil && bytes.Equal(a, b)
 }
 
 // Forget deletes a placement's work and progress: its agent forgets it,
