@@ -70,7 +70,10 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: f.hub.Handler(http.NotFoundHandler()), ReadHeaderTimeout: 10 * time.Second}
+	// Short request timeouts, as the API's are (a minute or two there): a
+	// stream must outlive them.
+	srv := &http.Server{Handler: f.hub.Handler(http.NotFoundHandler()), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, IdleTimeout: 500 * time.Millisecond}
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
@@ -311,6 +314,19 @@ func TestClusterWithoutStreamIsUnreachable(t *testing.T) {
 		s := state()
 		return s.Connectivity == appcontext.Available && s.Monitor == appcontext.MonitorRunning
 	})
+	// The stream outlives the server's read, write and idle timeouts.
+	session := func() string {
+		resp, err := env.Etcd.Client.Get(t.Context(), f.hub.keys.session(edge))
+		if err != nil || len(resp.Kvs) == 0 {
+			return ""
+		}
+		return string(resp.Kvs[0].Value)
+	}
+	first := session()
+	<-time.After(2 * time.Second) // four times the timeouts
+	if now := session(); now != first || first == "" {
+		t.Errorf("the stream did not outlive the server's timeouts: session %q, then %q", first, now)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
