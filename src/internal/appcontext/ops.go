@@ -26,16 +26,23 @@ func (s *Store) ResourceStatusOps(id string, updates []StatusUpdate) ([]clientv3
 	ops := make([]clientv3.Op, 0, len(updates))
 	now := time.Now().UTC()
 	for _, u := range updates {
-		if u.Status.Updated.IsZero() {
-			u.Status.Updated = now
-		}
-		data, err := json.Marshal(u.Status)
+		key, data, err := s.statusPut(id, u, now)
 		if err != nil {
 			return nil, err
 		}
-		ops = append(ops, clientv3.OpPut(s.resPrefix(id, u.App, u.Cluster)+u.Key+"/status", string(data)))
+		ops = append(ops, clientv3.OpPut(key, string(data)))
 	}
 	return ops, nil
+}
+
+// statusPut is the key and value recording one resource's status (dated
+// now unless it says when).
+func (s *Store) statusPut(id string, u StatusUpdate, now time.Time) (string, []byte, error) {
+	if u.Status.Updated.IsZero() {
+		u.Status.Updated = now
+	}
+	data, err := json.Marshal(u.Status)
+	return s.resPrefix(id, u.App, u.Cluster) + u.Key + "/status", data, err
 }
 
 // BundleOp returns the put storing a bundle snapshot.

@@ -24,7 +24,6 @@ import (
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/fleet/join"
 	"github.com/argus-mc/argus/src/internal/simcluster"
-	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
 // agentCredential reads a pull cluster's agent credential from its Secret.
@@ -320,18 +319,9 @@ func (f *fleetTest) replicas(t *testing.T) {
 			t.Logf("agent:\n%s", tail(a.output(), 5000))
 		}
 	}()
-	const ca = fleetProject + "/composite-apps/ha/v1"
-	dig := ca + "/deployment-intent-groups/ha-dig"
-	r1.must(201, "POST", "/v2/projects", meta("fleet"))
-	r1.must(201, "POST", fleetProject+"/composite-apps", obj("ha", map[string]any{"compositeAppVersion": "v1"}))
-	r1.must(201, "POST", ca+"/composite-profiles", meta("prof"))
-	r1.uploadOK(ca+"/apps", meta("sink"), fleetChart(t, "sink", "ha"))
-	r1.uploadOK(ca+"/composite-profiles/prof/profiles", obj("sink-profile", map[string]any{"app": "sink"}),
-		testenv.ArchiveFiles(t, map[string]string{"manifest.yaml": "version: v1\ntype:\n  values: override_values.yaml\n", "override_values.yaml": ""}))
-	r1.must(201, "POST", ca+"/deployment-intent-groups", obj("ha-dig", map[string]any{"compositeProfile": "prof", "version": "r1"}))
-	r1.must(201, "POST", dig+"/generic-placement-intents", meta("gpi"))
-	r1.must(201, "POST", dig+"/generic-placement-intents/gpi/app-intents", placementOn("sink", map[string]any{"clusterProvider": "fleet-cp", "cluster": "ha01"}))
-	r1.must(201, "POST", dig+"/intents", obj("intents", map[string]any{"intent": map[string]any{"genericPlacementIntent": "gpi"}}))
+	const dig = fleetProject + "/composite-apps/ha/v1/deployment-intent-groups/ha-dig"
+	onboardComposite(t, r1, "fleet", "ha", "ha-dig", []string{"sink"}, func(a string) []byte { return fleetChart(t, a, "ha") },
+		map[string]any{"clusterProvider": "fleet-cp", "cluster": "ha01"})
 	r1.must(202, "POST", dig+"/approve", nil)
 	r1.must(202, "POST", dig+"/instantiate", nil)
 	podReady := func(r *orch) (string, string) {

@@ -206,25 +206,6 @@ func (o *orch) registerPull(provider, name string) string {
 	return answer.JoinToken
 }
 
-// onboardFleet registers the fleet vfw composite app with a DIG placing
-// every app on the clusters labelled fleet.
-func onboardFleet(t *testing.T, o *orch) {
-	o.must(201, "POST", "/v2/projects", meta("fleet"))
-	o.must(201, "POST", fleetProject+"/composite-apps", obj("vfw", map[string]any{"compositeAppVersion": "v1"}))
-	o.must(201, "POST", fleetCA+"/composite-profiles", meta("vfw-profile"))
-	for _, a := range vfwApps {
-		o.uploadOK(fleetCA+"/apps", meta(a), fleetChart(t, a, "fl"))
-		o.uploadOK(fleetCA+"/composite-profiles/vfw-profile/profiles", obj(a+"-profile", map[string]any{"app": a}),
-			testenv.ArchiveFiles(t, map[string]string{"manifest.yaml": "version: v1\ntype:\n  values: override_values.yaml\n", "override_values.yaml": ""}))
-	}
-	o.must(201, "POST", fleetCA+"/deployment-intent-groups", obj("vfw-dig", map[string]any{"compositeProfile": "vfw-profile", "version": "r1"}))
-	o.must(201, "POST", fleetDIG+"/generic-placement-intents", meta("gpi"))
-	for _, a := range vfwApps {
-		o.must(201, "POST", fleetDIG+"/generic-placement-intents/gpi/app-intents", placementOn(a, map[string]any{"clusterProvider": "fleet-cp", "clusterLabel": "fleet"}))
-	}
-	o.must(201, "POST", fleetDIG+"/intents", obj("intents", map[string]any{"intent": map[string]any{"genericPlacementIntent": "gpi"}}))
-}
-
 // digStatus GETs a DIG's status with the query.
 func (o *orch) digStatus(dig, query string) status.Response {
 	o.t.Helper()
@@ -334,7 +315,8 @@ func TestFleet(t *testing.T) {
 			}
 		}
 	}()
-	onboardFleet(t, o)
+	onboardComposite(t, o, "fleet", "vfw", "vfw-dig", vfwApps, func(a string) []byte { return fleetChart(t, a, "fl") },
+		map[string]any{"clusterProvider": "fleet-cp", "clusterLabel": "fleet"})
 	o.must(202, "POST", fleetDIG+"/approve", nil)
 	start := time.Now()
 	o.must(202, "POST", fleetDIG+"/instantiate", nil)
