@@ -92,6 +92,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzApply -fuzztime $(FUZZTIME) ./src/internal/gac
 	$(GO) test -run '^$$' -fuzz FuzzRollbackBody -fuzztime $(FUZZTIME) ./src/internal/api
 	$(GO) test -run '^$$' -fuzz FuzzReport -fuzztime $(FUZZTIME) ./src/internal/fleet/hub
+	$(GO) test -run '^$$' -fuzz FuzzHash -fuzztime $(FUZZTIME) ./src/internal/syncstate
 
 lint: $(GOLANGCI) generate
 	@git diff --exit-code -- src/apis deployments/kubernetes/monitor || { echo "generated files were stale; commit the regenerated ones"; exit 1; }

@@ -572,6 +572,11 @@ type WorkItem struct {
 	// Set when the placement comes from an update: Helm's install hooks do
 	// not run (as in EMCO), even for an agent that holds nothing yet.
 	Update bool `protobuf:"varint,9,opt,name=update,proto3" json:"update,omitempty"`
+	// The deployment the placement belongs to (its DIG or instance): the
+	// owner rsync writes on each object and checks before applying over one.
+	Group string `protobuf:"bytes,10,opt,name=group,proto3" json:"group,omitempty"`
+	// The deployment may adopt objects it does not own that allow it.
+	Adopt bool `protobuf:"varint,11,opt,name=adopt,proto3" json:"adopt,omitempty"`
 	// In apply order; each manifest by its sha256, fetched with a
 	// BlobRequest when the agent does not hold it.
 	Resources     []*Resource `protobuf:"bytes,8,rep,name=resources,proto3" json:"resources,omitempty"`
@@ -661,6 +666,20 @@ func (x *WorkItem) GetDelete() bool {
 func (x *WorkItem) GetUpdate() bool {
 	if x != nil {
 		return x.Update
+	}
+	return false
+}
+
+func (x *WorkItem) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *WorkItem) GetAdopt() bool {
+	if x != nil {
+		return x.Adopt
 	}
 	return false
 }
@@ -1221,8 +1240,13 @@ type ResourceReport struct {
 	Manifest        string   `protobuf:"bytes,5,opt,name=manifest,proto3" json:"manifest,omitempty"`
 	Attempts        int32    `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	UpdatedUnixNano int64    `protobuf:"varint,7,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The hash of the fields rsync manages as the apply left them (what the
+	// monitor's live hash is compared with to tell drift).
+	Fields string `protobuf:"bytes,8,opt,name=fields,proto3" json:"fields,omitempty"`
+	// Who owned the object before rsync adopted it.
+	Adopted       string `protobuf:"bytes,9,opt,name=adopted,proto3" json:"adopted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResourceReport) Reset() {
@@ -1302,6 +1326,20 @@ func (x *ResourceReport) GetUpdatedUnixNano() int64 {
 		return x.UpdatedUnixNano
 	}
 	return 0
+}
+
+func (x *ResourceReport) GetFields() string {
+	if x != nil {
+		return x.Fields
+	}
+	return ""
+}
+
+func (x *ResourceReport) GetAdopted() string {
+	if x != nil {
+		return x.Adopted
+	}
+	return ""
 }
 
 // BundleReport is a ResourceBundleState's status as the in-cluster
@@ -1536,7 +1574,7 @@ const file_fleet_proto_rawDesc = "" +
 	"\aWorkKey\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\tR\tcontextId\x12\x10\n" +
-	"\x03app\x18\x02 \x01(\tR\x03app\"\xa9\x02\n" +
+	"\x03app\x18\x02 \x01(\tR\x03app\"\xd5\x02\n" +
 	"\bWorkItem\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\tR\tcontextId\x12\x10\n" +
@@ -1548,7 +1586,10 @@ const file_fleet_proto_rawDesc = "" +
 	"\tnamespace\x18\x05 \x01(\tR\tnamespace\x12)\n" +
 	"\x10field_validation\x18\x06 \x01(\tR\x0ffieldValidation\x12\x16\n" +
 	"\x06delete\x18\a \x01(\bR\x06delete\x12\x16\n" +
-	"\x06update\x18\t \x01(\bR\x06update\x126\n" +
+	"\x06update\x18\t \x01(\bR\x06update\x12\x14\n" +
+	"\x05group\x18\n" +
+	" \x01(\tR\x05group\x12\x14\n" +
+	"\x05adopt\x18\v \x01(\bR\x05adopt\x126\n" +
 	"\tresources\x18\b \x03(\v2\x18.argus.fleet.v1.ResourceR\tresources\"\xf0\x01\n" +
 	"\bResource\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
@@ -1593,7 +1634,7 @@ const file_fleet_proto_rawDesc = "" +
 	"generation\x12<\n" +
 	"\tresources\x18\x04 \x03(\v2\x1e.argus.fleet.v1.ResourceReportR\tresources\x12\x14\n" +
 	"\x05quiet\x18\x05 \x01(\bR\x05quiet\x12\x18\n" +
-	"\asettled\x18\x06 \x01(\bR\asettled\"\xd0\x01\n" +
+	"\asettled\x18\x06 \x01(\bR\asettled\"\x82\x02\n" +
 	"\x0eResourceReport\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x14\n" +
@@ -1601,7 +1642,9 @@ const file_fleet_proto_rawDesc = "" +
 	"\bwarnings\x18\x04 \x03(\tR\bwarnings\x12\x1a\n" +
 	"\bmanifest\x18\x05 \x01(\tR\bmanifest\x12\x1a\n" +
 	"\battempts\x18\x06 \x01(\x05R\battempts\x12*\n" +
-	"\x11updated_unix_nano\x18\a \x01(\x03R\x0fupdatedUnixNano\"\xcc\x01\n" +
+	"\x11updated_unix_nano\x18\a \x01(\x03R\x0fupdatedUnixNano\x12\x16\n" +
+	"\x06fields\x18\b \x01(\tR\x06fields\x12\x18\n" +
+	"\aadopted\x18\t \x01(\tR\aadopted\"\xcc\x01\n" +
 	"\fBundleReport\x12\x1b\n" +
 	"\tstatus_id\x18\x01 \x01(\tR\bstatusId\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x1c\n" +

@@ -740,9 +740,9 @@ func TestManifestsApplyAndCRDMatchesTypes(t *testing.T) {
 		},
 	}
 	entry := v1alpha1.ResourceStatus{APIVersion: "v1", Kind: "Pod", Metadata: raw(`{"name":"p","labels":{"x":"y"},"annotations":{"k":"v"}}`),
-		Spec: &specRaw, Status: &statusRaw, ReadyStatus: "Pending", Reason: "1 of 2"}
+		Spec: &specRaw, Status: &statusRaw, ReadyStatus: "Pending", Reason: "1 of 2", ManagedFieldsHash: "0123456789abcdef0123456789abcdef"}
 	full.Status = v1alpha1.ResourceBundleStateStatus{
-		Ready: true, ResourceCount: 13, Reason: "r", Trimmed: true, ObservedGeneration: 1,
+		Ready: true, ResourceCount: 13, Reason: "r", Trimmed: true, ObservedGeneration: 1, FieldsHashed: true,
 		UnwatchedKinds: []v1alpha1.KindCondition{{GroupVersionKind: v1alpha1.GroupVersionKind{Group: "g", Version: "v", Kind: "K"}, Reason: "why"}},
 		PodStatuses:    []v1alpha1.ResourceStatus{entry}, DeploymentStatuses: []v1alpha1.ResourceStatus{entry},
 		ServiceStatuses: []v1alpha1.ResourceStatus{entry}, ConfigMapStatuses: []v1alpha1.ResourceStatus{entry},
@@ -751,7 +751,8 @@ func TestManifestsApplyAndCRDMatchesTypes(t *testing.T) {
 		StatefulSetStatuses: []v1alpha1.ResourceStatus{entry}, ReplicaSetStatuses: []v1alpha1.ResourceStatus{entry},
 		PersistentVolumeClaimStatuses: []v1alpha1.ResourceStatus{entry}, CronJobStatuses: []v1alpha1.ResourceStatus{entry},
 		ResourceStatuses: []v1alpha1.CustomResourceStatus{{Group: "g", Version: "v", Kind: "K", Name: "n", Namespace: ns,
-			Object: raw(`{"apiVersion":"g/v","kind":"K","metadata":{"name":"n"},"spec":{"a":1}}`), ReadyStatus: "Ready", Reason: "no readiness rule"}},
+			Object: raw(`{"apiVersion":"g/v","kind":"K","metadata":{"name":"n"},"spec":{"a":1}}`), ReadyStatus: "Ready", Reason: "no readiness rule",
+			ManagedFieldsHash: "fedcba9876543210fedcba9876543210"}},
 	}
 	toU := func(v any) *unstructured.Unstructured {
 		data, _ := json.Marshal(v)

@@ -23,6 +23,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/render"
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 func main() {
@@ -52,7 +53,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.Var(&s.endpoints, "etcd-endpoints", "comma-separated etcd client URLs; empty starts an embedded etcd under --data-dir")
 	fs.StringVar(&s.opts.MongoURI, "mongo-uri", "", "MongoDB connection URI; empty starts an embedded FerretDB under --data-dir")
 	fs.StringVar(&s.opts.MongoDatabase, "mongo-database", "argus", "MongoDB database name")
-	fs.StringVar(&s.opts.EtcdPrefix, "etcd-prefix", "/argus", "prefix of every etcd key Argus writes")
+	fs.StringVar(&s.opts.EtcdPrefix, "etcd-prefix", etcdstore.DefaultPrefix, "prefix of every etcd key Argus writes")
 	fs.StringVar(&s.opts.AuthTokenFile, "auth-token-file", "", "file of API bearer tokens, one a line ('#' comments); re-read when it changes; empty leaves the API open (/healthz, /readyz and /v1/healthcheck are always open)")
 	fs.StringVar(&s.opts.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) for HTTPS, with --tls-key-file; re-read when it changes; empty serves plain HTTP")
 	fs.StringVar(&s.opts.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
@@ -78,6 +79,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.opts.AdvertiseURL, "advertise-url", "", "where clients reach this replica's API, shown to operators in GET /v2/system/replicas; empty derives it from --listen (the host name for an unspecified host)")
 	fs.DurationVar(&s.opts.LeaseTTL, "lease-ttl", 10*time.Second, "TTL of this replica's etcd lease (whole seconds): the work of a replica that dies (its clusters' watchers, groups' rsync actions, subscriptions' deliveries) moves to the others within it")
 	fs.IntVar(&s.opts.ListPageSize, "list-page-size", 1000, "most objects a collection GET answers without ?limit= (1 to 10000); a longer list is paged, a Link header naming the next page (?limit=, ?continue=)")
+	fs.DurationVar(&s.opts.SelfHealDelay, "self-heal-delay", 2*time.Second, "how long a resource stays drifted (OutOfSync or Missing) before self-heal re-applies it, for DIGs and instances whose sync policy asks for self-heal; the wait after each heal something undid doubles from it, up to 5m")
 	fs.IntVar(&s.opts.HistoryLimit, "history-limit", 1000, "history entries kept per deployment intent group and v1 instance (GET …/status/history); older ones are deleted")
 	fs.IntVar(&s.opts.RevisionLimit, "revision-limit", appcontext.DefaultRevisionLimit, "revisions kept per deployment intent group for rollback (each instantiate, update, rollback and migrate makes one); older ones, and the manifests only they use, are deleted")
 	fs.DurationVar(&s.opts.Fleet.JoinTokenTTL, "fleet-join-token-ttl", time.Hour, "how long a pull cluster's join token may be exchanged by its agent (single use)")
@@ -152,6 +154,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
+	logging.RouteKlog(log.WithField("component", "client-go"))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := app.Run(ctx); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -70,7 +71,7 @@ func routerOperations(t *testing.T) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cat, err := catalog.New(ctx, env.Database(t), catalog.AllKinds()...)
+	cat, _, err := catalog.Open(ctx, catalog.Options{DB: env.Database(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,61 +192,77 @@ func TestOpenAPISecurityMatchesServer(t *testing.T) {
 	}
 }
 
-// The schemas describe what the handlers really send: a fully populated
-// value of each Go type, marshalled, must validate against its schema and
-// use no property the schema does not declare (so a renamed JSON field
-// fails here rather than in a client).
-func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
-	doc := loadOpenAPI(t)
-	yes := true
-	meta := catalog.Metadata{Name: "n1", Description: "d", UserData1: "u1", UserData2: "u2"}
-	gvk := catalog.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}
-	req := catalog.InstanceRequest{RBName: "rb", RBVersion: "v1", ProfileName: "p", CloudRegion: "r", ReleaseName: "rel",
-		Labels: map[string]string{"a": "b"}, OverrideValues: map[string]string{"image.tag": "1"}}
-	cl := status.Cluster{ClusterProvider: "cp", ClusterProviderEMCO: "cp", Cluster: "c1", Ready: &yes, ReadyStatus: "Available",
+// sampleParts are values the schema samples share.
+type sampleParts struct {
+	yes        bool
+	meta       catalog.Metadata
+	gvk        catalog.GVK
+	req        catalog.InstanceRequest
+	cl         status.Cluster
+	status     status.Response
+	listHeader status.ListHeader
+	conn       catalog.ConnectivitySpec
+}
+
+func newSampleParts() *sampleParts {
+	sp := &sampleParts{yes: true}
+	sp.meta = catalog.Metadata{Name: "n1", Description: "d", UserData1: "u1", UserData2: "u2"}
+	sp.gvk = catalog.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}
+	sp.req = catalog.InstanceRequest{RBName: "rb", RBVersion: "v1", ProfileName: "p", CloudRegion: "r", ReleaseName: "rel",
+		Labels: map[string]string{"a": "b"}, OverrideValues: map[string]string{"image.tag": "1"},
+		SyncPolicy: &catalog.V1SyncPolicy{SelfHeal: true, Adopt: true}}
+	sp.cl = status.Cluster{ClusterProvider: "cp", ClusterProviderEMCO: "cp", Cluster: "c1", Ready: &sp.yes, ReadyStatus: "Available",
 		Connectivity: "Available", Monitor: "Running", LastSeen: "2026-01-01T10:00:00Z",
 		Resources: []status.Resource{{GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Name: "web",
 			Namespace: "ns", RsyncStatus: "Applied", ClusterStatus: "Present", ReadyStatus: "Ready", Reason: "r",
 			DeployedStatus: "Applied", ReadyStatusEMCO: "Ready", RsyncStatusEMCO: "Applied", ClusterStatusEMCO: "Present",
-			Detail: []byte(`{"kind":"Deployment"}`)}}}
-	statusSample := status.Response{
+			Detail:     []byte(`{"kind":"Deployment"}`),
+			SyncStatus: "OutOfSync", SyncReason: "a field Argus applied was changed on the cluster", AdoptedFrom: "Helm release ns/web",
+			Heal: &status.Heal{Count: 2, Last: "2026-01-01T10:00:00Z", By: "self-heal", Was: "OutOfSync", Streak: 2}}}}
+	sp.status = status.Response{
 		Header:     status.Header{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", Name: "dig"},
 		EMCOHeader: status.EMCOHeader{CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", LogicalCloud: "lc"},
 		State:      status.State{Actions: []catalog.StateAction{{State: "Instantiated", ContextID: "1", TimeStamp: time.Unix(1e9, 0).UTC()}}},
 		States: status.States{StatusContextID: "1", Actions: []status.StateAction{{State: "Instantiated", Instance: "1",
 			Time: time.Unix(1e9, 0).UTC(), Revision: 1}}},
 		Status: "Instantiated", DeployedStatus: "Instantiated", ReadyStatusEMCO: "Ready",
-		DeployedCounts: map[string]int{"Applied": 1}, ReadyCounts: map[string]int{"Ready": 1},
+		DeployedCounts: map[string]int{"Applied": 1}, ReadyCounts: map[string]int{"Ready": 1}, SyncCounts: map[string]int{"OutOfSync": 1},
 		RsyncStatus: map[string]int{"Applied": 1}, ClusterStatus: map[string]int{"Present": 1},
 		RsyncStatusEMCO: map[string]int{"Applied": 1}, ClusterStatusEMCO: map[string]int{"Present": 1},
-		Ready: &yes, ReadyStatus: map[string]int{"Ready": 1},
-		Apps:    []status.App{{Name: "a", Ready: &yes, Clusters: []status.Cluster{cl}}},
-		Cluster: &cl,
+		Ready: &sp.yes, ReadyStatus: map[string]int{"Ready": 1},
+		Apps:    []status.App{{Name: "a", Ready: &sp.yes, Clusters: []status.Cluster{sp.cl}}},
+		Cluster: &sp.cl,
 	}
-	listHeader := status.ListHeader{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", LogicalCloud: "lc", Name: "dig"}
-	conn := catalog.ConnectivitySpec{CloudRegion: "r", CloudOwner: "o",
+	sp.listHeader = status.ListHeader{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", LogicalCloud: "lc", Name: "dig"}
+	sp.conn = catalog.ConnectivitySpec{CloudRegion: "r", CloudOwner: "o",
 		Other: catalog.ConnectivityRecords{Records: []map[string]string{{"connectivity-record-name": "ovn", "FQDN-or-ip": "10.0.0.1"}}}}
-	samples := map[string]any{
-		"Project":          catalog.Object[catalog.Empty]{Metadata: meta},
-		"ClusterProvider":  catalog.Object[catalog.Empty]{Metadata: meta},
-		"CompositeApp":     catalog.Object[catalog.CompositeAppSpec]{Metadata: meta, Spec: catalog.CompositeAppSpec{Version: "v1"}},
-		"AppProfile":       catalog.Object[catalog.AppProfileSpec]{Metadata: meta, Spec: catalog.AppProfileSpec{App: "a"}},
-		"Network":          catalog.Object[catalog.NetworkSpec]{Metadata: meta, Spec: catalog.NetworkSpec{"cniType": "ovn4nfv"}},
-		"DeploymentIntent": catalog.Object[catalog.DIGIntentSpec]{Metadata: meta, Spec: catalog.DIGIntentSpec{Intent: map[string]string{"genericPlacementIntent": "g"}}},
-		"DeploymentIntentGroup": catalog.Object[catalog.DIGSpec]{Metadata: meta, Spec: catalog.DIGSpec{CompositeProfile: "cp", Version: "r1",
-			LogicalCloud: "lc", OverrideValues: []catalog.OverrideValue{{App: "a", Values: map[string]string{"x.y": "z"}}}}},
-		"AppIntent": catalog.Object[catalog.AppIntentSpec]{Metadata: meta, Spec: catalog.AppIntentSpec{App: "a", Intent: catalog.PlacementIntent{
+	return sp
+}
+
+// catalogueSamples are the objects clients write and read back.
+func catalogueSamples(sp *sampleParts) map[string]any {
+	return map[string]any{
+		"Project":          catalog.Object[catalog.Empty]{Metadata: sp.meta},
+		"ClusterProvider":  catalog.Object[catalog.Empty]{Metadata: sp.meta},
+		"CompositeApp":     catalog.Object[catalog.CompositeAppSpec]{Metadata: sp.meta, Spec: catalog.CompositeAppSpec{Version: "v1"}},
+		"AppProfile":       catalog.Object[catalog.AppProfileSpec]{Metadata: sp.meta, Spec: catalog.AppProfileSpec{App: "a"}},
+		"Network":          catalog.Object[catalog.NetworkSpec]{Metadata: sp.meta, Spec: catalog.NetworkSpec{"cniType": "ovn4nfv"}},
+		"DeploymentIntent": catalog.Object[catalog.DIGIntentSpec]{Metadata: sp.meta, Spec: catalog.DIGIntentSpec{Intent: map[string]string{"genericPlacementIntent": "g"}}},
+		"DeploymentIntentGroup": catalog.Object[catalog.DIGSpec]{Metadata: sp.meta, Spec: catalog.DIGSpec{CompositeProfile: "cp", Version: "r1",
+			LogicalCloud: "lc", OverrideValues: []catalog.OverrideValue{{App: "a", Values: map[string]string{"x.y": "z"}}},
+			SyncPolicy: &catalog.SyncPolicy{SelfHeal: true, Adopt: true}}},
+		"AppIntent": catalog.Object[catalog.AppIntentSpec]{Metadata: sp.meta, Spec: catalog.AppIntentSpec{App: "a", Intent: catalog.PlacementIntent{
 			AllOf: []catalog.ClusterSelector{{ClusterProvider: "cp", Cluster: "c1"}},
 			AnyOf: []catalog.ClusterSelector{{ClusterProvider: "cp", ClusterLabel: "edge"}}}}},
 		"ClusterLabel": labelBody{ClusterLabel: "edge"},
-		"Cluster":      catalog.Object[catalog.ClusterSpec]{Metadata: meta, Spec: catalog.ClusterSpec{Mode: catalog.ClusterModePull}},
-		"ClusterCreated": clusterAnswer{Object: catalog.Object[catalog.ClusterSpec]{Metadata: meta, Spec: catalog.ClusterSpec{Mode: catalog.ClusterModePull}},
+		"Cluster":      catalog.Object[catalog.ClusterSpec]{Metadata: sp.meta, Spec: catalog.ClusterSpec{Mode: catalog.ClusterModePull}},
+		"ClusterCreated": clusterAnswer{Object: catalog.Object[catalog.ClusterSpec]{Metadata: sp.meta, Spec: catalog.ClusterSpec{Mode: catalog.ClusterModePull}},
 			JoinToken: "abc.def", JoinTokenExpires: time.Unix(1, 0).UTC()},
-		"ConnectivityInfo":               conn,
-		"ConnectivityInfoWithKubeconfig": connectivityView{ConnectivitySpec: conn, Kubeconfig: "YXBpVmVyc2lvbjogdjE="},
-		"InstanceListItem":               instanceListItem{ID: "123", Request: req, ReleaseName: "rel", Namespace: "ns"},
-		"FullInstance": deploy.FullInstance{InstanceSpec: catalog.InstanceSpec{ID: "123", Request: req, Namespace: "ns", ReleaseName: "rel",
-			Resources: []catalog.ResourceRef{{GVK: gvk, Name: "web"}}}, Status: "DONE", Hooks: []any{}, PreInstallTimeout: 60},
+		"ConnectivityInfo":               sp.conn,
+		"ConnectivityInfoWithKubeconfig": connectivityView{ConnectivitySpec: sp.conn, Kubeconfig: "YXBpVmVyc2lvbjogdjE="},
+		"InstanceListItem":               instanceListItem{ID: "123", Request: sp.req, ReleaseName: "rel", Namespace: "ns"},
+		"FullInstance": deploy.FullInstance{InstanceSpec: catalog.InstanceSpec{ID: "123", Request: sp.req, Namespace: "ns", ReleaseName: "rel",
+			Resources: []catalog.ResourceRef{{GVK: sp.gvk, Name: "web"}}}, Status: "DONE", Hooks: []any{}, PreInstallTimeout: 60},
 		"QueryStatus": status.QueryStatus{ResourceCount: 1, ResourcesStatus: []status.ResourceStatus{{Name: "web",
 			GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Status: []byte(`{"kind":"Deployment"}`), ReadyStatus: "Ready"}}},
 		"ConfigTemplate":     catalog.ConfigTemplateSpec{TemplateName: "t", Description: "d", ChartName: "c", HasContent: true},
@@ -258,29 +275,36 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"RBDefinition": catalog.RBDefinitionSpec{RBName: "rb", RBVersion: "v1", ChartName: "c", Description: "d",
 			Labels: map[string]string{"a": "b"}},
 		"RBProfile": catalog.RBProfileSpec{RBName: "rb", RBVersion: "v1", ProfileName: "p", ReleaseName: "rel", Namespace: "ns",
-			KubernetesVersion: "1.34", Labels: map[string]string{"a": "b"}, ExtraResourceTypes: []catalog.GVK{gvk}},
-		"InstanceRequest": req,
-		"Instance": catalog.InstanceSpec{ID: "123", Request: req, Namespace: "ns", ReleaseName: "rel",
-			Resources: []catalog.ResourceRef{{GVK: gvk, Name: "web"}}},
-		"StatusResponse": statusSample,
-		"CloudStatus":    status.CloudResponse{Response: statusSample, Clusters: statusSample.Apps[0].Clusters},
-		"AppsList":       status.AppsList{ListHeader: listHeader, Apps: []string{"a"}},
-		"ClustersByApp": status.ClustersByApp{ListHeader: listHeader, ClustersByApp: []status.ClustersByAppEntry{{App: "a",
+			KubernetesVersion: "1.34", Labels: map[string]string{"a": "b"}, ExtraResourceTypes: []catalog.GVK{sp.gvk}},
+		"InstanceRequest": sp.req,
+		"Instance": catalog.InstanceSpec{ID: "123", Request: sp.req, Namespace: "ns", ReleaseName: "rel",
+			Resources: []catalog.ResourceRef{{GVK: sp.gvk, Name: "web"}}},
+	}
+}
+
+// answerSamples are what status, subscription, history and overview
+// queries answer.
+func answerSamples(sp *sampleParts) map[string]any {
+	return map[string]any{
+		"StatusResponse": sp.status,
+		"CloudStatus":    status.CloudResponse{Response: sp.status, Clusters: sp.status.Apps[0].Clusters},
+		"AppsList":       status.AppsList{ListHeader: sp.listHeader, Apps: []string{"a"}},
+		"ClustersByApp": status.ClustersByApp{ListHeader: sp.listHeader, ClustersByApp: []status.ClustersByAppEntry{{App: "a",
 			Clusters: []status.ClusterEntry{{ClusterProvider: "cp", Cluster: "c1"}}}}},
-		"ResourcesByApp": status.ResourcesByApp{ListHeader: listHeader, ResourcesByApp: []status.ResourcesByAppEntry{{App: "a",
+		"ResourcesByApp": status.ResourcesByApp{ListHeader: sp.listHeader, ResourcesByApp: []status.ResourcesByAppEntry{{App: "a",
 			ClusterProvider: "cp", Cluster: "c1", Resources: []status.ResourceEntry{{Name: "web", GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}}}}}},
-		"Controller": catalog.Object[catalog.ControllerSpec]{Metadata: meta, Spec: catalog.ControllerSpec{Host: "h", Port: 9000, Type: "action", Priority: 1}},
-		"LogicalCloud": catalog.Object[catalog.LogicalCloudSpec]{Metadata: meta, Spec: catalog.LogicalCloudSpec{Namespace: "ns", Level: "1",
+		"Controller": catalog.Object[catalog.ControllerSpec]{Metadata: sp.meta, Spec: catalog.ControllerSpec{Host: "h", Port: 9000, Type: "action", Priority: 1}},
+		"LogicalCloud": catalog.Object[catalog.LogicalCloudSpec]{Metadata: sp.meta, Spec: catalog.LogicalCloudSpec{Namespace: "ns", Level: "1",
 			Labels: catalog.StringMap{"a.b/c": "d"}, User: catalog.LogicalCloudUser{UserName: "u", Type: "certificate"}}},
-		"ClusterReference": catalog.Object[catalog.ClusterReferenceSpec]{Metadata: meta, Spec: catalog.ClusterReferenceSpec{ClusterProvider: "cp",
+		"ClusterReference": catalog.Object[catalog.ClusterReferenceSpec]{Metadata: sp.meta, Spec: catalog.ClusterReferenceSpec{ClusterProvider: "cp",
 			Cluster: "c1", LoadBalancerIP: "0.0.0.0", Certificate: "Y2VydA==", CertificateError: "e"}},
-		"UserPermission": catalog.Object[catalog.UserPermissionSpec]{Metadata: meta, Spec: catalog.UserPermissionSpec{Namespace: "ns",
+		"UserPermission": catalog.Object[catalog.UserPermissionSpec]{Metadata: sp.meta, Spec: catalog.UserPermissionSpec{Namespace: "ns",
 			APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}},
-		"ClusterQuota":     catalog.Object[catalog.ClusterQuotaSpec]{Metadata: meta, Spec: catalog.StringMap{"limits.cpu": "2"}},
-		"GenericK8sIntent": catalog.Object[catalog.Empty]{Metadata: meta},
-		"GenericResource": catalog.Object[catalog.GACResourceSpec]{Metadata: meta, Spec: catalog.GACResourceSpec{App: "a", NewObject: "true",
+		"ClusterQuota":     catalog.Object[catalog.ClusterQuotaSpec]{Metadata: sp.meta, Spec: catalog.StringMap{"limits.cpu": "2"}},
+		"GenericK8sIntent": catalog.Object[catalog.Empty]{Metadata: sp.meta},
+		"GenericResource": catalog.Object[catalog.GACResourceSpec]{Metadata: sp.meta, Spec: catalog.GACResourceSpec{App: "a", NewObject: "true",
 			ResourceGVK: catalog.ResourceGVK{APIVersion: "v1", Kind: "ConfigMap", Name: "cm"}}},
-		"Customization": catalog.Object[catalog.CustomizationSpec]{Metadata: meta, Spec: catalog.CustomizationSpec{ClusterSpecific: "true",
+		"Customization": catalog.Object[catalog.CustomizationSpec]{Metadata: sp.meta, Spec: catalog.CustomizationSpec{ClusterSpecific: "true",
 			ClusterInfo: catalog.ClusterInfo{Scope: "label", ClusterProvider: "cp", Cluster: "c1", ClusterLabel: "edge", Mode: "allow"},
 			PatchType:   "json", PatchJSON: catalog.JSONValue(`[{"op":"add","path":"/a","value":1}]`),
 			ConfigMapOptions: catalog.DataKeyOptions{DataKeyOptions: []catalog.KeyOption{{FileName: "f", KeyName: "k", MergePatch: "false"}}},
@@ -294,25 +318,43 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 			Resource: []string{"Deployment/web"}}}},
 		"History": historyAnswer{History: []history.Entry{{Seq: 2, Time: time.Unix(1e9, 0).UTC(), Kind: history.KindResource, Instance: "1",
 			App: "a", ClusterProvider: "cp", Cluster: "c1", Resource: &history.Resource{GVK: status.GVK{Version: "v1", Kind: "ConfigMap"}, Name: "cm", Namespace: "ns"},
-			From: &history.State{RsyncStatus: "Applied", ClusterStatus: "Present", Ready: &yes, ReadyStatus: "Ready"},
-			To:   &history.State{RsyncStatus: "Applied", ClusterStatus: "NotPresent", Ready: new(bool), ReadyStatus: "NotPresent"}, Reason: "r"},
+			From: &history.State{RsyncStatus: "Applied", ClusterStatus: "Present", Ready: &sp.yes, ReadyStatus: "Ready", SyncStatus: "Synced"},
+			To:   &history.State{RsyncStatus: "Applied", ClusterStatus: "NotPresent", Ready: new(bool), ReadyStatus: "NotPresent", SyncStatus: "Missing"}, Reason: "r"},
+			{Seq: 3, Time: time.Unix(1e9, 0).UTC(), Kind: history.KindHeal, Instance: "1", App: "a", ClusterProvider: "cp", Cluster: "c1",
+				Resource: &history.Resource{GVK: status.GVK{Version: "v1", Kind: "ConfigMap"}, Name: "cm"}, Reason: "re-applied by sync: it was Missing",
+				By: "sync", Heals: 1},
+			{Seq: 4, Time: time.Unix(1e9, 0).UTC(), Kind: history.KindAdopt, Instance: "1", App: "a", ClusterProvider: "cp", Cluster: "c1",
+				Resource: &history.Resource{GVK: status.GVK{Version: "v1", Kind: "ConfigMap"}, Name: "cm"}, AdoptedFrom: "Helm release ns/web"},
 			{Seq: 1, Time: time.Unix(1e9, 0).UTC(), Kind: history.KindAction, From: &history.State{State: "Approved"}, To: &history.State{State: "Instantiated", Status: "Instantiating"}}}},
 		"Overview": status.Overview{DeploymentIntentGroups: []status.Summary{{Kind: "dig", Project: "p", CompositeApp: "ca", Version: "v1", Name: "dig",
 			StatusURL: "/v2/…/status", State: "Instantiated", Status: "Instantiated", Instance: "1", Ready: false, ReadyStatus: "Pending",
 			ReadyCounts: map[string]int{"Ready": 1, "NotPresent": 1}, Total: 2, ReadyCount: 1,
 			Apps: []status.AppSummary{{Name: "a", Clusters: []status.ClusterSummary{{ClusterProvider: "cp", Cluster: "c1", ReadyStatus: "Pending",
-				Total: 2, ReadyCount: 1, Connectivity: "Available", Monitor: "Running"}}}},
+				Total: 2, ReadyCount: 1, Connectivity: "Available", Monitor: "Running", Drifted: 1}}}},
 			NotReady: []status.NotReady{{App: "a", ClusterProvider: "cp", Cluster: "c1", GVK: status.GVK{Version: "v1", Kind: "ConfigMap"}, Name: "cm",
-				ClusterStatus: "NotPresent", ReadyStatus: "NotPresent", Reason: "r"}}, NotReadyCount: 1}},
+				ClusterStatus: "NotPresent", ReadyStatus: "NotPresent", Reason: "r"}}, NotReadyCount: 1, SyncCounts: map[string]int{"Missing": 1}}},
 			Instances: []status.Summary{{Kind: "instance", ID: "123", Name: "rel", RBName: "rb", RBVersion: "v1", ProfileName: "p", CloudRegion: "r",
-				StatusURL: "/v1/instance/123/status", ReadyCounts: map[string]int{}, Apps: []status.AppSummary{}, NotReady: []status.NotReady{}}}},
+				StatusURL: "/v1/instance/123/status", ReadyCounts: map[string]int{}, Apps: []status.AppSummary{}, NotReady: []status.NotReady{},
+				SyncCounts: map[string]int{}}}},
 		"ClusterOverview": status.ClusterOverview{Replica: "r1", Clusters: []status.ClusterState{{ClusterProvider: "cp", Cluster: "c1",
 			Connectivity: "Available", Monitor: "Running", LastSeen: "2026-01-01T10:00:00Z", Reason: "r", Contexts: 2, WatcherOwner: "r1"}}},
 		"InstanceList": status.Instances{Name: "dig", Project: "p", CompositeApp: "ca", Version: "v1", Instances: []string{"1", "2"}},
-		"InstanceStatus": status.InstanceStatus{Request: req, Ready: true, ResourceCount: 1, ResourcesStatus: []status.ResourceStatus{{
+		"InstanceStatus": status.InstanceStatus{Request: sp.req, Ready: true, ResourceCount: 1, ResourcesStatus: []status.ResourceStatus{{
 			Name: "web", GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Status: []byte(`{"replicas":1}`),
-			ReadyStatus: "Ready", Reason: "r"}}},
+			ReadyStatus: "Ready", Reason: "r", SyncStatus: "Synced"}}, SyncCounts: map[string]int{"Synced": 1}},
+		"SyncResult": syncResultSample(),
 	}
+}
+
+// The schemas describe what the handlers really send: a fully populated
+// value of each Go type, marshalled, must validate against its schema and
+// use no property the schema does not declare (so a renamed JSON field
+// fails here rather than in a client).
+func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	sp := newSampleParts()
+	samples := catalogueSamples(sp)
+	maps.Copy(samples, answerSamples(sp))
 	for name, v := range samples {
 		t.Run(name, func(t *testing.T) {
 			ref := doc.Components.Schemas[name]
@@ -382,4 +424,11 @@ func collect(s *openapi3.Schema, props map[string]*openapi3.Schema, additional *
 	for _, sub := range s.AllOf {
 		collect(sub.Value, props, additional, open)
 	}
+}
+
+func syncResultSample() deploy.SyncResult {
+	t := deploy.SyncTarget{App: "a", ClusterProvider: "cp", Cluster: "c1", Name: "cm", Namespace: "ns", SyncStatus: "Missing",
+		SyncReason: "applied, but not found on the cluster"}
+	t.GVK.Version, t.GVK.Kind = "v1", "ConfigMap"
+	return deploy.SyncResult{Instance: "1", Resources: []deploy.SyncTarget{t}}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -29,6 +30,11 @@ type Deployer interface {
 	Migrate(ctx context.Context, dig catalog.Key, targetVersion, targetDIG string) error
 	Terminate(ctx context.Context, dig catalog.Key) error
 	Stop(ctx context.Context, dig catalog.Key) error
+	// SyncDIG re-applies what drifted (narrowed by app, cluster,
+	// resource); SetSyncPolicy makes a PUT's spec.syncPolicy take effect
+	// at once.
+	SyncDIG(ctx context.Context, dig catalog.Key, filter url.Values) (deploy.SyncResult, error)
+	SetSyncPolicy(ctx context.Context, dig catalog.Key, spec catalog.DIGSpec) error
 	ApplyNetworks(ctx context.Context, provider, cluster string) (string, error)
 	TerminateNetworks(ctx context.Context, provider, cluster string) error
 }
@@ -57,7 +63,7 @@ var (
 	vGPI      = append(append([]string{}, vDIG...), "genericPlacementIntent")
 )
 
-func (s *server) v2Routes(r *mux.Router) {
+func (s *server) v2Routes(r *mux.Router) { //nolint:funlen // route table
 	cat := s.opts.Catalog
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.ClusterProviders),
 		collection: pProviders, item: pProvider, itemVars: vProvider})
@@ -153,6 +159,7 @@ func (s *server) v2Routes(r *mux.Router) {
 			}
 			return nil
 		},
+		afterWrite:   s.digWritten,
 		afterCreate:  s.digCreated,
 		beforeDelete: s.lockDIGForDelete,
 		abortDelete: func(ctx context.Context, key catalog.Key) error {
@@ -181,6 +188,7 @@ func (s *server) v2Routes(r *mux.Router) {
 		for _, a := range []string{"approve", "instantiate", "terminate", "stop", "update"} {
 			r.HandleFunc(pDIG+"/"+a, s.handle(s.digAction(a))).Methods(http.MethodPost)
 		}
+		s.digSyncRoute(r)
 		r.HandleFunc(pCluster+"/apply", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 			v := mux.Vars(r)
 			if _, err := s.opts.Deploy.ApplyNetworks(r.Context(), v["clusterProvider"], v["cluster"]); err != nil {

@@ -41,11 +41,23 @@ func (b *builder) applyStatus(v []byte) error {
 
 // applyPlacementKey applies one key below /ctx/<id>/:
 // app/<app>/cluster/<ref>/res/<Kind>/<ns>/<name>/{manifest,status},
-// app/<app>/cluster/<ref>/bundle or blob/<sha256>/<chunk>. Unknown keys
+// app/<app>/cluster/<ref>/bundle, heal or blob/<sha256>/<chunk>. Unknown keys
 // are ignored. Call resolve after a batch of keys.
 func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 	if blobKey, ok := strings.CutPrefix(rest, "blob/"); ok {
 		b.applyBlobKey(blobKey, v, deleted)
+		return nil
+	}
+	if rest == "heal" {
+		if deleted {
+			b.ctx.Heal = nil
+			return nil
+		}
+		var req HealRequest
+		if err := json.Unmarshal(v, &req); err != nil {
+			return fmt.Errorf("sync request: %w", err)
+		}
+		b.ctx.Heal = &req
 		return nil
 	}
 	parts := strings.Split(rest, "/")

@@ -56,9 +56,6 @@ func (c *Cache) OnChange(f func(groups []string)) {
 	c.onChange = append(c.onChange, f)
 }
 
-// Ready is closed once the cache holds a complete copy.
-func (c *Cache) Ready() <-chan struct{} { return c.ready }
-
 // Run loads the cache and follows changes until ctx ends (etcdwatch: a
 // failed load is retried, and after a gap in the watch only what changed
 // meanwhile is applied); once it had a gap, every group is reported
@@ -132,13 +129,6 @@ func (c *Cache) advanceLocked(rev int64) {
 		close(c.revCh)
 		c.revCh = make(chan struct{})
 	}
-}
-
-// Revision is the etcd revision the cache reflects.
-func (c *Cache) Revision() int64 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.rev
 }
 
 // WaitRevision returns once the cache reflects every etcd change up to
@@ -313,6 +303,26 @@ func (c *Cache) Groups(ctx context.Context) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// Latest is the id of the group's newest context ("" when it has none),
+// once the cache is loaded.
+func (c *Cache) Latest(ctx context.Context, group string) (string, error) {
+	if err := c.waitLoaded(ctx); err != nil {
+		return "", err
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var latest *Context
+	for _, b := range c.contexts {
+		if m := b.ctx.Meta; m.Group == group && m.ID != "" && (latest == nil || m.Created.After(latest.Meta.Created)) {
+			latest = b.ctx
+		}
+	}
+	if latest == nil {
+		return "", nil
+	}
+	return latest.Meta.ID, nil
 }
 
 // ClusterStates returns a copy of every cluster state the watchers stored,

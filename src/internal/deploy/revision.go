@@ -225,10 +225,10 @@ func (s *Service) Migrate(ctx context.Context, dig catalog.Key, targetVersion, t
 		Project: target[0], CompositeApp: target[1], Version: target[2], DIG: target[3],
 		CompositeProfile: tobj.Spec.CompositeProfile, Namespace: pl.namespace, LogicalCloud: pl.cloud,
 		StatusID: old.Meta.StatusID, Created: s.opts.Now(), FieldValidation: tobj.Spec.FieldValidation,
-		Revision: 1, Dependencies: pl.deps,
+		Revision: 1, Dependencies: pl.deps, SyncPolicy: PolicyOf(tobj.Spec),
 	}
 	if err := s.opts.Contexts.Create(ctx, meta, appcontext.Status{Status: appcontext.Instantiating, Updated: s.opts.Now()},
-		mergeForUpdate(old, pl.placements)); err != nil {
+		appcontext.MergeForUpdate(old, pl.placements)); err != nil {
 		return fmt.Errorf("record context: %w", err)
 	}
 	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, dayTwoFrom, s.action(catalog.StateTerminated, old.Meta.ID), ""); err != nil {

@@ -160,6 +160,7 @@ func TestConsoleFollowsAClusterInTheBrowser(t *testing.T) {
 	took := see(t, ctx, 60*time.Second, "the drill-down shows the ConfigMap NotPresent", cmRow+`[data-cluster-status="NotPresent"]`)
 	t.Logf("ConfigMap deleted in cluster1 → shown NotPresent in the open page after %s (target < 60s)", took.Round(time.Millisecond))
 	see(t, ctx, 30*time.Second, "the timeline shows the move", `#timeline li[data-resource="ConfigMap/cache-config"][data-cluster="cp+cluster1"][data-to="NotPresent"]`)
+	see(t, ctx, 30*time.Second, "the drill-down shows the ConfigMap Missing (desired against live)", cmRow+`[data-sync-status="Missing"]`)
 	if marker, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.argusMarker || ""`)); err != nil || marker != "same page" {
 		t.Fatalf("the page was reloaded (marker %q, %v)", marker, err)
 	}
@@ -170,6 +171,7 @@ func TestConsoleFollowsAClusterInTheBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	see(t, ctx, 60*time.Second, "the overview lists the ConfigMap as not ready", row+`[data-ready="false"] li[data-resource="ConfigMap/cache-config"]`)
+	see(t, ctx, 30*time.Second, "the overview's sync badge says one drifted", row+` td.sync .badge.bad`)
 	screenshot(t, ctx, "overview-notpresent")
 	t.Logf("deletion → overview shows it: %s", time.Since(deleted).Round(time.Millisecond))
 

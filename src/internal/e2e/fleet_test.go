@@ -206,17 +206,6 @@ func (o *orch) registerPull(provider, name string) string {
 	return answer.JoinToken
 }
 
-// digStatus GETs a DIG's status with the query.
-func (o *orch) digStatus(dig, query string) status.Response {
-	o.t.Helper()
-	body := o.must(200, "GET", dig+"/status?"+query, nil)
-	var r status.Response
-	if err := json.Unmarshal([]byte(body), &r); err != nil {
-		o.t.Fatalf("decode status: %v\n%s", err, body)
-	}
-	return r
-}
-
 // waitCond polls cond (deadline d) and returns how long it took.
 func waitCond(t testing.TB, d time.Duration, what string, cond func() (bool, string)) time.Duration {
 	t.Helper()

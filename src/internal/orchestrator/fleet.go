@@ -6,12 +6,8 @@ import (
 	"net/http"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/fleet/hub"
 	"github.com/argus-mc/argus/src/internal/fleet/join"
-	"github.com/argus-mc/argus/src/internal/ownership"
 )
 
 // FleetOptions configures pull clusters (fleet mode, docs/fleet.md).
@@ -37,48 +33,48 @@ const kindPullClusters = "pullclusters"
 type fleet struct {
 	join *join.Service
 	hub  *hub.Hub
-	stop func() // stops the join service's watch and waits for it
 }
 
-// startFleet builds the fleet side and loads the pull clusters' records
-// before anything may dial a cluster: a pull cluster must never get a
-// watcher. The hub runs with the other background work; its keepers are
-// shared among replicas as kindPullClusters.
-func (a *App) startFleet(ctx context.Context, cli *clientv3.Client, contexts *appcontext.Store, cache *appcontext.Cache, replicas *ownership.Set) (*fleet, error) {
-	js, err := join.New(join.Options{Client: cli, Prefix: a.opts.EtcdPrefix, TokenTTL: a.opts.Fleet.JoinTokenTTL,
+// buildFleet is the fleet part of the work phase, before rsync (which
+// hands pull clusters' placements to the hub) and the watchers (which
+// never dial a pull cluster). The pull clusters' records are loaded here,
+// before anything may ask whether a cluster is one; the hub runs with the
+// other background work, its keepers shared among replicas as
+// kindPullClusters; its streams end before the API's server drains (serve).
+func (a *App) buildFleet(ctx context.Context, life *lifecycle, st *stores, w *work) error {
+	js, err := join.New(join.Options{Client: st.etcd.Client, Prefix: a.opts.EtcdPrefix, TokenTTL: a.opts.Fleet.JoinTokenTTL,
 		Logger: a.log.WithField("component", "join")})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	keepers := &lateHandler{}
-	h, err := hub.New(hub.Options{Client: cli, Contexts: contexts, Observed: cache, Credentials: js, Prefix: a.opts.EtcdPrefix,
-		Replica: a.opts.ReplicaID, Claims: replicas.Kind(kindPullClusters, keepers), LeaseTTL: a.opts.LeaseTTL,
+	keepers := st.replicas.Kind(kindPullClusters, nil)
+	h, err := hub.New(hub.Options{Client: st.etcd.Client, Contexts: w.contexts, Observed: w.cache, Credentials: js, Prefix: a.opts.EtcdPrefix,
+		Replica: a.opts.ReplicaID, Claims: keepers, LeaseTTL: a.opts.LeaseTTL,
 		UnreachableAfter: a.opts.Fleet.UnreachableAfter, SilentAfter: a.opts.MonitorSilentAfter, Heartbeat: a.opts.Fleet.Heartbeat,
 		MaxAgents: a.opts.Fleet.MaxAgents, Registerer: a.opts.Registry, Logger: a.log.WithField("component", "fleet")})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	keepers.set(h.Acquired, h.Released)
+	keepers.Handle(h)
+	w.fleet = &fleet{join: js, hub: h}
 	jctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- js.Run(jctx) }()
-	f := &fleet{join: js, hub: h, stop: func() {
+	stop := func() error {
 		cancel()
-		if err := <-done; err != nil {
-			a.log.WithError(err).Warn("pull clusters' records stopped")
-		}
-	}}
+		return <-done
+	}
+	life.onStop("pull clusters' records", stop)
 	select {
 	case <-js.Ready():
-		return f, nil
 	case err := <-done:
 		done <- err
-		f.stop()
-		return nil, errors.Join(errors.New("orchestrator: load the pull clusters"), err)
+		return errors.Join(errors.New("orchestrator: load the pull clusters"), err)
 	case <-ctx.Done():
-		f.stop()
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
+	life.add("fleet hub", h.Run, nil)
+	return nil
 }
 
 // serveHTTP2 lets the API's server carry the agents' gRPC streams:

@@ -11,6 +11,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/health"
+	"github.com/argus-mc/argus/src/internal/syncstate"
 )
 
 // Overview is every deployment intent group and v1 instance with a summary
@@ -56,6 +57,8 @@ type Summary struct {
 	// NotReadyCount says how many there are.
 	NotReady      []NotReady `json:"not-ready"`
 	NotReadyCount int        `json:"not-ready-count"`
+	// SyncCounts counts the resources by sync state (desired against live).
+	SyncCounts map[string]int `json:"sync-counts"`
 }
 
 // MaxNotReady bounds the not-ready resources one Summary lists.
@@ -78,6 +81,8 @@ type ClusterSummary struct {
 	ReadyCount      int    `json:"ready-count"`
 	Connectivity    string `json:"connectivity,omitempty"`
 	Monitor         string `json:"monitor,omitempty"`
+	// Drifted counts its resources OutOfSync or Missing.
+	Drifted int `json:"drifted,omitempty"`
 }
 
 // NotReady is one resource that is not Ready, and why.
@@ -133,7 +138,7 @@ func (r *Reader) Overview(ctx context.Context) (Overview, error) {
 // summarise fills s from the context's type=cluster answer. A context not
 // (or no longer) stored leaves the summary without one.
 func (r *Reader) summarise(ctx context.Context, header Header, st catalog.DIGState, id string, s *Summary) error {
-	s.ReadyCounts, s.Apps, s.NotReady = map[string]int{}, []AppSummary{}, []NotReady{}
+	s.ReadyCounts, s.Apps, s.NotReady, s.SyncCounts = map[string]int{}, []AppSummary{}, []NotReady{}, map[string]int{}
 	if id == "" {
 		return nil
 	}
@@ -141,6 +146,7 @@ func (r *Reader) summarise(ctx context.Context, header Header, st catalog.DIGSta
 		if in.Context == nil {
 			return
 		}
+		in.withRsync = true // the drift count needs each resource's rsync status
 		resp := Build(in, Query{Type: TypeCluster, Output: OutputAll})
 		s.Instance, s.Status = in.Context.Meta.ID, in.Context.Status.Status
 		s.Ready = resp.Ready != nil && *resp.Ready
@@ -154,6 +160,12 @@ func (r *Reader) summarise(ctx context.Context, header Header, st catalog.DIGSta
 				for _, res := range c.Resources {
 					cs.Total++
 					s.ReadyCounts[res.ReadyStatus]++
+					if res.SyncStatus != "" {
+						s.SyncCounts[res.SyncStatus]++
+					}
+					if syncstate.Drifted(res.RsyncStatus, res.SyncStatus) {
+						cs.Drifted++
+					}
 					statuses = append(statuses, health.Status(res.ReadyStatus))
 					if res.ReadyStatus == string(health.Ready) {
 						cs.ReadyCount++

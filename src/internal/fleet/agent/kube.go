@@ -133,7 +133,7 @@ func (k *KubeCluster) Apply(w Work) { k.enqueue(func(ctx context.Context) { k.ap
 // Forget queues the forgetting of a placement (Cluster).
 func (k *KubeCluster) Forget(key WorkKey) {
 	k.enqueue(func(context.Context) {
-		k.engine.Stop(localID(key))
+		k.engine.Release(localID(key))
 		k.store.remove(key)
 	})
 }
@@ -178,21 +178,23 @@ func (k *KubeCluster) work(ctx context.Context) {
 // what changed since), a deletion preempts anything.
 func (k *KubeCluster) apply(ctx context.Context, w Work) {
 	id := localID(w.Key)
-	k.engine.Stop(id)
+	k.engine.Release(id)
 	isNew := k.store.put(w)
+	kind := rsync.WorkUpdate
 	switch {
 	case w.Delete:
-		k.engine.Terminate(id, id)
+		kind = rsync.WorkDelete
 	case isNew && !w.Update && !k.installed(ctx, w): // an installation: Helm's install hooks run
-		k.engine.Instantiate(id, id)
-	default:
-		k.engine.Update(id, id)
+		kind = rsync.WorkInstall
 	}
+	quiet := k.engine.Run(id, id, kind)
 	k.running.Add(1)
 	go func() {
 		defer k.running.Done()
-		if k.engine.Idle(ctx, id) == nil {
+		select {
+		case <-quiet:
 			k.store.r.Progress(w.Key, w.Generation, true, false)
+		case <-ctx.Done():
 		}
 	}()
 }

@@ -66,9 +66,16 @@ func (s *localStore) put(w Work) bool {
 		}
 	}
 	l.gen = w.Generation
+	group := w.Group
+	if group == "" {
+		group = id
+	}
+	// The engine chains actions by the local id (each placement runs on
+	// its own); Meta.Group is the deployment's, which rsync writes as the
+	// objects' owner and checks before applying over one.
 	l.ctx = appcontext.Context{
-		Meta: appcontext.Meta{ID: id, Kind: "fleet", Group: id, Namespace: w.Namespace, StatusID: w.StatusID,
-			FieldValidation: w.FieldValidation},
+		Meta: appcontext.Meta{ID: id, Kind: "fleet", Group: group, Namespace: w.Namespace, StatusID: w.StatusID,
+			FieldValidation: w.FieldValidation, SyncPolicy: appcontext.SyncPolicy{Adopt: w.Adopt}},
 		Status:     l.ctx.Status,
 		Placements: []*appcontext.Placement{p},
 	}

@@ -23,7 +23,11 @@ type Work struct {
 	// Delete asks for the placement's deletion; Update says it comes
 	// from an update (Helm's install hooks do not run).
 	Delete, Update bool
-	Resources      []Resource
+	// Group is the deployment the placement belongs to (the owner rsync
+	// writes on objects); Adopt lets it adopt objects that allow it.
+	Group     string
+	Adopt     bool
+	Resources []Resource
 }
 
 // Resource is one object of a placement, its manifest filled in.

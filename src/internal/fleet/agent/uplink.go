@@ -76,7 +76,7 @@ func (u *uplink) Statuses(k WorkKey, gen int64, statuses map[string]appcontext.R
 	}
 	for key, st := range statuses {
 		r := &pb.ResourceReport{Key: key, Status: st.Status, Error: st.Error, Warnings: st.Warnings, Manifest: st.Manifest,
-			Attempts: int32(st.Attempts)}
+			Attempts: int32(st.Attempts), Fields: st.Fields, Adopted: st.Adopted}
 		if !st.Updated.IsZero() {
 			r.UpdatedUnixNano = st.Updated.UnixNano()
 		}

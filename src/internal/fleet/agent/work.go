@@ -159,7 +159,7 @@ func (s *workState) askedAny(it *pb.WorkItem) bool {
 // notes (in missing) those to ask for.
 func (s *workState) resolve(it *pb.WorkItem, missing map[string]map[string]bool) (Work, bool) {
 	w := Work{Key: keyOf(it), Generation: it.GetGeneration(), StatusID: it.GetStatusId(), Namespace: it.GetNamespace(),
-		FieldValidation: it.GetFieldValidation(), Delete: it.GetDelete(), Update: it.GetUpdate()}
+		FieldValidation: it.GetFieldValidation(), Delete: it.GetDelete(), Update: it.GetUpdate(), Group: it.GetGroup(), Adopt: it.GetAdopt()}
 	ok := true
 	for _, r := range it.GetResources() {
 		data, have := s.blobs[r.GetSha256()]

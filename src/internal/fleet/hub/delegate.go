@@ -27,6 +27,7 @@ const maxWorkRecord = 1 << 20
 func (h *Hub) Publish(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, kind rsync.WorkKind) (int64, error) {
 	rec := workRecord{Context: c.Meta.ID, App: p.App, StatusID: c.Meta.StatusID, Namespace: c.Meta.Namespace,
 		FieldValidation: c.Meta.FieldValidation, Delete: kind == rsync.WorkDelete, Update: kind == rsync.WorkUpdate,
+		Group: c.Meta.Group, Adopt: c.Meta.SyncPolicy.Adopt,
 		Resources: make([]workResource, 0, len(p.Resources))}
 	for _, r := range p.Resources {
 		wr := workResource{Group: r.GVK.Group, Version: r.GVK.Version, Kind: r.GVK.Kind, Name: r.Name, Namespace: r.Namespace, Removed: r.Removed,

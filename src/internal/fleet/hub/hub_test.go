@@ -261,7 +261,7 @@ func TestAgentResumesFromItsRevision(t *testing.T) {
 	waitFor(t, "the agent disconnected", func() bool { return !a.Connected() })
 	p := c.Placement("b", edge)
 	p.Resources = []appcontext.Resource{configMap("b", "two")}
-	if err := f.store.ReplacePlacement(t.Context(), c.Meta.ID, p); err != nil {
+	if err := f.store.Replace(t.Context(), c.Meta.ID, []*appcontext.Placement{p}, nil, c.Status); err != nil {
 		t.Fatal(err)
 	}
 	if c, err = f.store.Get(t.Context(), c.Meta.ID); err != nil {

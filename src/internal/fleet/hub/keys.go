@@ -62,6 +62,8 @@ type workRecord struct {
 	FieldValidation string         `json:"fieldValidation,omitempty"`
 	Delete          bool           `json:"delete,omitempty"`
 	Update          bool           `json:"update,omitempty"`
+	Group           string         `json:"group,omitempty"`
+	Adopt           bool           `json:"adopt,omitempty"`
 	Resources       []workResource `json:"resources"`
 }
 

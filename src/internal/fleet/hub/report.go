@@ -19,6 +19,7 @@ import (
 // it says is bounded as a push cluster's bundles are (watcher.CheckBundle).
 const (
 	maxReason      = 4096
+	maxHash        = 128
 	maxWarnings    = 32
 	maxReportItems = 10000
 )
@@ -150,7 +151,7 @@ func (s *session) placement(pr *pb.PlacementReport, w *writes) error {
 // resourceStatus checks and converts one resource's reported status.
 func resourceStatus(rr *pb.ResourceReport) (appcontext.ResourceStatus, error) {
 	st := appcontext.ResourceStatus{Status: rr.GetStatus(), Error: rr.GetError(), Warnings: rr.GetWarnings(),
-		Manifest: rr.GetManifest(), Attempts: int(rr.GetAttempts())}
+		Manifest: rr.GetManifest(), Attempts: int(rr.GetAttempts()), Fields: rr.GetFields(), Adopted: rr.GetAdopted()}
 	switch {
 	case !rsyncStatuses[st.Status]:
 		return st, fmt.Errorf("status %.40q is not an rsync status", st.Status)
@@ -162,6 +163,8 @@ func resourceStatus(rr *pb.ResourceReport) (appcontext.ResourceStatus, error) {
 		return st, fmt.Errorf("its manifest is not a sha256")
 	case st.Attempts < 0:
 		return st, fmt.Errorf("its attempts are negative")
+	case len(st.Fields) > maxHash || len(st.Adopted) > maxReason || !utf8.ValidString(st.Adopted):
+		return st, fmt.Errorf("its fields hash or former owner is too long or not UTF-8")
 	}
 	for _, w := range st.Warnings {
 		if len(w) > maxReason || !utf8.ValidString(w) {

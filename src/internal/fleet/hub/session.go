@@ -516,7 +516,7 @@ func decodeWork(value []byte, gen int64) (*pb.WorkItem, *item, error) {
 		return nil, nil, err
 	}
 	wi := &pb.WorkItem{ContextId: rec.Context, App: rec.App, Generation: gen, StatusId: rec.StatusID, Namespace: rec.Namespace,
-		FieldValidation: rec.FieldValidation, Delete: rec.Delete, Update: rec.Update}
+		FieldValidation: rec.FieldValidation, Delete: rec.Delete, Update: rec.Update, Group: rec.Group, Adopt: rec.Adopt}
 	it := &item{gen: gen, statusID: rec.StatusID, del: rec.Delete, keys: map[string]bool{}, blobs: map[string]bool{}}
 	for _, r := range rec.Resources {
 		res := &pb.Resource{Group: r.Group, Version: r.Version, Kind: r.Kind, Name: r.Name,
