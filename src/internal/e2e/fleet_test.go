@@ -268,7 +268,7 @@ func shape(c status.Cluster) string {
 		if r.GVK.Kind == "Pod" {
 			name = "*"
 		}
-		res = append(res, fmt.Sprintf("%s/%s/%s %s %s %s", r.GVK.Group, r.GVK.Kind, name, r.ClusterStatus, r.ReadyStatus, r.Namespace))
+		res = append(res, fmt.Sprintf("%s/%s/%s %s %s %s sync=%s", r.GVK.Group, r.GVK.Kind, name, r.ClusterStatus, r.ReadyStatus, r.Namespace, r.SyncStatus))
 	}
 	sort.Strings(res)
 	return fmt.Sprintf("ready=%v %s monitor=%s last-seen-set=%v [%s]", c.Ready != nil && *c.Ready, c.Connectivity, c.Monitor, c.LastSeen != "", strings.Join(res, "; "))
@@ -314,6 +314,7 @@ func TestFleet(t *testing.T) {
 	})
 	t.Logf("instantiate → Applied and Ready on 1 push and 2 pull clusters: %s", time.Since(start).Round(10*time.Millisecond))
 	r := o.digStatus(fleetDIG, "type=cluster")
+	t.Logf("sink on pull01: %s", shape(clusterView(r, "pull01")["sink"]))
 	for _, app := range vfwApps {
 		want := shape(clusterView(r, "push01")[app])
 		for _, cl := range []string{"pull01", "pull02"} {
