@@ -437,10 +437,15 @@ func TestEveryKindIsTrackedThroughCreateUpdateDelete(t *testing.T) {
 		})
 		deletes = append(deletes, time.Since(start))
 	}
-	t.Logf("delay to the bundle over %d kinds: create median %s max %s; update median %s max %s; delete median %s max %s (target < 1s)",
+	t.Logf("delay to the bundle over %d kinds: create median %s max %s; update median %s max %s; delete median %s max %s (target < 1s; each median fails over 5s)",
 		len(objs), median(creates).Round(time.Millisecond), maxOf(creates).Round(time.Millisecond),
 		median(updates).Round(time.Millisecond), maxOf(updates).Round(time.Millisecond),
 		median(deletes).Round(time.Millisecond), maxOf(deletes).Round(time.Millisecond))
+	for what, l := range map[string][]time.Duration{"create": creates, "update": updates, "delete": deletes} {
+		if m := median(l); m > 5*time.Second { // 5× the target: CI headroom; docs/benchmarks.md keeps the 1 s
+			t.Errorf("%s to the bundle: median %s, want under 1s (fails over 5s)", what, m)
+		}
+	}
 	eventually(t, "empty bundle", func() (bool, string) {
 		rbs, _ := getBundle(t, ns, "app-1")
 		// The Job's and workloads' pods carry no bundle label, so nothing remains.
@@ -823,8 +828,11 @@ func TestIsolatedChangeDelay(t *testing.T) {
 		})
 		delays = append(delays, time.Since(start))
 	}
-	t.Logf("isolated change to the bundle: median %s, max %s over %d changes (target < 1s)",
+	t.Logf("isolated change to the bundle: median %s, max %s over %d changes (target < 1s; fails over 5s)",
 		median(delays).Round(time.Millisecond), maxOf(delays).Round(time.Millisecond), len(delays))
+	if m := median(delays); m > 5*time.Second { // 5× the target: CI headroom; docs/benchmarks.md keeps the 1 s
+		t.Errorf("isolated change to the bundle: median %s, want under 1s", m)
+	}
 }
 
 var update = flag.Bool("update", false, "rewrite generated docs")

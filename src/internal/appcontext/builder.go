@@ -25,17 +25,24 @@ func newBuilder() *builder {
 	return &builder{ctx: &Context{}, byPlacement: map[string]*Placement{}, blobs: map[string]*blob{}}
 }
 
+// applyMeta and applyStatus decode into a fresh value and then replace
+// the old one: decoding in place would reuse the old value's slices and
+// maps, which answers built from the cache may still be reading.
 func (b *builder) applyMeta(v []byte) error {
-	if err := json.Unmarshal(v, &b.ctx.Meta); err != nil {
+	var m Meta
+	if err := json.Unmarshal(v, &m); err != nil {
 		return fmt.Errorf("meta: %w", err)
 	}
+	b.ctx.Meta = m
 	return nil
 }
 
 func (b *builder) applyStatus(v []byte) error {
-	if err := json.Unmarshal(v, &b.ctx.Status); err != nil {
+	var st Status
+	if err := json.Unmarshal(v, &st); err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
+	b.ctx.Status = st
 	return nil
 }
 

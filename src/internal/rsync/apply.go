@@ -41,7 +41,7 @@ func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.
 			return err
 		}
 	}
-	rec := newRecorder(e.store, c, names, log)
+	rec := newRecorder(e.ctx, e.store, c, names, log, finalFlushTimeout)
 	mode := c.Meta.FieldValidation
 	if mode == "" {
 		mode = e.opts.FieldValidation

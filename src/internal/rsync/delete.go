@@ -29,7 +29,7 @@ func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error
 			return err
 		}
 	}
-	rec := newRecorder(e.store, c, deleteNames, log)
+	rec := newRecorder(e.ctx, e.store, c, deleteNames, log, finalFlushTimeout)
 	gone := make(map[*appcontext.Placement]chan struct{}, len(c.Placements))
 	for _, p := range c.Placements {
 		gone[p] = make(chan struct{})

@@ -43,7 +43,7 @@ func (e *Engine) heal(ctx context.Context, id string, log *logrus.Entry, firstPa
 		firstPass()
 		return nil
 	}
-	rec := newRecorder(e.opts.Store, c, syncNames(c.Status.Status), log)
+	rec := newRecorder(e.ctx, e.opts.Store, c, syncNames(c.Status.Status), log, finalFlushTimeout)
 	mode := c.Meta.FieldValidation
 	if mode == "" {
 		mode = e.opts.FieldValidation
