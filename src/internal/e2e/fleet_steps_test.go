@@ -3,7 +3,9 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"syscall"
@@ -156,7 +158,9 @@ func fleetStream(t *testing.T, o *orch, cred, cluster string) (pb.Fleet_ConnectC
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.Send(&pb.AgentMessage{Body: &pb.AgentMessage_Hello{Hello: &pb.Hello{ClusterProvider: "fleet-cp", Cluster: cluster}}}); err != nil {
+	// io.EOF: the hub ended the stream first (a refused credential); the
+	// caller's Recv returns the status it ended with.
+	if err := stream.Send(&pb.AgentMessage{Body: &pb.AgentMessage_Hello{Hello: &pb.Hello{ClusterProvider: "fleet-cp", Cluster: cluster}}}); err != nil && !errors.Is(err, io.EOF) {
 		t.Fatal(err)
 	}
 	return stream, func() { cancel(); _ = cc.Close() }
@@ -305,6 +309,10 @@ func configVersion(t *testing.T, cs kubernetes.Interface, name string) string {
 // status answers again within the lease TTL plus 5 s.
 func (f *fleetTest) replicas(t *testing.T) {
 	const ttl = 10 * time.Second
+	// ha01's agent runs on pull01's cluster: pull01's agent (its work
+	// terminated) goes first, so one agent and one monitor own the
+	// cluster's ResourceBundleStates, as in a real fleet.
+	f.agents["pull01"].stop()
 	h := startHA(t, 3, "--fleet-unreachable-after=2s", "--lease-ttl="+ttl.String())
 	r1 := h.replicas[0].orch
 	r1.must(201, "POST", "/v2/cluster-providers", meta("fleet-cp"))
@@ -336,10 +344,11 @@ func (f *fleetTest) replicas(t *testing.T) {
 		}
 		return "", ""
 	}
-	waitCond(t, 2*time.Minute, "the DIG Ready on the pull cluster", func() (bool, string) {
+	ready := waitCond(t, 2*time.Minute, "the DIG Ready on the pull cluster", func() (bool, string) {
 		st, conn := podReady(r1)
 		return st == "Ready" && conn == "Available", st + " " + conn
 	})
+	t.Logf("instantiate → Ready on ha01 through the replicas: %s", ready.Round(10*time.Millisecond))
 	// The replica the agent streams to.
 	var holder *haReplica
 	waitCond(t, time.Minute, "one replica serves the agent", func() (bool, string) {

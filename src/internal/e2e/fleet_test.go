@@ -81,14 +81,40 @@ data:
 }
 
 // buildMonitor builds the monitor binary (agent mode is a flag of it).
-func buildMonitor(t testing.TB) string {
+// It returns at once; the returned function waits for the build (the
+// pull clusters start meanwhile) and returns the binary's path.
+func buildMonitor(t testing.TB) func() string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "monitor")
-	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/monitor").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build monitor: %v: %s", err, out)
+	var out strings.Builder
+	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/monitor")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	return bin
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { // a test that failed before waiting still reaps the build
+		select {
+		case <-done:
+		case <-time.After(2 * time.Minute):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	return func() string {
+		t.Helper()
+		select {
+		case err := <-done:
+			done <- err // for the cleanup
+			if err != nil {
+				t.Fatalf("go build monitor: %v: %s", err, out.String())
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("go build monitor: not done after 2m")
+		}
+		return bin
+	}
 }
 
 // preparePull installs what the agent's manifests bring (the CRD and the
@@ -276,9 +302,12 @@ func shape(c status.Cluster) string {
 
 func TestFleet(t *testing.T) {
 	t.Parallel()
+	began := time.Now()
+	built := buildMonitor(t)
 	pulls := testenv.Clusters(t, 2)
 	preparePull(t, pulls)
-	bin := buildMonitor(t)
+	bin := built()
+	t.Logf("two pull clusters started and the monitor built: %s", time.Since(began).Round(10*time.Millisecond))
 	startMonitors(t, sim) // the push cluster's monitor
 	db, prefix := stores.Database(t).Name(), stores.EtcdPrefix()
 	o := startOrchestrator(t, db, prefix, func(opts *orchestrator.Options) {
