@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -78,7 +79,10 @@ func New(opts Options) (*Agent, error) {
 		}
 		a.endpoints = append(a.endpoints, e)
 	}
-	a.http = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: a.endpoints[0].tls,
+	// No ServerName: the transport verifies each URL's own host (the
+	// first URL's name would fail every other replica's certificate).
+	a.http = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment,
+		TLSClientConfig:   &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: opts.RootCAs},
 		ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second}}
 	return a, nil
 }
