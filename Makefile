@@ -102,6 +102,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzProfileConfigResource -fuzztime $(FUZZTIME) ./src/internal/render
 	$(GO) test -run '^$$' -fuzz FuzzApply -fuzztime $(FUZZTIME) ./src/internal/gac
 	$(GO) test -run '^$$' -fuzz FuzzRollbackBody -fuzztime $(FUZZTIME) ./src/internal/api
+	$(GO) test -run '^$$' -fuzz FuzzReport -fuzztime $(FUZZTIME) ./src/internal/fleet/hub
 	$(GO) test -run '^$$' -fuzz FuzzHash -fuzztime $(FUZZTIME) ./src/internal/syncstate
 	$(GO) test -run '^$$' -fuzz FuzzReadEvents -fuzztime $(FUZZTIME) ./src/internal/client
 
@@ -119,7 +120,8 @@ $(GOLANGCI):
 
 # Regenerates the ResourceBundleState deepcopy code and CRD from the Go types
 # (src/apis); the monitor's integration test proves the CRD keeps every field.
-# Then the gRPC status notification code from its .proto: protoc from the
+# Then the gRPC code of the status notifications and of the fleet protocol
+# from their .proto files: protoc from the
 # distribution's protobuf-compiler package (installed here when missing, as
 # root with apt), the Go plugins at the versions go.mod's protobuf and grpc
 # take. The generated files are committed: building needs none of this.
@@ -137,6 +139,9 @@ generate:
 	protoc --plugin=protoc-gen-go=$(PROTO_BIN)/protoc-gen-go --plugin=protoc-gen-go-grpc=$(PROTO_BIN)/protoc-gen-go-grpc \
 		-I src/apis/statusnotify --go_out=src/apis/statusnotify --go_opt=paths=source_relative \
 		--go-grpc_out=src/apis/statusnotify --go-grpc_opt=paths=source_relative statusnotify.proto
+	protoc --plugin=protoc-gen-go=$(PROTO_BIN)/protoc-gen-go --plugin=protoc-gen-go-grpc=$(PROTO_BIN)/protoc-gen-go-grpc \
+		-I src/apis/fleet --go_out=src/apis/fleet --go_opt=paths=source_relative \
+		--go-grpc_out=src/apis/fleet --go-grpc_opt=paths=source_relative fleet.proto
 
 # Regenerates the generated parts of docs/ (the configuration reference).
 docs:

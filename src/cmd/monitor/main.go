@@ -3,6 +3,11 @@
 // with the state and readiness of the objects it selects. It heartbeats a
 // Lease so the orchestrator can tell a live cluster from a silent one.
 //
+// With --orchestrator it is also the cluster's agent (fleet mode, for a
+// cluster the orchestrator cannot dial): it joins with --join-token once,
+// keeps its own credential in the cluster, pulls its cluster's work over
+// one stream, applies it, and streams the status back (docs/fleet.md).
+//
 // Exit codes: 0 after a clean stop, 1 when it failed while running, 2 for
 // invalid configuration.
 package main
@@ -40,6 +45,7 @@ func main() {
 
 type settings struct {
 	opts       monitor.Options
+	agent      agentSettings
 	kubeconfig string
 	extraGVKs  string
 	listen     string
@@ -63,6 +69,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.DurationVar(&s.opts.MinWriteInterval, "min-write-interval", 500*time.Millisecond, "least time between two status writes of one bundle")
 	fs.IntVar(&s.opts.Workers, "workers", 2, "bundles synced in parallel")
 	fs.StringVar(&s.listen, "listen", ":8080", "address serving /healthz, /readyz and /metrics")
+	agentFlags(fs, &s.agent)
 	s.logFormat, s.logLevel = "json", "info"
 	fs.Var(config.OneOf{Value: &s.logFormat, Allowed: logging.Formats}, "log-format", "log format: json or text")
 	fs.Var(config.OneOf{Value: &s.logLevel, Allowed: logging.Levels}, "log-level", "log level: debug, info, warn or error")
@@ -114,6 +121,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.opts.Registerer = reg
 	s.opts.Logger = logrus.NewEntry(log)
+	if s.agent.orchestrator != "" {
+		return runAgent(ctx, &s, cfg, log, reg, stderr)
+	}
 	m, err := monitor.New(s.opts)
 	if err != nil {
 		fmt.Fprintln(stderr, err)

@@ -22,10 +22,12 @@ const Challenge = `Bearer realm="argus"`
 // none, and k8splugin's deployments probe /v1/healthcheck. The console's
 // page and files (/ and /console/…) hold no data — a browser cannot send a
 // bearer token when it loads a page; the page asks for the token and sends
-// it with every API call. /metrics is not among them; a scraper is
-// configured with the token.
+// it with every API call. A pull cluster's agent joins with its join
+// token, which authenticates that one call. /metrics is not among them; a
+// scraper is configured with the token.
 func isOpenPath(path string) bool {
-	return path == "/healthz" || path == "/readyz" || path == "/v1/healthcheck" || path == "/" || strings.HasPrefix(path, "/console/")
+	return path == "/healthz" || path == "/readyz" || path == "/v1/healthcheck" || path == "/" || strings.HasPrefix(path, "/console/") ||
+		path == pJoin
 }
 
 // authenticate refuses requests without a valid bearer token. It runs before

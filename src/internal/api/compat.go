@@ -25,8 +25,9 @@ func checkClusterSpec(raw json.RawMessage) error {
 	if g := strings.TrimSpace(string(spec.GitOps)); g == "" || g == "null" || g == "{}" {
 		return nil
 	}
-	return errdefs.Invalid("GitOps clusters (spec.gitOps) are not supported: Argus applies to a cluster with the " +
-		"kubeconfig uploaded in part \"file\"; register the cluster without spec.gitOps")
+	return errdefs.Invalid(`GitOps clusters (spec.gitOps) are not supported: register the cluster in pull mode, ` +
+		`JSON {"metadata":{"name":…},"spec":{"mode":"pull"}}, and run the Argus agent in it, which pulls its work from ` +
+		`the orchestrator without a git server (docs/fleet.md); or upload its kubeconfig in part "file" without spec.gitOps`)
 }
 
 // clusterWithLabels is an entry of EMCO's ?withLabels=true answer.

@@ -68,6 +68,9 @@ type crud[S any] struct {
 	// listView, when set, may answer a collection GET instead of the
 	// list (clusters ?label=); it reports whether it did.
 	listView func(r *http.Request) (any, bool, error)
+	// createJSON, when set with upload, serves a POST that is not a
+	// multipart upload (a cluster in pull mode has no kubeconfig).
+	createJSON handlerFunc
 }
 
 // specPeek decodes an object and keeps its spec as sent.
@@ -151,6 +154,11 @@ func (c crud[S]) check(obj *catalog.Object[S], urlKey []string) error {
 }
 
 func (c crud[S]) create(s *server, w http.ResponseWriter, r *http.Request) error {
+	if c.createJSON != nil {
+		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "multipart/form-data" {
+			return c.createJSON(s, w, r)
+		}
+	}
 	if c.files != nil {
 		return c.writeWithFiles(s, w, r, false)
 	}

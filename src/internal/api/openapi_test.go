@@ -35,6 +35,7 @@ type (
 	stubHistory   struct{ History }
 	stubOverview  struct{ OverviewReader }
 	stubReplicas  struct{ ReplicaSet }
+	stubFleet     struct{ Fleet }
 )
 
 func (stubStatus) DIG(context.Context, catalog.Key, url.Values) (any, error) { return nil, nil }
@@ -75,7 +76,7 @@ func routerOperations(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	s, err := newServer(Options{Catalog: cat, Deploy: stubDeployer{}, Clouds: stubClouds{}, Instances: stubInstances{}, Status: stubStatus{}, Subscriptions: stubSubs{},
-		History: stubHistory{}, Overview: stubOverview{}, Console: http.NotFoundHandler(), Replicas: stubReplicas{},
+		History: stubHistory{}, Overview: stubOverview{}, Console: http.NotFoundHandler(), Replicas: stubReplicas{}, Fleet: stubFleet{},
 		Tokens: tokenFunc(func(string) bool { return true })})
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +254,10 @@ func catalogueSamples(sp *sampleParts) map[string]any {
 		"AppIntent": catalog.Object[catalog.AppIntentSpec]{Metadata: sp.meta, Spec: catalog.AppIntentSpec{App: "a", Intent: catalog.PlacementIntent{
 			AllOf: []catalog.ClusterSelector{{ClusterProvider: "cp", Cluster: "c1"}},
 			AnyOf: []catalog.ClusterSelector{{ClusterProvider: "cp", ClusterLabel: "edge"}}}}},
-		"ClusterLabel":                   labelBody{ClusterLabel: "edge"},
+		"ClusterLabel": labelBody{ClusterLabel: "edge"},
+		"Cluster":      catalog.Object[catalog.ClusterSpec]{Metadata: sp.meta, Spec: catalog.ClusterSpec{Mode: catalog.ClusterModePull}},
+		"ClusterCreated": clusterAnswer{Object: catalog.Object[catalog.ClusterSpec]{Metadata: sp.meta, Spec: catalog.ClusterSpec{Mode: catalog.ClusterModePull}},
+			JoinToken: "abc.def", JoinTokenExpires: time.Unix(1, 0).UTC()},
 		"ConnectivityInfo":               sp.conn,
 		"ConnectivityInfoWithKubeconfig": connectivityView{ConnectivitySpec: sp.conn, Kubeconfig: "YXBpVmVyc2lvbjogdjE="},
 		"InstanceListItem":               instanceListItem{ID: "123", Request: sp.req, ReleaseName: "rel", Namespace: "ns"},

@@ -125,6 +125,10 @@ type Options struct {
 	// Consistency, when set, gives clients read-your-writes (see
 	// RevisionHeader); nil answers from the caches as they are.
 	Consistency Consistency
+	// Fleet, when set, registers clusters in pull mode and joins their
+	// agents (POST /v2/fleet/join, …/clusters/{c}/join-token); nil leaves
+	// pull mode out.
+	Fleet Fleet
 }
 
 // ArchiveChecker loads chart and profile archives as rendering will;

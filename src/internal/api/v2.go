@@ -67,10 +67,19 @@ func (s *server) v2Routes(r *mux.Router) { //nolint:funlen // route table
 	cat := s.opts.Catalog
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.ClusterProviders),
 		collection: pProviders, item: pProvider, itemVars: vProvider})
-	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.Clusters),
+	clusters := crud[catalog.ClusterSpec]{res: catalog.For[catalog.ClusterSpec](cat, catalog.Clusters),
 		collection: pClusters, item: pCluster, parentVars: vProvider, itemVars: []string{"cluster"},
 		upload: func(_ context.Context, b []byte) error { return s.checkKubeconfig(b) }, maxFile: cluster.MaxKubeconfigBytes, noPut: true,
 		checkSpec: checkClusterSpec, listView: s.clustersView,
+		validate: func(o *catalog.Object[catalog.ClusterSpec]) error {
+			if err := checkClusterMode(o); err != nil {
+				return err
+			}
+			if o.Spec.Mode == catalog.ClusterModePull {
+				return errdefs.Invalid(`a cluster in pull mode has no kubeconfig: register it with JSON {"metadata":{"name":…},"spec":{"mode":"pull"}}`)
+			}
+			return nil
+		},
 		beforeDelete: func(ctx context.Context, key catalog.Key) error {
 			if s.opts.ClusterInUse == nil {
 				return nil
@@ -84,12 +93,18 @@ func (s *server) v2Routes(r *mux.Router) { //nolint:funlen // route table
 			}
 			return nil
 		},
-		afterDelete: func(_ context.Context, key catalog.Key) error {
+		afterDelete: func(ctx context.Context, key catalog.Key) error {
 			if s.opts.ClusterDeleted != nil {
 				s.opts.ClusterDeleted(key[0], key[1])
 			}
+			if s.opts.Fleet != nil { // a pull cluster's agent loses its credential with it
+				return s.opts.Fleet.Revoke(ctx, appcontext.ClusterRef{Provider: key[0], Name: key[1]})
+			}
 			return nil
-		}})
+		}}
+	clusters.createJSON = s.createPullCluster(clusters.res)
+	registerCRUD(r, s, clusters)
+	s.fleetRoutes(r, clusters.res)
 	registerLabels(r, s)
 	for _, n := range []struct {
 		kind *catalog.Kind

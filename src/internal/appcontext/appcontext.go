@@ -542,14 +542,11 @@ func (s *Store) SetResourceStatuses(ctx context.Context, id string, updates []St
 	b := &batch{s: s, guards: guards}
 	now := time.Now().UTC()
 	for _, u := range updates {
-		if u.Status.Updated.IsZero() {
-			u.Status.Updated = now
-		}
-		data, err := json.Marshal(u.Status)
+		key, data, err := s.statusPut(id, u, now)
 		if err != nil {
 			return err
 		}
-		b.put(s.resPrefix(id, u.App, u.Cluster)+u.Key+"/status", data)
+		b.put(key, data)
 	}
 	if ctxStatus != nil {
 		if err := s.putStatus(b, id, *ctxStatus); err != nil {

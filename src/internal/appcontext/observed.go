@@ -180,8 +180,14 @@ type ClusterState struct {
 	Reason string `json:"reason,omitempty"`
 	// UnusableReason says why no client can be built for the cluster (its
 	// stored kubeconfig is refused); Connectivity is then Unreachable.
-	UnusableReason string    `json:"unusableReason,omitempty"`
-	Updated        time.Time `json:"updated"`
+	UnusableReason string `json:"unusableReason,omitempty"`
+	// Agent marks a pull cluster, whose agent reports through the fleet
+	// hub: the hub records its monitor Silent itself, and refreshes
+	// LastSeen only now and then (a write per idle cluster every few
+	// seconds would cost a large fleet dearly), so readers do not judge
+	// silence by LastSeen's age.
+	Agent   bool      `json:"agent,omitempty"`
+	Updated time.Time `json:"updated"`
 }
 
 // PutClusterState stores a cluster's state.

@@ -129,13 +129,25 @@ func (r *Registry) client(key clientKey, kc []byte) (*Client, error) {
 	// limit is a safety net that must not pace a large deployment.
 	cfg.QPS, cfg.Burst = 200, 400
 	cfg.UserAgent = "argus-orchestrator"
-	// Warnings go to the requests that asked for them (WithWarnings).
-	cfg.WarningHandlerWithContext = contextWarnings{}
 	// The cluster's answers are bounded, and foreign error bodies never
 	// reach an error message (see boundedTransport).
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return &boundedTransport{next: rt, maxResponse: r.opts.MaxResponse}
 	})
+	c, err := NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.clients[key] = cached{sum: sum, client: c}
+	return c, nil
+}
+
+// NewClient builds the clients of one cluster from its REST config (a
+// fleet agent's own cluster, whose credentials are its service account's).
+// Warnings go to the requests that asked for them (WithWarnings).
+func NewClient(cfg *rest.Config) (*Client, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.WarningHandlerWithContext = contextWarnings{}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -148,10 +160,8 @@ func (r *Registry) client(key clientKey, kc []byte) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{Config: cfg, Dynamic: dyn, Discovery: disc, Metadata: meta,
-		Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))}
-	r.clients[key] = cached{sum: sum, client: c}
-	return c, nil
+	return &Client{Config: cfg, Dynamic: dyn, Discovery: disc, Metadata: meta,
+		Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))}, nil
 }
 
 // Forget drops a cluster's cached clients, its own and its clouds' (the

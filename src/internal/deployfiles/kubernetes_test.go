@@ -328,6 +328,20 @@ var _ rest.WarningHandler = (*warnings)(nil)
 func TestOrchestratorManifestsDryRun(t *testing.T) {
 	objs := append(kustomize(t, "orchestrator"), decodeFile(t, "deployments", "kubernetes", "orchestrator", "mongo-secret.example.yaml")...)
 	objs = append(objs, find(t, kustomize(t, "monitor"), "Deployment", "argus-monitor"))
+	// The agent's Deployment (the monitor's in agent mode) and its RBAC.
+	for _, o := range kustomize(t, "agent") {
+		switch o.GetKind() {
+		case "Deployment", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			if o.GetKind() == "Deployment" || o.GetLabels()["app.kubernetes.io/name"] == "argus-agent" {
+				agent := o.DeepCopy()
+				if o.GetKind() == "Deployment" {
+					agent.SetName("argus-agent-mode") // beside the monitor's, in the same dry run
+				}
+				objs = append(objs, agent)
+			}
+		}
+	}
+	objs = append(objs, decodeFile(t, "deployments", "kubernetes", "agent", "join-secret.example.yaml")...)
 	objs = append(objs, find(t, kustomize(t, "orchestrator-ha"), "PodDisruptionBudget", "argus-orchestrator"))
 	set := testenv.Clusters(t, 1)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

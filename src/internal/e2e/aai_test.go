@@ -128,16 +128,7 @@ func (a *fakeAAI) find(kind, name string) (aaisink.Resource, bool) {
 
 func waitFor(t testing.TB, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	last := ""
-	for time.Now().Before(deadline) {
-		var ok bool
-		if ok, last = cond(); ok {
-			return
-		}
-		time.Sleep(50 * time.Millisecond) // polling with a deadline
-	}
-	t.Fatalf("%s: not true after 60s; last: %s", what, last)
+	waitCond(t, 60*time.Second, what, cond)
 }
 
 // TestInstanceSubscriptionAndAAI covers instance subscriptions and the AAI

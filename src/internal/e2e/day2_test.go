@@ -97,20 +97,33 @@ func onboardVFW(t *testing.T, o *orch) {
 		o.uploadOK("/v2/cluster-providers/vfw-cp/clusters", meta(e), edge(e).Kubeconfig)
 		o.must(201, "POST", "/v2/cluster-providers/vfw-cp/clusters/"+e+"/labels", map[string]string{"clusterLabel": "edge"})
 	}
-	o.must(201, "POST", "/v2/projects", meta("vfw"))
-	o.must(201, "POST", vfwProject+"/composite-apps", obj("vfw", map[string]any{"compositeAppVersion": "v1"}))
-	o.must(201, "POST", vfwCA+"/composite-profiles", meta("vfw-profile"))
-	for _, a := range vfwApps {
-		o.uploadOK(vfwCA+"/apps", meta(a), vfwChart(t, a))
-		o.uploadOK(vfwCA+"/composite-profiles/vfw-profile/profiles", obj(a+"-profile", map[string]any{"app": a}),
+	onboardComposite(t, o, "vfw", "vfw", "vfw-dig", vfwApps, func(a string) []byte { return vfwChart(t, a) },
+		map[string]any{"clusterProvider": "vfw-cp", "clusterLabel": "edge"})
+}
+
+// onboardComposite registers a project, a composite app (version v1) of
+// apps, each with its chart and an empty profile (composite profile
+// "<ca>-profile"), and a DIG (version r1) placing every app by sel.
+func onboardComposite(t *testing.T, o *orch, project, ca, dig string, apps []string, chart func(app string) []byte, sel map[string]any) {
+	t.Helper()
+	caPath := "/v2/projects/" + project + "/composite-apps/" + ca + "/v1"
+	digPath := caPath + "/deployment-intent-groups/" + dig
+	if code, body := o.call("POST", "/v2/projects", meta(project)); code != 201 && code != 409 {
+		t.Fatalf("project %s: %d %s", project, code, body)
+	}
+	o.must(201, "POST", "/v2/projects/"+project+"/composite-apps", obj(ca, map[string]any{"compositeAppVersion": "v1"}))
+	o.must(201, "POST", caPath+"/composite-profiles", meta(ca+"-profile"))
+	for _, a := range apps {
+		o.uploadOK(caPath+"/apps", meta(a), chart(a))
+		o.uploadOK(caPath+"/composite-profiles/"+ca+"-profile/profiles", obj(a+"-profile", map[string]any{"app": a}),
 			testenv.ArchiveFiles(t, map[string]string{"manifest.yaml": "version: v1\ntype:\n  values: override_values.yaml\n", "override_values.yaml": ""}))
 	}
-	o.must(201, "POST", vfwCA+"/deployment-intent-groups", obj("vfw-dig", map[string]any{"compositeProfile": "vfw-profile", "version": "r1"}))
-	o.must(201, "POST", vfwDIG+"/generic-placement-intents", meta("gpi"))
-	for _, a := range vfwApps {
-		o.must(201, "POST", vfwDIG+"/generic-placement-intents/gpi/app-intents", placementOn(a, map[string]any{"clusterProvider": "vfw-cp", "clusterLabel": "edge"}))
+	o.must(201, "POST", caPath+"/deployment-intent-groups", obj(dig, map[string]any{"compositeProfile": ca + "-profile", "version": "r1"}))
+	o.must(201, "POST", digPath+"/generic-placement-intents", meta("gpi"))
+	for _, a := range apps {
+		o.must(201, "POST", digPath+"/generic-placement-intents/gpi/app-intents", placementOn(a, sel))
 	}
-	o.must(201, "POST", vfwDIG+"/intents", obj("intents", map[string]any{"intent": map[string]any{"genericPlacementIntent": "gpi"}}))
+	o.must(201, "POST", digPath+"/intents", obj("intents", map[string]any{"intent": map[string]any{"genericPlacementIntent": "gpi"}}))
 }
 
 func placementOn(app string, sel map[string]any) map[string]any {

@@ -134,6 +134,8 @@ type Options struct {
 	// Render bounds Helm rendering, which runs in a pool of child processes
 	// of this binary; zero fields are the render package's defaults.
 	Render RenderOptions
+	// Fleet configures pull clusters; zero fields are the defaults.
+	Fleet FleetOptions
 	// LogicalClouds configures standard logical clouds' users.
 	LogicalClouds LogicalCloudOptions
 	// Logger; nil discards.

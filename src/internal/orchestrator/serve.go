@@ -63,7 +63,7 @@ func (a *App) serve(ctx context.Context, life *lifecycle, ls *listeners, st *sto
 		return err
 	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           w.fleet.hub.Handler(handler), // the agents' streams on the API's port
 		ReadHeaderTimeout: a.opts.HTTP.ReadHeaderTimeout,
 		ReadTimeout:       a.opts.HTTP.ReadTimeout,
 		WriteTimeout:      a.opts.HTTP.WriteTimeout,
@@ -75,6 +75,7 @@ func (a *App) serve(ctx context.Context, life *lifecycle, ls *listeners, st *sto
 	// Connections beyond the cap wait in the kernel's backlog; running out
 	// of descriptors anyway makes Serve back off and retry, never exit.
 	limited := netutil.LimitListener(ls.api, ls.maxConns)
+	serveHTTP2(srv)
 	if a.cert != nil {
 		srv.TLSConfig = a.cert.ServerConfig()
 	}
@@ -90,6 +91,9 @@ func (a *App) serve(ctx context.Context, life *lifecycle, ls *listeners, st *sto
 		}
 		return err
 	}, func() error { a.drain(srv); return nil })
+	// Stopped before the drain: agents' streams last as long as their
+	// agents and would hold it; the agents reconnect elsewhere.
+	life.onStop("fleet streams", func() error { w.fleet.hub.Stop(); return nil })
 	life.start(ctx)
 
 	a.mu.Lock()
@@ -134,6 +138,7 @@ func (a *App) apiOptions(ls *listeners, st *stores, w *work) api.Options {
 		Consistency:   consistency{cli: st.etcd.Client, cache: w.cache},
 		Changes:       w.notifier,
 		Console:       console.Handler(),
+		Fleet:         w.fleet.join,
 		ClusterInUse: func(ctx context.Context, provider, name string) ([]string, error) {
 			return liveOn(ctx, w.cache, w.contexts, appcontext.ClusterRef{Provider: provider, Name: name})
 		},

@@ -40,6 +40,7 @@ type work struct {
 	sink        *aai.Sink // nil without AAI
 	histories   *history.Store
 	recorder    *history.Recorder
+	fleet       *fleet
 }
 
 // kinds are the kinds of owned work (see replicas.go). Each is made before
@@ -71,6 +72,9 @@ func (a *App) buildWork(ctx context.Context, life *lifecycle, st *stores, ls *li
 	// self-heal also read drift through it.
 	w.reader = &status.Reader{Catalog: st.catalog, Contexts: w.contexts, Cache: w.cache, SilentAfter: a.opts.MonitorSilentAfter,
 		Clusters: w.clusters}
+	if err := a.buildFleet(ctx, life, st, w); err != nil {
+		return nil, err
+	}
 	if err := a.buildDeploy(life, st, w); err != nil {
 		return nil, err
 	}
@@ -104,7 +108,7 @@ func kubeconfigOf(cat *catalog.Catalog) func(context.Context, appcontext.Cluster
 // logical clouds and the deployer.
 func (a *App) buildDeploy(life *lifecycle, st *stores, w *work) error {
 	engine, err := rsync.New(rsync.Options{Store: w.contexts, Clusters: w.clusters, FieldValidation: a.opts.FieldValidation,
-		Observed: w.cache, Logger: a.log.WithField("component", "rsync")})
+		Observed: w.cache, Delegate: w.fleet.hub, Logger: a.log.WithField("component", "rsync")})
 	if err != nil {
 		return err
 	}
@@ -181,7 +185,7 @@ func (a *App) repairLifecycles(ctx context.Context, st *stores, w *work) {
 // cluster's claim).
 func (a *App) buildWatchers(st *stores, w *work) error {
 	var err error
-	w.watchers, err = watcher.New(watcher.Options{Store: w.contexts, Clusters: w.clusters, SilentAfter: a.opts.MonitorSilentAfter,
+	w.watchers, err = watcher.New(watcher.Options{Store: w.contexts, Clusters: w.clusters, Remote: w.fleet.join, SilentAfter: a.opts.MonitorSilentAfter,
 		Claims: w.kinds.clusters, Logger: a.log.WithField("component", "watcher")})
 	if err != nil {
 		return err

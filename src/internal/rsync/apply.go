@@ -28,7 +28,7 @@ import (
 // Retrying and Waiting resources are tried again until then. firstPass is
 // called once every resource was tried.
 func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.Entry, firstPass func()) error {
-	c, err := e.opts.Store.Get(ctx, id)
+	c, err := e.store.Get(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -41,7 +41,7 @@ func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.
 			return err
 		}
 	}
-	rec := newRecorder(e.ctx, e.opts.Store, c, names, log, finalFlushTimeout, guards(ctx))
+	rec := newRecorder(e.ctx, e.store, c, names, log, finalFlushTimeout, guards(ctx))
 	mode := c.Meta.FieldValidation
 	if mode == "" {
 		mode = e.opts.FieldValidation
@@ -65,6 +65,10 @@ func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.
 			pa := &placementApply{e: e, c: c, p: p, rec: rec, mode: mode, update: update, clusterPassed: clusterPass[p.Cluster].done,
 				firstDone: func() { pass.dec(); clusterPass[p.Cluster].dec() },
 				log:       log.WithFields(logrus.Fields{"app": p.App, "cluster": p.Cluster.String()})}
+			if e.delegated(p.Cluster) {
+				pa.runRemote(ctx)
+				return
+			}
 			pa.run(ctx)
 		}()
 	}
@@ -708,7 +712,7 @@ func (pa *placementApply) applyBundle(ctx context.Context, labels map[string]str
 		return true
 	case permanent:
 		pa.log.WithError(err).Warn("cannot apply the ResourceBundleState; the status shows why")
-		if p.Bundle == nil {
+		if p.Bundle == nil && pa.e.opts.Store != nil { // an agent has no store to say it in
 			snap := appcontext.BundleSnapshot{Refused: "its ResourceBundleState could not be applied: " + reason(cl, err), Received: time.Now().UTC()}
 			if perr := pa.e.opts.Store.PutBundle(ctx, c.Meta.ID, p.App, p.Cluster, snap, guards(ctx)...); perr != nil {
 				pa.log.WithError(perr).Warn("cannot record why the ResourceBundleState is missing")

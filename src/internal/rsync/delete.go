@@ -20,7 +20,7 @@ import (
 // others depend on goes once they are gone (dependencies in reverse).
 // Helm's delete hooks run around the deletion (hooks.go).
 func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error {
-	c, err := e.opts.Store.Get(ctx, id)
+	c, err := e.store.Get(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -29,7 +29,7 @@ func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error
 			return err
 		}
 	}
-	rec := newRecorder(e.ctx, e.opts.Store, c, deleteNames, log, finalFlushTimeout, guards(ctx))
+	rec := newRecorder(e.ctx, e.store, c, deleteNames, log, finalFlushTimeout, guards(ctx))
 	gone := make(map[*appcontext.Placement]chan struct{}, len(c.Placements))
 	for _, p := range c.Placements {
 		gone[p] = make(chan struct{})
@@ -50,6 +50,10 @@ func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error
 				case <-ctx.Done():
 					return
 				}
+			}
+			if e.delegated(p.Cluster) {
+				e.deleteRemote(ctx, c, p, rec, log)
+				return
 			}
 			pa := &placementApply{e: e, c: c, p: p, rec: rec, mode: mode, firstDone: func() {},
 				log: log.WithFields(logrus.Fields{"app": p.App, "cluster": p.Cluster.String()})}

@@ -108,8 +108,8 @@ type groupState = ownership.State[actionRecord, progressReport]
 
 // NewDispatcher returns a Dispatcher; Run follows the records.
 func NewDispatcher(opts DispatcherOptions) (*Dispatcher, error) {
-	if opts.Engine == nil || opts.Claims == nil {
-		return nil, errors.New("rsync: Engine and Claims are required")
+	if opts.Engine == nil || opts.Claims == nil || opts.Engine.opts.Store == nil {
+		return nil, errors.New("rsync: Engine (on a Store) and Claims are required")
 	}
 	if opts.StopWait == 0 {
 		opts.StopWait = time.Minute

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/backoff"
@@ -33,11 +34,32 @@ const (
 	FieldValidationIgnore = appcontext.FieldValidationIgnore
 )
 
+// Contexts is where the engine reads contexts and records their
+// statuses: the orchestrator's appcontext.Store, or a fleet agent's copy
+// of its cluster's work.
+type Contexts interface {
+	Get(ctx context.Context, id string) (*appcontext.Context, error)
+	List(ctx context.Context) ([]appcontext.Summary, error)
+	// guards fence a write to the replica that owns the group (see
+	// fencing); a store with no etcd behind it has nothing to fence.
+	SetStatus(ctx context.Context, id string, st appcontext.Status, guards ...clientv3.Cmp) error
+	SetResourceStatuses(ctx context.Context, id string, updates []appcontext.StatusUpdate, ctxStatus *appcontext.Status, guards ...clientv3.Cmp) error
+}
+
+var _ Contexts = (*appcontext.Store)(nil)
+
 // Options configures the Engine. Zero values are the documented defaults,
-// except Store and Clusters, which are required.
+// except Clusters and one of Store and Contexts, which are required.
 type Options struct {
-	Store    *appcontext.Store
+	// Store holds the contexts in etcd; the Dispatcher needs it.
+	Store *appcontext.Store
+	// Contexts, when set, is read and written instead of Store (a fleet
+	// agent's local copy of its work).
+	Contexts Contexts
 	Clusters Clusters
+	// Delegate, when set, hands the placements on pull clusters to their
+	// agents instead of applying them (the fleet hub); it needs Observed.
+	Delegate Delegate
 	// ClusterParallelism bounds the requests rsync has in flight to one
 	// cluster, over every action; 0 means 16.
 	ClusterParallelism int
@@ -74,6 +96,7 @@ type Options struct {
 // happens outside, in the Dispatcher.
 type Engine struct {
 	opts   Options
+	store  Contexts
 	log    *logrus.Entry
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -104,8 +127,11 @@ type run struct {
 
 // New returns an Engine.
 func New(opts Options) (*Engine, error) {
-	if opts.Store == nil || opts.Clusters == nil {
-		return nil, errors.New("rsync: Store and Clusters are required")
+	if (opts.Store == nil && opts.Contexts == nil) || opts.Clusters == nil {
+		return nil, errors.New("rsync: Store (or Contexts) and Clusters are required")
+	}
+	if opts.Delegate != nil && opts.Observed == nil {
+		return nil, errors.New("rsync: a Delegate needs Observed, to follow what the agents report")
 	}
 	if !appcontext.ValidFieldValidation(opts.FieldValidation) {
 		return nil, fmt.Errorf("rsync: field validation %q is not one of Strict, Warn, Ignore", opts.FieldValidation)
@@ -138,7 +164,11 @@ func New(opts Options) (*Engine, error) {
 		opts.Logger = logrus.NewEntry(logging.Discard())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &Engine{opts: opts, log: opts.Logger, ctx: ctx, cancel: cancel, groups: map[string]*run{},
+	store := opts.Contexts
+	if store == nil {
+		store = opts.Store
+	}
+	e := &Engine{opts: opts, store: store, log: opts.Logger, ctx: ctx, cancel: cancel, groups: map[string]*run{},
 		clusters: map[appcontext.ClusterRef]*clusterState{}, waiters: map[string]map[uint64]chan struct{}{},
 		transient: backoff.Backoff{Base: opts.BackoffBase, Max: opts.BackoffMax, Jitter: 0.2},
 		waiting:   backoff.Backoff{Base: opts.WaitBase, Max: opts.WaitMax, Jitter: 0.2}}

@@ -172,7 +172,7 @@ func (e *Engine) guardDelete(ctx context.Context, cs *clusterState, t target, c 
 
 // setStatus records a context's status under the run's fence.
 func (e *Engine) setStatus(ctx context.Context, id string, st appcontext.Status) error {
-	err := e.opts.Store.SetStatus(ctx, id, st, guards(ctx)...)
+	err := e.store.SetStatus(ctx, id, st, guards(ctx)...)
 	if errors.Is(err, appcontext.ErrGuard) {
 		err = fmt.Errorf("%w: the group's claim is no longer this replica's", ownership.ErrFenced)
 		if stop := fencingOf(ctx).stop; stop != nil {

@@ -53,6 +53,9 @@ func (e *Engine) heal(ctx context.Context, id string, log *logrus.Entry, firstPa
 	close(passed) // no bundles to wait for: they exist already
 	var all sync.WaitGroup
 	for _, p := range c.Placements {
+		if e.delegated(p.Cluster) {
+			continue // a pull cluster's agent is not asked to heal (docs/fleet.md)
+		}
 		var todo []appcontext.Resource
 		for _, r := range p.Resources {
 			if !r.Removed && targeted(req, p, r.Key()) {

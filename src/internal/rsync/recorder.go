@@ -22,7 +22,7 @@ import (
 // once cost a few transactions, not a hundred. It also keeps every
 // resource's current status and derives the context's status from them.
 type recorder struct {
-	store *appcontext.Store
+	store Contexts
 	id    string
 	log   *logrus.Entry
 	names statusNames
@@ -82,7 +82,7 @@ var (
 // newRecorder starts a recorder for context c; proc ends when the process
 // stops, finalWait bounds the last writes (see recorder.finalWait), and
 // guards fence every write (see fencing).
-func newRecorder(proc context.Context, store *appcontext.Store, c *appcontext.Context, names statusNames, log *logrus.Entry, finalWait time.Duration,
+func newRecorder(proc context.Context, store Contexts, c *appcontext.Context, names statusNames, log *logrus.Entry, finalWait time.Duration,
 	guards []clientv3.Cmp) *recorder {
 	r := &recorder{store: store, id: c.Meta.ID, log: log, names: names, guards: guards,
 		pending: map[string]appcontext.StatusUpdate{}, current: map[string]resState{}, flushedCh: make(chan struct{}),
@@ -121,6 +121,22 @@ func (r *recorder) record(p *appcontext.Placement, key string, st appcontext.Res
 	r.seq++
 	r.mu.Unlock()
 	r.signal()
+}
+
+// observe takes in a resource's status that someone else recorded (a
+// pull cluster's agent, through the hub): the context's status counts it,
+// and nothing is written.
+func (r *recorder) observe(p *appcontext.Placement, key string, st appcontext.ResourceStatus) {
+	k := recKey(p, key)
+	r.mu.Lock()
+	cur := r.current[k]
+	changed := cur.status != st.Status || cur.reason != st.Error
+	cur.status, cur.reason, cur.where = st.Status, st.Error, where(p, key)
+	r.current[k] = cur
+	r.mu.Unlock()
+	if changed {
+		r.signal()
+	}
 }
 
 // firstPassDone lets the context's status reflect what happened.

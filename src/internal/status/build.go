@@ -496,7 +496,7 @@ func clusterUnknown(in Input, p *appcontext.Placement, bundle *v1alpha1.Resource
 	if !st.LastSeen.IsZero() && in.formatTimes {
 		c.LastSeen = st.LastSeen.UTC().Format(time.RFC3339)
 	}
-	if st.Monitor == appcontext.MonitorRunning && in.SilentAfter > 0 && in.Now.Sub(st.LastSeen) > in.SilentAfter {
+	if st.Monitor == appcontext.MonitorRunning && !st.Agent && in.SilentAfter > 0 && in.Now.Sub(st.LastSeen) > in.SilentAfter {
 		c.Monitor = appcontext.MonitorSilent
 	}
 	switch {

@@ -271,7 +271,7 @@ func (r *Reader) ClusterOverview(ctx context.Context, replica string, owners Wat
 			if !st.LastSeen.IsZero() {
 				cs.LastSeen = st.LastSeen.UTC().Format(time.RFC3339)
 			}
-			if st.Monitor == appcontext.MonitorRunning && now.Sub(st.LastSeen) > silent {
+			if st.Monitor == appcontext.MonitorRunning && !st.Agent && now.Sub(st.LastSeen) > silent {
 				cs.Monitor = appcontext.MonitorSilent
 			}
 		}

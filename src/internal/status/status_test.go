@@ -324,6 +324,28 @@ func FuzzParseQuery(f *testing.F) {
 	})
 }
 
+// A pull cluster's LastSeen is refreshed only now and then: its hub says
+// Silent itself, so an old LastSeen alone does not make its monitor Silent;
+// a push cluster's does.
+func TestPullClusterIsNotSilentByLastSeen(t *testing.T) {
+	edge1 := appcontext.ClusterRef{Provider: "cp", Name: "edge01"}
+	for _, agent := range []bool{false, true} {
+		in := fixture()
+		st := in.Clusters[edge1]
+		st.LastSeen, st.Agent = in.Now.Add(-time.Minute), agent
+		in.Clusters[edge1] = st
+		want := appcontext.MonitorSilent
+		if agent {
+			want = appcontext.MonitorRunning
+		}
+		for _, c := range Build(in, Query{Type: TypeCluster}).Apps[0].Clusters {
+			if c.Cluster == edge1.Name && c.Monitor != want {
+				t.Errorf("agent=%v: monitor %s, want %s", agent, c.Monitor, want)
+			}
+		}
+	}
+}
+
 func TestSyncStatesCountsAndFilter(t *testing.T) {
 	r := Build(fixture(), Query{Type: TypeRsync, Output: OutputAll})
 	if b, _ := json.Marshal(r.SyncCounts); string(b) != `{"Missing":1,"OutOfSync":4,"Synced":1,"Unknown":1}` {

@@ -28,6 +28,11 @@ const (
 	maxName = 253
 )
 
+// CheckBundle is checkBundle for what reaches the orchestrator by other
+// ways than a watch of the cluster (a pull cluster's agent reports its
+// bundles): the same limits hold.
+func CheckBundle(status []byte) error { return checkBundle(status) }
+
 // checkBundle decodes a bundle status as read from a cluster and refuses
 // one that breaks the limits above or carries a readiness the health
 // vocabulary does not have. The error says why, for the status answer.

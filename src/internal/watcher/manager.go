@@ -35,10 +35,18 @@ type Claims interface {
 	Fence(item string) (ownership.Fence, bool)
 }
 
+// Remote says which clusters report by themselves (pull clusters, whose
+// agents stream their status to the fleet hub): no watcher dials them.
+type Remote interface {
+	Pulls(ref appcontext.ClusterRef) bool
+}
+
 // Options configures a Manager; Store and Clusters are required.
 type Options struct {
 	Store    *appcontext.Store
 	Clusters Clusters
+	// Remote, when set, names the clusters that get no watcher.
+	Remote Remote
 	// Claims, when set, hands out the clusters to watch; nil watches every
 	// cluster that needs it.
 	Claims Claims
@@ -166,6 +174,9 @@ func (m *Manager) contextChanged(ctx context.Context, id, status string) {
 	defer m.mu.Unlock()
 	keep := map[appcontext.ClusterRef]bool{}
 	for _, ref := range clusters {
+		if m.opts.Remote != nil && m.opts.Remote.Pulls(ref) {
+			continue // its agent reports through the fleet hub
+		}
 		keep[ref] = true
 		if m.users[ref] == nil {
 			m.users[ref] = map[string]bool{}

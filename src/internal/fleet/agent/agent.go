@@ -1,0 +1,286 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/argus-mc/argus/src/apis/fleet"
+	"github.com/argus-mc/argus/src/internal/backoff"
+	"github.com/argus-mc/argus/src/internal/logging"
+)
+
+// Options configures an Agent; Orchestrators, Cluster and Credentials are
+// required.
+type Options struct {
+	// Orchestrators are the URLs to dial, tried in turn (a name with
+	// several addresses counts as all of them).
+	Orchestrators []string
+	// RootCAs verify https orchestrators; nil means the system's.
+	RootCAs *x509.CertPool
+	// JoinToken is exchanged for a credential when none is kept.
+	JoinToken   string
+	Cluster     Cluster
+	Credentials Credentials
+	// BackoffBase and BackoffMax bound the wait between connection
+	// attempts (jittered); 0 means 250ms and 4s, so a link that comes back
+	// is used again within seconds.
+	BackoffBase, BackoffMax time.Duration
+	// Version is reported to the orchestrator.
+	Version string
+	Logger  *logrus.Entry
+}
+
+// Agent is a pull cluster's agent.
+type Agent struct {
+	opts      Options
+	log       *logrus.Entry
+	endpoints []endpoint
+	http      *http.Client
+	work      *workState
+	up        *uplink
+
+	mu        sync.Mutex
+	epoch     int64
+	connected bool
+}
+
+// New checks opts and returns an Agent.
+func New(opts Options) (*Agent, error) {
+	if opts.Cluster == nil || opts.Credentials == nil || len(opts.Orchestrators) == 0 {
+		return nil, errors.New("agent: Orchestrators, Cluster and Credentials are required")
+	}
+	if opts.BackoffBase <= 0 {
+		opts.BackoffBase = 250 * time.Millisecond
+	}
+	if opts.BackoffMax <= 0 {
+		opts.BackoffMax = 4 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = logrus.NewEntry(logging.Discard())
+	}
+	a := &Agent{opts: opts, log: opts.Logger, work: newWorkState(), up: newUplink()}
+	for _, raw := range opts.Orchestrators {
+		e, err := parseEndpoint(raw, opts.RootCAs)
+		if err != nil {
+			return nil, err
+		}
+		a.endpoints = append(a.endpoints, e)
+	}
+	// No ServerName: the transport verifies each URL's own host (the
+	// first URL's name would fail every other replica's certificate).
+	a.http = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment,
+		TLSClientConfig:   &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: opts.RootCAs},
+		ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second}}
+	return a, nil
+}
+
+// Connected reports whether a stream to an orchestrator is up.
+func (a *Agent) Connected() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.connected
+}
+
+// Run joins if needed, runs the cluster side and keeps a stream to an
+// orchestrator until ctx ends. It returns an error wrapping ErrRefused
+// when the join or the credential is refused.
+func (a *Agent) Run(ctx context.Context) error {
+	cred, err := a.credential(ctx)
+	if err != nil {
+		return err
+	}
+	log := a.log.WithField("cluster", cred.Cluster.String())
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	clusterErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		clusterErr <- a.opts.Cluster.Run(cctx, a.up)
+	}()
+	defer wg.Wait()
+	defer cancel()
+	joinedNow := false
+	retry := a.retry()
+	for i := 0; ; i++ {
+		select {
+		case err := <-clusterErr: // the cluster side ended on its own
+			if err == nil {
+				err = errors.New("the agent's cluster side stopped")
+			}
+			return err
+		default:
+		}
+		e := a.endpoints[i%len(a.endpoints)]
+		start := time.Now()
+		err := a.session(cctx, e, cred, log)
+		switch {
+		case cctx.Err() != nil:
+			select {
+			case err := <-clusterErr:
+				if err != nil && ctx.Err() == nil {
+					return err
+				}
+			default:
+			}
+			return nil
+		case status.Code(err) == codes.Unauthenticated && a.opts.JoinToken != "" && !joinedNow:
+			// The cluster was registered anew: a new token may be given.
+			log.WithError(err).Warn("the kept credential was refused; joining again with the join token")
+			if cred, err = a.join(cctx); err != nil {
+				return err
+			}
+			joinedNow = true
+			continue
+		case status.Code(err) == codes.Unauthenticated, status.Code(err) == codes.PermissionDenied:
+			return fmt.Errorf("%w: %v (the cluster was deleted or joined anew; give the agent a new join token)", ErrRefused, err)
+		}
+		if time.Since(start) > 30*time.Second {
+			retry.Reset() // the stream lasted: the next failure starts afresh
+		}
+		d := retry.Next()
+		log.WithError(err).WithFields(logrus.Fields{"orchestrator": e.base, "retry_in": d.Round(time.Millisecond).String()}).Info("no stream to the orchestrator; reconnecting")
+		if !backoff.Sleep(cctx, d) {
+			continue
+		}
+	}
+}
+
+// retry is the wait between connection attempts: doubling from
+// BackoffBase, jittered by a quarter so agents cut off together do not all
+// come back at once, and never longer than BackoffMax.
+func (a *Agent) retry() backoff.Backoff {
+	return backoff.Backoff{Base: a.opts.BackoffBase, Max: a.opts.BackoffMax * 4 / 5, Jitter: 0.25}
+}
+
+// credential loads the kept credential, or joins with the token.
+func (a *Agent) credential(ctx context.Context) (Credential, error) {
+	c, err := a.opts.Credentials.Load(ctx)
+	if err != nil {
+		return Credential{}, err
+	}
+	if c != nil {
+		return *c, nil
+	}
+	if a.opts.JoinToken == "" {
+		return Credential{}, fmt.Errorf("%w: no credential is kept and no join token was given", ErrRefused)
+	}
+	return a.join(ctx)
+}
+
+// join exchanges the join token at the first orchestrator that answers,
+// and keeps the credential. A refused token ends it at once.
+func (a *Agent) join(ctx context.Context) (Credential, error) {
+	retry := a.retry()
+	for i := 0; ; i++ {
+		e := a.endpoints[i%len(a.endpoints)]
+		c, err := join(ctx, a.http, e, a.opts.JoinToken)
+		if err == nil {
+			if err := a.opts.Credentials.Save(ctx, c); err != nil {
+				return Credential{}, err
+			}
+			a.log.WithField("cluster", c.Cluster.String()).Info("joined the orchestrator; credential kept")
+			return c, nil
+		}
+		if errors.Is(err, ErrRefused) {
+			return Credential{}, err
+		}
+		a.log.WithError(err).Warn("cannot join yet; retrying")
+		if !retry.Wait(ctx) {
+			return Credential{}, ctx.Err()
+		}
+	}
+}
+
+// session runs one stream until it fails or ctx ends.
+func (a *Agent) session(ctx context.Context, e endpoint, cred Credential, log *logrus.Entry) error {
+	cc, err := grpc.NewClient(e.target, e.transportCredentials(),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
+		grpc.WithUserAgent("argus-agent/"+a.opts.Version))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cc.Close() }()
+	sctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cred.Credential))
+	defer cancel()
+	stream, err := pb.NewFleetClient(cc).Connect(sctx)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	epoch := a.epoch
+	a.mu.Unlock()
+	a.work.reconnected()
+	hello := &pb.Hello{ClusterProvider: cred.Cluster.Provider, Cluster: cred.Cluster.Name, WorkRevision: a.work.Revision(),
+		StatusEpoch: epoch, AgentVersion: a.opts.Version}
+	if err := stream.Send(&pb.AgentMessage{Body: &pb.AgentMessage_Hello{Hello: hello}}); err != nil {
+		return recvErr(stream, err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	w := first.GetWelcome()
+	if w == nil {
+		return errors.New("the orchestrator did not answer with a Welcome")
+	}
+	a.welcome(w)
+	log = log.WithFields(logrus.Fields{"orchestrator": e.base, "session": w.GetSession()})
+	log.WithField("work_revision", hello.WorkRevision).Info("connected to the orchestrator")
+	a.setConnected(true)
+	defer a.setConnected(false)
+	defer a.up.disconnected()
+	c := &conn{a: a, stream: stream, log: log, wake: make(chan struct{}, 1),
+		heartbeat: time.Duration(max(1, w.GetHeartbeatSeconds())) * time.Second}
+	sendErr := make(chan error, 1)
+	go func() { sendErr <- c.sendLoop(sctx) }()
+	err = c.receive() // a stream ends with an error, EOF included
+	cancel()
+	if serr := <-sendErr; serr != nil {
+		log.WithError(serr).Debug("sending stopped")
+	}
+	return err
+}
+
+// recvErr is the stream's real error after a failed Send (the status
+// comes with Recv).
+func recvErr(stream pb.Fleet_ConnectClient, err error) error {
+	if _, rerr := stream.Recv(); rerr != nil {
+		return rerr
+	}
+	return err
+}
+
+func (a *Agent) welcome(w *pb.Welcome) {
+	a.mu.Lock()
+	changed := a.epoch != w.GetStatusEpoch()
+	a.epoch = w.GetStatusEpoch()
+	a.mu.Unlock()
+	if changed {
+		a.up.resendAll()
+	}
+}
+
+func (a *Agent) setConnected(v bool) {
+	a.mu.Lock()
+	a.connected = v
+	a.mu.Unlock()
+}
+
+// maxMessage bounds one message either way, as the hub does.
+const maxMessage = 4 << 20

@@ -1,0 +1,373 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/fleet/agent"
+	"github.com/argus-mc/argus/src/internal/fleet/join"
+	"github.com/argus-mc/argus/src/internal/rsync"
+	"github.com/argus-mc/argus/src/internal/testenv"
+)
+
+var env *testenv.Stores
+
+func TestMain(m *testing.M) { testenv.Main(m, func(s *testenv.Stores) { env = s }) }
+
+// fixture is a hub on the test's etcd prefix, served on a loopback port.
+type fixture struct {
+	prefix string
+	store  *appcontext.Store
+	join   *join.Service
+	hub    *Hub
+	addr   string
+}
+
+// runFor runs f until the test ends.
+func runFor(t *testing.T, f func(ctx context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{prefix: env.EtcdPrefix()}
+	f.store = appcontext.New(appcontext.Options{Client: env.Etcd.Client, Prefix: f.prefix})
+	cache := appcontext.NewCache(f.store, nil)
+	var err error
+	if f.join, err = join.New(join.Options{Client: env.Etcd.Client, Prefix: f.prefix}); err != nil {
+		t.Fatal(err)
+	}
+	if f.hub, err = New(Options{Client: env.Etcd.Client, Contexts: f.store, Observed: cache, Credentials: f.join, Prefix: f.prefix,
+		Replica: "r1", UnreachableAfter: 300 * time.Millisecond, Heartbeat: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	runFor(t, cache.Run)
+	runFor(t, f.join.Run)
+	runFor(t, f.hub.Run)
+	<-f.join.Ready()
+	<-f.hub.Started()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Short request timeouts, as the API's are (a minute or two there): a
+	// stream must outlive them.
+	srv := &http.Server{Handler: f.hub.Handler(http.NotFoundHandler()), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, IdleTimeout: 500 * time.Millisecond}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { f.hub.Stop(); _ = srv.Close(); <-served }) // runs before the hub's Run ends
+	f.addr = ln.Addr().String()
+	return f
+}
+
+// joined registers ref and exchanges its token, as an agent would.
+func (f *fixture) joined(t *testing.T, ref appcontext.ClusterRef) *memCredentials {
+	t.Helper()
+	tok, err := f.join.Register(t.Context(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.join.Exchange(t.Context(), tok.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the credential known", func() bool { _, _, err := f.join.Authenticate(c.Credential); return err == nil })
+	return &memCredentials{c: &agent.Credential{Cluster: c.Cluster, Credential: c.Credential}}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("%s: not true after 30s", what)
+}
+
+type memCredentials struct{ c *agent.Credential }
+
+func (m *memCredentials) Load(context.Context) (*agent.Credential, error) { return m.c, nil }
+func (m *memCredentials) Save(_ context.Context, c agent.Credential) error {
+	m.c = &c
+	return nil
+}
+
+// memCluster is an agent's Kubernetes side in memory: every placement is
+// Applied (or Deleted) at once.
+type memCluster struct {
+	mu        sync.Mutex
+	r         agent.Reporter
+	ready     chan struct{}
+	applied   []agent.Work
+	forgotten []agent.WorkKey
+}
+
+func newMemCluster() *memCluster { return &memCluster{ready: make(chan struct{})} }
+
+func (m *memCluster) Run(ctx context.Context, r agent.Reporter) error {
+	m.r = r
+	close(m.ready)
+	<-ctx.Done()
+	return nil
+}
+
+func (m *memCluster) Apply(w agent.Work) {
+	<-m.ready
+	m.mu.Lock()
+	m.applied = append(m.applied, w)
+	m.mu.Unlock()
+	st := map[string]appcontext.ResourceStatus{}
+	for _, r := range w.Resources {
+		res := appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace}
+		if w.Delete || r.Removed {
+			st[res.Key()] = appcontext.ResourceStatus{Status: appcontext.RsyncDeleted}
+		} else {
+			st[res.Key()] = appcontext.ResourceStatus{Status: appcontext.RsyncApplied, Manifest: r.SHA256}
+		}
+	}
+	m.r.Statuses(w.Key, w.Generation, st)
+	m.r.Progress(w.Key, w.Generation, true, true)
+}
+
+func (m *memCluster) Forget(k agent.WorkKey) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.forgotten = append(m.forgotten, k)
+}
+
+func (m *memCluster) Monitor() (string, string) { return appcontext.MonitorRunning, "" }
+
+func (m *memCluster) log() ([]agent.Work, []agent.WorkKey) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.applied), slices.Clone(m.forgotten)
+}
+
+var edge = appcontext.ClusterRef{Provider: "cp", Name: "edge01"}
+
+func configMap(name, version string) appcontext.Resource {
+	data, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name},
+		"data": map[string]any{"version": version}})
+	return appcontext.Resource{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: name, Manifest: data}
+}
+
+// newContext stores a context placing each app (one ConfigMap) on edge.
+func (f *fixture) newContext(t *testing.T, apps ...string) *appcontext.Context {
+	t.Helper()
+	id := appcontext.NewID()
+	var ps []*appcontext.Placement
+	for _, a := range apps {
+		ps = append(ps, &appcontext.Placement{App: a, Cluster: edge, Resources: []appcontext.Resource{configMap(a, "one")}})
+	}
+	meta := appcontext.Meta{ID: id, Kind: "dig", Group: "g" + id, Namespace: "default", StatusID: id, Created: time.Now()}
+	if err := f.store.Create(t.Context(), meta, appcontext.Status{Status: appcontext.Instantiating}, ps); err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.store.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (f *fixture) publish(t *testing.T, c *appcontext.Context, app string) int64 {
+	t.Helper()
+	gen, err := f.hub.Publish(t.Context(), c, c.Placement(app, edge), rsync.WorkInstall)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gen
+}
+
+// settled waits for the agent's settled progress on generation gen.
+func (f *fixture) settled(t *testing.T, id, app string, gen int64) {
+	t.Helper()
+	progress, stop := f.hub.Follow(id, app, edge)
+	defer stop()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case p := <-progress:
+			if p.Generation >= gen && p.Settled {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("%s/%s generation %d not settled after 30s", id, app, gen)
+		}
+	}
+}
+
+// An agent that loses its link resumes from its revision: only what
+// changed meanwhile reaches its cluster (an update, a forgotten
+// placement), and what it reports lands in the context.
+func TestAgentResumesFromItsRevision(t *testing.T) {
+	f := newFixture(t)
+	creds := f.joined(t, edge)
+	c := f.newContext(t, "a", "b", "c")
+	gens := map[string]int64{}
+	for _, app := range []string{"a", "b", "c"} {
+		gens[app] = f.publish(t, c, app)
+	}
+	proxy := testenv.NewProxy(t, f.addr)
+	mem := newMemCluster()
+	a, err := agent.New(agent.Options{Orchestrators: []string{"http://" + proxy.Addr()}, Cluster: mem, Credentials: creds,
+		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runFor(t, a.Run)
+	for app, gen := range gens {
+		f.settled(t, c.Meta.ID, app, gen)
+	}
+	got, err := f.store.Get(t.Context(), c.Meta.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range got.Placements {
+		if st := p.StatusOf(configMap(p.App, "").Key()); st.Status != appcontext.RsyncApplied || st.Manifest == "" {
+			t.Errorf("%s: status %+v, want Applied with its manifest", p.App, st)
+		}
+	}
+	if applied, _ := mem.log(); len(applied) != 3 {
+		t.Fatalf("%d applies, want 3", len(applied))
+	}
+
+	proxy.Cut()
+	waitFor(t, "the agent disconnected", func() bool { return !a.Connected() })
+	p := c.Placement("b", edge)
+	p.Resources = []appcontext.Resource{configMap("b", "two")}
+	if err := f.store.Replace(t.Context(), c.Meta.ID, []*appcontext.Placement{p}, nil, c.Status); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = f.store.Get(t.Context(), c.Meta.ID); err != nil {
+		t.Fatal(err)
+	}
+	newGen := f.publish(t, c, "b")
+	if err := f.hub.Forget(t.Context(), c.Meta.ID, "c", edge); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Heal()
+	f.settled(t, c.Meta.ID, "b", newGen)
+	waitFor(t, "c forgotten", func() bool { _, forgotten := mem.log(); return len(forgotten) == 1 })
+	applied, forgotten := mem.log()
+	if len(applied) != 4 || applied[3].Key.App != "b" || applied[3].Generation != newGen || forgotten[0].App != "c" {
+		t.Fatalf("after the reconnect: applied %v, forgotten %v; want b's new generation and c forgotten only", keysOf(applied), forgotten)
+	}
+}
+
+func keysOf(ws []agent.Work) []string {
+	var out []string
+	for _, w := range ws {
+		out = append(out, fmt.Sprintf("%s@%d", w.Key.App, w.Generation))
+	}
+	return out
+}
+
+// A cluster without a stream for UnreachableAfter is Unreachable (its
+// agent never came, or left), and Available while one streams.
+func TestClusterWithoutStreamIsUnreachable(t *testing.T) {
+	f := newFixture(t)
+	creds := f.joined(t, edge)
+	state := func() appcontext.ClusterState {
+		states, err := f.store.ClusterStates(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return states[edge]
+	}
+	waitFor(t, "never connected: Unreachable", func() bool { s := state(); return s.Connectivity == appcontext.Unreachable && s.Agent })
+	mem := newMemCluster()
+	a, err := agent.New(agent.Options{Orchestrators: []string{"http://" + f.addr}, Cluster: mem, Credentials: creds,
+		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	waitFor(t, "connected: Available, monitor Running", func() bool {
+		s := state()
+		return s.Connectivity == appcontext.Available && s.Monitor == appcontext.MonitorRunning
+	})
+	// The stream outlives the server's read, write and idle timeouts.
+	session := func() string {
+		resp, err := env.Etcd.Client.Get(t.Context(), f.hub.keys.session(edge))
+		if err != nil || len(resp.Kvs) == 0 {
+			return ""
+		}
+		return string(resp.Kvs[0].Value)
+	}
+	first := session()
+	<-time.After(2 * time.Second) // four times the timeouts
+	if now := session(); now != first || first == "" {
+		t.Errorf("the stream did not outlive the server's timeouts: session %q, then %q", first, now)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "gone: Unreachable again", func() bool { return state().Connectivity == appcontext.Unreachable })
+}
+
+// One transaction carries several clusters' parts; a part whose guard
+// fails (its session superseded) fails alone.
+func TestWriterGuardsEachPart(t *testing.T) {
+	prefix := env.EtcdPrefix()
+	cli := env.Etcd.Client
+	if _, err := cli.Put(t.Context(), prefix+"guard/a", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(t.Context(), prefix+"guard/b", "s2"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWriter(cli, m)
+	ok := &part{cluster: "a", guard: clientv3.Compare(clientv3.Value(prefix+"guard/a"), "=", "s1"),
+		ops: []clientv3.Op{clientv3.OpPut(prefix+"data/a", "x")}, done: make(chan error, 1)}
+	stale := &part{cluster: "b", guard: clientv3.Compare(clientv3.Value(prefix+"guard/b"), "=", "old"),
+		ops: []clientv3.Op{clientv3.OpPut(prefix+"data/b", "x")}, done: make(chan error, 1)}
+	w.commit(t.Context(), []*part{ok, stale})
+	if err := <-ok.done; err != nil {
+		t.Errorf("the guarded part: %v", err)
+	}
+	if err := <-stale.done; err != errSuperseded {
+		t.Errorf("the stale part: %v, want errSuperseded", err)
+	}
+	resp, err := cli.Get(t.Context(), prefix+"data/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Key) != prefix+"data/a" {
+		t.Errorf("stored %v, want data/a only", resp.Kvs)
+	}
+}
+
+var _ rsync.Delegate = (*Hub)(nil)

@@ -1,0 +1,68 @@
+package hub
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/argus-mc/argus/src/apis/fleet"
+	"github.com/argus-mc/argus/src/internal/appcontext"
+)
+
+// FuzzReport: whatever an agent sends as a report, checking it never
+// panics, and what it accepts stays within the bounds.
+func FuzzReport(f *testing.F) {
+	seeds := []*pb.StatusReport{
+		{Seq: 1, Monitor: &pb.Monitor{State: appcontext.MonitorRunning}},
+		{Seq: 2, Placements: []*pb.PlacementReport{{ContextId: "1", App: "a", Generation: 3, Settled: true,
+			Resources: []*pb.ResourceReport{{Key: "ConfigMap/default/a", Status: "Applied", Manifest: strings.Repeat("ab", 32)}}}}},
+		{Seq: 3, Placements: []*pb.PlacementReport{{Resources: []*pb.ResourceReport{{Status: "Bogus"}}}}},
+		{Seq: 4, Bundles: []*pb.BundleReport{{StatusId: "1", App: "a", Status: []byte(`{"ready":true}`)}}},
+	}
+	for _, s := range seeds {
+		data, err := proto.Marshal(s)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var r pb.StatusReport
+		if proto.Unmarshal(data, &r) != nil {
+			return // gRPC refuses what does not decode
+		}
+		if checkReport(&r) != nil {
+			return
+		}
+		for _, pr := range r.GetPlacements() {
+			for _, rr := range pr.GetResources() {
+				st, err := resourceStatus(rr)
+				if err != nil || !rsyncStatuses[st.Status] || len(st.Error) > maxReason || len(st.Warnings) > maxWarnings {
+					t.Fatalf("accepted %+v (%v)", rr, err)
+				}
+			}
+		}
+	})
+}
+
+func TestCheckReport(t *testing.T) {
+	long := strings.Repeat("x", maxReason+1)
+	for name, c := range map[string]struct {
+		r  *pb.StatusReport
+		ok bool
+	}{
+		"heartbeat":      {&pb.StatusReport{Monitor: &pb.Monitor{State: "Running"}}, true},
+		"status":         {&pb.StatusReport{Placements: []*pb.PlacementReport{{Resources: []*pb.ResourceReport{{Status: "Failed", Error: "422"}}}}}, true},
+		"unknown status": {&pb.StatusReport{Placements: []*pb.PlacementReport{{Resources: []*pb.ResourceReport{{Status: "Done"}}}}}, false},
+		"long reason":    {&pb.StatusReport{Placements: []*pb.PlacementReport{{Resources: []*pb.ResourceReport{{Status: "Failed", Error: long}}}}}, false},
+		"bad manifest":   {&pb.StatusReport{Placements: []*pb.PlacementReport{{Resources: []*pb.ResourceReport{{Status: "Applied", Manifest: "zz"}}}}}, false},
+		"many warnings": {&pb.StatusReport{Placements: []*pb.PlacementReport{{Resources: []*pb.ResourceReport{{Status: "Applied",
+			Warnings: make([]string, maxWarnings+1)}}}}}, false},
+		"long monitor reason": {&pb.StatusReport{Monitor: &pb.Monitor{State: "NotInstalled", Reason: long}}, false},
+	} {
+		if err := checkReport(c.r); (err == nil) != c.ok {
+			t.Errorf("%s: %v, want ok=%v", name, err, c.ok)
+		}
+	}
+}

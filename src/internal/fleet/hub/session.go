@@ -1,0 +1,578 @@
+package hub
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/argus-mc/argus/src/apis/fleet"
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/etcdwatch"
+)
+
+// session is one agent's stream on this replica.
+type session struct {
+	h      *Hub
+	ref    appcontext.ClusterRef
+	id     string
+	cred   string
+	epoch  int64
+	guard  string // the session key's value, which guards every write
+	stream pb.Fleet_ConnectServer
+	log    *logrus.Entry
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wake   chan struct{}
+
+	mu      sync.Mutex
+	out     []*pb.HubMessage
+	events  []etcdwatch.Event // work changes not sent yet
+	resync  bool              // send the cluster's work again from sentRev (complete)
+	sentRev int64
+	items   map[itemKey]*item
+	silent  bool // the agent went quiet: its monitor is to be recorded Silent
+
+	stateMu   sync.Mutex // orders the cluster state writes
+	state     appcontext.ClusterState
+	lastSeen  time.Time // when LastSeen was last written
+	silence   *time.Timer
+	lastHeard time.Time
+}
+
+// itemKey names a placement within the session's cluster.
+type itemKey struct{ id, app string }
+
+// item is what the session knows of one of its cluster's work items:
+// enough to check what the agent reports about it.
+type item struct {
+	gen      int64
+	statusID string
+	del      bool
+	keys     map[string]bool // resource keys
+	blobs    map[string]bool // manifest hashes
+	progress progressRecord  // as last written
+}
+
+// maxBufferedEvents bounds the work changes a session holds for a slow
+// agent; beyond it the session sends the cluster's work again instead.
+const maxBufferedEvents = 1024
+
+// Connect serves one agent's stream (the Fleet service).
+func (h *Hub) Connect(stream pb.Fleet_ConnectServer) error {
+	if !h.enter() {
+		return status.Error(codes.Unavailable, "the fleet hub is starting or stopping")
+	}
+	defer h.wg.Done()
+	cred := bearer(stream.Context())
+	ref, epoch, err := h.opts.Credentials.Authenticate(cred)
+	if err != nil {
+		return status.Error(codes.Unauthenticated, err.Error())
+	}
+	// Counted from here: a stream that says nothing holds a slot too.
+	if !h.admit() {
+		return status.Error(codes.ResourceExhausted, "this replica serves as many agents as it may; try another")
+	}
+	defer h.dismiss()
+	hello, err := h.hello(stream)
+	if err != nil {
+		return err
+	}
+	named := appcontext.ClusterRef{Provider: hello.GetClusterProvider(), Name: hello.GetCluster()}
+	if named != ref {
+		h.log.WithFields(logrus.Fields{"cluster": ref.String(), "named": fmt.Sprintf("%.120s", named.String())}).Warn("an agent named another cluster than its credential's")
+		return status.Errorf(codes.PermissionDenied, "the credential is for cluster %s, not %.120s", ref, named)
+	}
+	s := h.newSession(stream, ref, cred, epoch)
+	defer s.cancel(nil)
+	defer h.unregister(s)
+	if err := s.start(hello); err != nil {
+		s.finish()
+		return err
+	}
+	s.log.WithField("work_revision", hello.GetWorkRevision()).Info("agent connected")
+	// The receiver ends when the stream does, which is when this handler
+	// returns (a Recv cannot be interrupted otherwise): the hub waits for it.
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		s.receive()
+	}()
+	s.sendLoop()
+	s.cancel(nil)
+	s.finish()
+	cause := context.Cause(s.ctx)
+	switch {
+	case errors.Is(cause, errSuperseded):
+		return status.Error(codes.Aborted, "superseded by a newer stream of the same agent")
+	case status.Code(cause) != codes.Unknown:
+		return cause // a refusal (PermissionDenied, InvalidArgument) as it is
+	case cause != nil && !errors.Is(cause, context.Canceled):
+		return status.Error(codes.Unavailable, cause.Error())
+	}
+	return nil
+}
+
+// helloTimeout bounds the wait for a stream's Hello.
+const helloTimeout = 10 * time.Second
+
+// hello reads a stream's first message, which must be a Hello, within
+// helloTimeout. The read outlives a timeout only until the stream ends,
+// which returning ends; the hub waits for it.
+func (h *Hub) hello(stream pb.Fleet_ConnectServer) (*pb.Hello, error) {
+	type result struct {
+		m   *pb.AgentMessage
+		err error
+	}
+	got := make(chan result, 1)
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		m, err := stream.Recv()
+		got <- result{m, err}
+	}()
+	t := time.NewTimer(helloTimeout)
+	defer t.Stop()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			return nil, r.err
+		}
+		if r.m.GetHello() == nil {
+			return nil, status.Error(codes.InvalidArgument, "the first message must be a Hello")
+		}
+		return r.m.GetHello(), nil
+	case <-t.C:
+		return nil, status.Errorf(codes.DeadlineExceeded, "no Hello within %s", helloTimeout)
+	}
+}
+
+// enter counts a stream's handler among the goroutines Run waits for,
+// unless the hub is not running (yet, or any more).
+func (h *Hub) enter() bool {
+	select {
+	case <-h.started:
+	default:
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopping {
+		return false
+	}
+	h.wg.Add(1)
+	return true
+}
+
+func (h *Hub) admit() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.streams >= h.opts.MaxAgents {
+		return false
+	}
+	h.streams++
+	h.metrics.agents.Inc()
+	return true
+}
+
+func (h *Hub) dismiss() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.streams--
+	h.metrics.agents.Dec()
+}
+
+// bearer takes the credential out of the call's metadata.
+func bearer(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		scheme, token, _ := strings.Cut(strings.TrimSpace(v), " ")
+		if strings.EqualFold(scheme, "Bearer") {
+			return strings.TrimSpace(token)
+		}
+	}
+	return ""
+}
+
+func (h *Hub) newSession(stream pb.Fleet_ConnectServer, ref appcontext.ClusterRef, cred string, epoch int64) *session {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	rec, _ := json.Marshal(sessionRecord{Session: id, Replica: h.opts.Replica, Since: h.opts.Now().UTC().Format(time.RFC3339Nano)})
+	return &session{h: h, ref: ref, id: id, cred: cred, epoch: epoch, guard: string(rec), stream: stream,
+		log: h.log.WithFields(logrus.Fields{"cluster": ref.String(), "session": id}), ctx: ctx, cancel: cancel,
+		wake: make(chan struct{}, 1), items: map[itemKey]*item{}}
+}
+
+// start records the session, replacing any other of the cluster, and
+// queues the Welcome and the agent's work since the revision it holds.
+func (s *session) start(hello *pb.Hello) error {
+	h := s.h
+	h.mu.Lock()
+	old := h.sessions[s.ref]
+	h.sessions[s.ref] = s
+	h.mu.Unlock()
+	if old != nil {
+		old.end(errSuperseded)
+	}
+	if err := s.recordSession(s.ctx, h.leaseID()); err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	resp, err := h.opts.Client.Get(s.ctx, h.opts.Contexts.ClusterStateKey(s.ref))
+	if err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	if len(resp.Kvs) > 0 {
+		_ = json.Unmarshal(resp.Kvs[0].Value, &s.state)
+	}
+	s.lastHeard = h.opts.Now()
+	s.silence = time.AfterFunc(h.opts.SilentAfter, s.wentSilent)
+	s.mu.Lock()
+	s.out = append(s.out, &pb.HubMessage{Body: &pb.HubMessage_Welcome{Welcome: &pb.Welcome{Session: s.id,
+		HeartbeatSeconds: int32(h.opts.Heartbeat / time.Second), StatusEpoch: s.epoch}}})
+	s.sentRev, s.resync = max(0, hello.GetWorkRevision()), true
+	s.mu.Unlock()
+	s.signal()
+	return nil
+}
+
+// recordSession writes the session key on lease.
+func (s *session) recordSession(ctx context.Context, lease clientv3.LeaseID) error {
+	_, err := s.h.opts.Client.Put(ctx, s.h.keys.session(s.ref), s.guard, clientv3.WithLease(lease))
+	if err != nil {
+		return fmt.Errorf("record the agent's session: %w", err)
+	}
+	return nil
+}
+
+// guardCmp holds while this session is the cluster's.
+func (s *session) guardCmp() clientv3.Cmp {
+	return clientv3.Compare(clientv3.Value(s.h.keys.session(s.ref)), "=", s.guard)
+}
+
+// unregister forgets the session, if it is still the cluster's here.
+func (h *Hub) unregister(s *session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sessions[s.ref] == s {
+		delete(h.sessions, s.ref)
+	}
+}
+
+// finish deletes the session key if it is still this session's: the
+// cluster's keeper then counts the time without a stream.
+func (s *session) finish() {
+	s.stateMu.Lock()
+	if s.silence != nil {
+		s.silence.Stop()
+	}
+	s.stateMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	key := s.h.keys.session(s.ref)
+	if _, err := s.h.opts.Client.Txn(ctx).If(s.guardCmp()).Then(clientv3.OpDelete(key)).Commit(); err != nil {
+		s.log.WithError(err).Warn("cannot delete the session key; it goes with this replica's lease")
+	}
+	s.log.WithField("cause", context.Cause(s.ctx)).Info("agent disconnected")
+}
+
+// end stops the session's stream.
+func (s *session) end(cause any) {
+	switch c := cause.(type) {
+	case error:
+		s.cancel(c)
+	case string:
+		s.cancel(errors.New(c))
+	}
+}
+
+func (s *session) stillAuthentic() bool {
+	ref, _, err := s.h.opts.Credentials.Authenticate(s.cred)
+	return err == nil && ref == s.ref
+}
+
+func (s *session) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// queue adds a message for the agent.
+func (s *session) queue(m *pb.HubMessage) {
+	s.mu.Lock()
+	s.out = append(s.out, m)
+	s.mu.Unlock()
+	s.signal()
+}
+
+// receive reads the agent's messages until the stream or the session ends.
+func (s *session) receive() {
+	for {
+		m, err := s.stream.Recv()
+		if err != nil {
+			s.cancel(nil) // the agent went away; it reconnects
+			return
+		}
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.heard()
+		switch b := m.GetBody().(type) {
+		case *pb.AgentMessage_WorkAck:
+			s.log.WithField("revision", b.WorkAck.GetRevision()).Debug("work acknowledged")
+		case *pb.AgentMessage_BlobRequest:
+			err = s.blobs(b.BlobRequest)
+		case *pb.AgentMessage_Report:
+			err = s.report(b.Report)
+		}
+		if err != nil {
+			s.end(err)
+			return
+		}
+	}
+}
+
+// sendLoop sends what is queued until the session ends.
+func (s *session) sendLoop() {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.wake:
+		}
+		for {
+			s.mu.Lock()
+			out, events, resync, silent := s.out, s.events, s.resync, s.silent
+			s.out, s.events, s.resync, s.silent = nil, nil, false, false
+			from := s.sentRev
+			s.mu.Unlock()
+			if len(out) == 0 && len(events) == 0 && !resync && !silent {
+				break
+			}
+			if silent {
+				s.writeSilent()
+			}
+			for _, m := range out {
+				if err := s.stream.Send(m); err != nil {
+					s.end(err)
+					return
+				}
+			}
+			var batches []*pb.HubMessage
+			var err error
+			if resync {
+				batches, err = s.catchUp(from)
+			} else {
+				batches = s.live(events)
+			}
+			if err != nil {
+				s.end(err)
+				return
+			}
+			for _, m := range batches {
+				s.h.metrics.batches.Inc()
+				if err := s.stream.Send(m); err != nil {
+					s.end(err)
+					return
+				}
+			}
+		}
+	}
+}
+
+// workEvent hands a change of a work record to its cluster's session here.
+func (h *Hub) workEvent(ev etcdwatch.Event) {
+	rest := strings.TrimPrefix(ev.Key, h.keys.workPrefix())
+	k, ok := parsePlacement(rest)
+	if !ok {
+		return
+	}
+	h.mu.Lock()
+	s := h.sessions[k.ref]
+	h.mu.Unlock()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	if len(s.events) >= maxBufferedEvents {
+		s.events, s.resync = nil, true
+	} else if !s.resync {
+		s.events = append(s.events, ev)
+	}
+	s.mu.Unlock()
+	s.signal()
+}
+
+// catchUp reads the cluster's work and returns the batches that bring an
+// agent holding revision from up to date: every key, and the items
+// changed since.
+func (s *session) catchUp(from int64) ([]*pb.HubMessage, error) {
+	prefix := s.h.keys.clusterWork(s.ref)
+	resp, err := s.h.opts.Client.Get(s.ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("read the cluster's work: %w", err)
+	}
+	first := &pb.WorkBatch{Complete: true}
+	var changed []*pb.WorkItem
+	items := map[itemKey]*item{}
+	for _, kv := range resp.Kvs {
+		k, ok := parsePlacement(strings.TrimPrefix(string(kv.Key), s.h.keys.workPrefix()))
+		if !ok {
+			continue
+		}
+		wi, it, err := decodeWork(kv.Value, kv.ModRevision)
+		if err != nil {
+			s.log.WithError(err).WithField("work", string(kv.Key)).Warn("malformed work record skipped")
+			continue
+		}
+		first.Keys = append(first.Keys, &pb.WorkKey{ContextId: k.id, App: k.app})
+		items[itemKey{k.id, k.app}] = it
+		if kv.ModRevision > from {
+			changed = append(changed, wi)
+		}
+	}
+	s.mu.Lock()
+	for k, it := range items {
+		if old := s.items[k]; old != nil && old.gen == it.gen {
+			it.progress = old.progress
+		}
+	}
+	s.items = items
+	s.sentRev = resp.Header.Revision
+	s.mu.Unlock()
+	return splitBatch(first, changed, resp.Header.Revision), nil
+}
+
+// live turns work changes into a batch.
+func (s *session) live(events []etcdwatch.Event) []*pb.HubMessage {
+	b := &pb.WorkBatch{}
+	var items []*pb.WorkItem
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ev := range events {
+		if ev.ModRevision <= s.sentRev {
+			continue // sent with the catch-up already
+		}
+		k, ok := parsePlacement(strings.TrimPrefix(ev.Key, s.h.keys.workPrefix()))
+		if !ok {
+			continue
+		}
+		ik := itemKey{k.id, k.app}
+		if ev.Deleted {
+			delete(s.items, ik)
+			b.Removed = append(b.Removed, &pb.WorkKey{ContextId: k.id, App: k.app})
+		} else if wi, it, err := decodeWork(ev.Value, ev.ModRevision); err == nil {
+			s.items[ik] = it
+			items = append(items, wi)
+		}
+		b.Revision = max(b.Revision, ev.ModRevision)
+	}
+	if b.Revision == 0 {
+		return nil
+	}
+	s.sentRev = b.Revision
+	return splitBatch(b, items, b.Revision)
+}
+
+// maxBatchItems bounds the items of one message.
+const maxBatchItems = 256
+
+// splitBatch spreads items over messages; only the last names the
+// revision, so the agent acknowledges it once it holds everything.
+func splitBatch(first *pb.WorkBatch, items []*pb.WorkItem, rev int64) []*pb.HubMessage {
+	var out []*pb.HubMessage
+	b := first
+	for {
+		n := min(len(items), maxBatchItems)
+		b.Items, items = items[:n], items[n:]
+		out = append(out, &pb.HubMessage{Body: &pb.HubMessage_Work{Work: b}})
+		if len(items) == 0 {
+			b.Revision = rev
+			return out
+		}
+		b.Revision = 0
+		b = &pb.WorkBatch{}
+	}
+}
+
+// decodeWork turns a work record into the message item and what the
+// session keeps of it.
+func decodeWork(value []byte, gen int64) (*pb.WorkItem, *item, error) {
+	var rec workRecord
+	if err := json.Unmarshal(value, &rec); err != nil {
+		return nil, nil, err
+	}
+	wi := &pb.WorkItem{ContextId: rec.Context, App: rec.App, Generation: gen, StatusId: rec.StatusID, Namespace: rec.Namespace,
+		FieldValidation: rec.FieldValidation, Delete: rec.Delete, Update: rec.Update, Group: rec.Group, Adopt: rec.Adopt}
+	it := &item{gen: gen, statusID: rec.StatusID, del: rec.Delete, keys: map[string]bool{}, blobs: map[string]bool{}}
+	for _, r := range rec.Resources {
+		res := &pb.Resource{Group: r.Group, Version: r.Version, Kind: r.Kind, Name: r.Name,
+			Namespace: r.Namespace, Removed: r.Removed, Sha256: r.SHA256, Size: r.Size}
+		if r.Hook != nil {
+			res.Hook = &pb.Hook{Events: r.Hook.Events, Weight: int32(r.Hook.Weight), DeletePolicies: r.Hook.DeletePolicies}
+		}
+		wi.Resources = append(wi.Resources, res)
+		it.keys[r.key()] = true
+		it.blobs[r.SHA256] = true
+	}
+	return wi, it, nil
+}
+
+// maxBlobAnswer bounds the manifests of one Blobs message.
+const maxBlobAnswer = 2 << 20
+
+// maxBlobRequest bounds the hashes one request may name.
+const maxBlobRequest = 4096
+
+// blobs answers a request for manifests, which must belong to the
+// session's cluster's work.
+func (s *session) blobs(req *pb.BlobRequest) error {
+	id := req.GetContextId()
+	if len(req.GetSha256()) > maxBlobRequest {
+		return status.Errorf(codes.InvalidArgument, "a blob request may name at most %d manifests", maxBlobRequest)
+	}
+	s.mu.Lock()
+	allowed := map[string]bool{}
+	for k, it := range s.items {
+		if k.id == id {
+			for sum := range it.blobs {
+				allowed[sum] = true
+			}
+		}
+	}
+	s.mu.Unlock()
+	msg := &pb.Blobs{ContextId: id}
+	size := 0
+	for _, sum := range req.GetSha256() {
+		if !allowed[sum] {
+			s.log.WithField("context", fmt.Sprintf("%.40q", id)).Warn("an agent asked for a manifest not in its cluster's work")
+			return status.Errorf(codes.PermissionDenied, "manifest %.80s of context %.40s is not in cluster %s's work", sum, id, s.ref)
+		}
+		data, err := s.h.opts.Contexts.ReadBlob(s.ctx, id, sum)
+		if err != nil {
+			s.log.WithError(err).Debug("manifest not found; the agent gets the work's next change")
+			data = nil
+		}
+		if size+len(data) > maxBlobAnswer && len(msg.Blobs) > 0 {
+			s.queue(&pb.HubMessage{Body: &pb.HubMessage_Blobs{Blobs: msg}})
+			msg, size = &pb.Blobs{ContextId: id}, 0
+		}
+		msg.Blobs = append(msg.Blobs, &pb.Blob{Sha256: sum, Data: data})
+		size += len(data)
+	}
+	s.queue(&pb.HubMessage{Body: &pb.HubMessage_Blobs{Blobs: msg}})
+	return nil
+}

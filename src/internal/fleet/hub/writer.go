@@ -1,0 +1,128 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// errSuperseded is a write refused by its guard: the session it was made
+// for is no longer the cluster's (the agent reconnected elsewhere).
+var errSuperseded = errors.New("the agent's session was superseded")
+
+// writer commits what agents report. Whatever waits while a transaction
+// is in flight goes into the next, each cluster's part a sub-transaction
+// guarded by its session key, so under load many agents' reports cost
+// one etcd round trip, and a part whose session was superseded fails
+// alone.
+type writer struct {
+	cli     *clientv3.Client
+	metrics *metrics
+	in      chan *part
+}
+
+// part is one cluster's writes, committed atomically under its guard.
+type part struct {
+	cluster string
+	guard   clientv3.Cmp
+	ops     []clientv3.Op
+	bytes   int
+	done    chan error
+}
+
+// Limits of one transaction: etcd refuses more than 128 operations at one
+// level (--max-txn-ops) and requests over 1.5 MiB (--max-request-bytes).
+const (
+	maxPartOps  = 100
+	maxTxnParts = 100
+	maxTxnBytes = 1 << 20
+)
+
+func newWriter(cli *clientv3.Client, m *metrics) *writer {
+	return &writer{cli: cli, metrics: m, in: make(chan *part, 256)}
+}
+
+// write commits ops for cluster under guard, in parts of at most
+// maxPartOps operations, in order; it returns errSuperseded when the
+// guard failed.
+func (w *writer) write(ctx context.Context, cluster string, guard clientv3.Cmp, ops []clientv3.Op, sizes []int) error {
+	for start := 0; start < len(ops); start += maxPartOps {
+		end := min(start+maxPartOps, len(ops))
+		p := &part{cluster: cluster, guard: guard, ops: ops[start:end], done: make(chan error, 1)}
+		for _, n := range sizes[start:end] {
+			p.bytes += n
+		}
+		select {
+		case w.in <- p:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		select {
+		case err := <-p.done:
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// run commits parts until ctx ends.
+func (w *writer) run(ctx context.Context) {
+	var next *part // held over: its cluster already had a part in the batch
+	for {
+		batch, bytes := []*part{}, 0
+		if next != nil {
+			batch, bytes, next = append(batch, next), next.bytes, nil
+		} else {
+			select {
+			case p := <-w.in:
+				batch, bytes = append(batch, p), p.bytes
+			case <-ctx.Done():
+				return
+			}
+		}
+		clusters := map[string]bool{batch[0].cluster: true}
+	gather:
+		for len(batch) < maxTxnParts {
+			select {
+			case p := <-w.in:
+				if clusters[p.cluster] || bytes+p.bytes > maxTxnBytes {
+					next = p // two parts of a cluster would write one key twice
+					break gather
+				}
+				clusters[p.cluster] = true
+				batch, bytes = append(batch, p), bytes+p.bytes
+			default:
+				break gather
+			}
+		}
+		w.commit(ctx, batch)
+	}
+}
+
+func (w *writer) commit(ctx context.Context, batch []*part) {
+	ops := make([]clientv3.Op, len(batch))
+	n := 0
+	for i, p := range batch {
+		ops[i] = clientv3.OpTxn([]clientv3.Cmp{p.guard}, p.ops, nil)
+		n += len(p.ops)
+	}
+	resp, err := w.cli.Txn(ctx).Then(ops...).Commit()
+	w.metrics.txns.Inc()
+	w.metrics.ops.Add(float64(n))
+	for i, p := range batch {
+		switch {
+		case err != nil:
+			p.done <- fmt.Errorf("store what the agent reported: %w", err)
+		case !resp.Responses[i].GetResponseTxn().GetSucceeded():
+			p.done <- errSuperseded
+		default:
+			p.done <- nil
+		}
+	}
+}

@@ -1,0 +1,213 @@
+package join
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/testenv"
+)
+
+var env *testenv.Stores
+
+func TestMain(m *testing.M) { testenv.Main(m, func(s *testenv.Stores) { env = s }) }
+
+// clock is a settable clock for expiry tests.
+type clock struct{ now atomic.Int64 }
+
+func (c *clock) Now() time.Time      { return time.Unix(0, c.now.Load()) }
+func (c *clock) add(d time.Duration) { c.now.Add(int64(d)) }
+
+func start(t *testing.T, opts Options) (*Service, string) {
+	t.Helper()
+	prefix := env.EtcdPrefix()
+	opts.Client, opts.Prefix = env.Etcd.Client, prefix
+	svc, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	<-svc.Ready()
+	return svc, prefix
+}
+
+// eventually polls cond with a deadline.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("%s: not true after 30s", what)
+}
+
+var edge = appcontext.ClusterRef{Provider: "cp", Name: "edge01"}
+
+func TestTokenIsSingleUseAndCredentialAuthenticates(t *testing.T) {
+	t.Parallel()
+	svc, prefix := start(t, Options{})
+	ctx := t.Context()
+	tok, err := svc.Register(ctx, edge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "registered", func() bool { return svc.Pulls(edge) })
+	// Two agents racing with one token: exactly one gets a credential.
+	var wg sync.WaitGroup
+	var wins atomic.Int32
+	var cred Credential
+	var mu sync.Mutex
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := svc.Exchange(ctx, tok.Token)
+			if err == nil {
+				wins.Add(1)
+				mu.Lock()
+				cred = c
+				mu.Unlock()
+			} else if !errors.Is(err, errdefs.ErrUnauthorized) {
+				t.Errorf("exchange: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Fatalf("%d exchanges of one token succeeded, want 1", wins.Load())
+	}
+	if cred.Cluster != edge {
+		t.Fatalf("credential for %v, want %v", cred.Cluster, edge)
+	}
+	if _, err := svc.Exchange(ctx, tok.Token); !errors.Is(err, errdefs.ErrUnauthorized) {
+		t.Fatalf("reused token: %v, want unauthorized", err)
+	}
+	eventually(t, "credential known", func() bool { ref, _, err := svc.Authenticate(cred.Credential); return err == nil && ref == edge })
+	for _, bad := range []string{"", "x", cred.Credential + "x", tok.Token, strings.Repeat("a", 1000)} {
+		if _, _, err := svc.Authenticate(bad); !errors.Is(err, errdefs.ErrUnauthorized) {
+			t.Errorf("Authenticate(%.20q): %v, want unauthorized", bad, err)
+		}
+	}
+	// Neither the token nor the credential is stored, only their hashes.
+	resp, err := env.Etcd.Client.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, secret, _ := strings.Cut(tok.Token, ".")
+	for _, kv := range resp.Kvs {
+		if strings.Contains(string(kv.Value), secret) || strings.Contains(string(kv.Value), cred.Credential) {
+			t.Errorf("%s holds a secret in the clear", kv.Key)
+		}
+	}
+}
+
+func TestExpiredTokenIsRefused(t *testing.T) {
+	t.Parallel()
+	c := &clock{}
+	c.now.Store(time.Now().UnixNano())
+	svc, _ := start(t, Options{TokenTTL: time.Minute, Now: c.Now})
+	tok, err := svc.Register(t.Context(), edge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.add(61 * time.Second)
+	if _, err := svc.Exchange(t.Context(), tok.Token); !errors.Is(err, errdefs.ErrUnauthorized) {
+		t.Fatalf("expired token: %v, want unauthorized", err)
+	}
+}
+
+func TestNewTokenVoidsTheOldAndRejoinReplacesTheCredential(t *testing.T) {
+	t.Parallel()
+	svc, _ := start(t, Options{})
+	ctx := t.Context()
+	first, err := svc.Register(ctx, edge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred1, err := svc.Exchange(ctx, first.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := svc.Register(ctx, edge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	third, err := svc.Register(ctx, edge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Exchange(ctx, second.Token); !errors.Is(err, errdefs.ErrUnauthorized) {
+		t.Fatalf("superseded token: %v, want unauthorized", err)
+	}
+	cred2, err := svc.Exchange(ctx, third.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "old credential replaced", func() bool {
+		_, _, err1 := svc.Authenticate(cred1.Credential)
+		_, _, err2 := svc.Authenticate(cred2.Credential)
+		return err1 != nil && err2 == nil
+	})
+}
+
+func TestRevokeEndsTheCredentialEverywhere(t *testing.T) {
+	t.Parallel()
+	svc, prefix := start(t, Options{})
+	// A second replica on the same stores.
+	other, err := New(Options{Client: env.Etcd.Client, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []bool
+	var mu sync.Mutex
+	other.OnChange(func(ref appcontext.ClusterRef, present bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ref == edge {
+			events = append(events, present)
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- other.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	tok, err := svc.Register(t.Context(), edge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := svc.Exchange(t.Context(), tok.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "known on the other replica", func() bool { _, _, err := other.Authenticate(cred.Credential); return err == nil })
+	if err := svc.Revoke(t.Context(), edge); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "revoked on the other replica", func() bool {
+		_, _, err := other.Authenticate(cred.Credential)
+		return err != nil && !other.Pulls(edge)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) == 0 || events[len(events)-1] {
+		t.Fatalf("change events %v; want the last to say deleted", events)
+	}
+}
