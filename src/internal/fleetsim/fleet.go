@@ -26,8 +26,13 @@ type Options struct {
 	// Churn is the status changes each cluster makes per minute while
 	// it holds resources; 0 makes none (SetChurn changes it).
 	Churn float64
-	// Seed makes the churn's choices repeatable.
+	// Seed makes the churn's and the flaps' choices repeatable.
 	Seed uint64
+	// FlapEvery, when set, disconnects FlapFraction of the clusters
+	// (picked at random; 0.1 when 0) every FlapEvery and reconnects them
+	// half a period later, as links that drop.
+	FlapEvery    time.Duration
+	FlapFraction float64
 	// BackoffBase and BackoffMax bound each agent's reconnect wait (the
 	// agent's defaults when 0).
 	BackoffBase, BackoffMax time.Duration
@@ -54,6 +59,7 @@ type Fleet struct {
 	mu      sync.Mutex
 	changes []Change
 	failed  []error
+	flaps   int
 }
 
 // simCluster is one cluster: its agent, its in-memory Kubernetes side and
@@ -116,6 +122,13 @@ func (f *Fleet) Run(ctx context.Context) error {
 		defer wg.Done()
 		f.runChurn(ctx)
 	}()
+	if f.opts.FlapEvery > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.runFlaps(ctx)
+		}()
+	}
 	wg.Wait()
 	return nil
 }
@@ -254,6 +267,49 @@ func (f *Fleet) runChurn(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// runFlaps disconnects a fraction of the clusters every FlapEvery and
+// reconnects them half a period later, until ctx ends.
+func (f *Fleet) runFlaps(ctx context.Context) {
+	rng := rand.New(rand.NewPCG(f.opts.Seed+1, f.opts.Seed))
+	frac := f.opts.FlapFraction
+	if frac <= 0 {
+		frac = 0.1
+	}
+	count := max(1, int(math.Round(frac*float64(len(f.clusters)))))
+	period := time.NewTicker(f.opts.FlapEvery)
+	defer period.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-period.C:
+		}
+		names := make([]string, 0, count)
+		for _, i := range rng.Perm(len(f.clusters))[:min(count, len(f.clusters))] {
+			names = append(names, f.clusters[i].name)
+		}
+		f.Disconnect(names...)
+		f.mu.Lock()
+		f.flaps += len(names)
+		f.mu.Unlock()
+		back := time.NewTimer(f.opts.FlapEvery / 2)
+		select {
+		case <-ctx.Done():
+			back.Stop()
+			return
+		case <-back.C:
+		}
+		f.Reconnect(names...)
+	}
+}
+
+// Flaps counts the disconnections FlapEvery made.
+func (f *Fleet) Flaps() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.flaps
 }
 
 // memCredentials keeps an agent's credential in memory.
