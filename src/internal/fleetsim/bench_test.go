@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -125,24 +128,72 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration)
 	res.instantiate = time.Since(start)
 	poll(b, 5*time.Minute, "every resource Ready", func() bool { return ready(a) == 5*n })
 
-	// Idle: what the replicas use with every cluster connected and Ready.
+	// Idle: what the replicas use with every cluster connected and Ready,
+	// after 15 s for what the instantiation left (history, sync state) to
+	// settle.
+	<-time.After(15 * time.Second) // a settling window, not a synchronisation
 	idle := 20 * time.Second
+	stopProfile := profile(b, fmt.Sprintf("idle-%d", n))
 	_, cpu0 := d.usage()
 	t0 := time.Now()
 	<-time.After(idle) // the measuring window, not a synchronisation
 	rss1, cpu1 := d.usage()
+	stopProfile()
 	res.rssKiB = float64(rss1-rss0) / float64(n)
 	res.cpuMs = float64(cpu1-cpu0) / time.Since(t0).Minutes() / float64(n)
 
 	res.summaryP50 = statusP50(a, "type=cluster&output=summary")
 	res.allP50 = statusP50(a, "type=cluster&output=all")
 
+	stopProfile = profile(b, fmt.Sprintf("churn-%d", n))
 	res.cbP50, res.cbP99, res.changes, res.lost = churn(b, a, f, churnFor)
+	stopProfile()
 	if errs := f.Errors(); len(errs) > 0 {
 		b.Fatalf("agents stopped: %v", errs[0])
 	}
 	res.reconnect = restart(b, d, f, n)
 	return res
+}
+
+// profile writes a CPU profile (and a heap profile at its end) of this
+// process to ARGUS_FLEET_PROFILE/<name>.{cpu,heap}.pprof when that is set
+// (the orchestrator then runs in this process).
+func profile(b *testing.B, name string) func() {
+	dir := os.Getenv("ARGUS_FLEET_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name+".cpu.pprof"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	runtime.SetMutexProfileFraction(5)
+	runtime.SetBlockProfileRate(int(time.Millisecond))
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+		for _, p := range []string{"mutex", "block"} {
+			pf, err := os.Create(filepath.Join(dir, name+"."+p+".pprof"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = pprof.Lookup(p).WriteTo(pf, 0)
+			_ = pf.Close()
+		}
+		runtime.SetMutexProfileFraction(0)
+		runtime.SetBlockProfileRate(0)
+		h, err := os.Create(filepath.Join(dir, name+".heap.pprof"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = h.Close() }()
+		if err := pprof.WriteHeapProfile(h); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // onboardBench: one app of 5 ConfigMaps placed on every cluster labelled

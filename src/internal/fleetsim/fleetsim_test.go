@@ -3,6 +3,7 @@ package fleetsim
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -12,10 +13,16 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/fleet/agent"
+	"github.com/argus-mc/argus/src/internal/render"
 	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.LeakOptions()...) }
+func TestMain(m *testing.M) {
+	if render.IsWorker(os.Args[1:]) { // an in-process orchestrator's render workers (ARGUS_FLEET_PROFILE)
+		os.Exit(render.WorkerMain(os.Args[2:]))
+	}
+	goleak.VerifyTestMain(m, testenv.LeakOptions()...)
+}
 
 // recorder is an agent.Reporter that keeps what it is told.
 type recorder struct {

@@ -18,6 +18,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/orchestrator"
 )
 
 // deployment is the orchestrator under benchmark: one process on
@@ -30,6 +33,10 @@ type deployment struct {
 	pids     []int
 	cmd      *exec.Cmd
 	done     chan error
+	// inProcess runs the orchestrator in this process (for profiles:
+	// ARGUS_FLEET_PROFILE); cancel stops it.
+	inProcess bool
+	cancel    context.CancelFunc
 }
 
 // buildOrchestrator builds bin/orchestrator into dir.
@@ -52,12 +59,16 @@ func startSingle(tb testing.TB, bin, dir string) *deployment {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
-	d := &deployment{tb: tb, bin: bin, dir: dir, port: port}
+	d := &deployment{tb: tb, bin: bin, dir: dir, port: port, inProcess: os.Getenv("ARGUS_FLEET_PROFILE") != ""}
 	d.startProcess()
 	return d
 }
 
 func (d *deployment) startProcess() {
+	if d.inProcess {
+		d.startInProcess()
+		return
+	}
 	log, err := os.OpenFile(filepath.Join(d.dir, "orchestrator.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		d.tb.Fatal(err)
@@ -122,8 +133,45 @@ func startHA(tb testing.TB, bin, dir string, n int) *deployment {
 	return d
 }
 
+// startInProcess runs the orchestrator in this process, on embedded
+// stores under d.dir, on d.port.
+func (d *deployment) startInProcess() {
+	logFile, err := os.OpenFile(filepath.Join(os.Getenv("ARGUS_FLEET_PROFILE"), "orchestrator.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		d.tb.Fatal(err)
+	}
+	d.tb.Cleanup(func() { _ = logFile.Close() })
+	log, err := logging.New(logFile, "text", "warn")
+	if err != nil {
+		d.tb.Fatal(err)
+	}
+	app, err := orchestrator.New(orchestrator.Options{Listen: fmt.Sprintf("127.0.0.1:%d", d.port), DataDir: filepath.Join(d.dir, "data"),
+		CallbackAllow: []string{"127.0.0.1"}, Logger: log})
+	if err != nil {
+		d.tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel, d.done = cancel, make(chan error, 1)
+	go func() { d.done <- app.Run(ctx) }()
+	select {
+	case <-app.Ready():
+	case err := <-d.done:
+		d.tb.Fatalf("orchestrator stopped: %v", err)
+	}
+	d.urls, d.pids = []string{fmt.Sprintf("http://127.0.0.1:%d", d.port)}, []int{os.Getpid()}
+	d.cmd = nil
+}
+
 // stop ends the deployment (SIGTERM) and waits for it.
 func (d *deployment) stop() {
+	if d.cancel != nil {
+		d.cancel()
+		d.cancel = nil
+		if err := <-d.done; err != nil {
+			d.tb.Errorf("orchestrator: %v", err)
+		}
+		return
+	}
 	if d.cmd == nil {
 		return
 	}
