@@ -848,7 +848,7 @@ func selfAddrs(etcd *etcdstore.Store, mongo *mongostore.Store, listeners ...net.
 			listen = append(listen, ln.Addr().String())
 		}
 	}
-	for _, u := range append(etcd.Endpoints(), mongo.EmbeddedURI()) {
+	for _, u := range append(append(etcd.Endpoints(), etcd.PeerEndpoints()...), mongo.EmbeddedURI()) {
 		if p, err := url.Parse(u); err == nil && p.Host != "" {
 			listen = append(listen, p.Host)
 		}
