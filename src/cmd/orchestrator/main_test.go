@@ -32,10 +32,11 @@ func TestMain(m *testing.M) {
 }
 
 type proc struct {
-	cmd  *exec.Cmd
-	addr string
-	logs chan string // remaining stderr lines
-	done chan error
+	cmd      *exec.Cmd
+	addr     string
+	grpcAddr string      // the gRPC status notification port, when --grpc-listen is set
+	logs     chan string // remaining stderr lines
+	done     chan error
 }
 
 // startProc runs the orchestrator as a child process and waits for it to serve.
@@ -51,7 +52,7 @@ func startProc(t *testing.T, env []string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	p := &proc{cmd: cmd, logs: make(chan string, 1000), done: make(chan error, 1)}
-	addr := make(chan string, 1)
+	addr, grpcAddr := make(chan string, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -59,6 +60,9 @@ func startProc(t *testing.T, env []string, args ...string) *proc {
 			var entry struct{ Msg, Addr string }
 			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "orchestrator serving" {
 				addr <- entry.Addr
+			}
+			if entry.Msg == "gRPC status notifications serving" {
+				grpcAddr <- entry.Addr
 			}
 			select {
 			case p.logs <- line:
@@ -78,6 +82,10 @@ func startProc(t *testing.T, env []string, args ...string) *proc {
 	case p.addr = <-addr:
 	case <-time.After(60 * time.Second):
 		t.Fatal("orchestrator did not serve within 60s")
+	}
+	select {
+	case p.grpcAddr = <-grpcAddr:
+	default:
 	}
 	return p
 }
