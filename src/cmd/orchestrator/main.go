@@ -69,6 +69,9 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.DurationVar(&s.opts.HTTP.IdleTimeout, "idle-timeout", 2*time.Minute, "how long an idle kept-alive connection stays open")
 	s.opts.HTTP.MaxBodyMemory = api.DefaultMaxBodyMemory
 	fs.Var(config.Size{Value: &s.opts.HTTP.MaxBodyMemory}, "max-body-memory", "request body bytes all requests together may hold while they are read and checked (each reserves its Content-Length, or its limit); a body that does not fit waits up to 10s, then gets 503 with Retry-After")
+	fs.Var(config.Size{Value: &s.opts.HTTP.MaxBodyMemoryPerCaller}, "max-body-memory-per-caller", "most of --max-body-memory one caller (a bearer token, or a remote address) may hold, unless it holds nothing; 0 is a quarter of it. An eighth of --max-body-memory is kept for bodies up to 1Mi, so small requests pass beside large ones")
+	s.opts.HTTP.MinBodyRate = api.DefaultMinBodyRate
+	fs.Var(config.Size{Value: &s.opts.HTTP.MinBodyRate}, "min-body-rate", "slowest a request body may arrive, in bytes a second on average once 10s have passed; slower is cut with 408, so a trickled upload cannot hold its part of --max-body-memory for the whole --read-timeout; 0 turns it off")
 	fs.IntVar(&s.opts.HTTP.MaxStreams, "max-watch-streams", 0, "cap on ?watch=true streams open at once (status and overview), more get 503 with Retry-After; 0 is half of the connection cap, so streams never hold every connection")
 	fs.DurationVar(&s.opts.HTTP.StreamWriteTimeout, "watch-write-timeout", 30*time.Second, "how long one write of a ?watch=true stream may block before the stream is closed (a client that stopped reading)")
 	fs.IntVar(&s.opts.HTTP.MaxJSONDepth, "max-json-depth", api.DefaultMaxJSONDepth, "deepest nesting of arrays and objects a JSON body may have (400 beyond)")
@@ -127,6 +130,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 2
 	}
 	s.opts.EtcdEndpoints = s.endpoints
+	if s.opts.HTTP.MinBodyRate == 0 {
+		s.opts.HTTP.MinBodyRate = -1 // the flag's 0 is off; the option's is the default
+	}
 	s.opts.CallbackAllow = s.allow
 	s.opts.CallbackDeny = s.deny
 	if len(s.tenants) > 0 {

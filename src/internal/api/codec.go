@@ -68,6 +68,8 @@ func readError(err error, what string) error {
 	switch {
 	case errors.As(err, &maxBytes):
 		return errdefs.TooLarge("%s is larger than %d bytes", what, maxBytes.Limit)
+	case errors.Is(err, errBodyTooSlow):
+		return errdefs.TimedOut(nil, "%s arrived slower than the server's minimum body rate", what)
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return errdefs.TimedOut(nil, "%s did not arrive within the server's read timeout", what)
 	default:

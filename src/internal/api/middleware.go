@@ -22,6 +22,7 @@ const (
 	keyRequestID ctxKey = iota
 	keyLogger
 	keyRoute
+	keyArrived // when the request's headers were read
 )
 
 // RequestIDHeader carries the request id in and out.
@@ -113,6 +114,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 		ctx := context.WithValue(r.Context(), keyRequestID, id)
 		ctx = context.WithValue(ctx, keyLogger, log)
 		ctx = context.WithValue(ctx, keyRoute, route)
+		ctx = context.WithValue(ctx, keyArrived, time.Now())
 		r = r.WithContext(ctx)
 		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBody)
 

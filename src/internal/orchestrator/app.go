@@ -165,6 +165,12 @@ type HTTPOptions struct {
 	// MaxBodyMemory bounds the request body bytes held at once while they
 	// are read and checked; 0 means api.DefaultMaxBodyMemory.
 	MaxBodyMemory int64
+	// MaxBodyMemoryPerCaller bounds what one caller (a token, or a remote
+	// address) holds of it, unless it holds nothing; 0 means a quarter.
+	MaxBodyMemoryPerCaller int64
+	// MinBodyRate is the slowest a body may arrive (bytes a second, on
+	// average after 10s); 0 means api.DefaultMinBodyRate, negative none.
+	MinBodyRate int64
 	// MaxJSONDepth bounds the nesting of JSON bodies; 0 means 64.
 	MaxJSONDepth int
 }
@@ -581,17 +587,20 @@ func (a *App) Run(ctx context.Context) (err error) {
 				return nil
 			},
 		},
-		ArchiveLimits:      a.opts.Archive,
-		Archives:           renderer,
-		Logger:             a.log.WithField("component", "api"),
-		Registerer:         a.opts.Registry,
-		Gatherer:           a.opts.Registry,
-		Kubeconfig:         kubeconfigs,
-		MaxJSONDepth:       a.opts.HTTP.MaxJSONDepth,
-		ListPageSize:       a.opts.ListPageSize,
-		StreamWriteTimeout: a.opts.HTTP.StreamWriteTimeout,
-		MaxStreams:         maxStreams(a.opts.HTTP.MaxStreams, maxConns),
-		MaxBodyMemory:      a.opts.HTTP.MaxBodyMemory,
+		ArchiveLimits:          a.opts.Archive,
+		Archives:               renderer,
+		Logger:                 a.log.WithField("component", "api"),
+		Registerer:             a.opts.Registry,
+		Gatherer:               a.opts.Registry,
+		Kubeconfig:             kubeconfigs,
+		MaxJSONDepth:           a.opts.HTTP.MaxJSONDepth,
+		ListPageSize:           a.opts.ListPageSize,
+		StreamWriteTimeout:     a.opts.HTTP.StreamWriteTimeout,
+		MaxStreams:             maxStreams(a.opts.HTTP.MaxStreams, maxConns),
+		MaxBodyMemory:          a.opts.HTTP.MaxBodyMemory,
+		MaxBodyMemoryPerCaller: a.opts.HTTP.MaxBodyMemoryPerCaller,
+		MinBodyRate:            a.opts.HTTP.MinBodyRate,
+		ReadTimeout:            a.opts.HTTP.ReadTimeout,
 	}
 	if a.tokens != nil { // never a typed nil in the interface
 		apiOpts.Tokens = a.tokens
