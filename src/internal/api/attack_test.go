@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	
+
 	"github.com/argus-mc/argus/src/internal/console"
 	"github.com/argus-mc/argus/src/internal/gac"
 	"github.com/argus-mc/argus/src/internal/status"
