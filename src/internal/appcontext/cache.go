@@ -36,6 +36,32 @@ type Cache struct {
 	revCh chan struct{}
 	// onChange are told which groups a batch of watch events touched.
 	onChange []func(groups []string)
+	// followers keep state of their own from the keys under a prefix.
+	followers []follower
+}
+
+// Follower keeps state of its own from the etcd keys under a prefix the
+// cache's watch brings anyway (the catalogue's index: catalog.Mirror), so
+// it needs no watch or read of its own.
+type Follower interface {
+	// Reset forgets everything, before a full load.
+	Reset()
+	// Apply records one key's value or deletion. It runs on the watch
+	// goroutine, under the cache's lock, and must not block.
+	Apply(key string, value []byte, deleted bool)
+}
+
+type follower struct {
+	prefix string
+	f      Follower
+}
+
+// Follow has f follow the keys under prefix (within the cache's own
+// prefix). Register before Run.
+func (c *Cache) Follow(prefix string, f Follower) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.followers = append(c.followers, follower{prefix: prefix, f: f})
 }
 
 // NewCache returns a cache over store's keys; Run fills and follows it.
@@ -128,6 +154,9 @@ func (c *Cache) load(ctx context.Context) (int64, error) {
 	defer c.mu.Unlock()
 	c.contexts = map[string]*builder{}
 	c.clusters = map[ClusterRef]ClusterState{}
+	for _, fl := range c.followers {
+		fl.f.Reset()
+	}
 	for _, kv := range resp.Kvs {
 		c.applyLocked(string(kv.Key), kv.Value, false)
 	}
@@ -227,6 +256,12 @@ func (c *Cache) follow(ctx context.Context, rev int64) error {
 
 // applyLocked applies one key and returns the groups it may change.
 func (c *Cache) applyLocked(key string, value []byte, deleted bool) []string {
+	for _, fl := range c.followers {
+		if strings.HasPrefix(key, fl.prefix) {
+			fl.f.Apply(key, value, deleted)
+			return nil
+		}
+	}
 	rest := strings.TrimPrefix(key, c.store.prefix+"/")
 	kind, tail, _ := strings.Cut(rest, "/")
 	var err error

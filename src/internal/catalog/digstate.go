@@ -89,8 +89,6 @@ func LogicalCloudGroup(project, cloud string) string { return "lc:" + project + 
 // ClusterGroup names a cluster's network-intents lifecycle.
 func ClusterGroup(provider, cluster string) string { return "cluster:" + provider + "+" + cluster }
 
-func digFilter(key Key) bson.D { return groupFilter(DIGGroup(key)) }
-
 func groupFilter(group string) bson.D { return bson.D{{Key: "group", Value: group}} }
 
 // keyFilter matches the objects of kind whose key starts with key.
@@ -191,6 +189,7 @@ func (c *Catalog) Transition(ctx context.Context, group, subject string, from []
 			if err != nil {
 				return cur, fmt.Errorf("write DIG state: %w", err)
 			}
+			c.mirrorState(ctx, group)
 			return c.GetState(ctx, group)
 		}
 		filter := append(groupFilter(group), bson.E{Key: "current", Value: cur.Current}, bson.E{Key: "actions", Value: bson.D{{Key: "$size", Value: len(cur.Actions)}}})
@@ -199,6 +198,7 @@ func (c *Catalog) Transition(ctx context.Context, group, subject string, from []
 			return cur, fmt.Errorf("write DIG state: %w", err)
 		}
 		if res.MatchedCount == 1 {
+			c.mirrorState(ctx, group)
 			return c.GetState(ctx, group)
 		}
 	}
@@ -229,6 +229,7 @@ func (c *Catalog) LockForDelete(ctx context.Context, group, subject string, from
 			} else if err != nil {
 				return fmt.Errorf("lock %s: %w", subject, err)
 			}
+			c.mirrorState(ctx, group)
 			return nil
 		}
 		filter := append(groupFilter(group), bson.E{Key: "current", Value: cur.Current}, bson.E{Key: "actions", Value: bson.D{{Key: "$size", Value: len(cur.Actions)}}})
@@ -238,6 +239,7 @@ func (c *Catalog) LockForDelete(ctx context.Context, group, subject string, from
 			return fmt.Errorf("lock %s: %w", subject, err)
 		}
 		if res.MatchedCount == 1 {
+			c.mirrorState(ctx, group)
 			return nil
 		}
 	}
@@ -253,6 +255,7 @@ func (c *Catalog) UnlockForDelete(ctx context.Context, group string) error {
 		return fmt.Errorf("unlock lifecycle: %w", err)
 	}
 	if res.DeletedCount == 1 {
+		c.mirrorState(ctx, group)
 		return nil
 	}
 	return c.unlock(ctx, group)
@@ -275,6 +278,7 @@ func (c *Catalog) unlock(ctx context.Context, group string) error {
 	if err != nil {
 		return fmt.Errorf("unlock lifecycle: %w", err)
 	}
+	c.mirrorState(ctx, group)
 	return nil
 }
 
@@ -308,6 +312,7 @@ func (c *Catalog) unlockStale(ctx context.Context) (int, error) {
 				if _, err := c.digStates().DeleteOne(ctx, groupFilter(d.Group)); err != nil {
 					return 0, fmt.Errorf("recover lifecycles: %w", err)
 				}
+				c.mirrorState(ctx, d.Group)
 				continue
 			}
 		}
@@ -320,13 +325,15 @@ func (c *Catalog) unlockStale(ctx context.Context) (int, error) {
 
 // DeleteDIGState removes a DIG's state with the DIG.
 func (c *Catalog) DeleteDIGState(ctx context.Context, key Key) error {
-	_, err := c.digStates().DeleteOne(ctx, digFilter(key))
-	return err
+	return c.DeleteState(ctx, DIGGroup(key))
 }
 
 // DeleteState removes a lifecycle's state with what it belongs to.
 func (c *Catalog) DeleteState(ctx context.Context, group string) error {
 	_, err := c.digStates().DeleteOne(ctx, groupFilter(group))
+	if err == nil {
+		c.mirrorState(ctx, group)
+	}
 	return err
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -55,7 +56,7 @@ func (c *Catalog) UseIndex(ctx context.Context, cli *clientv3.Client, prefix str
 	}
 	idx := &index{cli: cli, prefix: strings.TrimRight(prefix, "/") + "/catalog/"}
 	var out Reconciled
-	for _, k := range c.kinds {
+	for _, k := range append(slices.Clone(c.kinds), lifecycles) {
 		n, err := c.reconcile(ctx, idx, k)
 		if err != nil {
 			return out, err

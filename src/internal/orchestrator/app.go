@@ -434,6 +434,10 @@ func (a *App) Run(ctx context.Context) (err error) {
 	// The cache is created before rsync, which orders dependent apps by
 	// what it observes; it runs with the watchers below.
 	cache := appcontext.NewCache(contexts, a.log.WithField("component", "cache"))
+	// The overview's DIGs, instances and lifecycles, kept in memory from
+	// the catalogue's index by the cache's watch.
+	mirror := catalog.NewMirror(a.opts.EtcdPrefix)
+	cache.Follow(mirror.Prefix(), mirror)
 	engine, err := rsync.New(rsync.Options{Store: contexts, Clusters: clusters, FieldValidation: a.opts.FieldValidation,
 		Observed: cache, Logger: a.log.WithField("component", "rsync")})
 	if err != nil {
@@ -476,7 +480,8 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	clusterWork.set(watchers.Acquired, watchers.Released)
-	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter, Clusters: clusters}
+	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter, Clusters: clusters,
+		Mirror: mirror}
 	subscriptions := &lateHandler{}
 	sinks := &lateHandler{}
 	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(etcd, mongo, ln, grpcLn), notifyReplicas{

@@ -29,6 +29,10 @@ type Reader struct {
 	// Clusters answers the v1 queries, which read the cluster itself as
 	// k8splugin's do; nil leaves them unavailable.
 	Clusters Clusters
+	// Mirror, with Cache, answers the overview from memory: the DIGs,
+	// instances and lifecycles as the catalogue's index has them, fed by
+	// the cache's watch (Cache.Follow). Nil lists them from the catalogue.
+	Mirror *catalog.Mirror
 }
 
 // base is an Input without a context.
