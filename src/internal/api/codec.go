@@ -76,11 +76,3 @@ func readError(err error, what string) error {
 		return errdefs.Invalid("cannot read the %s: %v", what, err)
 	}
 }
-
-// writeJSON answers with v as JSON.
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	_ = enc.Encode(v) // the client went away; nothing useful to do
-}

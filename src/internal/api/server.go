@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/catalog"
@@ -100,6 +101,17 @@ type Options struct {
 	// ReadTimeout is the server's read timeout, which the minimum body
 	// rate never extends; 0 means none.
 	ReadTimeout time.Duration
+	// MaxAnswerMemory bounds the answer bytes all requests together hold
+	// while they are written (a whole answer, or the buffer of one
+	// encoded as it is written); 0 means DefaultMaxAnswerMemory. An answer
+	// larger than it is refused with 413.
+	MaxAnswerMemory int64
+	// AnswerWriteTimeout bounds each write of an answer: a client that
+	// reads nothing for this long is cut off; 0 means
+	// DefaultAnswerWriteTimeout. WriteTimeout, the server's, bounds the
+	// whole answer still; 0 means none.
+	AnswerWriteTimeout time.Duration
+	WriteTimeout       time.Duration
 	// MaxStreams bounds the ?watch=true streams open at once (status and
 	// overview); one more is 503 with Retry-After. A stream holds its
 	// connection for as long as the client likes, so without a bound one
@@ -148,6 +160,7 @@ type server struct {
 	router  *mux.Router
 	streams atomic.Int64 // watch streams open
 	bodies  *bodyBudget
+	answers *semaphore.Weighted
 	// overviews is shared by the overview streams; nil without Overview
 	// and Changes.
 	overviews *sharedOverview
@@ -192,6 +205,12 @@ func newServer(opts Options) (*server, error) {
 	if opts.BodyWait <= 0 {
 		opts.BodyWait = DefaultBodyWait
 	}
+	if opts.MaxAnswerMemory <= 0 {
+		opts.MaxAnswerMemory = DefaultMaxAnswerMemory
+	}
+	if opts.AnswerWriteTimeout <= 0 {
+		opts.AnswerWriteTimeout = DefaultAnswerWriteTimeout
+	}
 	if opts.MinBodyRate == 0 {
 		opts.MinBodyRate = DefaultMinBodyRate
 	}
@@ -220,7 +239,8 @@ func newServer(opts Options) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
-	s := &server{opts: opts, metrics: m, router: mux.NewRouter(), bodies: newBodyBudget(opts.MaxBodyMemory, opts.MaxBodyMemoryPerCaller, opts.MaxJSONBody)}
+	s := &server{opts: opts, metrics: m, router: mux.NewRouter(), bodies: newBodyBudget(opts.MaxBodyMemory, opts.MaxBodyMemoryPerCaller, opts.MaxJSONBody),
+		answers: semaphore.NewWeighted(opts.MaxAnswerMemory)}
 	if opts.Overview != nil && opts.Changes != nil {
 		s.overviews = newSharedOverview(opts.Overview, opts.Changes)
 	}

@@ -164,6 +164,9 @@ func TestLargeManifests(t *testing.T) {
 	if err := s.Create(ctx, meta, Status{Status: Instantiating}, placements); err != nil {
 		t.Fatal(err)
 	}
+	// What the cache and rsync hold are references, loaded through a
+	// cache of 2 MB: the 2 MB manifest is read whenever needed, never kept.
+	manifests := NewManifests(s, 2_000_000)
 	check := func(how string, c *Context) {
 		t.Helper()
 		if c == nil || len(c.Placements) != 2 {
@@ -171,8 +174,15 @@ func TestLargeManifests(t *testing.T) {
 		}
 		for _, p := range c.Placements {
 			for i, r := range p.Resources {
-				if !bytes.Equal(r.Manifest, rs[i].Manifest) {
-					t.Fatalf("%s: %s on %s: manifest of %d bytes, want %d", how, r.Key(), p.Cluster, len(r.Manifest), len(rs[i].Manifest))
+				if how != "Get" && (len(r.Manifest) > 0 || r.ManifestRef == nil) {
+					t.Fatalf("%s holds %s's manifest itself", how, r.Key())
+				}
+				data, err := manifests.Get(ctx, id, r)
+				if err != nil || !bytes.Equal(data, rs[i].Manifest) {
+					t.Fatalf("%s: %s on %s: manifest of %d bytes, want %d (%v)", how, r.Key(), p.Cluster, len(data), len(rs[i].Manifest), err)
+				}
+				if manifests.Size() > 2_000_000 {
+					t.Fatalf("the manifest cache holds %d bytes, more than its bound", manifests.Size())
 				}
 			}
 		}
@@ -182,6 +192,11 @@ func TestLargeManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("Get", got)
+	lean, err := s.GetWithoutManifests(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("GetWithoutManifests", lean)
 	chunks := 0 // each manifest once, though placed on two clusters
 	for _, r := range rs {
 		chunks += (len(r.Manifest) + s.lim.chunk - 1) / s.lim.chunk

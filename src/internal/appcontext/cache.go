@@ -21,6 +21,8 @@ import (
 // Cache is an in-memory mirror of every context and cluster state, loaded
 // with one range read and then fed by an etcd watch, so status queries cost
 // no etcd reads at all. Readers look at it under a read lock through View.
+// It keeps no rendered manifest, only each resource's reference to it:
+// those are read on demand through Manifests, which bounds what it holds.
 type Cache struct {
 	store *Store
 	log   *logrus.Entry
@@ -342,7 +344,7 @@ func (c *Cache) onLocked(ref ClusterRef, f func(*Context)) {
 func (c *Cache) builder(id string) *builder {
 	b := c.contexts[id]
 	if b == nil {
-		b = newBuilder()
+		b = newLeanBuilder()
 		c.contexts[id] = b
 	}
 	return b

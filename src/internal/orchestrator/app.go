@@ -134,6 +134,10 @@ type Options struct {
 	// Render bounds Helm rendering, which runs in a pool of child processes
 	// of this binary; zero fields are the render package's defaults.
 	Render RenderOptions
+	// ManifestCacheSize bounds the rendered manifests kept in memory (rsync
+	// and status answers load the others from etcd when they need them);
+	// 0 means appcontext.DefaultManifestCacheSize.
+	ManifestCacheSize int64
 	// Logger; nil discards.
 	Logger *logrus.Logger
 	// Registry for metrics; nil means a fresh one with Go and process collectors.
@@ -173,6 +177,12 @@ type HTTPOptions struct {
 	MinBodyRate int64
 	// MaxJSONDepth bounds the nesting of JSON bodies; 0 means 64.
 	MaxJSONDepth int
+	// MaxAnswerMemory bounds the answer bytes held while they are written;
+	// 0 means api.DefaultMaxAnswerMemory.
+	MaxAnswerMemory int64
+	// AnswerWriteTimeout bounds each write of an answer; 0 means
+	// api.DefaultAnswerWriteTimeout.
+	AnswerWriteTimeout time.Duration
 }
 
 func (h *HTTPOptions) defaults() {
@@ -246,7 +256,8 @@ func New(opts Options) (*App, error) {
 	}
 	opts.HTTP.defaults()
 	h := opts.HTTP
-	if h.MaxConnections < 0 || h.MaxStreams < 0 || h.MaxBodyMemory < 0 || h.MaxJSONDepth < 0 || min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout) < 0 {
+	if h.MaxConnections < 0 || h.MaxStreams < 0 || h.MaxBodyMemory < 0 || h.MaxAnswerMemory < 0 || h.MaxJSONDepth < 0 ||
+		min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout, h.AnswerWriteTimeout) < 0 {
 		return nil, errors.New("orchestrator: connection limits and timeouts cannot be negative")
 	}
 	if opts.HistoryLimit < 0 {
@@ -438,8 +449,11 @@ func (a *App) Run(ctx context.Context) (err error) {
 	// the catalogue's index by the cache's watch.
 	mirror := catalog.NewMirror(a.opts.EtcdPrefix)
 	cache.Follow(mirror.Prefix(), mirror)
+	// Rendered manifests are not kept per context: the most recently used
+	// ones are, up to a bound, and the others read from etcd when needed.
+	manifests := appcontext.NewManifests(contexts, a.opts.ManifestCacheSize)
 	engine, err := rsync.New(rsync.Options{Store: contexts, Clusters: clusters, FieldValidation: a.opts.FieldValidation,
-		Observed: cache, Logger: a.log.WithField("component", "rsync")})
+		Manifests: manifests, Observed: cache, Logger: a.log.WithField("component", "rsync")})
 	if err != nil {
 		return err
 	}
@@ -481,7 +495,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	clusterWork.set(watchers.Acquired, watchers.Released)
 	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter, Clusters: clusters,
-		Mirror: mirror}
+		Mirror: mirror, Manifests: manifests}
 	subscriptions := &lateHandler{}
 	sinks := &lateHandler{}
 	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(etcd, mongo, ln, grpcLn), notifyReplicas{
@@ -604,6 +618,9 @@ func (a *App) Run(ctx context.Context) (err error) {
 		MaxStreams:             maxStreams(a.opts.HTTP.MaxStreams, maxConns),
 		MaxBodyMemory:          a.opts.HTTP.MaxBodyMemory,
 		MaxBodyMemoryPerCaller: a.opts.HTTP.MaxBodyMemoryPerCaller,
+		MaxAnswerMemory:        a.opts.HTTP.MaxAnswerMemory,
+		AnswerWriteTimeout:     a.opts.HTTP.AnswerWriteTimeout,
+		WriteTimeout:           a.opts.HTTP.WriteTimeout,
 		MinBodyRate:            a.opts.HTTP.MinBodyRate,
 		ReadTimeout:            a.opts.HTTP.ReadTimeout,
 	}

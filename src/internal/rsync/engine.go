@@ -37,6 +37,10 @@ const (
 type Options struct {
 	Store    *appcontext.Store
 	Clusters Clusters
+	// Manifests loads each manifest when its resource is applied or
+	// deleted (an action holds none of them meanwhile); nil makes one of
+	// the default size over Store.
+	Manifests *appcontext.Manifests
 	// ClusterParallelism bounds the requests rsync has in flight to one
 	// cluster, over every action; 0 means 16.
 	ClusterParallelism int
@@ -103,6 +107,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.FieldValidation == "" {
 		opts.FieldValidation = FieldValidationWarn
+	}
+	if opts.Manifests == nil {
+		opts.Manifests = appcontext.NewManifests(opts.Store, 0)
 	}
 	if opts.ClusterParallelism == 0 {
 		opts.ClusterParallelism = 16
