@@ -20,6 +20,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/config"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/render"
 )
@@ -75,6 +76,10 @@ func Flags(s *settings) *flag.FlagSet {
 	s.opts.HTTP.MaxAnswerMemory = api.DefaultMaxAnswerMemory
 	fs.Var(config.Size{Value: &s.opts.HTTP.MaxAnswerMemory}, "max-answer-memory", "answer bytes all requests together may hold while clients read them (an answer marshalled whole, or the buffer of a status answer, which is written as it is encoded); an answer that does not fit waits up to 10s, then the request gets 503 (or its connection is cut, once the answer began); one larger than this is refused with 413 naming how to narrow it")
 	fs.DurationVar(&s.opts.HTTP.AnswerWriteTimeout, "answer-write-timeout", api.DefaultAnswerWriteTimeout, "how long one write of an answer (at most 64Ki) may block before the connection is cut: a client that stopped reading loses its answer and gives its memory back; --write-timeout still bounds the whole answer")
+	fs.IntVar(&s.opts.Notify.MaxSubscriptions, "max-subscriptions", notify.DefaultMaxSubscriptions, "most status subscriptions there may be, in all (409 beyond)")
+	fs.IntVar(&s.opts.Notify.MaxSubscriptionsPerSubject, "max-subscriptions-per-subject", notify.DefaultMaxPerSubject, "most status subscriptions one deployment intent group or instance may have (409 beyond)")
+	fs.IntVar(&s.opts.Notify.MaxDeliveries, "max-deliveries", 0, "cap on callback deliveries in flight (each holds a connection, a file descriptor), more wait their turn; 0 is a quarter of the descriptors the API and gRPC connection caps leave (at most 1024); a value over half of them is lowered")
+	fs.IntVar(&s.opts.Notify.MaxDeliveriesPerHost, "max-deliveries-per-host", 0, "cap on callback deliveries in flight to one receiver host, so one that does not answer cannot hold every slot; 0 is a quarter of --max-deliveries")
 	s.opts.ManifestCacheSize = appcontext.DefaultManifestCacheSize
 	fs.Var(config.Size{Value: &s.opts.ManifestCacheSize}, "manifest-cache-size", "rendered manifests kept in memory, the most recently used (rsync applying them, status answers with output=detail); the others are read from etcd when needed")
 	fs.IntVar(&s.opts.HTTP.MaxStreams, "max-watch-streams", 0, "cap on ?watch=true streams open at once (status and overview), more get 503 with Retry-After; 0 is half of the connection cap, so streams never hold every connection")

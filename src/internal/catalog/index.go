@@ -395,3 +395,20 @@ func pageOf[S any](all []Object[S], k *Kind, cont string, limit int) (Page[S], e
 	}
 	return p, nil
 }
+
+// Count counts the objects of the kind under parent (a prefix of the key:
+// none counts them all), from the index when there is one.
+func (r *Resource[S]) Count(ctx context.Context, parent Key) (int64, error) {
+	if x := r.cat.index(); x != nil {
+		resp, err := x.cli.Get(ctx, x.children(r.kind, parent), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return 0, errdefs.Unavailable(err, "read the catalogue index")
+		}
+		return resp.Count, nil
+	}
+	n, err := r.coll.CountDocuments(ctx, r.visible(parent))
+	if err != nil {
+		return 0, fmt.Errorf("count %ss: %w", r.kind.Name, err)
+	}
+	return n, nil
+}

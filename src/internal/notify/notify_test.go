@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -475,4 +476,83 @@ func TestUnspecifiedAddressIsTheOrchestratorsOwn(t *testing.T) {
 	if err := d.CheckURL(context.Background(), "http://0.0.0.0:8080/x"); err != nil {
 		t.Errorf("0.0.0.0 on another port, allowed by --callback-allow: %v", err)
 	}
+}
+
+// blackHole accepts connections and never answers; it counts them.
+type blackHole struct {
+	ln    net.Listener
+	conns chan net.Conn
+}
+
+func newBlackHole(t *testing.T) *blackHole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackHole{ln: ln, conns: make(chan net.Conn, 100)}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.conns <- c
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		for {
+			select {
+			case c := <-b.conns:
+				_ = c.Close()
+			default:
+				return
+			}
+		}
+	})
+	return b
+}
+
+// Deliveries in flight are capped, in all and per receiver host: 10
+// attempts at once to a receiver that never answers open at most its
+// share of connections, and a second receiver is still delivered to
+// meanwhile. Before, every attempt held a connection of its own.
+func TestDeliveriesInFlightAreCapped(t *testing.T) {
+	hole := newBlackHole(t)
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(204) }))
+	defer ok.Close()
+	d, err := NewDeliverer(DelivererOptions{Allow: []string{"127.0.0.1"}, AttemptTimeout: 2 * time.Second, MaxDeliveries: 4, MaxDeliveriesPerHost: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.client.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.Deliver(ctx, Delivery{URL: "http://" + hole.ln.Addr().String() + "/", ID: "x", Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")})
+		}()
+	}
+	// Two connections come; the other eight attempts wait for a slot.
+	for range 2 {
+		select {
+		case <-hole.conns:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the first attempts did not connect")
+		}
+	}
+	if res := d.Deliver(ctx, Delivery{URL: ok.URL, ID: "y", Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")}); res.Outcome != Delivered {
+		t.Fatalf("another receiver beside the stuck one: %+v", res)
+	}
+	select {
+	case <-hole.conns:
+		t.Fatal("a third connection to the stuck receiver while two attempts held it")
+	case <-time.After(500 * time.Millisecond):
+	}
+	cancel()
+	wg.Wait()
 }

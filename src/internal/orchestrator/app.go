@@ -134,6 +134,8 @@ type Options struct {
 	// Render bounds Helm rendering, which runs in a pool of child processes
 	// of this binary; zero fields are the render package's defaults.
 	Render RenderOptions
+	// Notify bounds subscriptions and callback deliveries.
+	Notify NotifyOptions
 	// ManifestCacheSize bounds the rendered manifests kept in memory (rsync
 	// and status answers load the others from etcd when they need them);
 	// 0 means appcontext.DefaultManifestCacheSize.
@@ -199,6 +201,19 @@ func (h *HTTPOptions) defaults() {
 	if h.MaxJSONDepth == 0 {
 		h.MaxJSONDepth = api.DefaultMaxJSONDepth
 	}
+}
+
+// NotifyOptions bounds what subscriptions may cost (see docs/security.md).
+type NotifyOptions struct {
+	// MaxSubscriptions and MaxSubscriptionsPerSubject cap the
+	// subscriptions, in all and per DIG or instance; 0 means the notify
+	// package's defaults.
+	MaxSubscriptions, MaxSubscriptionsPerSubject int
+	// MaxDeliveries caps the callback attempts in flight (each holds a
+	// descriptor); 0 derives it from the open-file limit left by the
+	// listeners, and a larger value is lowered to keep half of that.
+	// MaxDeliveriesPerHost caps those to one receiver; 0 is a quarter.
+	MaxDeliveries, MaxDeliveriesPerHost int
 }
 
 // AAIOptions configures the AAI sink.
@@ -498,7 +513,8 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Mirror: mirror, Manifests: manifests}
 	subscriptions := &lateHandler{}
 	sinks := &lateHandler{}
-	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(etcd, mongo, ln, grpcLn), notifyReplicas{
+	deliveries := a.deliveryCap(soft, maxConns)
+	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(etcd, mongo, ln, grpcLn), deliveries, notifyReplicas{
 		subscriptions: replicas.Kind(kindSubscriptions, subscriptions), sinks: replicas.Kind(kindSinks, sinks), lease: replicas.Lease})
 	if err != nil {
 		return err
@@ -670,7 +686,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	a.mu.Unlock()
 	close(a.ready)
 	a.log.WithFields(logrus.Fields{"addr": ln.Addr().String(), "tls": a.cert != nil, "auth": a.tokens != nil,
-		"max_connections": maxConns, "open_files": soft,
+		"max_connections": maxConns, "max_deliveries": deliveries, "open_files": soft,
 		"startup_ms": time.Since(start).Milliseconds()}).Info("orchestrator serving")
 
 	select {
@@ -747,8 +763,9 @@ type notifyReplicas struct {
 	lease                func() clientv3.LeaseID
 }
 
-func (a *App) notifier(cat *catalog.Catalog, etcd *etcdstore.Store, reader *status.Reader, self []string, shared notifyReplicas) (*notify.Manager, error) {
-	deliverer, err := notify.NewDeliverer(notify.DelivererOptions{Allow: a.opts.CallbackAllow, Deny: a.opts.CallbackDeny, Self: self})
+func (a *App) notifier(cat *catalog.Catalog, etcd *etcdstore.Store, reader *status.Reader, self []string, deliveries int, shared notifyReplicas) (*notify.Manager, error) {
+	deliverer, err := notify.NewDeliverer(notify.DelivererOptions{Allow: a.opts.CallbackAllow, Deny: a.opts.CallbackDeny, Self: self,
+		MaxDeliveries: deliveries, MaxDeliveriesPerHost: a.opts.Notify.MaxDeliveriesPerHost})
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: callback policy: %w", err)
 	}
@@ -791,7 +808,23 @@ func (a *App) notifier(cat *catalog.Catalog, etcd *etcdstore.Store, reader *stat
 	return notify.NewManager(notify.ManagerOptions{Catalog: cat, States: notify.NewStates(etcd.Client, prefix+"/notify/"),
 		Deliverer: deliverer, Feeds: reader, CheckQuery: status.CheckQuery, AAI: sink, Metrics: metrics,
 		Subscriptions: shared.subscriptions, Sinks: shared.sinks, Prefix: prefix, Lease: shared.lease,
+		MaxSubscriptions: a.opts.Notify.MaxSubscriptions, MaxPerSubject: a.opts.Notify.MaxSubscriptionsPerSubject,
 		BackoffBase: a.opts.NotifyBackoffBase, Logger: a.log.WithField("component", "notify")})
+}
+
+// deliveryCap is the cap on callback deliveries in flight, drawn from the
+// descriptors the API's and the gRPC port's connection caps leave.
+func (a *App) deliveryCap(soft uint64, maxConns int) int {
+	listeners := maxConns
+	if a.opts.GRPCListen != "" {
+		listeners += grpcConns(maxConns)
+	}
+	n, lowered := rlimit.MaxDeliveries(a.opts.Notify.MaxDeliveries, soft, listeners)
+	if lowered {
+		a.log.WithFields(logrus.Fields{"requested": a.opts.Notify.MaxDeliveries, "max_deliveries": n, "open_files": soft}).
+			Warn("--max-deliveries lowered to keep file descriptors for the stores and clusters")
+	}
+	return n
 }
 
 // overviews answers the console's overview queries; a cluster's watcher

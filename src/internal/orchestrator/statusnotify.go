@@ -38,7 +38,7 @@ func (a *App) serveStatusNotify(ln net.Listener, maxConns int, reader *status.Re
 	}
 	// Connections are taken before any token is checked: bounded like the
 	// API's, from the same descriptor budget (a quarter of the API's cap).
-	ln = netutil.LimitListener(ln, max(16, maxConns/4))
+	ln = netutil.LimitListener(ln, grpcConns(maxConns))
 	opts := statusnotify.Options{Status: reader, Changes: notifier, Logger: a.log.WithField("component", "statusnotify"),
 		MaxStreams: maxStreams(a.opts.HTTP.MaxStreams, maxConns)}
 	if a.tokens != nil { // never a typed nil in the interface
@@ -79,3 +79,7 @@ func (a *App) GRPCAddr() net.Addr {
 	defer a.mu.Unlock()
 	return a.grpcAddr
 }
+
+// grpcConns is the gRPC port's connection cap: a quarter of the API's, at
+// least 16.
+func grpcConns(maxConns int) int { return max(16, maxConns/4) }
