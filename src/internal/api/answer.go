@@ -52,6 +52,7 @@ type answerWriter struct {
 	stall   time.Duration
 	cap     time.Time // the server's write timeout; zero for none
 	through bool      // a watch stream: written as is
+	narrow  string    // what narrows this answer, for a 413
 
 	buf     []byte
 	bufHeld bool  // answerChunk is reserved for buf
@@ -220,6 +221,13 @@ func (a *answerWriter) finish() {
 	a.buf = nil
 }
 
+// narrowWith names, for a 413, what asks an answer for less.
+func narrowWith(w http.ResponseWriter, how string) {
+	if a := answerWriterOf(w); a != nil {
+		a.narrow = how
+	}
+}
+
 // streamer is an answer encoded as it is written (status.Response).
 type streamer interface {
 	WriteJSON(ctx context.Context, w io.Writer) error
@@ -231,7 +239,11 @@ type streamer interface {
 func (a *answerWriter) holdWhole(size int) (release func(), err error) {
 	n := int64(size)
 	if n > a.max {
-		return nil, errdefs.TooLarge("the answer is %d bytes, more than the server holds for answers (%d, --max-answer-memory); ask for less: a page (?limit=), fewer entries, or the filters of the query", n, a.max)
+		narrow := a.narrow
+		if narrow == "" {
+			narrow = "a page of it (?limit=)"
+		}
+		return nil, errdefs.TooLarge("the answer is %d bytes, more than the server holds for answers (%d, --max-answer-memory); ask for less: %s", n, a.max, narrow)
 	}
 	if size <= answerChunk {
 		return func() {}, nil // buffered, under the buffer's own reservation

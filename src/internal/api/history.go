@@ -70,6 +70,7 @@ func (s *server) historyRoutes(r *mux.Router) {
 				return err
 			}
 			l, err := s.opts.History.List(r.Context(), c.subject(r).Group(), f)
+			narrowWith(w, "the entries since a time, or of some resources (?since=, ?app=, ?cluster=, ?resource=)")
 			return answer(w, r, historyAnswer{History: l}, err)
 		})).Methods(http.MethodGet)
 	}

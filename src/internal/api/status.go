@@ -50,6 +50,7 @@ func (s *server) statusRoutes(r *mux.Router) {
 			})
 		}
 		resp, err := s.opts.Status.Instance(r.Context(), mux.Vars(r)["instanceID"])
+		narrowWith(w, "the objects of one kind, name or labels (GET /v1/instance/{id}/query?ApiVersion=&Kind=&Name=&Labels=)")
 		return answer(w, r, resp, err)
 	})).Methods(http.MethodGet)
 	r.HandleFunc("/v1/instance/{instanceID}/query", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
