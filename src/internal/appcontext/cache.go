@@ -3,7 +3,6 @@ package appcontext
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -11,10 +10,9 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/argus-mc/argus/src/internal/backoff"
+	"github.com/argus-mc/argus/src/internal/etcdwatch"
 	"github.com/argus-mc/argus/src/internal/logging"
 )
 
@@ -44,10 +42,9 @@ type Cache struct {
 
 // Follower keeps state of its own from the etcd keys under a prefix the
 // cache's watch brings anyway (the catalogue's index: catalog.Mirror), so
-// it needs no watch or read of its own.
+// it needs no watch or read of its own. After a gap in the watch it is
+// told only what changed meanwhile, deletions included.
 type Follower interface {
-	// Reset forgets everything, before a full load.
-	Reset()
 	// Apply records one key's value or deletion. It runs on the watch
 	// goroutine, under the cache's lock, and must not block.
 	Apply(key string, value []byte, deleted bool)
@@ -89,40 +86,48 @@ func (c *Cache) OnChange(f func(groups []string)) {
 // Ready is closed once the cache holds a complete copy.
 func (c *Cache) Ready() <-chan struct{} { return c.ready }
 
-// Run loads the cache and follows changes until ctx ends. A failure to
-// load at first is returned; afterwards, whatever ends the watch (a
-// compaction overtaking it, a lost leader) leads to a reload, after which
-// every group is reported changed, since what happened in between is not
-// known.
+// Run loads the cache and follows changes until ctx ends (etcdwatch: a
+// failed load is retried, and after a gap in the watch only what changed
+// meanwhile is applied); once it had a gap, every group is reported
+// changed, as a reload always did.
 func (c *Cache) Run(ctx context.Context) error {
-	loaded := false
-	for attempt := 0; ; {
-		rev, err := c.load(ctx)
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case err != nil && !loaded:
-			return err
-		case err != nil:
-			attempt++
-			c.log.WithError(err).Warn("cannot reload the context cache; retrying")
-			if !backoff.Sleep(ctx, min(time.Duration(attempt)*time.Second, 10*time.Second)) {
-				return nil
-			}
-			continue
+	f, err := etcdwatch.New(etcdwatch.Options{Client: c.store.cli, Prefixes: []string{c.store.prefix + "/"}, Apply: c.apply,
+		Name: "contexts", Logger: c.log})
+	if err != nil {
+		return err
+	}
+	f.Run(ctx)
+	return nil
+}
+
+// apply applies one batch of changes and tells the listeners which
+// groups it touched.
+func (c *Cache) apply(b etcdwatch.Batch) {
+	groups := map[string]struct{}{}
+	c.mu.Lock()
+	for _, ev := range b.Events {
+		for _, g := range c.applyLocked(ev.Key, ev.Value, ev.Deleted) {
+			groups[g] = struct{}{}
 		}
-		attempt = 0
-		if loaded {
-			c.notifyAll()
-		}
-		loaded = true
+	}
+	c.advanceLocked(b.Revision)
+	for _, bl := range c.contexts {
+		bl.resolve() // cheap unless a manifest's chunks just arrived
+	}
+	listeners := c.onChange
+	c.mu.Unlock()
+	switch {
+	case b.First:
 		c.once.Do(func() { close(c.ready) })
-		err = c.follow(ctx, rev)
-		if ctx.Err() != nil {
-			return nil
+	case b.Listed:
+		c.notifyAll()
+	case len(groups) > 0 && len(listeners) > 0:
+		list := make([]string, 0, len(groups))
+		for g := range groups {
+			list = append(list, g)
 		}
-		if !errors.Is(err, rpctypes.ErrCompacted) {
-			c.log.WithError(err).Warn("context watch ended; reloading")
+		for _, f := range listeners {
+			f(list)
 		}
 	}
 }
@@ -145,28 +150,6 @@ func (c *Cache) notifyAll() {
 	for _, f := range listeners {
 		f(list)
 	}
-}
-
-func (c *Cache) load(ctx context.Context) (int64, error) {
-	resp, err := c.store.cli.Get(ctx, c.store.prefix+"/", clientv3.WithPrefix())
-	if err != nil {
-		return 0, fmt.Errorf("load contexts: %w", err)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.contexts = map[string]*builder{}
-	c.clusters = map[ClusterRef]ClusterState{}
-	for _, fl := range c.followers {
-		fl.f.Reset()
-	}
-	for _, kv := range resp.Kvs {
-		c.applyLocked(string(kv.Key), kv.Value, false)
-	}
-	for _, b := range c.contexts {
-		b.resolve()
-	}
-	c.advanceLocked(resp.Header.Revision)
-	return resp.Header.Revision, nil
 }
 
 // advanceLocked records that the cache reflects etcd up to rev.
@@ -215,45 +198,6 @@ func (c *Cache) WaitRevision(ctx context.Context, rev int64) error {
 			return ctx.Err()
 		}
 	}
-}
-
-func (c *Cache) follow(ctx context.Context, rev int64) error {
-	w := c.store.cli.Watch(clientv3.WithRequireLeader(ctx), c.store.prefix+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	for resp := range w {
-		if err := resp.Err(); err != nil {
-			return err
-		}
-		groups := map[string]struct{}{}
-		c.mu.Lock()
-		for _, ev := range resp.Events {
-			for _, g := range c.applyLocked(string(ev.Kv.Key), ev.Kv.Value, ev.Type == clientv3.EventTypeDelete) {
-				groups[g] = struct{}{}
-			}
-		}
-		// A progress report says every change up to its header's revision
-		// was delivered; a batch of events, only up to its last event (the
-		// header may run ahead while the watch catches up).
-		if resp.IsProgressNotify() {
-			c.advanceLocked(resp.Header.Revision)
-		} else if n := len(resp.Events); n > 0 {
-			c.advanceLocked(resp.Events[n-1].Kv.ModRevision)
-		}
-		for _, b := range c.contexts {
-			b.resolve() // cheap unless a manifest's chunks just arrived
-		}
-		listeners := c.onChange
-		c.mu.Unlock()
-		if len(groups) > 0 && len(listeners) > 0 {
-			list := make([]string, 0, len(groups))
-			for g := range groups {
-				list = append(list, g)
-			}
-			for _, f := range listeners {
-				f(list)
-			}
-		}
-	}
-	return ctx.Err()
 }
 
 // applyLocked applies one key and returns the groups it may change.

@@ -73,7 +73,7 @@ func NewMirror(prefix string) *Mirror {
 // Prefix is the etcd key prefix of every entry the mirror keeps.
 func (m *Mirror) Prefix() string { return m.base }
 
-// Reset forgets everything, before a full load.
+// Reset forgets everything.
 func (m *Mirror) Reset() {
 	m.mu.Lock()
 	defer m.mu.Unlock()

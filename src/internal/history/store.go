@@ -165,6 +165,9 @@ type Follower struct {
 }
 
 // Follow starts following group's new entries that pass f until ctx ends.
+// It watches from now, not from a listed revision, so not through
+// etcdwatch: a history stream follows from now (the past is GET
+// …/history), and a broken watch closes C, which ends the stream.
 func (s *Store) Follow(ctx context.Context, group string, f Filter) *Follower {
 	return &Follower{ch: s.cli.Watch(clientv3.WithRequireLeader(ctx), s.entriesPrefix(group), clientv3.WithPrefix()), filter: f}
 }

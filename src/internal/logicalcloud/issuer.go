@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -166,6 +165,7 @@ func (i *Issuer) run(ctx context.Context, req Request) {
 	wctx, cancel := context.WithTimeout(ctx, i.opts.Timeout)
 	defer cancel()
 	var last error
+	retry := backoff.Backoff{Base: i.opts.BackoffBase, Max: i.opts.BackoffMax, Jitter: 0.2}
 	for attempt := 1; ; attempt++ {
 		cert, final, err := i.once(wctx, req)
 		if err == nil {
@@ -185,8 +185,7 @@ func (i *Issuer) run(ctx context.Context, req Request) {
 			break
 		}
 		log.WithError(err).WithField("attempt", attempt).Info("waiting to issue the logical cloud user certificate")
-		d := min(i.opts.BackoffBase<<min(attempt-1, 20), i.opts.BackoffMax)
-		if !backoff.Sleep(wctx, time.Duration(float64(d)*(0.8+0.4*rand.Float64()))) && ctx.Err() != nil {
+		if !retry.Wait(wctx) && ctx.Err() != nil {
 			return
 		}
 	}

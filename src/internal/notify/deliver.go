@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -18,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 )
 
@@ -248,10 +248,13 @@ func classify(code int) Outcome {
 
 // Backoff is the wait before retry attempt n (1-based): exponential from 1s,
 // capped at 60s, with full jitter in its upper half.
-func Backoff(attempt int) time.Duration {
-	d := time.Second << min(attempt-1, 6)
-	d = min(d, 60*time.Second)
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+func Backoff(attempt int) time.Duration { return deliveryBackoff(time.Second).Delay(attempt) }
+
+// deliveryBackoff is Backoff with its 1 s base replaced by base: a wait
+// d = base, 2·base, … 60·base taken at random from its upper half
+// [d/2, d], which is 3d/4 with a jitter of a third.
+func deliveryBackoff(base time.Duration) backoff.Backoff {
+	return backoff.Backoff{Base: base * 3 / 4, Max: base * 45, Jitter: 1.0 / 3}
 }
 
 // CheckURL validates a callback URL when a subscription is made: absolute

@@ -16,6 +16,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/etcdwatch"
 	"github.com/argus-mc/argus/src/internal/logging"
 )
 
@@ -211,10 +212,12 @@ type Manager struct {
 	aaiSkip    map[string]bool              // instances whose region has no AAI tenant
 	nextID     uint64
 
-	// With several replicas (see shared.go): the markers as the watch has
-	// them, the subscriptions handed to this replica, the generation each
-	// running worker started for, and whether the AAI sink is this
-	// replica's.
+	// With several replicas (see shared.go): the markers and the AAI purge
+	// requests as etcd has them, the markers of the subscriptions handed
+	// to this replica, those subscriptions, the generation each running
+	// worker started for, and whether the AAI sink is this replica's.
+	records  *markerRecords
+	purges   *etcdwatch.Follower
 	markers  map[string]marker
 	owned    map[string]bool
 	running  map[string]string
@@ -259,10 +262,18 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 	if opts.Logger == nil {
 		opts.Logger = logrus.NewEntry(logging.Discard())
 	}
-	return &Manager{opts: opts, log: opts.Logger, ready: make(chan struct{}), workers: map[string]*handle{},
+	m := &Manager{opts: opts, log: opts.Logger, ready: make(chan struct{}), workers: map[string]*handle{},
 		listeners: map[string]map[uint64]func(){}, all: map[uint64]func(){}, gens: map[string]uint64{}, memo: map[string]*memoEntry{},
 		aaiBusy: map[string]bool{}, aaiPurging: map[string]bool{}, aaiSkip: map[string]bool{},
-		markers: map[string]marker{}, owned: map[string]bool{}, running: map[string]string{}}, nil
+		markers: map[string]marker{}, owned: map[string]bool{}, running: map[string]string{}}
+	var err error
+	if m.records, err = newMarkerRecords(m); err != nil {
+		return nil, err
+	}
+	if m.purges, err = newPurges(m); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // Ready is closed once the subscriptions are known (every stored one has
@@ -289,15 +300,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err := m.mark(ctx); err != nil {
 		return fmt.Errorf("notify: resume subscriptions: %w", err)
 	}
-	rev, err := m.loadMarkers(ctx)
-	if err != nil {
-		return fmt.Errorf("notify: resume subscriptions: %w", err)
-	}
-	if m.opts.AAI != nil {
-		m.opts.Sinks.Want(aaiItem)
-	}
-	close(m.ready)
-	return m.followMarkers(ctx, rev)
+	m.follow(ctx)
+	return nil
 }
 
 // Changed is told the groups whose status may have changed; it wakes their

@@ -2,17 +2,17 @@ package notify
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/etcdwatch"
+	"github.com/argus-mc/argus/src/internal/ownership"
 )
 
 // Claims hands work to this replica (ownership.Kind): the manager says
@@ -27,8 +27,9 @@ type Claims interface {
 }
 
 // Subscriptions live in MongoDB, which has no change streams in FerretDB:
-// every subscription also has a small marker in etcd, which replicas watch
-// to learn which subscriptions exist and when one changed.
+// every subscription also has a small marker in etcd, an owned record
+// (ownership.Records, one per subscription), which replicas follow to
+// learn which subscriptions exist and when one changed.
 //
 //	<prefix>/subscriptions/<state key>        marker {"gen", "reset"}
 //	<prefix>/subscriptions-ready/<state key>  {"gen"}: its owner's worker has its baseline (on the owner's lease)
@@ -74,17 +75,37 @@ func parseStateKey(key string) (Subject, string, bool) {
 	return Subject{}, "", false
 }
 
+// markerRecords are the subscriptions' markers as owned records, acknowledged
+// by the owner once its worker has its baseline.
+type markerRecords = ownership.Records[marker, ack]
+
+// newMarkerRecords follows the markers for m: every subscription with a marker
+// is wanted (and dropped with it), and the owner is handed the markers of
+// the subscriptions it holds.
+func newMarkerRecords(m *Manager) (*markerRecords, error) {
+	return ownership.NewRecords[marker, ack](ownership.RecordsOptions[marker]{Client: m.opts.States.cli,
+		Prefix: m.markerPrefix(), AckPrefix: m.ackPrefix(), Layout: ownership.One, Claims: m.opts.Subscriptions,
+		Owner: markerOwner{m}, Lease: m.opts.Lease, Name: "subscription markers", Logger: m.log})
+}
+
+// markerOwner hands the markers of owned subscriptions to the manager.
+type markerOwner struct{ m *Manager }
+
+func (o markerOwner) Changed(r ownership.Record[marker]) { o.m.markerChanged(r) }
+
+// newPurges follows the AAI purge requests for m.
+func newPurges(m *Manager) (*etcdwatch.Follower, error) {
+	return etcdwatch.New(etcdwatch.Options{Client: m.opts.States.cli, Prefixes: []string{m.purgePrefix()}, Apply: m.purgesChanged,
+		Name: "AAI purge requests", Logger: m.log})
+}
+
 // mark gives every stored subscription without a marker one (a catalogue
 // from a release without markers, or a create cut short): its owner then
 // resumes it as it is.
 func (m *Manager) mark(ctx context.Context) error {
-	resp, err := m.opts.States.cli.Get(ctx, m.markerPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	have, err := m.records.Keys(ctx)
 	if err != nil {
 		return err
-	}
-	have := map[string]bool{}
-	for _, kv := range resp.Kvs {
-		have[strings.TrimPrefix(string(kv.Key), m.markerPrefix())] = true
 	}
 	for _, kind := range []string{SubjectInstance, SubjectDIG} {
 		subj := Subject{Kind: kind}
@@ -93,10 +114,7 @@ func (m *Manager) mark(ctx context.Context) error {
 			if have[state] {
 				return nil
 			}
-			data, _ := json.Marshal(marker{Gen: newID()})
-			k := m.markerPrefix() + state
-			_, err := m.opts.States.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-				Then(clientv3.OpPut(k, string(data))).Commit()
+			_, err := m.records.Create(ctx, state, marker{Gen: newID()})
 			return err
 		})
 		if err != nil {
@@ -106,140 +124,69 @@ func (m *Manager) mark(ctx context.Context) error {
 	return nil
 }
 
-// loadMarkers reads every marker, wants each subscription, and returns
-// the revision to watch from.
-func (m *Manager) loadMarkers(ctx context.Context) (int64, error) {
-	resp, err := m.opts.States.cli.Get(ctx, m.markerPrefix(), clientv3.WithPrefix())
-	if err != nil {
-		return 0, err
-	}
-	markers := map[string]marker{}
-	for _, kv := range resp.Kvs {
-		var mk marker
-		if json.Unmarshal(kv.Value, &mk) == nil {
-			markers[strings.TrimPrefix(string(kv.Key), m.markerPrefix())] = mk
-		}
-	}
-	m.mu.Lock()
-	gone := map[string]bool{}
-	for key := range m.markers {
-		if _, ok := markers[key]; !ok {
-			gone[key] = true
-		}
-	}
-	m.markers = markers
-	var owned []string
-	for key := range m.owned {
-		owned = append(owned, key)
-	}
-	m.mu.Unlock()
-	for key := range gone {
-		m.opts.Subscriptions.Drop(key)
-	}
-	for key := range markers {
-		m.opts.Subscriptions.Want(key)
-	}
-	for _, key := range owned {
-		m.goOwned(func() { m.reconcile(key) })
-	}
-	return resp.Header.Revision, nil
-}
-
-// followMarkers follows markers and purge requests until ctx ends; a
-// broken watch is resumed from a fresh read.
-func (m *Manager) followMarkers(ctx context.Context, rev int64) error {
-	for {
-		err := m.watchMarkers(ctx, rev)
-		if ctx.Err() != nil {
-			return nil
-		}
-		m.log.WithError(err).Warn("subscription marker watch ended; resuming")
-		for attempt := 1; ; attempt++ {
-			if !backoff.Sleep(ctx, min(time.Duration(attempt)*time.Second, 10*time.Second)) {
-				return nil
-			}
-			if rev, err = m.loadMarkers(ctx); err == nil {
-				break
-			}
-		}
-		if m.aaiIsOwned() {
-			m.resumeAAI()
-		}
-	}
-}
-
-func (m *Manager) watchMarkers(ctx context.Context, rev int64) error {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	cli := m.opts.States.cli
-	markers := cli.Watch(clientv3.WithRequireLeader(wctx), m.markerPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	purges := cli.Watch(clientv3.WithRequireLeader(wctx), m.purgePrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case r, ok := <-markers:
-			if !ok {
-				return errors.New("marker watch closed")
-			}
-			if err := r.Err(); err != nil {
-				return err
-			}
-			for _, ev := range r.Events {
-				m.markerChanged(strings.TrimPrefix(string(ev.Kv.Key), m.markerPrefix()), ev)
-			}
-		case r, ok := <-purges:
-			if !ok {
-				return errors.New("purge watch closed")
-			}
-			if err := r.Err(); err != nil {
-				return err
-			}
-			for _, ev := range r.Events {
-				if ev.Type == mvccpb.PUT && m.aaiIsOwned() {
-					m.purgeRequested(strings.TrimPrefix(string(ev.Kv.Key), m.purgePrefix()))
-				}
-			}
-		}
-	}
-}
-
-func (m *Manager) markerChanged(key string, ev *clientv3.Event) {
-	if ev.Type == mvccpb.DELETE {
-		m.mu.Lock()
-		delete(m.markers, key)
-		m.mu.Unlock()
-		m.opts.Subscriptions.Drop(key) // its owner releases it: the worker stops
+// follow follows the markers and the AAI purge requests until ctx ends;
+// ready is closed once every marker was seen.
+func (m *Manager) follow(ctx context.Context) {
+	m.goOwned(func() { _ = m.records.Run(ctx) })
+	m.goOwned(func() { m.purges.Run(ctx) })
+	select {
+	case <-m.records.Ready():
+	case <-ctx.Done():
 		return
 	}
-	var mk marker
-	if err := json.Unmarshal(ev.Kv.Value, &mk); err != nil {
-		m.log.WithField("key", key).Warn("skipping a malformed subscription marker")
-		return
+	if m.opts.AAI != nil {
+		m.opts.Sinks.Want(aaiItem)
 	}
-	m.mu.Lock()
-	m.markers[key] = mk
-	owned := m.owned[key]
-	m.mu.Unlock()
-	m.opts.Subscriptions.Want(key)
-	if owned {
-		m.goOwned(func() { m.reconcile(key) })
+	close(m.ready)
+	<-ctx.Done()
+}
+
+// purgesChanged acts on purge requests while this replica has the AAI
+// sink; after a gap in the watch it resumes every purge.
+func (m *Manager) purgesChanged(b etcdwatch.Batch) {
+	switch {
+	case b.First || !m.aaiIsOwned():
+		// The sink's owner resumes every purge when it acquires the sink.
+	case b.Listed:
+		m.resumeAAI()
+	default:
+		for _, ev := range b.Events {
+			if !ev.Deleted {
+				m.purgeRequested(strings.TrimPrefix(ev.Key, m.purgePrefix()))
+			}
+		}
 	}
 }
 
-// AcquiredSubscription runs a subscription's worker here (see Claims).
+// markerChanged is told a marker of a subscription this replica holds (or
+// its deletion): the worker follows it.
+func (m *Manager) markerChanged(r ownership.Record[marker]) {
+	m.mu.Lock()
+	if r.Deleted {
+		delete(m.markers, r.Key)
+	} else {
+		m.markers[r.Key] = r.Value
+	}
+	m.mu.Unlock()
+	m.goOwned(func() { m.reconcile(r.Key) })
+}
+
+// AcquiredSubscription runs a subscription's worker here (see Claims):
+// its marker is read and the worker started for it.
 func (m *Manager) AcquiredSubscription(key string) {
 	m.mu.Lock()
 	m.owned[key] = true
 	m.mu.Unlock()
-	m.goOwned(func() { m.reconcile(key) })
+	m.records.Acquired(key)
 }
 
 // ReleasedSubscription stops a subscription's worker here; it returns
 // once the worker stopped, so its next owner never overlaps with it.
 func (m *Manager) ReleasedSubscription(key string) {
+	m.records.Released(key)
 	m.mu.Lock()
 	delete(m.owned, key)
+	delete(m.markers, key)
 	m.mu.Unlock()
 	m.ops.Lock()
 	m.stopWorker(key)
@@ -252,7 +199,7 @@ func (m *Manager) ReleasedSubscription(key string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := m.opts.States.cli.Delete(ctx, m.ackPrefix()+key); err != nil {
+	if err := m.records.Unack(ctx, key); err != nil {
 		m.log.WithError(err).WithField("subscription", key).Warn("cannot withdraw a subscription's acknowledgement")
 	}
 }
@@ -345,14 +292,9 @@ func (m *Manager) startOwned(ctx context.Context, key string, mk marker) error {
 		if !current {
 			return
 		}
-		data, _ := json.Marshal(ack{Gen: mk.Gen})
-		var opts []clientv3.OpOption
-		if lease := m.opts.Lease(); lease != 0 {
-			opts = append(opts, clientv3.WithLease(lease))
-		}
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if _, err := m.opts.States.cli.Put(actx, m.ackPrefix()+key, string(data), opts...); err != nil && ctx.Err() == nil {
+		if err := m.records.Ack(actx, key, ack{Gen: mk.Gen}); err != nil && ctx.Err() == nil {
 			m.log.WithError(err).WithField("subscription", key).Warn("cannot acknowledge a subscription")
 		}
 	})
@@ -362,8 +304,7 @@ func (m *Manager) startOwned(ctx context.Context, key string, mk marker) error {
 // putMarker writes a new generation of a subscription's marker.
 func (m *Manager) putMarker(ctx context.Context, key, reset string) (string, error) {
 	gen := newID()
-	data, _ := json.Marshal(marker{Gen: gen, Reset: reset})
-	if _, err := m.opts.States.cli.Put(ctx, m.markerPrefix()+key, string(data)); err != nil {
+	if _, err := m.records.Put(ctx, key, marker{Gen: gen, Reset: reset}); err != nil {
 		return "", errdefs.Unavailable(err, "cannot record the subscription for its owner")
 	}
 	return gen, nil
@@ -372,11 +313,7 @@ func (m *Manager) putMarker(ctx context.Context, key, reset string) (string, err
 // deleteMarkers removes a subscription's marker, or every marker under a
 // subject's prefix.
 func (m *Manager) deleteMarkers(ctx context.Context, key string, prefix bool) error {
-	var opts []clientv3.OpOption
-	if prefix {
-		opts = append(opts, clientv3.WithPrefix())
-	}
-	if _, err := m.opts.States.cli.Delete(ctx, m.markerPrefix()+key, opts...); err != nil {
+	if err := m.records.Delete(ctx, key, prefix); err != nil {
 		return errdefs.Unavailable(err, "cannot withdraw the subscription from its owner")
 	}
 	return nil
@@ -387,27 +324,20 @@ func (m *Manager) deleteMarkers(ctx context.Context, key string, prefix bool) er
 func (m *Manager) waitAck(ctx context.Context, key, gen string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.opts.AckWait)
 	defer cancel()
-	cli := m.opts.States.cli
-	for {
-		resp, err := cli.Txn(ctx).Then(clientv3.OpGet(m.markerPrefix()+key), clientv3.OpGet(m.ackPrefix()+key)).Commit()
-		if err != nil {
-			return errdefs.Unavailable(err, "cannot tell whether the subscription's worker started")
-		}
+	err := m.records.Wait(ctx, key, false, func(st ownership.State[marker, ack]) bool {
 		var mk marker
-		var a ack
-		mks, acks := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
-		if len(mks) > 0 {
-			_ = json.Unmarshal(mks[0].Value, &mk)
+		if len(st.Records) > 0 {
+			mk = st.Records[0].Value
 		}
-		if len(acks) > 0 {
-			_ = json.Unmarshal(acks[0].Value, &a)
-		}
-		if a.Gen == gen || mk.Gen != gen {
-			return nil
-		}
-		if !m.waitKeys(ctx, key, false, resp.Header.Revision) {
-			return errdefs.Unavailable(ctx.Err(), "the subscription is stored, but no replica started its worker within %s", m.opts.AckWait)
-		}
+		return st.Acks[key].Value.Gen == gen || mk.Gen != gen
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return errdefs.Unavailable(ctx.Err(), "the subscription is stored, but no replica started its worker within %s", m.opts.AckWait)
+	default:
+		return errdefs.Unavailable(err, "cannot tell whether the subscription's worker started")
 	}
 }
 
@@ -417,41 +347,9 @@ func (m *Manager) waitAck(ctx context.Context, key, gen string) error {
 func (m *Manager) waitAcksGone(ctx context.Context, key string, prefix bool) {
 	ctx, cancel := context.WithTimeout(ctx, m.opts.AckWait)
 	defer cancel()
-	opts := []clientv3.OpOption{clientv3.WithCountOnly()}
-	if prefix {
-		opts = append(opts, clientv3.WithPrefix())
+	if err := m.records.Wait(ctx, key, prefix, func(st ownership.State[marker, ack]) bool { return len(st.Acks) == 0 }); err != nil {
+		m.log.WithField("subscription", key).Warn("a subscription's worker was not seen to stop in time")
 	}
-	for {
-		resp, err := m.opts.States.cli.Get(ctx, m.ackPrefix()+key, opts...)
-		if err == nil && resp.Count == 0 {
-			return
-		}
-		if err != nil || !m.waitKeys(ctx, key, prefix, resp.Header.Revision) {
-			m.log.WithField("subscription", key).Warn("a subscription's worker was not seen to stop in time")
-			return
-		}
-	}
-}
-
-// waitKeys waits for a change of a subscription's marker or
-// acknowledgement after rev; false when ctx ended first.
-func (m *Manager) waitKeys(ctx context.Context, key string, prefix bool, rev int64) bool {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	opts := []clientv3.OpOption{clientv3.WithRev(rev + 1)}
-	if prefix {
-		opts = append(opts, clientv3.WithPrefix())
-	}
-	cli := m.opts.States.cli
-	a := cli.Watch(clientv3.WithRequireLeader(wctx), m.ackPrefix()+key, opts...)
-	b := cli.Watch(clientv3.WithRequireLeader(wctx), m.markerPrefix()+key, opts...)
-	select {
-	case <-a:
-	case <-b:
-	case <-ctx.Done():
-		return false
-	}
-	return true
 }
 
 // AcquiredSink makes this replica the AAI sink's: it finishes the purges

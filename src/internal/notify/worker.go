@@ -336,11 +336,10 @@ func (w *Worker) backoff(attempt int) time.Duration {
 // scaledBackoff is Backoff with its 1 s base replaced by base (tests); 0
 // keeps it.
 func scaledBackoff(base time.Duration, attempt int) time.Duration {
-	wait := Backoff(attempt)
-	if base > 0 {
-		wait = wait * base / time.Second
+	if base <= 0 {
+		base = time.Second
 	}
-	return wait
+	return deliveryBackoff(base).Delay(attempt)
 }
 
 // freeze computes the changes since the last delivered state and, if

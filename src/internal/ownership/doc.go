@@ -27,8 +27,21 @@
 // unreachable for a whole TTL) releases everything first and registers
 // again with a new lease.
 //
+// Records is the work that comes with an item: any replica puts a record
+// for an item in etcd, the item's owner follows the records (through
+// etcdwatch, so a gap in the watch loses nothing), acts on them and
+// acknowledges them on its lease, and the writer waits for the
+// acknowledgement (rsync's action records, the subscription markers).
+//
 //	set, _ := ownership.New(ownership.Options{Client: cli, Prefix: "/argus", ID: "r1", URL: "http://10.0.0.1:9015"})
 //	clusters := set.Kind("clusters", handler) // before Run
 //	go set.Run(ctx)
 //	clusters.Want("provider+edge01")          // handler.Acquired("provider+edge01") once claimed
+//
+//	recs, _ := ownership.NewRecords[Action, Done](ownership.RecordsOptions[Action]{Client: cli,
+//		Prefix: "/argus/actions/", AckPrefix: "/argus/done/", Claims: groups, Owner: runner, Lease: set.Lease})
+//	go recs.Run(ctx)                    // wants every item with a record
+//	// the kind's Handler calls recs.Acquired(item) and recs.Released(item)
+//	recs.Put(ctx, "group1/ctx1", action) // any replica; the owner's runner.Changed gets it
+//	recs.WaitItem(ctx, "group1", func(st ownership.State[Action, Done]) bool { return len(st.Acks) > 0 })
 package ownership

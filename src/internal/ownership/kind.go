@@ -130,15 +130,6 @@ func (k *Kind) Guard(item string) clientv3.Cmp {
 	return clientv3.Compare(clientv3.LeaseValue(k.claimKey(item)), "=", int64(lease))
 }
 
-func (k *Kind) setHolders(h map[string]string) {
-	if h == nil {
-		h = map[string]string{}
-	}
-	k.mu.Lock()
-	k.holders = h
-	k.mu.Unlock()
-}
-
 func (k *Kind) claimChanged(item, holder string, deleted bool) {
 	k.mu.Lock()
 	if deleted {

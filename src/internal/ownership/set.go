@@ -16,11 +16,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/argus-mc/argus/src/internal/backoff"
+	"github.com/argus-mc/argus/src/internal/etcdwatch"
 	"github.com/argus-mc/argus/src/internal/logging"
 )
 
@@ -76,6 +76,10 @@ type Set struct {
 	ids     []string // sorted ids of members
 	lease   clientv3.LeaseID
 	sess    *concurrency.Session // the registered session, nil while there is none
+	// following is the session whose members and claims the follower
+	// follows: each listing registers work on it.
+	following *concurrency.Session
+	follower  *etcdwatch.Follower
 }
 
 // New returns a Set; Run starts it.
@@ -111,6 +115,13 @@ func New(opts Options) (*Set, error) {
 			Help: "Work items this replica owns now, by kind."}, []string{"kind"}),
 		moves: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "argus", Subsystem: "ownership", Name: "handovers_total",
 			Help: "Work items this replica acquired or released, by kind and direction."}, []string{"kind", "direction"}),
+	}
+	var err error
+	s.follower, err = etcdwatch.New(etcdwatch.Options{Client: opts.Client, Prefixes: []string{s.replicasPrefix(), s.ownersPrefix()},
+		Apply: s.apply, Name: "replicas and claims", Logger: s.log,
+		Retry: backoff.Backoff{Base: time.Second, Max: time.Second}})
+	if err != nil {
+		return nil, err
 	}
 	if opts.Registerer != nil {
 		for _, c := range []prometheus.Collector{s.owned, s.moves} {
@@ -260,12 +271,13 @@ func (s *Set) Run(ctx context.Context) error {
 			cancel()
 		}
 	}()
-	for attempt := 1; ctx.Err() == nil; attempt++ {
+	retry := sessionRetry()
+	for ctx.Err() == nil {
 		var err error
 		sess, err = s.newSession(ctx)
 		if err != nil {
 			s.log.WithError(err).Warn("cannot open an etcd session; retrying")
-			if !backoff.Sleep(ctx, retryDelay(attempt)) {
+			if !retry.Wait(ctx) {
 				return nil
 			}
 			continue
@@ -279,13 +291,13 @@ func (s *Set) Run(ctx context.Context) error {
 		if errors.Is(err, errLeaseLost) {
 			s.log.Error("the replica's lease expired (etcd unreachable for a whole TTL?): its work was released; registering again")
 			sess = nil
-			attempt = 0
+			retry.Reset()
 			continue
 		}
 		s.log.WithError(err).Warn("ownership session ended; starting a new one")
 		_ = sess.Close()
 		sess = nil
-		if !backoff.Sleep(ctx, retryDelay(attempt)) {
+		if !retry.Wait(ctx) {
 			return nil
 		}
 	}
@@ -311,8 +323,10 @@ func (s *Set) newSession(ctx context.Context) (*concurrency.Session, error) {
 	return sess, nil
 }
 
-func retryDelay(attempt int) time.Duration {
-	return min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second)
+// sessionRetry times the attempts to open a session: 0.5 s more each
+// time, up to 5 s.
+func sessionRetry() backoff.Backoff {
+	return backoff.Backoff{Base: 500 * time.Millisecond, Step: 500 * time.Millisecond, Max: 5 * time.Second}
 }
 
 // setSession records the session this replica is registered on (nil:
@@ -327,38 +341,28 @@ func (s *Set) setSession(sess *concurrency.Session) {
 }
 
 // serve registers on sess and follows members and claims until ctx ends
-// or the lease is lost; a broken watch is resumed from a fresh snapshot.
+// or the lease is lost. The follower lists again after a broken watch and
+// hands over only what changed meanwhile, so a member or claim deleted
+// during the gap is seen deleted; each listing (re)starts the work on
+// this session.
 func (s *Set) serve(ctx context.Context, sess *concurrency.Session) error {
 	if err := s.register(ctx, sess); err != nil {
 		return err
 	}
-	for {
-		rctx, cancel := s.request(ctx, sess)
-		rev, err := s.snapshot(rctx)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			s.log.WithError(err).Warn("cannot read the replica set; retrying")
-			select {
-			case <-sess.Done():
-				return errLeaseLost
-			case <-time.After(time.Second):
-				continue
-			case <-ctx.Done():
-				return nil
-			}
+	s.mu.Lock()
+	s.following = sess
+	s.mu.Unlock()
+	fctx, cancel := s.whileLeased(ctx, sess)
+	s.follower.Run(fctx)
+	cancel()
+	select {
+	case <-sess.Done():
+		if ctx.Err() == nil {
+			return errLeaseLost
 		}
-		s.setSession(sess)
-		s.once.Do(func() { close(s.ready) })
-		s.enqueueAll()
-		err = s.follow(ctx, sess, rev)
-		if ctx.Err() != nil || errors.Is(err, errLeaseLost) {
-			return err
-		}
-		s.log.WithError(err).Warn("replica set watch ended; resuming")
+	default:
 	}
+	return nil
 }
 
 // register puts this replica's member key on the session's lease. A key
@@ -398,30 +402,17 @@ func (s *Set) register(ctx context.Context, sess *concurrency.Session) error {
 			warned = true
 			s.log.WithField("replica", s.opts.ID).Warn("a live lease holds this replica id (another process, or this one's predecessor killed less than a TTL ago); waiting for it to go")
 		}
-		wctx, cancel := context.WithCancel(ctx)
-		w := s.opts.Client.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithRev(kvs[0].ModRevision+1))
-		gone := false
-		for !gone {
-			select {
-			case r, ok := <-w:
-				if !ok || r.Err() != nil {
-					gone = true // look again
-					break
-				}
-				for _, ev := range r.Events {
-					if ev.Type == mvccpb.DELETE {
-						gone = true
-					}
-				}
-			case <-sess.Done():
-				cancel()
-				return errLeaseLost
-			case <-ctx.Done():
-				cancel()
-				return nil
-			}
-		}
+		wctx, cancel := s.whileLeased(ctx, sess)
+		_ = etcdwatch.WaitChange(wctx, s.opts.Client, kvs[0].ModRevision, false, key) // then look again
 		cancel()
+		select {
+		case <-sess.Done():
+			return errLeaseLost
+		default:
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
 	}
 }
 
@@ -434,62 +425,83 @@ const requestTimeout = 5 * time.Second
 // or when the session's lease is lost.
 func (s *Set) request(ctx context.Context, sess *concurrency.Session) (context.Context, context.CancelFunc) {
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	return s.until(rctx, cancel, sess)
+}
+
+// whileLeased is a context that ends with ctx or when the session's lease
+// is lost.
+func (s *Set) whileLeased(ctx context.Context, sess *concurrency.Session) (context.Context, context.CancelFunc) {
+	lctx, cancel := context.WithCancel(ctx)
+	return s.until(lctx, cancel, sess)
+}
+
+// until cancels ctx when the session's lease is lost; the goroutine ends
+// with ctx.
+func (s *Set) until(ctx context.Context, cancel context.CancelFunc, sess *concurrency.Session) (context.Context, context.CancelFunc) {
 	go func() {
 		select {
 		case <-sess.Done():
 			cancel()
-		case <-rctx.Done():
+		case <-ctx.Done():
 		}
 	}()
-	return rctx, cancel
+	return ctx, cancel
 }
 
-// snapshot loads members and claims at one revision and returns it.
-func (s *Set) snapshot(ctx context.Context) (int64, error) {
-	resp, err := s.opts.Client.Get(ctx, s.replicasPrefix(), clientv3.WithPrefix())
-	if err != nil {
-		return 0, err
-	}
-	rev := resp.Header.Revision
-	claims, err := s.opts.Client.Get(ctx, s.ownersPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev))
-	if err != nil {
-		return 0, err
-	}
-	members := map[string]Member{}
-	for _, kv := range resp.Kvs {
-		if m, ok := s.parseMember(kv); ok {
-			members[m.ID] = m
+// apply applies member and claim changes; a listing's batch then
+// (re)starts the work on the session being followed.
+func (s *Set) apply(b etcdwatch.Batch) {
+	s.mu.Lock()
+	next := maps.Clone(s.members)
+	s.mu.Unlock()
+	membersChanged := false
+	for _, ev := range b.Events {
+		if id, ok := strings.CutPrefix(ev.Key, s.replicasPrefix()); ok {
+			membersChanged = true
+			if ev.Deleted {
+				delete(next, id)
+			} else if m, ok := s.parseMember(ev.Key, ev.Value); ok {
+				next[m.ID] = m
+			}
+			continue
 		}
-	}
-	s.setMembers(members)
-	holders := map[string]map[string]string{}
-	for _, kv := range claims.Kvs {
-		kind, item, ok := s.parseClaim(kv.Key)
+		kind, item, ok := s.parseClaim(ev.Key)
 		if !ok {
 			continue
 		}
-		if holders[kind] == nil {
-			holders[kind] = map[string]string{}
+		s.mu.Lock()
+		k := s.kinds[kind]
+		s.mu.Unlock()
+		if k != nil {
+			k.claimChanged(item, string(ev.Value), ev.Deleted)
 		}
-		holders[kind][item] = string(kv.Value)
 	}
-	for _, k := range s.allKinds() {
-		k.setHolders(holders[k.name])
+	if membersChanged {
+		s.setMembers(next)
 	}
-	return rev, nil
+	if b.Listed {
+		s.mu.Lock()
+		sess := s.following
+		s.mu.Unlock()
+		s.setSession(sess)
+		s.once.Do(func() { close(s.ready) })
+		s.enqueueAll()
+	} else if membersChanged {
+		s.enqueueAll()
+	}
 }
 
-func (s *Set) parseMember(kv *mvccpb.KeyValue) (Member, bool) {
+func (s *Set) parseMember(key string, value []byte) (Member, bool) {
 	var m Member
-	if err := json.Unmarshal(kv.Value, &m); err != nil || m.ID == "" {
-		s.log.WithField("key", string(kv.Key)).Warn("skipping a malformed replica record")
+	if err := json.Unmarshal(value, &m); err != nil || m.ID == "" {
+		s.log.WithField("key", key).Warn("skipping a malformed replica record")
 		return m, false
 	}
 	return m, true
 }
 
-func (s *Set) parseClaim(key []byte) (kind, item string, ok bool) {
-	rest, ok := strings.CutPrefix(string(key), s.ownersPrefix())
+func (s *Set) parseClaim(key string) (kind, item string, ok bool) {
+	rest, ok := strings.CutPrefix(key, s.ownersPrefix())
 	if !ok {
 		return "", "", false
 	}
@@ -511,66 +523,6 @@ func (s *Set) setMembers(members map[string]Member) {
 	}
 }
 
-// follow applies member and claim changes from rev+1 on.
-func (s *Set) follow(ctx context.Context, sess *concurrency.Session, rev int64) error {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	members := s.opts.Client.Watch(clientv3.WithRequireLeader(wctx), s.replicasPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	claims := s.opts.Client.Watch(clientv3.WithRequireLeader(wctx), s.ownersPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-sess.Done():
-			return errLeaseLost
-		case r, ok := <-members:
-			if !ok {
-				return errors.New("replica watch closed")
-			}
-			if err := r.Err(); err != nil {
-				return err
-			}
-			if len(r.Events) == 0 {
-				// A progress notification (the read-your-writes wait asks
-				// for them on the shared stream): the members are as they were.
-				continue
-			}
-			s.mu.Lock()
-			next := maps.Clone(s.members)
-			s.mu.Unlock()
-			for _, ev := range r.Events {
-				id := strings.TrimPrefix(string(ev.Kv.Key), s.replicasPrefix())
-				if ev.Type == mvccpb.DELETE {
-					delete(next, id)
-				} else if m, ok := s.parseMember(ev.Kv); ok {
-					next[m.ID] = m
-				}
-			}
-			s.setMembers(next)
-			s.enqueueAll()
-		case r, ok := <-claims:
-			if !ok {
-				return errors.New("claim watch closed")
-			}
-			if err := r.Err(); err != nil {
-				return err
-			}
-			for _, ev := range r.Events {
-				kind, item, ok := s.parseClaim(ev.Kv.Key)
-				if !ok {
-					continue
-				}
-				s.mu.Lock()
-				k := s.kinds[kind]
-				s.mu.Unlock()
-				if k != nil {
-					k.claimChanged(item, string(ev.Kv.Value), ev.Type == mvccpb.DELETE)
-				}
-			}
-		}
-	}
-}
-
 func (s *Set) enqueueAll() {
 	for _, k := range s.allKinds() {
 		k.enqueueAll()
@@ -586,7 +538,7 @@ func (s *Set) Members(ctx context.Context) ([]MemberState, error) {
 	}
 	out := make([]MemberState, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		m, ok := s.parseMember(kv)
+		m, ok := s.parseMember(string(kv.Key), kv.Value)
 		if !ok {
 			continue
 		}

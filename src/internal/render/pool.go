@@ -290,7 +290,8 @@ func (p *Pool) spawn() {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		for attempt := 0; ; attempt++ {
+		retry := backoff.Backoff{Base: 100 * time.Millisecond, Max: 5 * time.Second}
+		for {
 			w, err := p.start()
 			p.mu.Lock()
 			if err == nil {
@@ -309,7 +310,7 @@ func (p *Pool) spawn() {
 				return
 			}
 			p.log.WithError(err).Warn("render worker did not start")
-			if !backoff.Sleep(p.ctx, min(100*time.Millisecond<<attempt, 5*time.Second)) {
+			if !retry.Wait(p.ctx) {
 				return
 			}
 		}

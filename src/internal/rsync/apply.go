@@ -18,7 +18,6 @@ import (
 
 	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 	"github.com/argus-mc/argus/src/internal/appcontext"
-	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/cluster"
 )
 
@@ -202,11 +201,11 @@ func (pa *placementApply) run(ctx context.Context) {
 		hasTransient, hasWaiting := anyClass(classes, todo, transient), anyClass(classes, todo, waiting)
 		if hasTransient {
 			transientAttempt++
-			timer = backoffFor(pa.e.opts.BackoffBase, pa.e.opts.BackoffMax, transientAttempt)
+			timer = pa.e.transient.Delay(transientAttempt)
 		}
 		if hasWaiting {
 			waitAttempt++
-			if w := backoffFor(pa.e.opts.WaitBase, pa.e.opts.WaitMax, waitAttempt); timer == 0 || w < timer {
+			if w := pa.e.waiting.Delay(waitAttempt); timer == 0 || w < timer {
 				timer = w
 			}
 		}
@@ -575,7 +574,7 @@ func (pa *placementApply) applyBundle(ctx context.Context, labels map[string]str
 		if attempt >= 3 {
 			return false // tried again with the next pass
 		}
-		if !backoff.Sleep(ctx, backoffFor(pa.e.opts.BackoffBase, pa.e.opts.BackoffMax, attempt)) {
+		if !pa.e.sleep(ctx, attempt) {
 			return false
 		}
 	}

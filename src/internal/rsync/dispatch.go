@@ -2,21 +2,19 @@ package rsync
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/ownership"
 )
 
 // Claims says which groups this process runs the actions of; with several
@@ -24,7 +22,8 @@ import (
 type Claims interface {
 	// Want says the group exists and needs an owner; it never blocks.
 	Want(group string)
-	Owns(group string) bool
+	// Drop is never called: a group outlives its actions.
+	Drop(group string)
 }
 
 // DispatcherOptions configures a Dispatcher; Engine and Claims are required.
@@ -42,12 +41,13 @@ type DispatcherOptions struct {
 
 // Dispatcher decides which process runs a group's actions, so any replica
 // may take an API call for any group. Instantiate, Update and Terminate
-// record the action in etcd; the replica that owns the group (Claims)
-// follows those records with a watch and runs them on its Engine. A record
-// lives until its action ends, so a replica that takes a group over
-// resumes every unfinished action simply by running the group's records.
-// Stop marks records stopped and waits until the owner reports them
-// halted; Busy and Idle read the records and the owner's progress reports.
+// record the action in etcd as an owned record (ownership.Records); the
+// replica that owns the group follows those records and runs them on its
+// Engine. A record lives until its action ends, so a replica that takes a
+// group over resumes every unfinished action simply by running the
+// group's records. Stop marks records stopped and waits until the owner
+// reports them halted; Busy and Idle read the records and the owner's
+// progress reports (the records' acknowledgements).
 //
 // Layout, under the store's prefix:
 //
@@ -58,12 +58,10 @@ type DispatcherOptions struct {
 type Dispatcher struct {
 	opts DispatcherOptions
 	log  *logrus.Entry
-	cli  *clientv3.Client
-	pre  string // prefix of the records and progress reports
+	recs *ownership.Records[actionRecord, progressReport]
 
 	mu      sync.Mutex
 	groups  map[string]*ownedGroup // groups this process owns now
-	seen    map[string]int64       // record key → newest revision handled
 	closing bool
 	wg      sync.WaitGroup
 	// writes are the owner's etcd writes (progress reports, removals of
@@ -99,6 +97,12 @@ type progressReport struct {
 	Halted bool  `json:"halted,omitempty"`
 }
 
+// record is an action record with its key's revisions.
+type record = ownership.Record[actionRecord]
+
+// groupState is a group's records and the owner's reports on them.
+type groupState = ownership.State[actionRecord, progressReport]
+
 // NewDispatcher returns a Dispatcher; Run follows the records.
 func NewDispatcher(opts DispatcherOptions) (*Dispatcher, error) {
 	if opts.Engine == nil || opts.Claims == nil {
@@ -107,33 +111,33 @@ func NewDispatcher(opts DispatcherOptions) (*Dispatcher, error) {
 	if opts.StopWait == 0 {
 		opts.StopWait = time.Minute
 	}
-	if opts.Lease == nil {
-		opts.Lease = func() clientv3.LeaseID { return 0 }
-	}
 	if opts.Logger == nil {
 		opts.Logger = logrus.NewEntry(logging.Discard())
 	}
 	store := opts.Engine.opts.Store
-	return &Dispatcher{opts: opts, log: opts.Logger, cli: store.Client(), pre: store.Prefix() + "/rsync/",
-		groups: map[string]*ownedGroup{}, seen: map[string]int64{}}, nil
-}
-
-func (d *Dispatcher) actionsPrefix() string  { return d.pre + "actions/" }
-func (d *Dispatcher) progressPrefix() string { return d.pre + "progress/" }
-
-func (d *Dispatcher) recordKey(group, id string) string { return d.actionsPrefix() + group + "/" + id }
-func (d *Dispatcher) progressKey(group, id string) string {
-	return d.progressPrefix() + group + "/" + id
-}
-
-// split parses "<group>/<id>"; ids never hold a '/', groups may.
-func split(rest string) (group, id string, ok bool) {
-	i := strings.LastIndexByte(rest, '/')
-	if i <= 0 || i == len(rest)-1 {
-		return "", "", false
+	d := &Dispatcher{opts: opts, log: opts.Logger, groups: map[string]*ownedGroup{}}
+	var err error
+	d.recs, err = ownership.NewRecords[actionRecord, progressReport](ownership.RecordsOptions[actionRecord]{
+		Client: store.Client(), Prefix: store.Prefix() + "/rsync/actions/", AckPrefix: store.Prefix() + "/rsync/progress/",
+		Layout: ownership.Many, Claims: opts.Claims, Owner: dispatchOwner{d}, Lease: opts.Lease,
+		Retry: backoff.Backoff{Base: time.Second, Max: time.Second}, Name: "rsync actions", Logger: opts.Logger})
+	if err != nil {
+		return nil, err
 	}
-	return rest[:i], rest[i+1:], true
+	return d, nil
 }
+
+// dispatchOwner hands the records of owned groups to the Dispatcher.
+type dispatchOwner struct{ d *Dispatcher }
+
+func (o dispatchOwner) Changed(r record) { o.d.handle(r) }
+
+// recordKey is a record's key: "<group>/<id>"; ids never hold a '/',
+// groups may.
+func recordKey(group, id string) string { return group + "/" + id }
+
+// contextID is the context id of a record's key.
+func contextID(key string) string { return key[strings.LastIndexByte(key, '/')+1:] }
 
 // Instantiate asks the group's owner to apply a new context's resources.
 func (d *Dispatcher) Instantiate(group, id string) { d.request(group, id, actionApply) }
@@ -149,15 +153,15 @@ func (d *Dispatcher) Terminate(group, id string) { d.request(group, id, actionDe
 // to return (the action is asynchronous), and a context left without its
 // record would wait for the next start-up (Resume) to be acted on.
 func (d *Dispatcher) request(group, id, kind string) {
-	data, _ := json.Marshal(actionRecord{Action: kind, Requested: time.Now().UTC()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for attempt := 1; ; attempt++ {
-		_, err := d.cli.Put(ctx, d.recordKey(group, id), string(data))
+	retry := backoff.Backoff{Base: 200 * time.Millisecond, Step: 200 * time.Millisecond, Max: 2 * time.Second}
+	for {
+		_, err := d.recs.Put(ctx, recordKey(group, id), actionRecord{Action: kind, Requested: time.Now().UTC()})
 		if err == nil {
 			break
 		}
-		if !backoff.Sleep(ctx, min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)) {
+		if !retry.Wait(ctx) {
 			d.log.WithError(err).WithFields(logrus.Fields{"group": group, "context": id, "action": kind}).
 				Error("cannot record an rsync action; it is taken up at the next start-up")
 			return
@@ -166,68 +170,19 @@ func (d *Dispatcher) request(group, id, kind string) {
 	d.opts.Claims.Want(group)
 }
 
-// record is an action record as read, with its key's revisions.
-type record struct {
-	id, key     string
-	rec         actionRecord
-	modRev      int64
-	createRev   int64
-	progress    *progressReport
-	progressRev int64
-}
-
-// records reads a group's action records and progress reports in one
-// transaction, oldest request first.
-func (d *Dispatcher) records(ctx context.Context, group string) ([]*record, int64, error) {
-	resp, err := d.cli.Txn(ctx).Then(
-		clientv3.OpGet(d.actionsPrefix()+group+"/", clientv3.WithPrefix()),
-		clientv3.OpGet(d.progressPrefix()+group+"/", clientv3.WithPrefix()),
-	).Commit()
-	if err != nil {
-		return nil, 0, fmt.Errorf("read rsync actions of %s: %w", group, err)
-	}
-	byID := map[string]*record{}
-	var out []*record
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		g, id, ok := split(strings.TrimPrefix(string(kv.Key), d.actionsPrefix()))
-		if !ok || g != group {
-			continue // a group whose name extends this one's
-		}
-		r := &record{id: id, key: string(kv.Key), modRev: kv.ModRevision, createRev: kv.CreateRevision}
-		if err := json.Unmarshal(kv.Value, &r.rec); err != nil {
-			d.log.WithField("key", string(kv.Key)).Warn("skipping a malformed rsync action record")
-			continue
-		}
-		byID[id] = r
-		out = append(out, r)
-	}
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		g, id, ok := split(strings.TrimPrefix(string(kv.Key), d.progressPrefix()))
-		if !ok || g != group || byID[id] == nil {
-			continue
-		}
-		var p progressReport
-		if json.Unmarshal(kv.Value, &p) == nil {
-			byID[id].progress, byID[id].progressRev = &p, kv.ModRevision
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].modRev < out[j].modRev })
-	return out, resp.Header.Revision, nil
-}
-
 // Busy reports whether an action on the group is requested or running. If
 // etcd cannot tell, it answers true: callers refuse changes to a busy
 // group, the safe side.
 func (d *Dispatcher) Busy(group string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	recs, _, err := d.records(ctx, group)
+	st, err := d.recs.ReadItem(ctx, group)
 	if err != nil {
 		d.log.WithError(err).WithField("group", group).Warn("cannot tell whether rsync is busy; assuming it is")
 		return true
 	}
-	for _, r := range recs {
-		if !r.rec.Stop {
+	for _, r := range st.Records {
+		if !r.Value.Stop {
 			return true
 		}
 	}
@@ -241,47 +196,13 @@ func (d *Dispatcher) Busy(group string) bool {
 func (d *Dispatcher) Stop(group string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), d.opts.StopWait)
 	defer cancel()
-	var targets []*record
-	var markRev int64
-	for {
-		recs, _, err := d.records(ctx, group)
-		if err != nil {
-			d.log.WithError(err).WithField("group", group).Error("cannot stop rsync")
-			return false
-		}
-		var live []*record
-		for _, r := range recs {
-			if !r.rec.Stop {
-				live = append(live, r)
-			}
-		}
-		if len(live) == 0 {
-			return false
-		}
-		latest := live[len(live)-1]
-		targets = targets[:0]
-		var cmps []clientv3.Cmp
-		var ops []clientv3.Op
-		for _, r := range live {
-			if r.rec.Action != actionDelete || r.id == latest.id {
-				targets = append(targets, r)
-				stopped := r.rec
-				stopped.Stop = true
-				data, _ := json.Marshal(stopped)
-				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(r.key), "=", r.modRev))
-				ops = append(ops, clientv3.OpPut(r.key, string(data)))
-			}
-		}
-		resp, err := d.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-		if err != nil {
-			d.log.WithError(err).WithField("group", group).Error("cannot stop rsync")
-			return false
-		}
-		if resp.Succeeded {
-			markRev = resp.Header.Revision
-			break
-		}
-		// A record changed meanwhile: look again.
+	targets, markRev, err := d.markStopped(ctx, group)
+	if err != nil {
+		d.log.WithError(err).WithField("group", group).Error("cannot stop rsync")
+		return false
+	}
+	if len(targets) == 0 {
+		return false
 	}
 	d.opts.Claims.Want(group)
 	if err := d.waitHalted(ctx, group, targets, markRev); err != nil {
@@ -290,29 +211,61 @@ func (d *Dispatcher) Stop(group string) bool {
 	// The stopped records go: what stopped them now sets the context's
 	// status, and a later request replaces them anyway.
 	for _, t := range targets {
-		_, err := d.cli.Txn(context.WithoutCancel(ctx)).If(clientv3.Compare(clientv3.ModRevision(t.key), "=", markRev)).
-			Then(clientv3.OpDelete(t.key), clientv3.OpDelete(d.progressKey(group, t.id))).Commit()
-		if err != nil {
+		if err := d.recs.Remove(context.WithoutCancel(ctx), t.Key, markRev); err != nil {
 			d.log.WithError(err).WithField("group", group).Warn("cannot remove a stopped rsync action record")
 		}
 	}
 	return true
 }
 
+// markStopped marks the records Stop cancels stopped, all at once, and
+// returns them and the mark's revision; none when nothing is in flight.
+func (d *Dispatcher) markStopped(ctx context.Context, group string) ([]record, int64, error) {
+	for {
+		st, err := d.recs.ReadItem(ctx, group)
+		if err != nil {
+			return nil, 0, err
+		}
+		var live []record
+		for _, r := range st.Records {
+			if !r.Value.Stop {
+				live = append(live, r)
+			}
+		}
+		if len(live) == 0 {
+			return nil, 0, nil
+		}
+		latest := live[len(live)-1]
+		var targets []record
+		for _, r := range live {
+			if r.Value.Action != actionDelete || r.Key == latest.Key {
+				r.Value.Stop = true
+				targets = append(targets, r)
+			}
+		}
+		ok, rev, err := d.recs.Replace(ctx, targets)
+		if err != nil || ok {
+			return targets, rev, err
+		}
+		// A record changed meanwhile: look again.
+	}
+}
+
 // waitHalted waits until every target's record was answered as halted (or
 // is gone, or was replaced by a newer request).
-func (d *Dispatcher) waitHalted(ctx context.Context, group string, targets []*record, markRev int64) error {
-	return d.waitGroup(ctx, group, func(recs []*record) bool {
-		byID := map[string]*record{}
-		for _, r := range recs {
-			byID[r.id] = r
+func (d *Dispatcher) waitHalted(ctx context.Context, group string, targets []record, markRev int64) error {
+	return d.recs.WaitItem(ctx, group, func(st groupState) bool {
+		byKey := map[string]record{}
+		for _, r := range st.Records {
+			byKey[r.Key] = r
 		}
 		for _, t := range targets {
-			r := byID[t.id]
-			if r == nil || r.modRev != markRev {
+			r, ok := byKey[t.Key]
+			if !ok || r.ModRevision != markRev {
 				continue // finished and removed, or superseded
 			}
-			if r.progress == nil || !r.progress.Halted || r.progress.Rev != markRev {
+			p, ok := st.Acks[t.Key]
+			if !ok || !p.Value.Halted || p.Value.Rev != markRev {
 				return false
 			}
 		}
@@ -324,60 +277,18 @@ func (d *Dispatcher) waitHalted(ctx context.Context, group string, targets []*re
 // or each has tried every resource once and only waits for the world (see
 // Engine.Idle); or ctx ends.
 func (d *Dispatcher) Idle(ctx context.Context, group string) error {
-	return d.waitGroup(ctx, group, func(recs []*record) bool {
-		for _, r := range recs {
-			if r.rec.Stop {
+	return d.recs.WaitItem(ctx, group, func(st groupState) bool {
+		for _, r := range st.Records {
+			if r.Value.Stop {
 				continue
 			}
-			if r.progress == nil || !r.progress.Quiet || r.progress.Rev != r.modRev {
+			p, ok := st.Acks[r.Key]
+			if !ok || !p.Value.Quiet || p.Value.Rev != r.ModRevision {
 				return false
 			}
 		}
 		return true
 	})
-}
-
-// waitGroup reads the group's records and reports until done says so,
-// waking on every change of them.
-func (d *Dispatcher) waitGroup(ctx context.Context, group string, done func([]*record) bool) error {
-	for {
-		recs, rev, err := d.records(ctx, group)
-		if err != nil {
-			return err
-		}
-		if done(recs) {
-			return nil
-		}
-		if err := d.waitChange(ctx, group, rev); err != nil {
-			return err
-		}
-	}
-}
-
-// waitChange returns after the first change to the group's records or
-// reports after rev.
-func (d *Dispatcher) waitChange(ctx context.Context, group string, rev int64) error {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// One watch over both prefixes' common parent would see every group;
-	// two narrow ones see only this one.
-	a := d.cli.Watch(clientv3.WithRequireLeader(wctx), d.actionsPrefix()+group+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	p := d.cli.Watch(clientv3.WithRequireLeader(wctx), d.progressPrefix()+group+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	for {
-		var resp clientv3.WatchResponse
-		select {
-		case resp = <-a:
-		case resp = <-p:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		// Progress notifications (read-your-writes waits ask for them on
-		// the shared stream) change nothing; a closed or failed watch
-		// (Canceled, or an error) ends the wait, as a change does.
-		if !resp.IsProgressNotify() {
-			return nil
-		}
-	}
 }
 
 // Run resumes actions an earlier process left without a record, then
@@ -393,55 +304,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if err := d.resume(ctx); err != nil {
 		return err
 	}
-	for {
-		resp, err := d.cli.Get(ctx, d.actionsPrefix(), clientv3.WithPrefix())
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("rsync: read action records: %w", err)
-		}
-		for _, kv := range resp.Kvs {
-			if group, _, ok := split(strings.TrimPrefix(string(kv.Key), d.actionsPrefix())); ok {
-				d.opts.Claims.Want(group)
-			}
-		}
-		err = d.follow(ctx, resp.Header.Revision)
-		if ctx.Err() != nil {
-			return nil
-		}
-		d.log.WithError(err).Warn("rsync action watch ended; resuming")
-		if !backoff.Sleep(ctx, time.Second) {
-			return nil
-		}
-	}
-}
-
-func (d *Dispatcher) follow(ctx context.Context, rev int64) error {
-	w := d.cli.Watch(clientv3.WithRequireLeader(ctx), d.actionsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	for resp := range w {
-		if err := resp.Err(); err != nil {
-			return err
-		}
-		for _, ev := range resp.Events {
-			group, id, ok := split(strings.TrimPrefix(string(ev.Kv.Key), d.actionsPrefix()))
-			if !ok {
-				continue
-			}
-			if ev.Type == mvccpb.DELETE {
-				d.handle(group, &record{id: id, key: string(ev.Kv.Key), modRev: ev.Kv.ModRevision}, true)
-				continue
-			}
-			d.opts.Claims.Want(group)
-			r := &record{id: id, key: string(ev.Kv.Key), modRev: ev.Kv.ModRevision, createRev: ev.Kv.CreateRevision}
-			if err := json.Unmarshal(ev.Kv.Value, &r.rec); err != nil {
-				d.log.WithField("key", string(ev.Kv.Key)).Warn("skipping a malformed rsync action record")
-				continue
-			}
-			d.handle(group, r, false)
-		}
-	}
-	return ctx.Err()
+	return d.recs.Run(ctx)
 }
 
 // resume gives every context an earlier process left in an action's
@@ -454,25 +317,20 @@ func (d *Dispatcher) resume(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rsync: resume: %w", err)
 	}
-	resp, err := d.cli.Get(ctx, d.actionsPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	keys, err := d.recs.Keys(ctx)
 	if err != nil {
 		return fmt.Errorf("rsync: resume: %w", err)
 	}
 	have := map[string]bool{}
-	for _, kv := range resp.Kvs {
-		if _, id, ok := split(strings.TrimPrefix(string(kv.Key), d.actionsPrefix())); ok {
-			have[id] = true
-		}
+	for key := range keys {
+		have[contextID(key)] = true
 	}
 	for _, c := range list { // oldest first: a group's deletion before its next instantiation
 		kind := resumeAction(c.Status)
 		if kind == "" || have[c.Meta.ID] || c.Meta.Group == "" {
 			continue
 		}
-		data, _ := json.Marshal(actionRecord{Action: kind, Requested: time.Now().UTC()})
-		key := d.recordKey(c.Meta.Group, c.Meta.ID)
-		if _, err := d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, string(data))).Commit(); err != nil {
+		if _, err := d.recs.Create(ctx, recordKey(c.Meta.Group, c.Meta.ID), actionRecord{Action: kind, Requested: time.Now().UTC()}); err != nil {
 			return fmt.Errorf("rsync: resume: %w", err)
 		}
 		d.log.WithFields(logrus.Fields{"context": c.Meta.ID, "status": c.Status.Status}).Info("resuming rsync action")
@@ -488,79 +346,56 @@ func (d *Dispatcher) Acquired(group string) {
 		d.groups[group] = &ownedGroup{runs: map[string]*tracked{}}
 	}
 	d.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for attempt := 1; ; attempt++ {
-		recs, _, err := d.records(ctx, group)
-		if err == nil {
-			for _, r := range recs {
-				d.handle(group, r, false)
-			}
-			return
-		}
-		d.log.WithError(err).WithField("group", group).Warn("cannot read a group's rsync actions; retrying")
-		if !backoff.Sleep(ctx, time.Duration(attempt)*500*time.Millisecond) {
-			d.log.WithField("group", group).Error("a group's rsync actions could not be read: they wait for its next owner")
-			return
-		}
-	}
+	d.recs.Acquired(group)
 }
 
 // Released gives a group up: its runs are cancelled (their records stay
 // for the next owner) and it returns once they stopped.
 func (d *Dispatcher) Released(group string) {
+	d.recs.Released(group)
 	d.mu.Lock()
 	delete(d.groups, group)
-	for k := range d.seen {
-		if g, _, ok := split(strings.TrimPrefix(k, d.actionsPrefix())); ok && g == group {
-			delete(d.seen, k)
-		}
-	}
 	d.mu.Unlock()
 	d.opts.Engine.Release(group)
 }
 
-// handle acts on one record of an owned group: runs it, or stops its run.
-// Records are handled once per revision, whether they come from the watch
-// or from a takeover's read.
-func (d *Dispatcher) handle(group string, r *record, deleted bool) {
+// handle acts on one record of an owned group (each revision once, see
+// ownership.Records): runs it, or stops its run.
+func (d *Dispatcher) handle(r record) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	group, id := r.Item, contextID(r.Key)
 	g := d.groups[group]
-	if g == nil || d.closing || r.modRev <= d.seen[r.key] {
+	if g == nil || d.closing || r.Deleted {
 		return
 	}
-	d.seen[r.key] = r.modRev
-	if deleted {
-		return
-	}
-	t := g.runs[r.id]
-	if r.rec.Stop {
+	t := g.runs[id]
+	if r.Value.Stop {
 		if t != nil && !closed(t.r.done) {
-			t.stopRev = r.modRev
+			t.stopRev = r.ModRevision
 			t.r.cancel() // its follower reports it halted once it stopped
 			return
 		}
-		d.reportLocked(group, r.id, progressReport{Rev: r.modRev, Halted: true})
+		d.reportLocked(group, id, progressReport{Rev: r.ModRevision, Halted: true})
 		return
 	}
-	kind := r.rec.Action
+	kind := r.Value.Action
 	if kind != actionApply && kind != actionUpdate && kind != actionDelete {
-		d.log.WithFields(logrus.Fields{"group": group, "context": r.id, "action": kind}).Warn("skipping an unknown rsync action")
+		d.log.WithFields(logrus.Fields{"group": group, "context": id, "action": kind}).Warn("skipping an unknown rsync action")
 		return
 	}
-	run := d.opts.Engine.start(group, kind, r.id, kind == actionDelete)
+	run := d.opts.Engine.start(group, kind, id, kind == actionDelete)
 	if t != nil && t.r == run { // the same action asked for again
-		t.rev = r.modRev
+		t.rev = r.ModRevision
 		if t.quiet {
-			d.reportLocked(group, r.id, progressReport{Rev: t.rev, Quiet: true})
+			d.reportLocked(group, id, progressReport{Rev: t.rev, Quiet: true})
 		}
 		return
 	}
-	t = &tracked{r: run, rev: r.modRev}
-	g.runs[r.id] = t
+	t = &tracked{r: run, rev: r.ModRevision}
+	g.runs[id] = t
 	d.wg.Add(1)
-	go d.followRun(group, r.id, t)
+	go d.followRun(group, id, t)
 }
 
 // followRun reports a run quiet, and once it ended removes its record (it
@@ -589,12 +424,11 @@ func (d *Dispatcher) followRun(group, id string, t *tracked) {
 		d.reportLocked(group, id, progressReport{Rev: t.stopRev, Halted: true})
 		return
 	}
-	key, rev := d.recordKey(group, id), t.rev
+	key, rev := recordKey(group, id), t.rev
 	d.writeLocked(func(ctx context.Context) {
 		// Only the request this run answered: a newer one (or a stop mark)
 		// changed the revision and is handled on its own.
-		if _, err := d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-			Then(clientv3.OpDelete(key), clientv3.OpDelete(d.progressKey(group, id))).Commit(); err != nil {
+		if err := d.recs.Remove(ctx, key, rev); err != nil {
 			d.log.WithError(err).WithFields(logrus.Fields{"group": group, "context": id}).Warn("cannot remove a finished rsync action record")
 		}
 	})
@@ -608,14 +442,9 @@ func (d *Dispatcher) current(group, id string, t *tracked) bool {
 
 // reportLocked writes a progress report on this replica's lease.
 func (d *Dispatcher) reportLocked(group, id string, p progressReport) {
-	data, _ := json.Marshal(p)
-	var opts []clientv3.OpOption
-	if lease := d.opts.Lease(); lease != 0 {
-		opts = append(opts, clientv3.WithLease(lease))
-	}
-	key := d.progressKey(group, id)
+	key := recordKey(group, id)
 	d.writeLocked(func(ctx context.Context) {
-		if _, err := d.cli.Put(ctx, key, string(data), opts...); err != nil {
+		if err := d.recs.Ack(ctx, key, p); err != nil {
 			d.log.WithError(err).WithFields(logrus.Fields{"group": group, "context": id}).Warn("cannot report rsync progress")
 		}
 	})

@@ -12,25 +12,19 @@ import (
 	"github.com/argus-mc/argus/src/internal/appcontext"
 )
 
-// claims hands each group to one of several dispatchers, as ownership
-// would: the test moves groups between them.
-type claims struct {
-	self *Dispatcher
-	all  *claimSet
-}
+// claims is what the dispatchers tell ownership: the test itself moves
+// groups between them (claimSet).
+type claims struct{}
 
+// claimSet hands each group to one of several dispatchers, as ownership
+// would.
 type claimSet struct {
 	mu    sync.Mutex
 	owner map[string]*Dispatcher
 }
 
-func (c *claims) Want(string) {}
-
-func (c *claims) Owns(group string) bool {
-	c.all.mu.Lock()
-	defer c.all.mu.Unlock()
-	return c.all.owner[group] == c.self
-}
+func (claims) Want(string) {}
+func (claims) Drop(string) {}
 
 // give moves a group to d: the old owner releases it first.
 func (cs *claimSet) give(group string, d *Dispatcher) {
@@ -54,12 +48,10 @@ func newDispatcher(t *testing.T, store *appcontext.Store, clusters Clusters, cs 
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &claims{all: cs}
-	d, err := NewDispatcher(DispatcherOptions{Engine: e, Claims: c, StopWait: 30 * time.Second})
+	d, err := NewDispatcher(DispatcherOptions{Engine: e, Claims: claims{}, StopWait: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.self = d
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()

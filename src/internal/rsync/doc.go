@@ -43,9 +43,9 @@
 //
 // With several orchestrator replicas, the Dispatcher decides which process
 // runs a group's actions: Instantiate, Update and Terminate (on any
-// replica) record the action in etcd, and the group's owner (Claims,
-// ownership.Kind) follows the records with a watch and runs them on its
-// Engine; a record stays until its action ends, so a replica taking a
+// replica) record the action in etcd as an owned record
+// (ownership.Records), and the group's owner (Claims, ownership.Kind)
+// follows the records with a watch and runs them on its Engine; a record stays until its action ends, so a replica taking a
 // group over resumes it by running the group's records (Acquired), and one
 // giving it up cancels its runs and leaves the records (Released,
 // Engine.Release). Stop, Busy and Idle work on any replica through the

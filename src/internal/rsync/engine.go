@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -84,6 +83,9 @@ type Engine struct {
 	// waiters are told of changes of a group (dependency waits).
 	waiters    map[string]map[uint64]chan struct{}
 	nextWaiter uint64
+	// transient times the retries of transient errors; waiting the
+	// re-checks of Waiting resources (each run counts its own attempts).
+	transient, waiting backoff.Backoff
 }
 
 // run is one action on one group. Runs on a group form a chain: each
@@ -134,7 +136,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Engine{opts: opts, log: opts.Logger, ctx: ctx, cancel: cancel, groups: map[string]*run{},
-		clusters: map[appcontext.ClusterRef]*clusterState{}, waiters: map[string]map[uint64]chan struct{}{}}
+		clusters: map[appcontext.ClusterRef]*clusterState{}, waiters: map[string]map[uint64]chan struct{}{},
+		transient: backoff.Backoff{Base: opts.BackoffBase, Max: opts.BackoffMax, Jitter: 0.2},
+		waiting:   backoff.Backoff{Base: opts.WaitBase, Max: opts.WaitMax, Jitter: 0.2}}
 	if opts.Observed != nil {
 		opts.Observed.OnChange(e.changed)
 	}
@@ -289,19 +293,9 @@ func (e *Engine) Resume(ctx context.Context) error {
 	return nil
 }
 
-// backoff is the wait before attempt n (from 1) between base and max:
-// exponential, with ±20% jitter.
-func backoffFor(base, max time.Duration, attempt int) time.Duration {
-	d := base << min(attempt-1, 20)
-	if d > max || d <= 0 {
-		d = max
-	}
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-}
-
 // sleep waits the transient backoff for attempt; false if ctx ended first.
 func (e *Engine) sleep(ctx context.Context, attempt int) bool {
-	return backoff.Sleep(ctx, backoffFor(e.opts.BackoffBase, e.opts.BackoffMax, attempt))
+	return backoff.Sleep(ctx, e.transient.Delay(attempt))
 }
 
 func ptrTrue() *bool { b := true; return &b }

@@ -148,7 +148,7 @@ func (r *recorder) run() {
 				r.log.Error("giving up recording rsync statuses")
 				return
 			}
-			if !backoff.Sleep(context.Background(), min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)) {
+			if !backoff.Sleep(context.Background(), backoff.Backoff{Base: 200 * time.Millisecond, Step: 200 * time.Millisecond, Max: 5 * time.Second}.Delay(attempt)) {
 				return
 			}
 		}

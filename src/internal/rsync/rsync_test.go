@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -159,16 +158,6 @@ func TestWavesFollowHelmsInstallOrder(t *testing.T) {
 	}
 	if want := "CustomResourceDefinition | Namespace | ConfigMap+ServiceAccount | Deployment+Service+Widget | ValidatingWebhookConfiguration"; strings.Join(desc, " | ") != want {
 		t.Fatalf("waves = %s, want %s", strings.Join(desc, " | "), want)
-	}
-}
-
-func TestBackoffIsBoundedAndJittered(t *testing.T) {
-	for attempt := 1; attempt < 100; attempt++ {
-		d := backoffFor(100, 1000, attempt)
-		want := time.Duration(min(100<<min(attempt-1, 20), 1000))
-		if d < want*8/10 || d > want*12/10 {
-			t.Fatalf("attempt %d: %d, want %d ±20%%", attempt, d, want)
-		}
 	}
 }
 

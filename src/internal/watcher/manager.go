@@ -9,11 +9,10 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
-	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/cluster"
+	"github.com/argus-mc/argus/src/internal/etcdwatch"
 	"github.com/argus-mc/argus/src/internal/logging"
 )
 
@@ -106,75 +105,30 @@ func New(opts Options) (*Manager, error) {
 // Run starts watchers for the live contexts and follows context changes
 // until ctx ends; then it stops every watcher and waits for them. A failed
 // list or watch (etcd without a leader, a compaction) is retried with a
-// fresh list: giving up would leave this replica's clusters unwatched while
+// fresh list (etcdwatch), which settles the contexts that changed or went
+// meanwhile: giving up would leave this replica's clusters unwatched while
 // its lease, and so its claims on them, live on.
 func (m *Manager) Run(ctx context.Context) error {
 	m.mu.Lock()
 	m.ctx = ctx
 	m.mu.Unlock()
 	defer m.stopAll()
-	for attempt := 0; ; attempt++ {
-		err := m.follow(ctx)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		m.log.WithError(err).Warn("context watch failed; listing again")
-		if !backoff.Sleep(ctx, min(time.Duration(attempt+1)*time.Second, 10*time.Second)) {
-			return ctx.Err()
-		}
-	}
-}
-
-// follow lists the contexts, settles each (forgetting those gone since the
-// last list), then follows their changes until the watch fails.
-func (m *Manager) follow(ctx context.Context) error {
-	// Take the revision before listing and watch from just after it: a
-	// change in between is seen twice, which is harmless, never not at all.
-	resp, err := m.opts.Store.Client().Get(ctx, m.opts.Store.StatusPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return err
-	}
-	rev := resp.Header.Revision
-	list, err := m.opts.Store.List(ctx)
-	if err != nil {
-		return err
-	}
-	gone := m.knownContexts()
-	for _, c := range list {
-		delete(gone, c.Meta.ID)
-		m.contextChanged(ctx, c.Meta.ID, c.Status.Status)
-	}
-	for id := range gone {
-		m.contextChanged(ctx, id, "")
-	}
-	w := m.opts.Store.Client().Watch(clientv3.WithRequireLeader(ctx), m.opts.Store.StatusPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	for resp := range w {
-		if err := resp.Err(); err != nil {
-			return err
-		}
-		for _, ev := range resp.Events {
-			id := strings.TrimPrefix(string(ev.Kv.Key), m.opts.Store.StatusPrefix())
-			var st appcontext.Status
-			if ev.Type == clientv3.EventTypePut {
-				_ = json.Unmarshal(ev.Kv.Value, &st) // a malformed status reads as not live
+	prefix := m.opts.Store.StatusPrefix()
+	f, err := etcdwatch.New(etcdwatch.Options{Client: m.opts.Store.Client(), Prefixes: []string{prefix}, Name: "context statuses", Logger: m.log,
+		Apply: func(b etcdwatch.Batch) {
+			for _, ev := range b.Events {
+				var st appcontext.Status
+				if !ev.Deleted {
+					_ = json.Unmarshal(ev.Value, &st) // a malformed status reads as not live
+				}
+				m.contextChanged(ctx, strings.TrimPrefix(ev.Key, prefix), st.Status)
 			}
-			m.contextChanged(ctx, id, st.Status)
-		}
+		}})
+	if err != nil {
+		return err
 	}
-	return errors.New("watch closed")
-}
-
-// knownContexts is the set of contexts placed on some cluster.
-func (m *Manager) knownContexts() map[string]bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ids := map[string]bool{}
-	for _, users := range m.users {
-		for id := range users {
-			ids[id] = true
-		}
-	}
-	return ids
+	f.Run(ctx)
+	return ctx.Err()
 }
 
 // live reports whether a context in this status still needs its clusters watched.

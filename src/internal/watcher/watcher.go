@@ -67,9 +67,9 @@ func (w *clusterWatcher) run(ctx context.Context) {
 	defer wg.Wait()
 
 	client, err := w.m.opts.Clusters.Client(ctx, w.ref)
-	for attempt := 1; err != nil; attempt++ {
+	for retry := clientRetry(); err != nil; {
 		w.noClient(err)
-		if !backoff.Sleep(ctx, retryDelay(attempt)) {
+		if !retry.Wait(ctx) {
 			return
 		}
 		client, err = w.m.opts.Clusters.Client(ctx, w.ref)
@@ -349,7 +349,7 @@ func (w *clusterWatcher) update(f func(*appcontext.ClusterState)) {
 	}
 }
 
-func retryDelay(attempt int) time.Duration {
-	d := 500 * time.Millisecond << min(attempt-1, 6)
-	return min(d, 30*time.Second)
+// clientRetry times the attempts to get a cluster's client.
+func clientRetry() backoff.Backoff {
+	return backoff.Backoff{Base: 500 * time.Millisecond, Max: 30 * time.Second}
 }

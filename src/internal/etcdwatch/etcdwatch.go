@@ -1,0 +1,293 @@
+package etcdwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/argus-mc/argus/src/internal/backoff"
+	"github.com/argus-mc/argus/src/internal/logging"
+)
+
+// Event is one key's change: a put, or a delete (Deleted, Value nil).
+type Event struct {
+	Key     string
+	Value   []byte
+	Deleted bool
+	// ModRevision is the change's revision; for a delete found by a
+	// listing (the key went while the watch was broken) it is the
+	// listing's revision, the exact one being unknown.
+	ModRevision    int64
+	CreateRevision int64
+	// Lease is the key's lease, 0 for none and for a delete.
+	Lease int64
+}
+
+// Batch is what the consumer applies at once: a watch response's events,
+// or what a listing found different from what the consumer had.
+type Batch struct {
+	Events []Event
+	// Revision is how far the consumer is once it applied the batch: every
+	// change under the prefixes up to it was handed over. A progress
+	// notification comes as a batch without events that moves it on.
+	Revision int64
+	// Listed marks a listing's batch: the first one (every key, as puts),
+	// or one after the watch broke (only what changed meanwhile).
+	Listed bool
+	// First marks the first listing's batch.
+	First bool
+}
+
+// Options configures a Follower; Client, Prefixes and Apply are required.
+type Options struct {
+	Client *clientv3.Client
+	// Prefixes are followed together: listed at one revision and watched
+	// from it.
+	Prefixes []string
+	// Apply is called on Run's goroutine with every batch, in order.
+	Apply func(Batch)
+	// Retry times the listings after a failure (a compaction is listed
+	// again at once); the zero value means 1 s more each time, up to 10 s.
+	Retry backoff.Backoff
+	// Name says in logs what is followed.
+	Name   string
+	Logger *logrus.Entry
+}
+
+// Follower lists and watches its prefixes. It remembers the mod revision
+// of every key it handed over, which is how a listing after a gap finds
+// what changed; Run may be called again after it returned (never twice at
+// once) and carries on from what the consumer has.
+type Follower struct {
+	opts  Options
+	log   *logrus.Entry
+	known map[string]int64 // key → mod revision handed over
+	first bool             // no listing was handed over yet
+}
+
+// New returns a Follower; Run follows.
+func New(opts Options) (*Follower, error) {
+	if opts.Client == nil || len(opts.Prefixes) == 0 || opts.Apply == nil {
+		return nil, errors.New("etcdwatch: Client, Prefixes and Apply are required")
+	}
+	if opts.Retry == (backoff.Backoff{}) {
+		opts.Retry = backoff.Backoff{Base: time.Second, Step: time.Second, Max: 10 * time.Second}
+	}
+	if opts.Name == "" {
+		opts.Name = strings.Join(opts.Prefixes, ", ")
+	}
+	if opts.Logger == nil {
+		opts.Logger = logrus.NewEntry(logging.Discard())
+	}
+	return &Follower{opts: opts, log: opts.Logger.WithField("watch", opts.Name), known: map[string]int64{}, first: true}, nil
+}
+
+// Run lists and follows until ctx ends, listing again whenever the watch
+// breaks; failures are logged and retried, never returned.
+func (f *Follower) Run(ctx context.Context) {
+	retry := f.opts.Retry
+	for ctx.Err() == nil {
+		rev, err := f.list(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				f.log.WithError(err).Warn("cannot list; retrying")
+				retry.Wait(ctx)
+			}
+			continue
+		}
+		err = f.watch(ctx, rev, &retry)
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, rpctypes.ErrCompacted):
+			f.log.Info("the watch fell behind a compaction; listing again")
+		default:
+			f.log.WithError(err).Warn("watch ended; listing again")
+			retry.Wait(ctx)
+		}
+	}
+}
+
+// list reads the prefixes at one revision and hands over the differences.
+func (f *Follower) list(ctx context.Context) (int64, error) {
+	ops := make([]clientv3.Op, len(f.opts.Prefixes))
+	for i, p := range f.opts.Prefixes {
+		ops[i] = clientv3.OpGet(p, clientv3.WithPrefix())
+	}
+	resp, err := f.opts.Client.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("list %s: %w", f.opts.Name, err)
+	}
+	rev := resp.Header.Revision
+	b := Batch{Revision: rev, Listed: true, First: f.first}
+	seen := map[string]bool{}
+	for _, r := range resp.Responses {
+		for _, kv := range r.GetResponseRange().Kvs {
+			key := string(kv.Key)
+			if seen[key] {
+				continue // prefixes that overlap
+			}
+			seen[key] = true
+			if mod, ok := f.known[key]; ok && mod == kv.ModRevision {
+				continue // the consumer has it
+			}
+			f.known[key] = kv.ModRevision
+			b.Events = append(b.Events, eventOf(kv, false))
+		}
+	}
+	var gone []string
+	for key := range f.known {
+		if !seen[key] {
+			gone = append(gone, key)
+		}
+	}
+	sort.Strings(gone)
+	for _, key := range gone {
+		delete(f.known, key)
+		b.Events = append(b.Events, Event{Key: key, Deleted: true, ModRevision: rev})
+	}
+	f.first = false
+	f.opts.Apply(b)
+	return rev, nil
+}
+
+func eventOf(kv *mvccpb.KeyValue, deleted bool) Event {
+	ev := Event{Key: string(kv.Key), Deleted: deleted, ModRevision: kv.ModRevision}
+	if !deleted {
+		ev.Value, ev.CreateRevision, ev.Lease = kv.Value, kv.CreateRevision, kv.Lease
+	}
+	return ev
+}
+
+// response is one prefix's watch response.
+type response struct {
+	i    int
+	resp clientv3.WatchResponse
+	ok   bool
+}
+
+// watch follows the prefixes from rev+1 until the watch breaks; retry is
+// reset once it answers.
+func (f *Follower) watch(ctx context.Context, rev int64, retry *backoff.Backoff) error {
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	in := make(chan response)
+	for i, p := range f.opts.Prefixes {
+		// Every loop watches on the stream of the contexts that require a
+		// leader: a progress request (read-your-writes) goes to it.
+		w := f.opts.Client.Watch(clientv3.WithRequireLeader(wctx), p, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				r, ok := <-w
+				select {
+				case in <- response{i: i, resp: r, ok: ok}:
+				case <-wctx.Done():
+					return
+				}
+				if !ok {
+					return
+				}
+			}
+		}()
+	}
+	// Each prefix's stream is as far as its last response; the consumer
+	// is as far as the slowest.
+	revs := make([]int64, len(f.opts.Prefixes))
+	for i := range revs {
+		revs[i] = rev
+	}
+	for {
+		var r response
+		select {
+		case r = <-in:
+		case <-ctx.Done():
+			return nil
+		}
+		if err := watchErr(r); err != nil {
+			return err
+		}
+		retry.Reset()
+		b := Batch{}
+		if r.resp.IsProgressNotify() {
+			revs[r.i] = max(revs[r.i], r.resp.Header.Revision)
+		}
+		for _, ev := range r.resp.Events {
+			key := string(ev.Kv.Key)
+			if ev.Type == mvccpb.DELETE {
+				delete(f.known, key)
+			} else {
+				f.known[key] = ev.Kv.ModRevision
+			}
+			b.Events = append(b.Events, eventOf(ev.Kv, ev.Type == mvccpb.DELETE))
+			revs[r.i] = max(revs[r.i], ev.Kv.ModRevision)
+		}
+		b.Revision = revs[0]
+		for _, v := range revs[1:] {
+			b.Revision = min(b.Revision, v)
+		}
+		f.opts.Apply(b)
+	}
+}
+
+// watchErr is why a watch response ends the watch, or nil.
+func watchErr(r response) error {
+	switch {
+	case !r.ok:
+		return errors.New("watch closed")
+	case r.resp.CompactRevision != 0:
+		return rpctypes.ErrCompacted
+	case r.resp.Err() != nil:
+		return r.resp.Err()
+	case r.resp.Canceled:
+		return errors.New("watch cancelled")
+	}
+	return nil
+}
+
+// WaitChange returns once anything changed under the prefixes (with
+// prefix; else the keys) after rev, or the watch broke: either way the
+// caller reads again. It returns ctx's error if ctx ends first. Progress
+// notifications are no change.
+func WaitChange(ctx context.Context, cli *clientv3.Client, rev int64, prefix bool, keys ...string) error {
+	wctx, cancel := context.WithCancel(ctx)
+	opts := []clientv3.OpOption{clientv3.WithRev(rev + 1)}
+	if prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	// One watch per key, fanned in; each goroutine ends with wctx.
+	changed := make(chan struct{}, len(keys))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for _, key := range keys {
+		w := cli.Watch(clientv3.WithRequireLeader(wctx), key, opts...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range w {
+				if !r.IsProgressNotify() {
+					changed <- struct{}{}
+					return
+				}
+			}
+			changed <- struct{}{} // closed: the watch broke, or wctx ended
+		}()
+	}
+	select {
+	case <-changed:
+	case <-ctx.Done():
+	}
+	return ctx.Err()
+}
