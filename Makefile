@@ -88,6 +88,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzSubscriptionBody -fuzztime $(FUZZTIME) ./src/internal/notify
 	$(GO) test -run '^$$' -fuzz FuzzInspect -fuzztime $(FUZZTIME) ./src/internal/archive
 	$(GO) test -run '^$$' -fuzz FuzzOverrideValues -fuzztime $(FUZZTIME) ./src/internal/render
+	$(GO) test -run '^$$' -fuzz FuzzProfileConfigResource -fuzztime $(FUZZTIME) ./src/internal/render
 	$(GO) test -run '^$$' -fuzz FuzzApply -fuzztime $(FUZZTIME) ./src/internal/gac
 	$(GO) test -run '^$$' -fuzz FuzzRollbackBody -fuzztime $(FUZZTIME) ./src/internal/api
 

@@ -19,6 +19,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/config"
+	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
@@ -57,7 +58,8 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.opts.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) for HTTPS, with --tls-key-file; re-read when it changes; empty serves plain HTTP")
 	fs.StringVar(&s.opts.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	fs.DurationVar(&s.opts.ShutdownTimeout, "shutdown-timeout", 4*time.Second, "how long SIGTERM waits for in-flight requests")
-	fs.DurationVar(&s.opts.V1CreateWait, "v1-create-wait", 0, "how long POST /v1/instance waits for the first apply to finish before it answers, for k8splugin clients that read the cluster right after (k8splugin applies before answering); 0 answers at once (SPEC section 7)")
+	fs.DurationVar(&s.opts.V1CreateWait, "v1-create-wait", deploy.DefaultCreateWait, "how long POST /v1/instance waits for the first apply to finish before it answers, as k8splugin answers once the resources are created (a create whose apply failed is reverted and answered 500); a longer apply is answered 201 and goes on")
+	fs.BoolVar(&s.opts.V1CreateAsync, "v1-create-async", false, "answer POST /v1/instance as soon as the instance is recorded, without waiting for the apply nor reverting a failed one (SPEC section 7)")
 	fs.Var(&s.allow, "callback-allow", "comma-separated host names (a.example, *.example), addresses and CIDRs subscription callbacks may reach although refused by default (loopback, link-local, unspecified, broadcast, multicast, cloud metadata) or by a shorter --callback-deny prefix; a named host is trusted wherever it resolves")
 	fs.Var(&s.deny, "callback-deny", "comma-separated host names, addresses and CIDRs subscription callbacks may never reach (e.g. 0.0.0.0/0,::/0 with --callback-allow to allow only the listed receivers); the longest matching prefix of the two lists wins, deny wins a tie")
 	fs.BoolVar(&s.opts.KubeconfigAllowProxy, "kubeconfig-allow-proxy", false, "accept proxy-url in uploaded and stored cluster kubeconfigs (refused by default: a proxy hides where requests go)")

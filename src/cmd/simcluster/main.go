@@ -48,7 +48,7 @@ func main() {
 const usage = `usage:
   simcluster up --clusters N [--nodes M] --dir DIR [--bin-dir DIR]
   simcluster apply --kubeconfig FILE [--timeout D] MANIFEST...
-  simcluster pod-state --kubeconfig FILE [--namespace NS] --selector SELECTOR --state not-ready|crashloop|failed|ready
+  simcluster pod-state --kubeconfig FILE [--namespace NS] --selector SELECTOR --state not-ready|crashloop|failed|succeeded|ready
   simcluster receive [--listen ADDR] [--out FILE]
   simcluster json [PATH] < DOCUMENT`
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"mime"
@@ -55,6 +56,33 @@ type crud[S any] struct {
 	// arrive: a file over it is refused before it is held; 0 means
 	// MaxUploadBody.
 	maxFile int64
+	// checkSpec checks a created object's spec as sent, before anything
+	// else of the request: fields the stored spec type drops (a cluster's
+	// spec.gitOps) can be refused rather than ignored.
+	checkSpec func(raw json.RawMessage) error
+	// afterCreate runs once a POST or PUT created the object (a DIG's
+	// Created action); its failure is logged, the object stays.
+	afterCreate func(ctx context.Context, key catalog.Key) error
+	// listView, when set, may answer a collection GET instead of the
+	// list (clusters ?label=); it reports whether it did.
+	listView func(r *http.Request) (any, bool, error)
+}
+
+// specPeek decodes an object and keeps its spec as sent.
+type specPeek[S any] struct {
+	obj  *catalog.Object[S]
+	spec json.RawMessage
+}
+
+func (p *specPeek[S]) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Spec json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	p.spec = raw.Spec
+	return json.Unmarshal(b, p.obj)
 }
 
 func registerCRUD[S any](r *mux.Router, s *server, c crud[S]) {
@@ -126,12 +154,23 @@ func (c crud[S]) create(s *server, w http.ResponseWriter, r *http.Request) error
 	}
 	var obj catalog.Object[S]
 	var file []byte
+	var target any = &obj
+	peek := &specPeek[S]{obj: &obj}
+	if c.checkSpec != nil {
+		target = peek
+	}
+	var err error
 	if c.upload != nil {
-		var err error
-		if file, err = s.decodeMultipart(w, r, &obj, c.maxFile); err != nil {
-			return err
+		file, err = s.decodeMultipart(w, r, target, c.maxFile)
+	} else {
+		err = s.decodeJSON(w, r, target)
+	}
+	if c.checkSpec != nil && len(peek.spec) > 0 {
+		if cerr := c.checkSpec(peek.spec); cerr != nil {
+			return cerr // what the object is decides before what the upload lacks
 		}
-	} else if err := s.decodeJSON(w, r, &obj); err != nil {
+	}
+	if err != nil {
 		return err
 	}
 	if err := c.check(&obj, nil); err != nil {
@@ -157,8 +196,19 @@ func (c crud[S]) create(s *server, w http.ResponseWriter, r *http.Request) error
 	if err := create(r.Context(), key, obj); err != nil {
 		return err
 	}
+	c.created(r, key)
 	writeJSON(w, http.StatusCreated, obj)
 	return nil
+}
+
+// created runs afterCreate for a new object.
+func (c crud[S]) created(r *http.Request, key catalog.Key) {
+	if c.afterCreate == nil {
+		return
+	}
+	if err := c.afterCreate(r.Context(), key); err != nil {
+		loggerFrom(r.Context()).WithError(err).WithField("key", key).Warn("created, but what follows a create failed")
+	}
 }
 
 // list answers a collection GET, a page at a time: ?limit= (1 to
@@ -166,6 +216,16 @@ func (c crud[S]) create(s *server, w http.ResponseWriter, r *http.Request) error
 // previous page's Link header carries). A list that fits one page is
 // answered whole, as EMCO does.
 func (c crud[S]) list(s *server, w http.ResponseWriter, r *http.Request) error {
+	if c.listView != nil {
+		v, ok, err := c.listView(r)
+		if err != nil {
+			return err
+		}
+		if ok {
+			writeJSON(w, http.StatusOK, v)
+			return nil
+		}
+	}
 	limit, cont, err := s.pageParams(r)
 	if err != nil {
 		return err
@@ -218,6 +278,9 @@ func (c crud[S]) put(s *server, w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	created, err := c.res.Put(r.Context(), key, obj)
+	if err == nil && created {
+		c.created(r, key)
+	}
 	return putAnswer(w, obj, created, err)
 }
 

@@ -2,10 +2,13 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"mime/multipart"
 	"strings"
 	"testing"
+
+	"github.com/argus-mc/argus/src/internal/catalog"
 )
 
 // multipartBody is an EMCO upload: metadata plus files under part.
@@ -104,5 +107,74 @@ func TestEMCOCatalogue(t *testing.T) {
 	}
 	if code != 200 || json.Unmarshal([]byte(got), &c) != nil || len(c.Spec.PatchJSON) != 1 {
 		t.Fatalf("customization read back: %d %s", code, got)
+	}
+}
+
+// What EMCO's clients found different (issue 28): clusters by label, GitOps
+// clusters refused, unimplemented controllers named, a DIG's history
+// starting with Created.
+func TestEMCOCompatAnswers(t *testing.T) {
+	f := newFixture(t)
+	must := func(method, path, body string, want int, has string) {
+		t.Helper()
+		code, got, _ := f.do(t, method, path, body)
+		if code != want || !strings.Contains(got, has) {
+			t.Fatalf("%s %s: %d %q, want %d containing %q", method, path, code, got, want, has)
+		}
+	}
+	must("POST", "/v2/cluster-providers", `{"metadata":{"name":"cp"}}`, 201, "cp")
+	for _, c := range []string{"c1", "c2", "c3"} {
+		body, hdr := filesBody(t, `{"metadata":{"name":"`+c+`"}}`, "file", map[string]string{"kubeconfig": testKubeconfig})
+		if code, got, _ := f.send(t, "POST", "/v2/cluster-providers/cp/clusters", body, hdr); code != 201 {
+			t.Fatalf("cluster %s: %d %s", c, code, got)
+		}
+	}
+	must("POST", "/v2/cluster-providers/cp/clusters/c1/labels", `{"clusterLabel":"edge"}`, 201, "edge")
+	must("POST", "/v2/cluster-providers/cp/clusters/c3/labels", `{"clusterLabel":"edge"}`, 201, "edge")
+	must("GET", "/v2/cluster-providers/cp/clusters?label=edge", "", 200, `["c1","c3"]`)
+	must("GET", "/v2/cluster-providers/cp/clusters?label=core", "", 200, `[]`)
+	must("GET", "/v2/cluster-providers/cp/clusters?withLabels=true", "", 200, `"labels":[{"clusterLabel":"edge"}]`)
+	must("GET", "/v2/cluster-providers/nope/clusters?label=edge", "", 404, "not found")
+	must("GET", "/v2/cluster-providers/cp/clusters", "", 200, `"name":"c2"`)
+
+	// EMCO's GitOps cluster: metadata with spec.gitOps and a placeholder file.
+	body, hdr := filesBody(t, `{"metadata":{"name":"g1"},"spec":{"gitOps":{"gitOpsType":"fluxv2","gitOpsReferenceObject":"git1","gitOpsResourceObject":"git1"}}}`,
+		"file", map[string]string{"kubeconfig": "placeholder"})
+	if code, got, _ := f.send(t, "POST", "/v2/cluster-providers/cp/clusters", body, hdr); code != 400 || !strings.Contains(got, "GitOps clusters") {
+		t.Fatalf("gitOps cluster: %d %s", code, got)
+	}
+	body, hdr = filesBody(t, `{"metadata":{"name":"g2"},"spec":{"gitOps":{"gitOpsType":"fluxv2"}}}`, "none", nil)
+	if code, got, _ := f.send(t, "POST", "/v2/cluster-providers/cp/clusters", body, hdr); code != 400 || !strings.Contains(got, "GitOps clusters") {
+		t.Fatalf("gitOps cluster without a file: %d %s", code, got)
+	}
+
+	dig := "/v2/projects/p/composite-apps/ca/v1/deployment-intent-groups/d"
+	for path, controller := range map[string]string{
+		dig + "/network-controller-intent":                    "ovnaction",
+		dig + "/network-controller-intent/n/workload-intents": "ovnaction",
+		dig + "/hpa-intents/h":                                "hpa-plc",
+		dig + "/traffic-group-intents":                        "dtc",
+		dig + "/network-chains":                               "sfc (",
+		dig + "/sfc-clients/x":                                "sfc-client",
+		dig + "/temporal-workflow-intents/w/start":            "workflow manager",
+		dig + "/temporal-action-controller":                   "tac",
+		"/v2/projects/p/ca-certs/c/enrollment":                "ca-certs",
+		"/v2/cluster-providers/cp/ca-certs":                   "ca-certs",
+		"/v2/cluster-providers/cp/cluster-sync-objects/s":     "cluster-sync-objects",
+		"/v2/cluster-providers/cp/clusters/c1/stop":           "ncm",
+	} {
+		for _, method := range []string{"GET", "POST"} {
+			must(method, path, "", 501, controller)
+		}
+	}
+	must("GET", "/v2/projects/p/nothing-here", "", 404, "no such resource")
+
+	for _, s := range [][2]string{{"/v2/projects", `{"metadata":{"name":"p"}}`}, {"/v2/projects/p/composite-apps", `{"metadata":{"name":"ca"},"spec":{"compositeAppVersion":"v1"}}`},
+		{"/v2/projects/p/composite-apps/ca/v1/deployment-intent-groups", `{"metadata":{"name":"d"},"spec":{"compositeProfile":"cp","version":"r1"}}`}} {
+		must("POST", s[0], s[1], 201, "")
+	}
+	st, err := f.cat.GetDIGState(context.Background(), catalog.Key{"p", "ca", "v1", "d"})
+	if err != nil || st.Current != catalog.StateCreated || len(st.Actions) != 1 || st.Actions[0].State != catalog.StateCreated || st.Actions[0].TimeStamp.IsZero() {
+		t.Fatalf("a new DIG's history: %+v %v", st, err)
 	}
 }

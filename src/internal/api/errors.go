@@ -37,11 +37,13 @@ func statusFor(err error) int {
 }
 
 // writeError answers with err's status and, as EMCO does, a text body. The
-// text of an unexpected error is logged, not returned: it may name internals.
+// text of an unexpected error is logged, not returned: it may name
+// internals. An ErrFailed (500, as k8splugin answers a create whose apply
+// failed) says what failed.
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code := statusFor(err)
 	msg := err.Error()
-	if code == http.StatusInternalServerError {
+	if code == http.StatusInternalServerError && !errors.Is(err, errdefs.ErrFailed) {
 		loggerFrom(r.Context()).WithError(err).Error("request failed")
 		msg = "internal error; see the server log for request id " + requestID(r.Context())
 	}

@@ -94,7 +94,8 @@ func validMethod(m string) bool {
 // whatever arrives; never a panic, and a number comes back as itself.
 func FuzzRollbackBody(f *testing.F) {
 	for _, s := range []string{`{"anyOf":{"config-version":"2"}}`, `{"anyOf":{"config-version":3}}`, `{"anyOf":{"config-tag":"t"}}`,
-		`{"anyOf":{"config-version":-1}}`, `{"anyOf":{"config-version":1e99}}`, `{"anyOf":{"config-version":null}}`} {
+		`{"anyOf":{"config-version":-1}}`, `{"anyOf":{"config-version":1e99}}`, `{"anyOf":{"config-version":null}}`,
+		`{"config-version":"2"}`, `{"config-tag":"good"}`, `{"config-version":4,"anyOf":{}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -102,10 +103,11 @@ func FuzzRollbackBody(f *testing.F) {
 		if json.Unmarshal(data, &b) != nil {
 			return
 		}
-		v, err := b.version()
-		if err == nil && v != "" && strings.TrimSpace(string(b.AnyOf.ConfigVersion)) == v {
+		tgt := b.target()
+		v, err := tgt.version()
+		if err == nil && v != "" && strings.TrimSpace(string(tgt.ConfigVersion)) == v {
 			if _, perr := strconv.ParseUint(v, 10, 64); perr != nil {
-				t.Fatalf("number %s came back as %q", b.AnyOf.ConfigVersion, v)
+				t.Fatalf("number %s came back as %q", tgt.ConfigVersion, v)
 			}
 		}
 	})

@@ -205,7 +205,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		Connectivity: "Available", Monitor: "Running", LastSeen: "2026-01-01T10:00:00Z",
 		Resources: []status.Resource{{GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Name: "web",
 			Namespace: "ns", RsyncStatus: "Applied", ClusterStatus: "Present", ReadyStatus: "Ready", Reason: "r",
-			DeployedStatus: "Applied", ReadyStatusEMCO: "Ready", Detail: []byte(`{"kind":"Deployment"}`)}}}
+			DeployedStatus: "Applied", ReadyStatusEMCO: "Ready", RsyncStatusEMCO: "Applied", ClusterStatusEMCO: "Present",
+			Detail: []byte(`{"kind":"Deployment"}`)}}}
 	statusSample := status.Response{
 		Header:     status.Header{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", Name: "dig"},
 		EMCOHeader: status.EMCOHeader{CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", LogicalCloud: "lc"},
@@ -215,6 +216,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		Status: "Instantiated", DeployedStatus: "Instantiated", ReadyStatusEMCO: "Ready",
 		DeployedCounts: map[string]int{"Applied": 1}, ReadyCounts: map[string]int{"Ready": 1},
 		RsyncStatus: map[string]int{"Applied": 1}, ClusterStatus: map[string]int{"Present": 1},
+		RsyncStatusEMCO: map[string]int{"Applied": 1}, ClusterStatusEMCO: map[string]int{"Present": 1},
 		Ready: &yes, ReadyStatus: map[string]int{"Ready": 1},
 		Apps:    []status.App{{Name: "a", Ready: &yes, Clusters: []status.Cluster{cl}}},
 		Cluster: &cl,

@@ -251,9 +251,7 @@ func newServer(opts Options) (*server, error) {
 func (s *server) routes() {
 	r := s.router
 	r.Use(recordRoute)
-	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "no such resource: "+r.URL.Path, http.StatusNotFound)
-	})
+	r.NotFoundHandler = http.HandlerFunc(notFound)
 	r.MethodNotAllowedHandler = http.HandlerFunc(s.methodNotAllowed)
 
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"mime/multipart"
 	"path/filepath"
 	"strings"
@@ -103,6 +104,31 @@ func TestV1ConnectivityAsK8splugin(t *testing.T) {
 	for i := 0; i < 2; i++ { // the second time it is gone already
 		if code, b, _ := f.do(t, "DELETE", "/v1/connectivity-info/kud", ""); code != 204 {
 			t.Fatalf("delete %d: %d %s", i, code, b)
+		}
+	}
+}
+
+// A config rollback names its target at the top level, as k8splugin's
+// handler decodes it and CDS sends it, or wrapped in anyOf.
+func TestRollbackBodyShapes(t *testing.T) {
+	for body, want := range map[string][2]string{
+		`{"config-version":"2"}`:                 {"2", ""},
+		`{"config-version":3}`:                   {"3", ""},
+		`{"config-tag":"good"}`:                  {"", "good"},
+		`{"anyOf":{"config-version":"4"}}`:       {"4", ""},
+		`{"anyOf":{"config-tag":"t"}}`:           {"", "t"},
+		`{"config-tag":"top","anyOf":{}}`:        {"", "top"},
+		`{"config-version":"1","anyOf":null}`:    {"1", ""},
+		`{"anyOf":{"config-tag":"in"},"x":true}`: {"", "in"},
+	} {
+		var b rollbackBody
+		if err := json.Unmarshal([]byte(body), &b); err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		tgt := b.target()
+		v, err := tgt.version()
+		if err != nil || v != want[0] || tgt.ConfigTag != want[1] {
+			t.Errorf("%s: version %q tag %q (%v), want %q %q", body, v, tgt.ConfigTag, err, want[0], want[1])
 		}
 	}
 }

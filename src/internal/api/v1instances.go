@@ -118,28 +118,42 @@ func (s *server) instanceRoutes(r *mux.Router) {
 	s.configRoutes(r, inst)
 }
 
-// rollbackBody is k8splugin's rollback request: a version or a tag.
+// rollbackTarget is a version or a tag to roll a config back to.
+type rollbackTarget struct {
+	ConfigVersion json.RawMessage `json:"config-version"`
+	ConfigTag     string          `json:"config-tag"`
+}
+
+// rollbackBody is a rollback request: k8splugin's handler decodes the
+// body itself as the target ({"config-version":"2"}, what CDS sends);
+// k8splugin's own type, and so some clients, wrap it in "anyOf".
 type rollbackBody struct {
-	AnyOf struct {
-		ConfigVersion json.RawMessage `json:"config-version"`
-		ConfigTag     string          `json:"config-tag"`
-	} `json:"anyOf"`
+	rollbackTarget
+	AnyOf *rollbackTarget `json:"anyOf"`
+}
+
+// target is the wrapped target when the body has one, else the top level.
+func (b rollbackBody) target() rollbackTarget {
+	if b.AnyOf != nil && (len(b.AnyOf.ConfigVersion) > 0 || b.AnyOf.ConfigTag != "") {
+		return *b.AnyOf
+	}
+	return b.rollbackTarget
 }
 
 // version reads config-version, which k8splugin's clients send as a
 // string ("2") and others as a number.
-func (b rollbackBody) version() (string, error) {
-	raw := strings.TrimSpace(string(b.AnyOf.ConfigVersion))
+func (t rollbackTarget) version() (string, error) {
+	raw := strings.TrimSpace(string(t.ConfigVersion))
 	if raw == "" || raw == "null" {
 		return "", nil
 	}
 	var s string
-	if json.Unmarshal(b.AnyOf.ConfigVersion, &s) == nil {
+	if json.Unmarshal(t.ConfigVersion, &s) == nil {
 		return s, nil
 	}
 	var n uint
-	if err := json.Unmarshal(b.AnyOf.ConfigVersion, &n); err != nil {
-		return "", errdefs.Unprocessable(err, "anyOf.config-version is neither a string nor a number")
+	if err := json.Unmarshal(t.ConfigVersion, &n); err != nil {
+		return "", errdefs.Unprocessable(err, "config-version is neither a string nor a number")
 	}
 	return strconv.FormatUint(uint64(n), 10), nil
 }
@@ -201,12 +215,13 @@ func (s *server) configRoutes(r *mux.Router, inst Instances) {
 		if err := s.decodeJSON(w, r, &b); err != nil {
 			return err
 		}
-		version, err := b.version()
+		t := b.target()
+		version, err := t.version()
 		if err != nil {
 			return err
 		}
 		id, name := ids(r)
-		res, err := inst.RollbackConfig(r.Context(), id, name, version, b.AnyOf.ConfigTag)
+		res, err := inst.RollbackConfig(r.Context(), id, name, version, t.ConfigTag)
 		return answer(w, r, res, err)
 	})).Methods(http.MethodPost)
 	r.HandleFunc(pConfig+"/tagit", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -63,6 +64,7 @@ func (s *server) v2Routes(r *mux.Router) {
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.Clusters),
 		collection: pClusters, item: pCluster, parentVars: vProvider, itemVars: []string{"cluster"},
 		upload: func(_ context.Context, b []byte) error { return s.checkKubeconfig(b) }, maxFile: cluster.MaxKubeconfigBytes, noPut: true,
+		checkSpec: checkClusterSpec, listView: s.clustersView,
 		beforeDelete: func(ctx context.Context, key catalog.Key) error {
 			if s.opts.ClusterInUse == nil {
 				return nil
@@ -136,6 +138,7 @@ func (s *server) v2Routes(r *mux.Router) {
 			}
 			return nil
 		},
+		afterCreate:  s.digCreated,
 		beforeDelete: s.lockDIGForDelete,
 		abortDelete: func(ctx context.Context, key catalog.Key) error {
 			return s.opts.Catalog.UnlockForDelete(ctx, catalog.DIGGroup(key))
@@ -212,6 +215,13 @@ func (s *server) digAction(action string) handlerFunc {
 		w.WriteHeader(http.StatusAccepted)
 		return nil
 	}
+}
+
+// digCreated starts a new DIG's history with its creation, as EMCO's does.
+func (s *server) digCreated(ctx context.Context, dig catalog.Key) error {
+	_, err := s.opts.Catalog.TransitionDIG(ctx, dig, []string{catalog.StateCreated},
+		catalog.StateAction{State: catalog.StateCreated, TimeStamp: time.Now().UTC()}, "")
+	return err
 }
 
 // lockDIGForDelete refuses to delete a DIG whose resources are deployed,

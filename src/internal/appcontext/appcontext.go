@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -163,6 +164,50 @@ type Resource struct {
 	Order int `json:"order"`
 	// Removed marks a resource an update no longer renders: rsync deletes it.
 	Removed bool `json:"removed,omitempty"`
+	// Hook, when set, makes the resource a Helm hook: rsync applies it
+	// only at its events, not with the app's resources.
+	Hook *Hook `json:"hook,omitempty"`
+}
+
+// Helm hook events rsync runs, as EMCO's rsync does (the upgrade and
+// rollback ones are kept, never run).
+const (
+	HookPreInstall  = "pre-install"
+	HookPostInstall = "post-install"
+	HookPreDelete   = "pre-delete"
+	HookPostDelete  = "post-delete"
+)
+
+// Helm hook delete policies; with none, before-hook-creation applies.
+const (
+	HookBeforeCreation = "before-hook-creation"
+	HookSucceeded      = "hook-succeeded"
+	HookFailed         = "hook-failed"
+)
+
+// Hook is a Helm hook's annotations: the events it runs at, its order
+// among them (lower weight first) and when it is deleted.
+type Hook struct {
+	Events         []string `json:"events"`
+	Weight         int      `json:"weight,omitempty"`
+	DeletePolicies []string `json:"deletePolicies,omitempty"`
+}
+
+// At reports whether the hook runs at event.
+func (h *Hook) At(event string) bool {
+	return h != nil && slices.Contains(h.Events, event)
+}
+
+// Deletes reports whether the hook is deleted under policy;
+// before-hook-creation is Helm's default when none is given.
+func (h *Hook) Deletes(policy string) bool {
+	if h == nil {
+		return false
+	}
+	if len(h.DeletePolicies) == 0 {
+		return policy == HookBeforeCreation
+	}
+	return slices.Contains(h.DeletePolicies, policy)
 }
 
 // Key identifies a resource within an app and cluster.

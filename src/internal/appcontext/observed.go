@@ -93,6 +93,19 @@ func (s *Store) PutBundle(ctx context.Context, id, app string, c ClusterRef, sna
 	return nil
 }
 
+// Touch records that something a context's status is computed from
+// changed outside the context (a logical cloud's issued certificates), so
+// whoever follows the context's group (status notifications, history)
+// computes it again. The key is under the context's prefix, which readers
+// ignore and retention deletes with the rest.
+func (s *Store) Touch(ctx context.Context, id string) error {
+	_, err := s.cli.Put(ctx, s.ctxPrefix(id)+"touched", time.Now().UTC().Format(time.RFC3339Nano))
+	if err != nil {
+		return fmt.Errorf("touch context %s: %w", id, err)
+	}
+	return nil
+}
+
 // Cluster connectivity and monitor states (SPEC section 3).
 const (
 	Available   = "Available"

@@ -162,9 +162,9 @@ type InstanceRequest struct {
 	RBVersion      string    `json:"rb-version" bson:"rbVersion"`
 	ProfileName    string    `json:"profile-name" bson:"profileName"`
 	CloudRegion    string    `json:"cloud-region" bson:"cloudRegion"`
-	ReleaseName    string    `json:"release-name,omitempty" bson:"releaseName,omitempty"`
-	Labels         Labels    `json:"labels,omitempty" bson:"labels,omitempty"`
-	OverrideValues StringMap `json:"override-values,omitempty" bson:"overrideValues,omitempty"`
+	ReleaseName    string    `json:"release-name" bson:"releaseName,omitempty"`
+	Labels         Labels    `json:"labels" bson:"labels,omitempty"`
+	OverrideValues StringMap `json:"override-values" bson:"overrideValues,omitempty"`
 	// FieldValidation (an Argus addition): Strict, Warn or Ignore; "" is
 	// the orchestrator's --field-validation.
 	FieldValidation string `json:"field-validation,omitempty" bson:"fieldValidation,omitempty"`

@@ -57,9 +57,14 @@ type Options struct {
 	// BusyWait bounds how long a v1 upgrade or config change waits for
 	// rsync to finish with the instance before it is refused; 0 means 30s.
 	BusyWait time.Duration
-	// CreateWait is how long a v1 instance create waits for the first
-	// apply to finish before it returns; 0 returns at once.
+	// CreateWait bounds how long a v1 instance create waits for the first
+	// apply to finish before it answers (k8splugin answers once the
+	// resources are created); 0 means 60s. A create whose first apply left
+	// a resource Failed is reverted and answered with the reasons.
 	CreateWait time.Duration
+	// CreateAsync answers a v1 instance create as soon as the context
+	// exists, without waiting for rsync (and so without reverting).
+	CreateAsync bool
 	// DeleteWait bounds how long a v1 instance delete waits for the
 	// resources to be deleted before it answers; 0 means 30s.
 	DeleteWait time.Duration
@@ -112,8 +117,14 @@ func New(opts Options) (*Service, error) {
 	if opts.DeleteWait == 0 {
 		opts.DeleteWait = 30 * time.Second
 	}
+	if opts.CreateWait == 0 {
+		opts.CreateWait = DefaultCreateWait
+	}
 	return &Service{opts: opts, log: opts.Logger, locks: map[string]*instanceLock{}}, nil
 }
+
+// DefaultCreateWait bounds a v1 create's wait for its first apply.
+const DefaultCreateWait = 60 * time.Second
 
 // Namespace is where DIG resources without a namespace go.
 const Namespace = "default"
@@ -505,9 +516,17 @@ func (s *Service) renderAll(ctx context.Context, jobs []renderJob) error {
 func toContext(rendered []render.Resource) []appcontext.Resource {
 	out := make([]appcontext.Resource, 0, len(rendered))
 	for _, r := range rendered {
-		out = append(out, appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace, Manifest: r.Manifest})
+		out = append(out, appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace, Manifest: r.Manifest, Hook: hookOf(r.Hook)})
 	}
 	return out
+}
+
+// hookOf carries a rendered Helm hook's annotations into the context.
+func hookOf(h *render.Hook) *appcontext.Hook {
+	if h == nil {
+		return nil
+	}
+	return &appcontext.Hook{Events: h.Events, Weight: h.Weight, DeletePolicies: h.DeletePolicies}
 }
 
 // appIntents reads the app intents of the DIG's generic placement intent(s).

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strings"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
@@ -92,10 +94,7 @@ func (s *Service) instanceInputs(ctx context.Context, id string, req catalog.Ins
 		return in, err
 	}
 	in.release = firstOf(release, req.ReleaseName, prof.Spec.ReleaseName, req.RBName)
-	if len(in.release) > MaxAppName {
-		return in, errdefs.Invalid("release name %q is longer than %d characters", in.release, MaxAppName)
-	}
-	if err := catalog.ValidateName("release", in.release); err != nil {
+	if err := validRelease(in.release, release == ""); err != nil {
 		return in, err
 	}
 	in.namespace = firstOf(prof.Spec.Namespace, Namespace)
@@ -105,6 +104,23 @@ func (s *Service) instanceInputs(ctx context.Context, id string, req catalog.Ins
 		in.overrides[k] = v
 	}
 	return in, nil
+}
+
+// validRelease checks a release name. A new instance's must be a DNS-1123
+// label, as k8splugin checks before it renders: the name goes into object
+// names and labels, where anything else fails on the cluster half-way
+// through. An existing instance keeps the name it has.
+func validRelease(name string, fresh bool) error {
+	if len(name) > MaxAppName {
+		return errdefs.Invalid("release name %q is longer than %d characters", name, MaxAppName)
+	}
+	if !fresh {
+		return catalog.ValidateName("release", name)
+	}
+	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
+		return errdefs.Invalid("release name %q is not a valid DNS label: %s", name, strings.Join(msgs, "; "))
+	}
+	return nil
 }
 
 // renderInstance renders an instance: the definition's chart with the
@@ -153,7 +169,7 @@ func (s *Service) renderInstance(ctx context.Context, id string, in v1Inputs, co
 		if err != nil {
 			return nil, err
 		}
-		rs = append(rs, appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace, Manifest: manifest})
+		rs = append(rs, appcontext.Resource{GVK: r.GVK, Name: r.Name, Namespace: r.Namespace, Manifest: manifest, Hook: hookOf(r.Hook)})
 	}
 	return rs, nil
 }
@@ -173,19 +189,26 @@ func (s *Service) templateChart(ctx context.Context, in v1Inputs, template strin
 	return templates.GetContent(ctx, key)
 }
 
+// refsOf lists an instance's resources as k8splugin does: without its
+// hooks.
 func refsOf(rs []appcontext.Resource) []catalog.ResourceRef {
 	out := make([]catalog.ResourceRef, 0, len(rs))
 	for _, r := range rs {
+		if r.Hook != nil {
+			continue
+		}
 		out = append(out, catalog.ResourceRef{GVK: catalog.GVK{Group: r.GVK.Group, Version: r.GVK.Version, Kind: r.GVK.Kind}, Name: r.Name})
 	}
 	return out
 }
 
 // CreateInstance renders the request, records a single-app, single-cluster
-// context and starts rsync on it. It returns as soon as the context exists
-// (SPEC section 7), or, with CreateWait, once the first apply finished or
-// CreateWait passed; either way the instance's status shows how applying
-// goes.
+// context and starts rsync on it. Like k8splugin, it answers once the
+// resources are created: it waits (up to CreateWait) for rsync's first
+// pass, and when that left any resource Failed it deletes the instance
+// and what was applied and answers ErrFailed with the reasons. A first
+// pass that takes longer, or CreateAsync, answers at once; the instance's
+// status shows how applying goes.
 func (s *Service) CreateInstance(ctx context.Context, req catalog.InstanceRequest) (catalog.InstanceSpec, error) {
 	id := appcontext.NewID()
 	in, err := s.instanceInputs(ctx, id, req, "")
@@ -216,13 +239,95 @@ func (s *Service) CreateInstance(ctx context.Context, req catalog.InstanceReques
 		s.opts.Rsync.Terminate(meta.Group, id)
 		return spec, errdefs.Conflict("instance %s was deleted while it was being created", id)
 	}
-	s.log.WithFields(logrus.Fields{"instance": id, "release": in.release, "region": req.CloudRegion}).Info("instance created")
-	if s.opts.CreateWait > 0 {
-		wctx, cancel := context.WithTimeout(ctx, s.opts.CreateWait)
-		defer cancel()
-		_ = s.opts.Rsync.Idle(wctx, meta.Group) // applying goes on after the wait
+	log := s.log.WithFields(logrus.Fields{"instance": id, "release": in.release, "region": req.CloudRegion})
+	log.Info("instance created")
+	if s.opts.CreateAsync {
+		return spec, nil
+	}
+	if err := s.firstApply(ctx, id); err != nil {
+		log.WithError(err).Info("instance reverted: its first apply failed")
+		return catalog.InstanceSpec{}, err
 	}
 	return spec, nil
+}
+
+// firstApply waits, up to CreateWait, for rsync's first pass over a new
+// instance. When that left a resource Failed — whatever the cause: an API
+// server's refusal, an object another deployment owns — the instance is
+// deleted with what it applied (waiting up to DeleteWait; revert) and the
+// answer is ErrFailed naming the resources, as k8splugin reverts a create
+// whose resources fail. A first pass still at work after CreateWait is no
+// error: the instance stays and its status shows the rest.
+func (s *Service) firstApply(ctx context.Context, id string) error {
+	wctx, cancel := context.WithTimeout(ctx, s.opts.CreateWait)
+	err := s.opts.Rsync.Idle(wctx, InstanceGroup(id))
+	cancel()
+	if err != nil {
+		return nil // applying goes on after the wait
+	}
+	c, err := s.opts.Contexts.Get(ctx, id)
+	if err != nil {
+		return nil
+	}
+	failed := failedResources(c)
+	if len(failed) == 0 {
+		return nil
+	}
+	if err := s.revert(context.WithoutCancel(ctx), id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return fmt.Errorf("revert instance %s after its apply failed (%s): %w", id, strings.Join(failed, "; "), err)
+	}
+	return errdefs.Failed("Create Kubernetes Resources: %s; the instance was reverted", strings.Join(failed, "; "))
+}
+
+// revert deletes a new instance whose first apply failed, and of its
+// resources only those it applied: rsync is stopped first, and what it
+// never applied (refused, waiting, not tried) is marked Deleted, so the
+// deletion cannot touch an object of the same name that is not the
+// instance's (one the create failed on because another deployment has it).
+func (s *Service) revert(ctx context.Context, id string) error {
+	s.opts.Rsync.Stop(InstanceGroup(id))
+	c, err := s.opts.Contexts.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	var never []appcontext.StatusUpdate
+	for _, p := range c.Placements {
+		for _, r := range p.Resources {
+			switch p.StatusOf(r.Key()).Status {
+			case appcontext.RsyncFailed, appcontext.RsyncPending, appcontext.RsyncWaiting:
+				never = append(never, appcontext.StatusUpdate{App: p.App, Cluster: p.Cluster, Key: r.Key(),
+					Status: appcontext.ResourceStatus{Status: appcontext.RsyncDeleted, Error: "never applied: the create was reverted"}})
+			}
+		}
+	}
+	if err := s.opts.Contexts.SetResourceStatuses(ctx, id, never, nil); err != nil {
+		return err
+	}
+	return s.DeleteInstance(ctx, id)
+}
+
+// maxFailedNamed bounds the resources a failed create's answer names.
+const maxFailedNamed = 5
+
+// failedResources names the Failed resources of a context, with reasons.
+func failedResources(c *appcontext.Context) []string {
+	var out []string
+	n := 0
+	for _, p := range c.Placements {
+		for _, r := range p.Resources {
+			st := p.StatusOf(r.Key())
+			if st.Status != appcontext.RsyncFailed {
+				continue
+			}
+			if n++; n <= maxFailedNamed {
+				out = append(out, fmt.Sprintf("%s %s: %s", r.GVK.Kind, r.Name, st.Error))
+			}
+		}
+	}
+	if n > maxFailedNamed {
+		out = append(out, fmt.Sprintf("and %d more", n-maxFailedNamed))
+	}
+	return out
 }
 
 // UpgradeInstance re-renders an instance with a new request (k8splugin's

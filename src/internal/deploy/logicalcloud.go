@@ -301,7 +301,16 @@ func (s *Service) SetCertificate(ctx context.Context, req logicalcloud.Request, 
 		return err
 	}
 	r.Spec.Certificate, r.Spec.CertificateError = certificate, failure
-	return res.Replace(ctx, key, r)
+	if err := res.Replace(ctx, key, r); err != nil {
+		return err
+	}
+	// The cloud's deployed status follows its certificates: its watchers
+	// (emcoctl watch, subscriptions) are told through its context.
+	st, err := s.opts.Catalog.GetState(ctx, cloudGroup(catalog.Key{req.Project, req.Cloud}))
+	if err != nil || st.ContextID == "" {
+		return err
+	}
+	return s.opts.Contexts.Touch(ctx, st.ContextID)
 }
 
 // TerminateCloud removes a logical cloud from its clusters. A cloud that a

@@ -176,15 +176,20 @@ type received struct {
 
 func watchDIG(t *testing.T, addr string, status pb.StatusValue, digName string) *statusWatch {
 	t.Helper()
+	return watchStatus(t, addr, &pb.StatusRegistration{ClientId: testenv.UniqueName("watch"), StatusType: status, Output: pb.OutputType_SUMMARY,
+		Key: &pb.StatusRegistration_DigKey{DigKey: &pb.DigKey{Project: "vfw", CompositeApp: "vfw", CompositeAppVersion: "v1", DeploymentIntentGroup: digName}}})
+}
+
+// watchStatus registers reg with the statusnotify gRPC service at addr.
+func watchStatus(t *testing.T, addr string, reg *pb.StatusRegistration) *statusWatch {
+	t.Helper()
 	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	client := pb.NewStatusNotifyClient(conn)
-	stream, err := client.StatusRegister(ctx, &pb.StatusRegistration{ClientId: testenv.UniqueName("watch"), StatusType: status, Output: pb.OutputType_SUMMARY,
-		Key: &pb.StatusRegistration_DigKey{DigKey: &pb.DigKey{Project: "vfw", CompositeApp: "vfw", CompositeAppVersion: "v1", DeploymentIntentGroup: digName}}},
-		grpc.WaitForReady(true))
+	stream, err := client.StatusRegister(ctx, reg, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +359,7 @@ func TestDayTwoUpdateRollbackDependenciesKvPairs(t *testing.T) {
 			actions = append(actions, fmt.Sprintf("%s/%d", e.To.State, e.Revision))
 		}
 	}
-	if want := fmt.Sprintf("Approved/0,Instantiated/1,Updated/%d,Updated/%d", rev, rev+1); strings.Join(actions, ",") != want {
+	if want := fmt.Sprintf("Created/0,Approved/0,Instantiated/1,Updated/%d,Updated/%d", rev, rev+1); strings.Join(actions, ",") != want {
 		t.Fatalf("history actions %v, want %s", actions, want)
 	}
 	o.must(404, "POST", vfwDIG+"/rollback", map[string]any{"spec": map[string]any{"revision": "99"}})

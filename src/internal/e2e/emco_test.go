@@ -70,6 +70,17 @@ spec:
 	})
 }
 
+// onboardWebApp registers the composite app web-app with its one app, web
+// (webChart), and the composite profile named profile holding the web
+// app's profile archive.
+func onboardWebApp(t *testing.T, o *orch, profile string, archive []byte) {
+	t.Helper()
+	o.must(201, "POST", emcoProject+"/composite-apps", obj("web-app", map[string]any{"compositeAppVersion": "v1"}))
+	o.uploadOK(emcoCA+"/apps", meta("web"), webChart(t))
+	o.must(201, "POST", emcoCA+"/composite-profiles", meta(profile))
+	o.uploadOK(emcoCA+"/composite-profiles/"+profile+"/profiles", obj("web-profile", map[string]any{"app": "web"}), archive)
+}
+
 const netpolDB = `apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
@@ -196,11 +207,7 @@ func TestEMCOExampleFlow(t *testing.T) {
 	}
 
 	// The composite app: a chart packed with -C, a profile that sets nothing.
-	o.must(201, "POST", emcoProject+"/composite-apps", obj("web-app", map[string]any{"compositeAppVersion": "v1"}))
-	o.uploadOK(emcoCA+"/apps", meta("web"), webChart(t))
-	o.must(201, "POST", emcoCA+"/composite-profiles", meta("web-profile"))
-	o.uploadOK(emcoCA+"/composite-profiles/web-profile/profiles", obj("web-profile", map[string]any{"app": "web"}),
-		testenv.ArchiveFiles(t, map[string]string{"./manifest.yaml": "version: v1\ntype:\n  values: \"override_values.yaml\"\n", "./override_values.yaml": ""}))
+	onboardWebApp(t, o, "web-profile", testenv.ArchiveFiles(t, map[string]string{"./manifest.yaml": "version: v1\ntype:\n  values: \"override_values.yaml\"\n", "./override_values.yaml": ""}))
 	o.must(201, "POST", emcoCA+"/deployment-intent-groups", obj("web-dig", map[string]any{
 		"compositeProfile": "web-profile", "version": "r1", "logicalCloud": "lc1",
 		"overrideValues": []any{map[string]any{"app": "web", "values": map[string]any{

@@ -380,7 +380,7 @@ func TestInstantiateTerminateReinstantiate(t *testing.T) {
 	for _, a := range st.Actions {
 		history = append(history, a.State)
 	}
-	if strings.Join(history, ",") != "Approved,Instantiated,Terminated,Instantiated" {
+	if strings.Join(history, ",") != "Created,Approved,Instantiated,Terminated,Instantiated" {
 		t.Fatalf("state history = %v", history)
 	}
 	o.must(202, "POST", digPath+"/terminate", nil)

@@ -182,8 +182,11 @@ func TestStatusFollowsTheClusters(t *testing.T) {
 	if d := resources(r)[resKey{"frontend", "cluster1", "Deployment", "frontend"}]; !strings.Contains(string(d.Detail), `"replicas":2`) {
 		t.Fatalf("rsync detail lacks the manifest: %s", d.Detail)
 	}
-	if r := o.status("app=nobody"); len(r.Apps) != 0 || len(r.RsyncStatus) != 0 {
+	if r := o.status("cluster=cp%2Bnowhere"); len(r.Apps) != 0 || len(r.RsyncStatus) != 0 {
 		t.Fatalf("filter matching nothing: %+v", r)
+	}
+	if code, body := o.call("GET", digPath+"/status?app=nobody", nil); code != 400 || !strings.Contains(body, `"nobody"`) {
+		t.Fatalf("an app the DIG does not have: %d %s, want 400 naming it (EMCO)", code, body)
 	}
 
 	// History: re-instantiate, then ask for the old instance.

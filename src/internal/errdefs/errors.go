@@ -16,6 +16,10 @@ var (
 	ErrUnauthorized  = errors.New("unauthorized")
 	ErrUnavailable   = errors.New("unavailable")
 	ErrTimedOut      = errors.New("timed out")
+	// ErrFailed is an operation that was carried out and failed where it
+	// acted (a cluster refused what was applied); its message is the
+	// caller's to read, unlike an unexpected internal error's.
+	ErrFailed = errors.New("failed")
 )
 
 // kindError carries a human message and a kind; Unwrap exposes the kind (and
@@ -75,6 +79,9 @@ func Unauthorized(format string, args ...any) error {
 func Unavailable(cause error, format string, args ...any) error {
 	return newf(ErrUnavailable, cause, format, args...)
 }
+
+// Failed reports an operation that failed where it acted, with the reasons.
+func Failed(format string, args ...any) error { return newf(ErrFailed, nil, format, args...) }
 
 // TimedOut reports a request the client did not send in time (a body
 // trickled slower than the server's read timeout allows).

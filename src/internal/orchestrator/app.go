@@ -65,9 +65,14 @@ type Options struct {
 	// MonitorSilentAfter is how long a monitor's Lease may stay unrenewed
 	// before the monitor is Silent; 0 means 30s.
 	MonitorSilentAfter time.Duration
-	// V1CreateWait is how long POST /v1/instance waits for the first
-	// apply to finish before it answers; 0 answers at once.
+	// V1CreateWait bounds how long POST /v1/instance waits for the first
+	// apply to finish before it answers, as k8splugin answers once the
+	// resources are created (a create whose apply failed is reverted and
+	// answered 500); 0 means 60s.
 	V1CreateWait time.Duration
+	// V1CreateAsync answers POST /v1/instance as soon as the instance's
+	// context exists, without waiting (nor reverting).
+	V1CreateAsync bool
 	// ShutdownTimeout bounds the graceful drain of HTTP requests; 0 means 4s,
 	// which keeps the whole exit under 5 s.
 	ShutdownTimeout time.Duration
@@ -496,7 +501,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer issuer.Close()
-	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: dispatcher, Renderer: renderer, Issuer: issuer, CreateWait: a.opts.V1CreateWait,
+	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: dispatcher, Renderer: renderer, Issuer: issuer, CreateWait: a.opts.V1CreateWait, CreateAsync: a.opts.V1CreateAsync,
 		RevisionLimit: a.opts.RevisionLimit, Locks: replicas, Logger: a.log.WithField("component", "deploy")})
 	if err != nil {
 		return err

@@ -159,7 +159,7 @@ func (p *Pool) Render(ctx context.Context, opts Options) ([]Resource, error) {
 			return nil, fmt.Errorf("decode a rendered %s %s: %w", r.Kind, r.Name, err)
 		}
 		out = append(out, Resource{GVK: schema.GroupVersionKind{Group: r.Group, Version: r.Version, Kind: r.Kind},
-			Name: r.Name, Namespace: r.Namespace, Manifest: r.Manifest, Object: u})
+			Name: r.Name, Namespace: r.Namespace, Manifest: r.Manifest, Object: u, Hook: r.Hook})
 	}
 	return out, nil
 }

@@ -296,3 +296,43 @@ func alive(pids []int) []int {
 	}
 	return out
 }
+
+// Helm hooks come after the chart's resources, marked, in weight order;
+// test hooks are dropped; the pool carries the marks over.
+func TestHooks(t *testing.T) {
+	pod := func(name, annotations string) string {
+		return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\n  annotations:\n" + annotations +
+			"spec:\n  restartPolicy: Never\n  containers: [{name: c, image: busybox}]\n---\n"
+	}
+	chart := tgz.Files(t, map[string]string{
+		"h/Chart.yaml": "apiVersion: v2\nname: h\nversion: 0.1.0\n",
+		"h/templates/hooks.yaml": pod("post", "    helm.sh/hook: post-install\n    helm.sh/hook-delete-policy: hook-succeeded\n") +
+			pod("pre-b", "    helm.sh/hook: pre-install\n    helm.sh/hook-weight: \"5\"\n") +
+			pod("pre-a", "    helm.sh/hook: pre-install,pre-delete\n    helm.sh/hook-weight: \"-1\"\n") +
+			pod("check", "    helm.sh/hook: test\n") +
+			"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: main}\n",
+	})
+	want, err := Render(Options{Chart: chart, ReleaseName: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := newPool(t, PoolOptions{}).Render(context.Background(), Options{Chart: chart, ReleaseName: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rs := range [][]Resource{want, got} {
+		var names []string
+		for _, r := range rs {
+			names = append(names, r.Name)
+		}
+		if strings.Join(names, ",") != "main,pre-a,post,pre-b" || rs[0].Hook != nil {
+			t.Fatalf("order %v (main first, hooks by weight, the test hook dropped)", names)
+		}
+		if h := rs[1].Hook; h == nil || strings.Join(h.Events, ",") != "pre-install,pre-delete" || h.Weight != -1 || len(h.DeletePolicies) != 0 {
+			t.Fatalf("pre-a hook %+v", h)
+		}
+		if h := rs[2].Hook; h == nil || strings.Join(h.DeletePolicies, ",") != "hook-succeeded" {
+			t.Fatalf("post hook %+v", h)
+		}
+	}
+}

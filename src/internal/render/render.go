@@ -13,6 +13,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	"helm.sh/helm/v3/pkg/strvals"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -76,6 +77,17 @@ type Resource struct {
 	// decoded (a caller that changes Object marshals it again).
 	Manifest []byte
 	Object   *unstructured.Unstructured
+	// Hook is set for a Helm hook (annotation helm.sh/hook): its events,
+	// weight and delete policies. Hooks come after the other resources,
+	// by weight, then kind and name; test hooks are not rendered.
+	Hook *Hook
+}
+
+// Hook is a Helm hook's annotations.
+type Hook struct {
+	Events         []string
+	Weight         int
+	DeletePolicies []string
 }
 
 // Key identifies a resource within one app: Kind/namespace/name.
@@ -88,14 +100,25 @@ func (r Resource) Key() string { return r.GVK.Kind + "/" + r.Namespace + "/" + r
 // ("Chart.yaml"). Errors are ErrInvalid (or ErrTooLarge for an archive
 // limit) with Helm's reason, so a corrupt upload is refused at the door.
 func LoadChart(data []byte, chartName string, lim archive.Limits) (*chart.Chart, error) {
+	files, root, err := readChart(data, chartName, lim)
+	if err != nil {
+		return nil, err
+	}
+	return loadFiles(files, root)
+}
+
+// readChart reads a chart archive and finds the chart's directory in it.
+func readChart(data []byte, chartName string, lim archive.Limits) (map[string][]byte, string, error) {
 	files, _, err := archive.Read(bytes.NewReader(data), lim, nil)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	root, err := chartRoot(files, chartName)
-	if err != nil {
-		return nil, err
-	}
+	return files, root, err
+}
+
+// loadFiles loads the chart under root from an archive's files.
+func loadFiles(files map[string][]byte, root string) (*chart.Chart, error) {
 	var buffered []*loader.BufferedFile
 	for name, b := range files {
 		rel, ok := under(root, name)
@@ -157,53 +180,139 @@ func under(dir, name string) (string, bool) {
 	return strings.CutPrefix(name, dir+"/")
 }
 
-// ProfileValues reads a profile archive: manifest.yaml (at the root or in a
-// single top-level directory) names the override values file in
-// type.values. It returns nil values for a profile without one.
+// MaxConfigResources bounds the files one profile copies over its chart's.
+const MaxConfigResources = 64
+
+// Profile is what a profile archive holds: the override values, and the
+// files it copies over the chart's before rendering (k8splugin's
+// configresource entries).
+type Profile struct {
+	Values    map[string]any
+	Resources []ConfigResource
+}
+
+// ConfigResource is one profile file and the chart path it replaces,
+// relative to the chart archive's root ("mychart/templates/x.yaml", as
+// k8splugin's profiles name it).
+type ConfigResource struct {
+	ChartPath string
+	Data      []byte
+}
+
+// ProfileValues reads a profile archive's override values (ReadProfile).
 func ProfileValues(data []byte, lim archive.Limits) (map[string]any, error) {
+	p, err := ReadProfile(data, lim)
+	return p.Values, err
+}
+
+// ReadProfile reads a profile archive: manifest.yaml (at the root or in a
+// single top-level directory) names the override values file in
+// type.values and the files to copy over the chart's in
+// type.configresource ({filepath, chartpath}). File paths are confined to
+// the profile archive and chart paths to the chart archive: a path that
+// leaves either is refused.
+func ReadProfile(data []byte, lim archive.Limits) (Profile, error) {
 	if len(data) == 0 {
-		return nil, nil
+		return Profile{}, nil
 	}
 	files, _, err := archive.Read(bytes.NewReader(data), lim, nil)
 	if err != nil {
-		return nil, err
+		return Profile{}, err
 	}
 	root := ""
 	if _, ok := files["manifest.yaml"]; !ok {
 		for name := range files {
 			if dir, rest, ok := strings.Cut(name, "/"); ok && rest == "manifest.yaml" {
 				if root != "" && root != dir {
-					return nil, errdefs.Invalid("profile archive holds several manifest.yaml files (%s, %s)", root, dir)
+					return Profile{}, errdefs.Invalid("profile archive holds several manifest.yaml files (%s, %s)", root, dir)
 				}
 				root = dir
 			}
 		}
 		if root == "" {
-			return nil, errdefs.Invalid("profile archive has no manifest.yaml")
+			return Profile{}, errdefs.Invalid("profile archive has no manifest.yaml")
 		}
 	}
-	at := func(name string) string { return path.Join(root, name) }
+	at := func(name string) string { return path.Join(root, path.Clean("/" + name)[1:]) }
 	var manifest struct {
 		Version string `json:"version"`
 		Type    struct {
-			Values string `json:"values"`
+			Values         string `json:"values"`
+			ConfigResource []struct {
+				FilePath  string `json:"filepath"`
+				ChartPath string `json:"chartpath"`
+			} `json:"configresource"`
 		} `json:"type"`
 	}
 	if err := yaml.Unmarshal(files[at("manifest.yaml")], &manifest); err != nil {
-		return nil, errdefs.InvalidWrap(err, "profile manifest.yaml")
+		return Profile{}, errdefs.InvalidWrap(err, "profile manifest.yaml")
+	}
+	var out Profile
+	if len(manifest.Type.ConfigResource) > MaxConfigResources {
+		return out, errdefs.Invalid("profile manifest.yaml lists %d configresource entries; at most %d may be", len(manifest.Type.ConfigResource), MaxConfigResources)
+	}
+	for _, c := range manifest.Type.ConfigResource {
+		raw, ok := files[at(c.FilePath)]
+		if c.FilePath == "" || !ok {
+			return out, errdefs.Invalid("profile configresource names file %q, which the archive lacks", c.FilePath)
+		}
+		cp, err := chartPath(c.ChartPath)
+		if err != nil {
+			return out, err
+		}
+		out.Resources = append(out.Resources, ConfigResource{ChartPath: cp, Data: raw})
 	}
 	if manifest.Type.Values == "" {
-		return nil, nil
+		return out, nil
 	}
-	raw, ok := files[at(path.Clean("/" + manifest.Type.Values)[1:])]
+	raw, ok := files[at(manifest.Type.Values)]
 	if !ok {
-		return nil, errdefs.Invalid("profile manifest.yaml names values file %q, which the archive lacks", manifest.Type.Values)
+		return out, errdefs.Invalid("profile manifest.yaml names values file %q, which the archive lacks", manifest.Type.Values)
 	}
-	vals := map[string]any{}
-	if err := yaml.Unmarshal(raw, &vals); err != nil {
-		return nil, errdefs.InvalidWrap(err, "profile values file %s", manifest.Type.Values)
+	out.Values = map[string]any{}
+	if err := yaml.Unmarshal(raw, &out.Values); err != nil {
+		return out, errdefs.InvalidWrap(err, "profile values file %s", manifest.Type.Values)
 	}
-	return vals, nil
+	return out, nil
+}
+
+// chartPath checks a configresource's chartpath: a relative path that
+// stays inside the chart archive.
+func chartPath(p string) (string, error) {
+	c := path.Clean(p)
+	if p == "" || path.IsAbs(p) || c == "." || c == ".." || strings.HasPrefix(c, "../") || strings.ContainsRune(p, 0) {
+		return "", errdefs.Invalid("profile configresource chartpath %q is not a path inside the chart", p)
+	}
+	return c, nil
+}
+
+// overlay copies a profile's configresource files over the chart's files,
+// as k8splugin does before it renders. A chart path names a file under
+// the archive's root, the chart's directory first ("mychart/templates/
+// x.yaml"); for a chart packed without a directory that first component
+// is dropped. A path outside the chart's directory is refused.
+func overlay(files map[string][]byte, root string, resources []ConfigResource) error {
+	dirs := map[string]bool{}
+	if root == "" {
+		for name := range files {
+			if dir, _, ok := strings.Cut(name, "/"); ok {
+				dirs[dir] = true
+			}
+		}
+	}
+	for _, r := range resources {
+		target := r.ChartPath
+		switch {
+		case root != "" && !strings.HasPrefix(target, root+"/"):
+			return errdefs.Invalid("profile configresource chartpath %q is not in the chart's directory %s", r.ChartPath, root)
+		case root == "":
+			if first, rest, ok := strings.Cut(target, "/"); ok && !dirs[first] {
+				target = rest
+			}
+		}
+		files[target] = r.Data
+	}
+	return nil
 }
 
 // Values merges the profile's values and the overrides into the values
@@ -240,18 +349,26 @@ func copyMap(m map[string]any) map[string]any {
 }
 
 // Render renders the chart in this process: CRDs from crds/ first, then the
-// templates in Helm's install order. Hooks and NOTES are not applied. It is
+// templates in Helm's install order, then the hooks (marked, for rsync to
+// run at their events). NOTES are not rendered. It is
 // bounded in output size only; Pool runs it bounded in time and memory too.
 func Render(opts Options) ([]Resource, error) {
-	ch, err := LoadChart(opts.Chart, opts.ChartName, opts.Limits)
+	files, root, err := readChart(opts.Chart, opts.ChartName, opts.Limits)
 	if err != nil {
 		return nil, err
 	}
-	profile, err := ProfileValues(opts.Profile, opts.Limits)
+	profile, err := ReadProfile(opts.Profile, opts.Limits)
 	if err != nil {
 		return nil, err
 	}
-	vals, err := Values(profile, opts.Overrides)
+	if err := overlay(files, root, profile.Resources); err != nil {
+		return nil, err
+	}
+	ch, err := loadFiles(files, root)
+	if err != nil {
+		return nil, err
+	}
+	vals, err := Values(profile.Values, opts.Overrides)
 	if err != nil {
 		return nil, err
 	}
@@ -271,14 +388,14 @@ func Render(opts Options) ([]Resource, error) {
 	if err != nil {
 		return nil, errdefs.InvalidWrap(err, "values do not fit chart %s", ch.Name())
 	}
-	files, err := engine.Render(ch, renderVals)
+	rendered, err := engine.Render(ch, renderVals)
 	if err != nil {
 		return nil, errdefs.InvalidWrap(err, "render chart %s", ch.Name())
 	}
 	total := int64(0)
-	for name, content := range files {
+	for name, content := range rendered {
 		if strings.HasSuffix(name, "NOTES.txt") {
-			delete(files, name)
+			delete(rendered, name)
 			continue
 		}
 		total += int64(len(content))
@@ -286,13 +403,19 @@ func Render(opts Options) ([]Resource, error) {
 	if maxOutput > 0 && total > maxOutput {
 		return nil, LimitError("chart %s rendered %d bytes of manifests; the render limit is %d", ch.Name(), total, maxOutput)
 	}
-	_, manifests, err := releaseutil.SortManifests(files, nil, releaseutil.InstallOrder)
+	hooks, manifests, err := releaseutil.SortManifests(rendered, nil, releaseutil.InstallOrder)
 	if err != nil {
 		return nil, errdefs.InvalidWrap(err, "chart %s produced invalid manifests", ch.Name())
 	}
+	return collect(ch, manifests, hooks)
+}
+
+// collect decodes the rendered objects in apply order: the chart's CRDs,
+// its manifests, then its hooks.
+func collect(ch *chart.Chart, manifests []releaseutil.Manifest, hooks []*release.Hook) ([]Resource, error) {
 	var out []Resource
 	seen := map[string]bool{}
-	add := func(doc, source string) error {
+	add := func(doc, source string, hook *Hook) error {
 		for _, part := range releaseutil.SplitManifests(doc) {
 			// Decode as Kubernetes clients do, so numbers are int64.
 			js, err := yaml.YAMLToJSON([]byte(part))
@@ -317,21 +440,67 @@ func Render(opts Options) ([]Resource, error) {
 				return fmt.Errorf("chart %s: %s: %w", ch.Name(), source, err)
 			}
 			seen[r.Key()] = true
+			r.Hook = hook
 			out = append(out, r)
 		}
 		return nil
 	}
 	for _, crd := range ch.CRDObjects() {
-		if err := add(string(crd.File.Data), crd.Filename); err != nil {
+		if err := add(string(crd.File.Data), crd.Filename, nil); err != nil {
 			return nil, err
 		}
 	}
 	for _, m := range manifests {
-		if err := add(m.Content, m.Name); err != nil {
+		if err := add(m.Content, m.Name, nil); err != nil {
+			return nil, err
+		}
+	}
+	for _, h := range sortedHooks(hooks) {
+		if err := add(h.Manifest, h.Path, hookOf(h)); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// sortedHooks drops test hooks, which are not deployed, and orders the
+// rest as Helm runs them: by weight, then kind and name.
+func sortedHooks(hooks []*release.Hook) []*release.Hook {
+	var out []*release.Hook
+	for _, h := range hooks {
+		if hookOf(h) != nil {
+			out = append(out, h)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Weight != b.Weight {
+			return a.Weight < b.Weight
+		}
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		return a.Name < b.Name
+	})
+	return out
+}
+
+// hookOf is a hook's annotations, nil for a test hook.
+func hookOf(h *release.Hook) *Hook {
+	out := &Hook{Weight: h.Weight}
+	for _, e := range h.Events {
+		if e == release.HookTest {
+			continue
+		}
+		out.Events = append(out.Events, string(e))
+	}
+	if len(out.Events) == 0 {
+		return nil
+	}
+	for _, p := range h.DeletePolicies {
+		out.DeletePolicies = append(out.DeletePolicies, string(p))
+	}
+	return out
 }
 
 // Describe is a short description for logs: "3 resources: Deployment/web, ...".

@@ -77,6 +77,22 @@ func chartFiles(t testing.TB) map[string]string {
 	return files
 }
 
+// refused checks a render's error: ErrInvalid mentioning want when want
+// is set (true: the case is done), none otherwise.
+func refused(t *testing.T, err error, want string) bool {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return false
+	}
+	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want ErrInvalid mentioning %q", err, want)
+	}
+	return true
+}
+
 // packed lays the chart's files out under prefix ("web/", "./", "").
 func packed(t testing.TB, prefix string, extra map[string]string) []byte {
 	t.Helper()
@@ -133,14 +149,8 @@ func TestChartLayouts(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rs, err := Render(Options{Chart: tc.chart, ChartName: tc.chartName, ReleaseName: "r"})
-			if tc.want != "" {
-				if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-					t.Fatalf("err = %v, want ErrInvalid mentioning %q", err, tc.want)
-				}
+			if refused(t, err, tc.want) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if len(rs) != 4 {
 				t.Fatalf("rendered %s", Describe(rs))
@@ -165,6 +175,44 @@ func TestProfileLayouts(t *testing.T) {
 			}
 			if message(t, rs) != "from-profile" {
 				t.Fatalf("message %q", message(t, rs))
+			}
+		})
+	}
+}
+
+// A profile's configresource files replace the chart's before rendering,
+// whatever the chart's layout; paths that leave either archive are refused.
+func TestProfileConfigResource(t *testing.T) {
+	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-web\ndata:\n  message: from-configresource\n"
+	profile := func(chartpath string) []byte {
+		return tgz.Files(t, map[string]string{
+			"manifest.yaml":   "version: v1\ntype:\n  configresource:\n  - filepath: testfol/cm.yaml\n    chartpath: " + chartpath + "\n",
+			"testfol/cm.yaml": cm,
+		})
+	}
+	cases := map[string]struct {
+		chart   []byte
+		profile []byte
+		want    string // error text; "" renders the profile's file
+	}{
+		"helm package":                 {chart: packed(t, "web/", nil), profile: profile("web/templates/configmap.yaml")},
+		"packed from inside":           {chart: packed(t, "./", nil), profile: profile("web/templates/configmap.yaml")},
+		"files at the root":            {chart: packed(t, "", nil), profile: profile("web/templates/configmap.yaml")},
+		"files at the root, bare path": {chart: packed(t, "", nil), profile: profile("templates/configmap.yaml")},
+		"outside the chart directory":  {chart: packed(t, "web/", nil), profile: profile("other/templates/configmap.yaml"), want: "not in the chart's directory"},
+		"escaping with ..":             {chart: packed(t, "web/", nil), profile: profile("web/../../etc/passwd"), want: "not a path inside the chart"},
+		"absolute":                     {chart: packed(t, "web/", nil), profile: profile("/etc/passwd"), want: "not a path inside the chart"},
+		"missing profile file": {chart: packed(t, "web/", nil), profile: tgz.Files(t, map[string]string{
+			"manifest.yaml": "type:\n  configresource:\n  - filepath: ../../etc/passwd\n    chartpath: web/templates/configmap.yaml\n"}), want: "which the archive lacks"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rs, err := Render(Options{Chart: tc.chart, Profile: tc.profile, ReleaseName: "r"})
+			if refused(t, err, tc.want) {
+				return
+			}
+			if message(t, rs) != "from-configresource" {
+				t.Fatalf("message %q: the profile's file was not rendered", message(t, rs))
 			}
 		})
 	}

@@ -69,6 +69,7 @@ type response struct {
 type wireResource struct {
 	Group, Version, Kind, Name, Namespace string
 	Manifest                              []byte
+	Hook                                  *Hook
 }
 
 // Frames: an 8-byte big-endian length, then that many bytes.
@@ -213,7 +214,7 @@ func handle(req request, chartBlob, profileBlob []byte) (resp response) {
 			Namespace: req.Namespace, Overrides: req.Overrides, Values: values, Limits: req.Limits, MaxOutput: req.MaxOutput})
 		for _, r := range rs {
 			resp.Resources = append(resp.Resources, wireResource{Group: r.GVK.Group, Version: r.GVK.Version, Kind: r.GVK.Kind,
-				Name: r.Name, Namespace: r.Namespace, Manifest: r.Manifest})
+				Name: r.Name, Namespace: r.Namespace, Manifest: r.Manifest, Hook: r.Hook})
 		}
 	default:
 		err = fmt.Errorf("unknown operation %q", req.Op)

@@ -63,7 +63,7 @@ func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.
 		all.Add(1)
 		go func() {
 			defer all.Done()
-			pa := &placementApply{e: e, c: c, p: p, rec: rec, mode: mode, clusterPassed: clusterPass[p.Cluster].done,
+			pa := &placementApply{e: e, c: c, p: p, rec: rec, mode: mode, update: update, clusterPassed: clusterPass[p.Cluster].done,
 				firstDone: func() { pass.dec(); clusterPass[p.Cluster].dec() },
 				log:       log.WithFields(logrus.Fields{"app": p.App, "cluster": p.Cluster.String()})}
 			pa.run(ctx)
@@ -72,6 +72,7 @@ func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.
 	select {
 	case <-pass.done:
 		rec.firstPassDone()
+		rec.sync(ctx) // whoever the first pass releases reads its statuses
 		firstPass()
 	case <-ctx.Done():
 	}
@@ -110,6 +111,7 @@ type placementApply struct {
 	p         *appcontext.Placement
 	rec       *recorder
 	mode      string
+	update    bool // an update: hooks are not run
 	log       *logrus.Entry
 	firstDone func()
 	// clusterPassed is closed once every placement on the cluster made its
@@ -129,20 +131,7 @@ func (pa *placementApply) run(ctx context.Context) {
 	defer firstDone()
 	p := pa.p
 	labels := bundleLabels(pa.c.Meta.StatusID, p.App)
-	// What to apply: every resource not Applied with its current manifest.
-	var todo, removed []appcontext.Resource
-	for _, r := range p.Resources {
-		st := p.StatusOf(r.Key())
-		switch {
-		case r.Removed:
-			if st.Status != appcontext.RsyncDeleted {
-				removed = append(removed, r)
-			}
-		case st.Status != appcontext.RsyncApplied || st.Manifest == "" || r.ManifestRef == nil || st.Manifest != r.ManifestRef.SHA256:
-			todo = append(todo, r)
-		}
-	}
-	bundleSettled := false
+	todo, removed := pa.work()
 	// An app that depends on others waits for them before it applies
 	// anything; it has made its first pass as far as the rest of the
 	// action is concerned (bundles, Idle).
@@ -151,7 +140,58 @@ func (pa *placementApply) run(ctx context.Context) {
 			return
 		}
 	}
+	var pre, post []appcontext.Resource
+	if !pa.update { // updates run no hooks, as EMCO's do not
+		pre, post = hooksAt(p, appcontext.HookPreInstall), hooksAt(p, appcontext.HookPostInstall)
+	}
+	bundleSettled := false
+	if len(pre) > 0 {
+		// The monitor reports the hooks through the bundle: it goes first.
+		bundleSettled = pa.applyBundle(ctx, labels)
+		if err := pa.runHooks(ctx, appcontext.HookPreInstall, pre, labels, todo); err != nil {
+			if ctx.Err() == nil {
+				for _, r := range todo {
+					pa.rec.record(p, r.Key(), appcontext.ResourceStatus{Status: appcontext.RsyncFailed, Error: "not applied: " + err.Error()})
+				}
+			}
+			return
+		}
+	}
+	if !pa.applyAll(ctx, todo, removed, labels, firstDone, bundleSettled) || len(post) == 0 {
+		return
+	}
+	if pa.waitReady(ctx, post) {
+		_ = pa.runHooks(ctx, appcontext.HookPostInstall, post, labels, nil)
+	}
+}
 
+// work is what the placement's action has to do: every resource of the
+// app not Applied with its current manifest, and the removed ones not
+// yet deleted. Hooks are never part of it: they run at their events.
+func (pa *placementApply) work() (todo, removed []appcontext.Resource) {
+	p := pa.p
+	for _, r := range p.Resources {
+		st := p.StatusOf(r.Key())
+		switch {
+		case r.Removed:
+			if st.Status != appcontext.RsyncDeleted {
+				removed = append(removed, r)
+			}
+		case r.Hook != nil:
+		case st.Status != appcontext.RsyncApplied || st.Manifest == "" || r.ManifestRef == nil || st.Manifest != r.ManifestRef.SHA256:
+			todo = append(todo, r)
+		}
+	}
+	return todo, removed
+}
+
+// applyAll applies todo and deletes removed, pass after pass, until
+// nothing is left to retry; the bundle follows the first pass of every
+// placement on the cluster. It reports whether everything was applied
+// (nothing Failed, ctx alive).
+func (pa *placementApply) applyAll(ctx context.Context, todo, removed []appcontext.Resource, labels map[string]string,
+	firstDone func(), bundleSettled bool) bool {
+	p := pa.p
 	classes := map[string]class{}
 	transientAttempt, waitAttempt := 0, 0
 	retryFailed := false
@@ -168,7 +208,7 @@ func (pa *placementApply) run(ctx context.Context) {
 		todo = pa.pass(ctx, todo, labels, classes, pass > 1 && !retryFailed, transientAttempt+1)
 		if ctx.Err() != nil {
 			release()
-			return
+			return false
 		}
 		if pass == 1 {
 			for i := len(removed) - 1; i >= 0; i-- {
@@ -193,7 +233,7 @@ func (pa *placementApply) run(ctx context.Context) {
 		}
 		if !needsRetry(classes, todo) {
 			release()
-			return
+			return ctx.Err() == nil && !anyClass(classes, todo, permanent)
 		}
 		// Wait: transient errors back off; Waiting resources are woken by a
 		// change of the cluster's API, or re-checked on a slower timer.
@@ -226,7 +266,7 @@ func (pa *placementApply) run(ctx context.Context) {
 		t.Stop()
 		release()
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 	}
 }
@@ -519,13 +559,47 @@ func waveOf(gvk schema.GroupVersionKind) int {
 // applyBundle applies the app's ResourceBundleState; it reports whether
 // that is settled (applied, or impossible). The CRD belongs to the
 // monitor's manifests; without it the deployment still succeeds, and the
-// status engine reports the monitor NotInstalled.
+// status engine reports the monitor NotInstalled. A logical cloud's user
+// that may not write it (its permissions leave out k8splugin.io) is
+// replaced by the cluster's own credentials; when the bundle cannot be
+// applied even so, the reason is recorded as the placement's bundle
+// snapshot, so the status says why no bundle reports.
 func (pa *placementApply) applyBundle(ctx context.Context, labels map[string]string) bool {
 	c, p := pa.c, pa.p
 	client, err := pa.e.clientFor(ctx, c, p.Cluster)
 	if err != nil {
 		return false
 	}
+	rbs := bundleObject(c, p, labels)
+	err = pa.putBundle(ctx, client, rbs)
+	if apierrors.IsForbidden(err) {
+		if admin, aerr := pa.e.bundleClient(ctx, c, p.Cluster); aerr == nil && admin != nil {
+			pa.log.WithError(err).Info("the logical cloud's user may not write its ResourceBundleState; writing it with the cluster's credentials")
+			err = pa.putBundle(ctx, admin, rbs)
+		}
+	}
+	switch cl := classify(ctx, err); cl {
+	case done:
+		return true
+	case waiting:
+		pa.log.Warn("the ResourceBundleState CRD is not installed (is the monitor?); the deployment goes on without it")
+		return true
+	case permanent:
+		pa.log.WithError(err).Warn("cannot apply the ResourceBundleState; the status shows why")
+		if p.Bundle == nil {
+			snap := appcontext.BundleSnapshot{Refused: "its ResourceBundleState could not be applied: " + reason(cl, err), Received: time.Now().UTC()}
+			if perr := pa.e.opts.Store.PutBundle(ctx, c.Meta.ID, p.App, p.Cluster, snap); perr != nil {
+				pa.log.WithError(perr).Warn("cannot record why the ResourceBundleState is missing")
+			}
+		}
+		return true
+	}
+	return false // tried again with the next pass
+}
+
+// bundleObject is the app's ResourceBundleState on its cluster: selecting
+// the app's objects, listing the kinds rsync applies for it.
+func bundleObject(c *appcontext.Context, p *appcontext.Placement, labels map[string]string) *unstructured.Unstructured {
 	var kindList []any
 	seen := map[schema.GroupVersionKind]bool{}
 	for _, r := range p.Resources {
@@ -534,7 +608,7 @@ func (pa *placementApply) applyBundle(ctx context.Context, labels map[string]str
 			kindList = append(kindList, map[string]any{"group": r.GVK.Group, "version": r.GVK.Version, "kind": r.GVK.Kind})
 		}
 	}
-	rbs := &unstructured.Unstructured{Object: map[string]any{
+	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.Group + "/" + v1alpha1.Version, "kind": v1alpha1.Kind,
 		"metadata": map[string]any{
 			"name": BundleName(p.App, c.Meta.StatusID), "namespace": c.Meta.Namespace,
@@ -545,38 +619,37 @@ func (pa *placementApply) applyBundle(ctx context.Context, labels map[string]str
 			"kinds":    kindList,
 		},
 	}}
-	cs := pa.e.cluster(p.Cluster)
+}
+
+// putBundle applies the bundle with client, creating its namespace when
+// missing and retrying transient errors a few times; the error left is
+// the last one (nil once applied).
+func (pa *placementApply) putBundle(ctx context.Context, client *cluster.Client, rbs *unstructured.Unstructured) error {
+	ns := pa.c.Meta.Namespace
+	cs := pa.e.cluster(pa.p.Cluster)
 	nsCreated := false
+	err := ctx.Err()
 	for attempt := 1; ctx.Err() == nil; attempt++ {
-		ri, err := pa.e.resourceFor(cs, client, v1alpha1.GVK(), rbs, c.Meta.Namespace)
+		var ri dynamic.ResourceInterface
+		ri, err = pa.e.resourceFor(cs, client, v1alpha1.GVK(), rbs, ns)
 		if err == nil {
 			err = pa.e.patch(ctx, cs, ri, rbs, FieldValidationStrict)
 		}
-		if apierrors.IsNotFound(err) && missingNamespace(err, c.Meta.Namespace) {
+		if apierrors.IsNotFound(err) && missingNamespace(err, ns) && !nsCreated {
 			// The bundle goes with the app's namespace, which the app's own
 			// resources may not have created yet.
-			if nsCreated || pa.e.ensureNamespace(ctx, cs, client, c.Meta.Namespace) != nil {
-				return false // tried again after the pass
-			}
 			nsCreated = true
+			if nerr := pa.e.ensureNamespace(ctx, cs, client, ns); nerr != nil {
+				return nerr
+			}
 			continue
 		}
-		switch classify(ctx, err) {
-		case done:
-			return true
-		case waiting:
-			pa.log.Warn("the ResourceBundleState CRD is not installed (is the monitor?); the deployment goes on without it")
-			return true
-		case permanent:
-			pa.log.WithError(err).Warn("cannot apply the ResourceBundleState (is the monitor installed?)")
-			return true
-		}
-		if attempt >= 3 {
-			return false // tried again with the next pass
+		if classify(ctx, err) != transient || attempt >= 3 {
+			return err
 		}
 		if !pa.e.sleep(ctx, attempt) {
-			return false
+			return ctx.Err()
 		}
 	}
-	return false
+	return err
 }

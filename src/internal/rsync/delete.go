@@ -18,6 +18,7 @@ import (
 // delete deletes a context's resources from every cluster at once, each
 // placement's in reverse apply order, after its ResourceBundleState. An app
 // others depend on goes once they are gone (dependencies in reverse).
+// Helm's delete hooks run around the deletion (hooks.go).
 func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error {
 	// Manifests are loaded one at a time when applied (or deleted): an
 	// action that retries for as long as a cluster is down holds none.
@@ -35,6 +36,10 @@ func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error
 	for _, p := range c.Placements {
 		gone[p] = make(chan struct{})
 	}
+	mode := c.Meta.FieldValidation
+	if mode == "" {
+		mode = e.opts.FieldValidation
+	}
 	var wg sync.WaitGroup
 	for _, p := range c.Placements {
 		wg.Add(1)
@@ -48,37 +53,74 @@ func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error
 					return
 				}
 			}
-			e.deleteBundle(ctx, c, p)
-			var left []appcontext.Resource
-			for _, r := range p.Resources {
-				if p.StatusOf(r.Key()).Status != appcontext.RsyncDeleted {
-					left = append(left, r)
-				}
-			}
-			ws := waves(left)
-			for i := len(ws) - 1; i >= 0 && ctx.Err() == nil; i-- { // in reverse, a wave at once
-				var wwg sync.WaitGroup
-				for _, r := range ws[i] {
-					wwg.Add(1)
-					go func() {
-						defer wwg.Done()
-						st, err := e.deleteWithRetry(ctx, c, p, r)
-						if ctx.Err() != nil {
-							return
-						}
-						if err != nil {
-							log.WithError(err).WithField("resource", r.Key()).Warn("cannot delete")
-						}
-						rec.record(p, r.Key(), appcontext.ResourceStatus{Status: st, Error: reason(classify(ctx, err), err)})
-					}()
-				}
-				wwg.Wait()
-			}
+			pa := &placementApply{e: e, c: c, p: p, rec: rec, mode: mode, firstDone: func() {},
+				log: log.WithFields(logrus.Fields{"app": p.App, "cluster": p.Cluster.String()})}
+			pa.deleteAll(ctx)
 		}()
 	}
 	wg.Wait()
 	rec.finish(ctx.Err() != nil)
 	return ctx.Err()
+}
+
+// deleteAll deletes one placement: its pre-delete hooks run first (its
+// bundle kept for them), then its resources go in reverse waves, then its
+// post-delete hooks run, and then every hook object left and the bundle
+// go. A delete hook that fails is logged; the deletion goes on.
+func (pa *placementApply) deleteAll(ctx context.Context) {
+	e, c, p := pa.e, pa.c, pa.p
+	labels := bundleLabels(c.Meta.StatusID, p.App)
+	pre, post := hooksAt(p, appcontext.HookPreDelete), hooksAt(p, appcontext.HookPostDelete)
+	if len(pre)+len(post) == 0 {
+		e.deleteBundle(ctx, c, p)
+	}
+	if err := pa.runHooks(ctx, appcontext.HookPreDelete, pre, labels, nil); err != nil && ctx.Err() == nil {
+		pa.log.WithError(err).Warn("a pre-delete hook failed; deleting the app all the same")
+	}
+	var left, hooks []appcontext.Resource
+	for _, r := range p.Resources {
+		switch {
+		case r.Hook != nil: // whatever install left of it, and what the delete hooks made
+			hooks = append(hooks, r)
+		case p.StatusOf(r.Key()).Status != appcontext.RsyncDeleted:
+			left = append(left, r)
+		}
+	}
+	pa.deleteWaves(ctx, left)
+	if ctx.Err() != nil {
+		return
+	}
+	if err := pa.runHooks(ctx, appcontext.HookPostDelete, post, labels, nil); err != nil && ctx.Err() == nil {
+		pa.log.WithError(err).Warn("a post-delete hook failed")
+	}
+	// Every hook goes with the app, as EMCO's rsync deletes them all.
+	pa.deleteWaves(ctx, hooks)
+	if len(pre)+len(post) > 0 && ctx.Err() == nil {
+		e.deleteBundle(ctx, c, p)
+	}
+}
+
+// deleteWaves deletes resources in reverse apply order, a wave at once.
+func (pa *placementApply) deleteWaves(ctx context.Context, rs []appcontext.Resource) {
+	ws := waves(rs)
+	for i := len(ws) - 1; i >= 0 && ctx.Err() == nil; i-- {
+		var wg sync.WaitGroup
+		for _, r := range ws[i] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st, err := pa.e.deleteWithRetry(ctx, pa.c, pa.p, r)
+				if ctx.Err() != nil {
+					return
+				}
+				if err != nil {
+					pa.log.WithError(err).WithField("resource", r.Key()).Warn("cannot delete")
+				}
+				pa.rec.record(pa.p, r.Key(), appcontext.ResourceStatus{Status: st, Error: reason(classify(ctx, err), err)})
+			}()
+		}
+		wg.Wait()
+	}
 }
 
 // deleteWithRetry deletes one resource, retrying transient errors with
@@ -136,7 +178,8 @@ func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcon
 }
 
 // deleteBundle deletes the app's ResourceBundleState, retrying while the
-// cluster cannot be reached.
+// cluster cannot be reached; with the cluster's credentials when a
+// logical cloud's user may not (applyBundle wrote it so).
 func (e *Engine) deleteBundle(ctx context.Context, c *appcontext.Context, p *appcontext.Placement) {
 	client, err := e.clientFor(ctx, c, p.Cluster)
 	if err != nil {
@@ -149,6 +192,12 @@ func (e *Engine) deleteBundle(ctx context.Context, c *appcontext.Context, p *app
 		}
 		err := client.Dynamic.Resource(v1alpha1.GVR()).Namespace(c.Meta.Namespace).Delete(ctx, BundleName(p.App, c.Meta.StatusID), metav1.DeleteOptions{})
 		cs.release()
+		if apierrors.IsForbidden(err) {
+			if admin, aerr := e.bundleClient(ctx, c, p.Cluster); aerr == nil && admin != nil && admin != client {
+				client = admin
+				continue
+			}
+		}
 		if err == nil || apierrors.IsNotFound(err) || classify(ctx, err) != transient {
 			return
 		}

@@ -96,7 +96,7 @@ func reached(want, obs *appcontext.Placement, opStatus, namespace string) (bool,
 		return false, "not recorded yet"
 	}
 	for _, r := range want.Resources {
-		if r.Removed {
+		if r.Removed || r.Hook != nil { // hooks run at their events
 			continue
 		}
 		st := obs.StatusOf(r.Key())
@@ -115,7 +115,7 @@ func reached(want, obs *appcontext.Placement, opStatus, namespace string) (bool,
 		return false, "its ResourceBundleState cannot be read: " + b.Refused
 	}
 	for _, r := range want.Resources {
-		if r.Removed {
+		if r.Removed || r.Hook != nil {
 			continue
 		}
 		ns := r.Namespace

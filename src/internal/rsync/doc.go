@@ -10,7 +10,14 @@
 // ResourceBundleState per app per cluster for the monitor. Every app and
 // cluster is worked on at once, each cluster's requests bounded by
 // ClusterParallelism (and a quarter of that per kind, so kinds an API
-// server handles one at a time, like Services, never hold every slot).
+// server handles one at a time, like Services, never hold every slot). A
+// logical cloud's bundle its user may not write is written with the
+// cluster's credentials.
+//
+// Helm hooks run as EMCO's rsync runs them (hooks.go): pre-install hooks
+// before an app's resources, post-install hooks once it is Ready,
+// pre-delete and post-delete hooks around its deletion; each waited for
+// until the monitor reports it succeeded, deleted as its policy says.
 //
 // Server-side apply refuses fields a kind's schema lacks whatever
 // fieldValidation says, where create and update (what Helm and EMCO use)

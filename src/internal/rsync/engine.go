@@ -57,6 +57,9 @@ type Options struct {
 	// FieldValidation is the default mode for contexts that name none;
 	// "" means Warn.
 	FieldValidation string
+	// HookTimeout bounds each Helm hook's run (applied and succeeded), as
+	// Helm's --timeout does; 0 means 5m.
+	HookTimeout time.Duration
 	// Observed is the watch-fed view of the contexts (the orchestrator's
 	// appcontext.Cache): apps that depend on others wait for what it
 	// reports. nil leaves dependencies unordered (unit tests).
@@ -130,6 +133,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.RequestTimeout == 0 {
 		opts.RequestTimeout = 15 * time.Second
+	}
+	if opts.HookTimeout == 0 {
+		opts.HookTimeout = hookTimeoutDefault
 	}
 	if opts.Logger == nil {
 		opts.Logger = logrus.NewEntry(logging.Discard())

@@ -21,6 +21,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 )
 
@@ -378,5 +379,60 @@ func TestResumeActiveFailedContext(t *testing.T) {
 	}
 	if c, _ := store.Get(ctx, stopped); statusOf(c, "ConfigMap/default/b").Status != appcontext.RsyncPending {
 		t.Fatalf("a stopped context's resource was applied: %s", describe(c))
+	}
+}
+
+// cloudClusters gives a logical cloud's user a cluster of its own, the
+// cluster's credentials another.
+type cloudClusters struct{ admin, user *fakeCluster }
+
+func (c cloudClusters) Client(ctx context.Context, ref appcontext.ClusterRef) (*cluster.Client, error) {
+	return c.admin.Client(ctx, ref)
+}
+
+func (c cloudClusters) CloudClient(ctx context.Context, ref appcontext.ClusterRef, _ cluster.Cloud) (*cluster.Client, error) {
+	return c.user.Client(ctx, ref)
+}
+
+// A logical cloud's user that may not write ResourceBundleStates gets its
+// bundle written with the cluster's credentials; where nothing may write
+// it, the placement's bundle snapshot says why.
+func TestBundleOfARestrictedUser(t *testing.T) {
+	kinds := append(coreKinds(), apiResources("k8splugin.io/v1alpha1", true, map[string]string{"ResourceBundleState": "resourcebundlestates"}))
+	forbidBundles := func(resource, _ string, _ int, _ []byte) error {
+		if resource == "resourcebundlestates" {
+			return apierrors.NewForbidden(schema.GroupResource{Group: "k8splugin.io", Resource: resource}, "b", errors.New("user cannot patch"))
+		}
+		return nil
+	}
+	admin, user := newFakeCluster(kinds...), newFakeCluster(kinds...)
+	adminPatches := &patches{answer: func(string, string, int, []byte) error { return nil }}
+	admin.dyn.PrependReactor("patch", "*", adminPatches.reactor)
+	user.dyn.PrependReactor("patch", "*", (&patches{answer: forbidBundles}).reactor)
+	e, store := newTestEngine(t, cloudClusters{admin: admin, user: user}, "")
+	id := appcontext.NewID()
+	meta := appcontext.Meta{ID: id, Kind: "dig", Group: "g/" + id, StatusID: id, Namespace: "ns", Project: "p", LogicalCloud: "lc", Created: time.Now().UTC()}
+	if err := store.Create(context.Background(), meta, appcontext.Status{Status: appcontext.Instantiating},
+		[]*appcontext.Placement{{App: "app", Cluster: c1, Resources: []appcontext.Resource{manifest("v1", "ConfigMap", "a", "ns", nil)}}}); err != nil {
+		t.Fatal(err)
+	}
+	e.Instantiate("g/"+id, id)
+	waitFor(t, store, id, "instantiated", func(c *appcontext.Context) bool { return c.Status.Status == appcontext.Instantiated })
+	deadline := time.Now().Add(30 * time.Second)
+	for len(adminPatches.of("resourcebundlestates/"+BundleName("app", id))) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the bundle was not written with the cluster's credentials")
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
+
+	refusing := newFakeCluster(kinds...)
+	refusing.dyn.PrependReactor("patch", "*", (&patches{answer: forbidBundles}).reactor)
+	e2, store2 := newTestEngine(t, refusing, "")
+	id2 := createContext(t, store2, manifest("v1", "ConfigMap", "b", "default", nil))
+	e2.Instantiate("g/"+id2, id2)
+	c := waitFor(t, store2, id2, "the refusal recorded", func(c *appcontext.Context) bool { return c.Placements[0].Bundle != nil })
+	if r := c.Placements[0].Bundle.Refused; !strings.Contains(r, "could not be applied") || !strings.Contains(r, "forbidden") {
+		t.Fatalf("bundle snapshot reason %q", r)
 	}
 }

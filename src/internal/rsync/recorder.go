@@ -30,9 +30,14 @@ type recorder struct {
 	current  map[string]resState
 	passDone bool // every placement made its first pass: the status may say more than "running"
 	written  *appcontext.Status
-	wake     chan struct{}
-	stopped  chan struct{}
-	finished chan struct{}
+	// seq counts what was queued (statuses, the first pass); flushed is
+	// the seq the last successful write covered, and flushedCh is closed
+	// (and replaced) at each such write, for sync.
+	seq, flushed uint64
+	flushedCh    chan struct{}
+	wake         chan struct{}
+	stopped      chan struct{}
+	finished     chan struct{}
 }
 
 // resState is a resource's latest status, with what the context's status
@@ -40,6 +45,9 @@ type recorder struct {
 type resState struct {
 	status, reason, where string
 	removed               bool
+	// hook: a Helm hook, which runs only at its events; it counts only
+	// when it failed.
+	hook bool
 }
 
 // statusNames are the context statuses of one kind of action.
@@ -53,12 +61,13 @@ var (
 
 func newRecorder(store *appcontext.Store, c *appcontext.Context, names statusNames, log *logrus.Entry) *recorder {
 	r := &recorder{store: store, id: c.Meta.ID, log: log, names: names,
-		pending: map[string]appcontext.StatusUpdate{}, current: map[string]resState{},
+		pending: map[string]appcontext.StatusUpdate{}, current: map[string]resState{}, flushedCh: make(chan struct{}),
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), finished: make(chan struct{})}
 	for _, p := range c.Placements {
 		for _, res := range p.Resources {
 			st := p.StatusOf(res.Key())
-			r.current[recKey(p, res.Key())] = resState{status: st.Status, reason: st.Error, where: where(p, res.Key()), removed: res.Removed}
+			r.current[recKey(p, res.Key())] = resState{status: st.Status, reason: st.Error, where: where(p, res.Key()), removed: res.Removed,
+				hook: res.Hook != nil}
 		}
 	}
 	go r.run()
@@ -84,6 +93,7 @@ func (r *recorder) record(p *appcontext.Placement, key string, st appcontext.Res
 	cur := r.current[k]
 	cur.status, cur.reason, cur.where = st.Status, st.Error, where(p, key)
 	r.current[k] = cur
+	r.seq++
 	r.mu.Unlock()
 	r.signal()
 }
@@ -92,8 +102,30 @@ func (r *recorder) record(p *appcontext.Placement, key string, st appcontext.Res
 func (r *recorder) firstPassDone() {
 	r.mu.Lock()
 	r.passDone = true
+	r.seq++
 	r.mu.Unlock()
 	r.signal()
+}
+
+// sync waits until what was queued before it is written (the context's
+// status included), or ctx ends, or the recorder stops: a caller told of
+// the first pass reads it from etcd.
+func (r *recorder) sync(ctx context.Context) {
+	r.mu.Lock()
+	target := r.seq
+	for r.flushed < target {
+		ch := r.flushedCh
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-r.finished:
+			return
+		}
+		r.mu.Lock()
+	}
+	r.mu.Unlock()
 }
 
 func (r *recorder) signal() {
@@ -162,6 +194,7 @@ func (r *recorder) run() {
 // it changed (not while stopping: finish writes the final one).
 func (r *recorder) flush(stopping bool) error {
 	r.mu.Lock()
+	upTo := r.seq
 	updates := make([]appcontext.StatusUpdate, 0, len(r.pending))
 	for _, u := range r.pending {
 		updates = append(updates, u)
@@ -176,6 +209,7 @@ func (r *recorder) flush(stopping bool) error {
 	}
 	r.mu.Unlock()
 	if len(updates) == 0 && ctxStatus == nil {
+		r.markFlushed(upTo)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -196,7 +230,19 @@ func (r *recorder) flush(stopping bool) error {
 		r.written = ctxStatus
 		r.mu.Unlock()
 	}
+	r.markFlushed(upTo)
 	return nil
+}
+
+// markFlushed records that what was queued up to seq is written.
+func (r *recorder) markFlushed(seq uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if seq > r.flushed {
+		r.flushed = seq
+		close(r.flushedCh)
+		r.flushedCh = make(chan struct{})
+	}
 }
 
 func sameStatus(a, b appcontext.Status) bool {
@@ -220,6 +266,9 @@ func (r *recorder) deriveLocked(final bool) appcontext.Status {
 	var failed, open []resState
 	total := 0
 	for _, s := range r.current {
+		if s.hook && s.status != appcontext.RsyncFailed {
+			continue // a hook not run, or run as it should
+		}
 		want := appcontext.RsyncApplied
 		if r.names == deleteNames || s.removed {
 			want = appcontext.RsyncDeleted

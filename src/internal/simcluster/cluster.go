@@ -28,7 +28,7 @@ const (
 	podCIDR     = "10.244.0.0/16" // room for thousands of fake pods
 	// FakeNodeAnnotation marks the Nodes kwok manages.
 	FakeNodeAnnotation = "kwok.x-k8s.io/node"
-	// StateAnnotation drives a pod's simulated state: not-ready, crashloop, failed, ready.
+	// StateAnnotation drives a pod's simulated state: not-ready, crashloop, failed, succeeded, ready.
 	StateAnnotation = "sim.argus.io/state"
 	// ManualAnnotation makes kwok leave a pod's status to the test.
 	ManualAnnotation = "sim.argus.io/manual"

@@ -7,7 +7,7 @@
 // cluster; only containers do not run.
 //
 // Pod state is driven through the sim.argus.io/state annotation (not-ready,
-// crashloop, failed, ready) or, for a pod annotated sim.argus.io/manual=true,
+// crashloop, failed, succeeded, ready) or, for a pod annotated sim.argus.io/manual=true,
 // by patching its status directly; see stages/pod.yaml.
 //
 //	set, err := simcluster.Start(ctx, simcluster.Options{Clusters: 2, Dir: dir})

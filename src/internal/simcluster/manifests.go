@@ -160,7 +160,7 @@ func established(crd *unstructured.Unstructured) bool {
 }
 
 // PodStates are the values of StateAnnotation that kwok acts on.
-var PodStates = []string{"not-ready", "crashloop", "failed", "ready"}
+var PodStates = []string{"not-ready", "crashloop", "failed", "succeeded", "ready"}
 
 // SetPodState annotates the first pod (by name) in namespace matching
 // selector with StateAnnotation=state, so kwok moves it to that state, and

@@ -205,7 +205,8 @@ func TestPodStateCanBeDrivenAndStays(t *testing.T) {
 			cs := p.Status.ContainerStatuses
 			return !podReady(p) && len(cs) == 1 && cs[0].State.Waiting != nil && cs[0].State.Waiting.Reason == "CrashLoopBackOff"
 		}},
-		"failed": {"failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed }},
+		"failed":    {"failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed }},
+		"succeeded": {"succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded }},
 	}
 	cs := set.Clusters[1].Clientset()
 	for name, tc := range cases {

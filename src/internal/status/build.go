@@ -82,9 +82,13 @@ type Response struct {
 	ReadyCounts    map[string]int `json:"readyCounts,omitempty"`
 	RsyncStatus    map[string]int `json:"rsync-status,omitempty"`
 	ClusterStatus  map[string]int `json:"cluster-status,omitempty"`
-	Ready          *bool          `json:"ready,omitempty"`
-	ReadyStatus    map[string]int `json:"ready-status,omitempty"`
-	Apps           []App          `json:"apps,omitempty"`
+	// RsyncStatusEMCO and ClusterStatusEMCO are EMCO's camelCase spelling
+	// of the same counts (its deprecated, still answered, fields).
+	RsyncStatusEMCO   map[string]int `json:"rsyncStatus,omitempty"`
+	ClusterStatusEMCO map[string]int `json:"clusterStatus,omitempty"`
+	Ready             *bool          `json:"ready,omitempty"`
+	ReadyStatus       map[string]int `json:"ready-status,omitempty"`
+	Apps              []App          `json:"apps,omitempty"`
 	// Cluster is the one cluster a cluster status answer is about (EMCO's
 	// ClusterStatusResult).
 	Cluster *Cluster `json:"cluster,omitempty"`
@@ -134,6 +138,10 @@ type Resource struct {
 	Reason          string `json:"reason,omitempty"`
 	DeployedStatus  string `json:"deployedStatus,omitempty"`
 	ReadyStatusEMCO string `json:"readyStatus,omitempty"`
+	// RsyncStatusEMCO and ClusterStatusEMCO are EMCO's camelCase spelling
+	// of rsync-status (type=rsync) and cluster-status (type=cluster).
+	RsyncStatusEMCO   string `json:"rsyncStatus,omitempty"`
+	ClusterStatusEMCO string `json:"clusterStatus,omitempty"`
 	// Warnings are the API server's about an applied object (type=rsync).
 	Warnings []string        `json:"warnings,omitempty"`
 	Detail   json.RawMessage `json:"detail,omitempty"`
@@ -246,9 +254,9 @@ func Build(in Input, q Query) Response {
 	}
 	resp.DeployedCounts, resp.ReadyCounts = byType, emcoReady
 	if q.Type == TypeRsync {
-		resp.RsyncStatus = byType
+		resp.RsyncStatus, resp.RsyncStatusEMCO = byType, byType
 	} else {
-		resp.ClusterStatus, resp.ReadyStatus = presence, ready
+		resp.ClusterStatus, resp.ClusterStatusEMCO, resp.ReadyStatus = presence, presence, ready
 		resp.Ready = boolPtr(allReady && in.Context != nil && len(resp.Apps) > 0)
 	}
 	if q.Output == OutputSummary {
@@ -314,6 +322,11 @@ func (c *Cluster) strip(typ string, withRsync bool) {
 		if typ == TypeCluster && !withRsync {
 			r.RsyncStatus = ""
 		}
+		if typ == TypeRsync {
+			r.RsyncStatusEMCO = r.RsyncStatus
+		} else {
+			r.ClusterStatusEMCO = r.ClusterStatus
+		}
 	}
 }
 
@@ -324,10 +337,17 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 	unknownWhy := clusterUnknown(in, p, bundle, &c)
 	c.ReadyStatus = c.Connectivity
 	statuses := make([]health.Status, 0, len(p.Resources))
+	ownPods := map[string]bool{} // pods the chart itself renders (hooks too): listed once, as resources
 	for _, r := range p.Resources {
 		rs := p.StatusOf(r.Key())
+		if r.GVK.Kind == "Pod" && r.GVK.Group == "" {
+			ownPods[or(r.Namespace, in.Context.Meta.Namespace)+"/"+r.Name] = true
+		}
 		if r.Removed && rs.Status == appcontext.RsyncDeleted {
 			continue // an update removed it; it is history
+		}
+		if r.Hook != nil && (rs.Status == appcontext.RsyncPending || rs.Status == appcontext.RsyncDeleted) {
+			continue // a Helm hook not run (yet), or gone as its delete policy says
 		}
 		if !matchResource(q.Resources, r.GVK.Kind, r.Name) {
 			continue
@@ -386,7 +406,7 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 	if q.Type == TypeCluster && unknownWhy == "" && bundle != nil {
 		// The pods of the app's workloads appear as resources of their own.
 		for _, e := range podEntries(index) {
-			if !matchResource(q.Resources, "Pod", e.Name) {
+			if !matchResource(q.Resources, "Pod", e.Name) || ownPods[e.Namespace+"/"+e.Name] {
 				continue
 			}
 			res := Resource{GVK: GVK{"", "v1", "Pod"}, Name: e.Name, Namespace: e.Namespace,

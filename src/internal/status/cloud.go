@@ -63,7 +63,8 @@ func (r *Reader) LogicalCloud(ctx context.Context, key catalog.Key, v url.Values
 	if len(out.Apps) > 0 {
 		out.Clusters, out.Apps = out.Apps[0].Clusters, nil
 	} else if q.Type == TypeCluster && (out.DeployedStatus == appcontext.Instantiated || out.DeployedStatus == appcontext.Updated) {
-		out.ReadyStatusEMCO = EMCOReady // an admin cloud puts nothing on its clusters
+		// An admin cloud puts nothing on its clusters: deployed is ready.
+		out.ReadyStatusEMCO, out.Ready = EMCOReady, boolPtr(true)
 	}
 	return out, nil
 }

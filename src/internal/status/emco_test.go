@@ -2,6 +2,7 @@ package status
 
 import (
 	"encoding/json"
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/errdefs"
 )
 
 func TestEMCOFields(t *testing.T) {
@@ -33,6 +35,26 @@ func TestEMCOFields(t *testing.T) {
 				t.Errorf("rsync answer carries readiness: %+v", c)
 			}
 		}
+	}
+}
+
+// EMCO's camelCase counts answer beside the seed ones, and an app filter
+// naming no app of the deployment is refused.
+func TestEMCOCamelCaseAndUnknownApp(t *testing.T) {
+	in := fixture()
+	r := Build(in, Query{Type: TypeRsync, Output: OutputAll})
+	if r.RsyncStatusEMCO[appcontext.RsyncApplied] != r.RsyncStatus[appcontext.RsyncApplied] || r.Apps[0].Clusters[0].Resources[0].RsyncStatusEMCO == "" {
+		t.Errorf("rsyncStatus: %v %+v", r.RsyncStatusEMCO, r.Apps[0].Clusters[0].Resources[0])
+	}
+	r = Build(in, Query{Type: TypeCluster, Output: OutputAll})
+	if len(r.ClusterStatusEMCO) == 0 || r.ClusterStatusEMCO[Present] != r.ClusterStatus[Present] || r.Apps[0].Clusters[0].Resources[0].ClusterStatusEMCO == "" {
+		t.Errorf("clusterStatus: %v %+v", r.ClusterStatusEMCO, r.Apps[0].Clusters[0].Resources[0])
+	}
+	if err := knownApps(in, []string{in.Context.Placements[0].App}); err != nil {
+		t.Errorf("a known app: %v", err)
+	}
+	if err := knownApps(in, []string{"nosuch"}); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), `"nosuch"`) {
+		t.Errorf("an unknown app: %v", err)
 	}
 }
 

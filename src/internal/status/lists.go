@@ -73,7 +73,7 @@ func listHeader(h Header, e EMCOHeader) ListHeader {
 // lists answers a list query for context id.
 func (r *Reader) lists(ctx context.Context, header Header, st catalog.DIGState, id string, q Query) (any, error) {
 	var out any
-	err := r.withInput(ctx, header, st, id, func(in Input) { out = Lists(in, q) })
+	err := r.withFilteredInput(ctx, header, st, id, q, func(in Input) { out = Lists(in, q) })
 	return out, err
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/url"
 	"slices"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
@@ -128,12 +130,51 @@ func pickInstance(st catalog.DIGState, q Query, what string) (string, error) {
 // cache's lock, one at a time.
 func (r *Reader) build(ctx context.Context, header Header, st catalog.DIGState, id string, q Query) (Response, error) {
 	var resp Response
-	err := r.withInput(ctx, header, st, id, func(in Input) {
+	err := r.withFilteredInput(ctx, header, st, id, q, func(in Input) {
 		in.deferDetail = true
 		resp = Build(in, q)
 	})
 	resp.contextID, resp.manifests = id, r.Manifests
 	return resp, err
+}
+
+// withFilteredInput is withInput for a query whose app filter must name
+// apps of the context (knownApps): f is not called when one does not.
+func (r *Reader) withFilteredInput(ctx context.Context, header Header, st catalog.DIGState, id string, q Query, f func(Input)) error {
+	var unknown error
+	err := r.withInput(ctx, header, st, id, func(in Input) {
+		if unknown = knownApps(in, q.Apps); unknown == nil {
+			f(in)
+		}
+	})
+	if err == nil {
+		err = unknown
+	}
+	return err
+}
+
+// knownApps refuses an app filter naming an app the context does not
+// have, as EMCO does (400): a filter that matched nothing would answer
+// NotReady for a deployment that is all Ready.
+func knownApps(in Input, filter []string) error {
+	if in.Context == nil || len(filter) == 0 {
+		return nil
+	}
+	have := map[string]bool{}
+	var names []string
+	for _, p := range in.Context.Placements {
+		if !have[p.App] {
+			have[p.App] = true
+			names = append(names, p.App)
+		}
+	}
+	for _, a := range filter {
+		if !have[a] {
+			sort.Strings(names)
+			return errdefs.Invalid("app %q is not an app of this deployment (its apps: %s)", a, strings.Join(names, ", "))
+		}
+	}
+	return nil
 }
 
 // withInput calls f with the input of context id (none when id is ""):

@@ -21,6 +21,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/logicalcloud"
 	"github.com/argus-mc/argus/src/internal/status"
 )
 
@@ -348,7 +349,7 @@ func (s *Server) StatusRegister(reg *pb.StatusRegistration, stream grpc.ServerSt
 		case err != nil:
 			log.WithError(err).Warn("cannot compute the status; waiting for the next change")
 		default:
-			if r, ok := resp.(status.Response); ok {
+			if r, ok := responseOf(resp); ok {
 				n := notification(r, ready, reg.GetOutput() == pb.OutputType_ALL, subj)
 				if last == nil || !proto.Equal(last, n) {
 					if err := guardOf(stream.Context()).send(s.opts.SendTimeout, func() error { return stream.Send(n) }); err != nil {
@@ -364,6 +365,22 @@ func (s *Server) StatusRegister(reg *pb.StatusRegistration, stream grpc.ServerSt
 		case <-changed:
 		}
 	}
+}
+
+// responseOf is a status answer as a notification reads it: a logical
+// cloud's clusters (status.CloudResponse) as those of its one pseudo-app.
+func responseOf(v any) (status.Response, bool) {
+	switch r := v.(type) {
+	case status.Response:
+		return r, true
+	case status.CloudResponse:
+		resp := r.Response
+		if len(r.Clusters) > 0 {
+			resp.Apps = []status.App{{Name: logicalcloud.App, Clusters: r.Clusters}}
+		}
+		return resp, true
+	}
+	return status.Response{}, false
 }
 
 // StatusDeregister ends a client's stream; an unknown client id is no

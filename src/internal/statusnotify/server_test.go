@@ -82,8 +82,16 @@ func (f *fakeStatus) DIG(_ context.Context, dig catalog.Key, v url.Values) (any,
 func (f *fakeStatus) Cluster(context.Context, string, string, url.Values) (any, error) {
 	return nil, errdefs.NotFound("no")
 }
-func (f *fakeStatus) LogicalCloud(context.Context, catalog.Key, url.Values) (any, error) {
-	return nil, errdefs.NotFound("no")
+func (f *fakeStatus) LogicalCloud(_ context.Context, lc catalog.Key, _ url.Values) (any, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if lc[1] != "lc" {
+		return nil, errdefs.NotFound("no")
+	}
+	// A logical cloud answers its own shape, the clusters at the top.
+	r := f.current
+	clusters := []status.Cluster{{ClusterProvider: "cp", Cluster: "e1", Resources: []status.Resource{{Name: "ns", DeployedStatus: "Applied"}}}}
+	return status.CloudResponse{Response: r, Clusters: clusters}, nil
 }
 
 func (f *fakeStatus) set(deployed string) {
@@ -211,6 +219,30 @@ func TestRegisterFollowsChanges(t *testing.T) {
 	}
 	if _, err := client.StatusDeregister(ctx, &pb.StatusDeregistration{ClientId: "unknown"}); err != nil {
 		t.Fatalf("deregistering an unknown client: %v", err)
+	}
+}
+
+// A logical cloud's registration gets its current status at once, its
+// clusters as details, and a notification when it changes state.
+func TestRegisterLogicalCloud(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := &fakeStatus{current: status.Response{DeployedStatus: "Instantiating"}}
+	ch := &fakeChanges{listeners: map[string][]func(){}}
+	client := serve(t, Options{Status: st, Changes: ch})
+	stream, err := client.StatusRegister(ctx, &pb.StatusRegistration{ClientId: "c", StatusType: pb.StatusValue_READY, Output: pb.OutputType_ALL,
+		Key: &pb.StatusRegistration_LcKey{LcKey: &pb.LcKey{Project: "p", LogicalCloud: "lc"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := stream.Recv()
+	if err != nil || n.GetStatusValue() != pb.StatusValue_NOT_READY || n.GetDetails()[0].GetCluster().GetCluster() != "e1" {
+		t.Fatalf("first notification %v %v", n, err)
+	}
+	st.set("Instantiated")
+	ch.changed(catalog.LogicalCloudGroup("p", "lc"))
+	if n, err := stream.Recv(); err != nil || n.GetStatusValue() != pb.StatusValue_READY {
+		t.Fatalf("after the change %v %v", n, err)
 	}
 }
 
