@@ -42,6 +42,7 @@ type Mirror struct {
 // MirroredDIG is what the mirror keeps of a DIG.
 type MirroredDIG struct {
 	Key              Key
+	Group            string // its lifecycle's (DIGGroup)
 	CompositeProfile string
 }
 
@@ -95,7 +96,8 @@ func (m *Mirror) Apply(key string, value []byte, deleted bool) {
 			delete(m.digMap, id)
 			return
 		}
-		m.digMap[id] = MirroredDIG{Key: strings.Split(id, indexSep), CompositeProfile: obj.Spec.CompositeProfile}
+		key := Key(strings.Split(id, indexSep))
+		m.digMap[id] = MirroredDIG{Key: key, Group: DIGGroup(key), CompositeProfile: obj.Spec.CompositeProfile}
 	case strings.HasPrefix(key, m.instances):
 		id := strings.TrimPrefix(key, m.instances)
 		var obj Object[InstanceSpec]

@@ -141,7 +141,7 @@ func (r *Reader) mirroredOverview(ctx context.Context) (Overview, error) {
 	digs, instances := r.Mirror.DIGs(), r.Mirror.Instances()
 	out := Overview{DeploymentIntentGroups: make([]Summary, 0, len(digs)), Instances: make([]Summary, 0, len(instances))}
 	for _, d := range digs {
-		ms := r.Mirror.State(catalog.DIGGroup(d.Key))
+		ms := r.Mirror.State(d.Group)
 		st := catalog.DIGState{Current: ms.Current, ContextID: ms.ContextID, StatusContextID: ms.StatusContextID}
 		s, err := r.digSummary(ctx, d.Key, d.CompositeProfile, st)
 		if err != nil {
@@ -183,40 +183,41 @@ func (r *Reader) summarise(ctx context.Context, header Header, st catalog.DIGSta
 	if id == "" {
 		return nil
 	}
-	err := r.withInput(ctx, header, st, id, func(in Input) {
-		if in.Context == nil {
-			return
-		}
-		s.Instance, s.Status = in.Context.Meta.ID, in.Context.Status.Status
-		q := Query{Type: TypeCluster, Output: OutputSummary}
-		var all []health.Status
-		ready := true
-		for _, p := range in.Context.Placements {
-			if left(p) {
-				continue
-			}
-			if n := len(s.Apps); n == 0 || s.Apps[n-1].Name != p.App { // placements are sorted by app
-				s.Apps = append(s.Apps, AppSummary{Name: p.App, Ready: true})
-			}
-			as := &s.Apps[len(s.Apps)-1]
-			c := buildCluster(in, q, p)
-			cs := s.summariseCluster(p.App, c)
-			as.Clusters = append(as.Clusters, cs)
-			as.Ready = as.Ready && cs.Ready
-			ready = ready && cs.Ready
-			for _, res := range c.Resources {
-				all = append(all, health.Status(res.ReadyStatus))
-			}
-		}
-		s.Ready = ready && len(s.Apps) > 0
-		if len(all) > 0 {
-			s.ReadyStatus = string(health.Aggregate(all...))
-		}
-	})
+	err := r.withInput(ctx, header, st, id, func(in Input) { summaryOf(in, s) })
 	if err != nil && !isNotFound(err) {
 		return err
 	}
 	return nil
+}
+
+// summaryOf fills s from in's context as its type=cluster answer counts it.
+func summaryOf(in Input, s *Summary) {
+	if in.Context == nil {
+		return
+	}
+	s.Instance, s.Status = in.Context.Meta.ID, in.Context.Status.Status
+	q := Query{Type: TypeCluster, Output: OutputSummary}
+	ready, worst := true, health.Ready
+	for _, p := range in.Context.Placements {
+		if left(p) {
+			continue
+		}
+		if n := len(s.Apps); n == 0 || s.Apps[n-1].Name != p.App { // placements are sorted by app
+			s.Apps = append(s.Apps, AppSummary{Name: p.App, Ready: true})
+		}
+		as := &s.Apps[len(s.Apps)-1]
+		cs := s.summariseCluster(p.App, buildCluster(in, q, p))
+		as.Clusters = append(as.Clusters, cs)
+		as.Ready = as.Ready && cs.Ready
+		ready = ready && cs.Ready
+		if cs.Total > 0 { // the worst of every resource is the worst of the clusters'
+			worst = health.Aggregate(worst, health.Status(cs.ReadyStatus))
+		}
+	}
+	s.Ready = ready && len(s.Apps) > 0
+	if s.Total > 0 {
+		s.ReadyStatus = string(worst)
+	}
 }
 
 // summariseCluster counts one app's resources on one cluster into s and
@@ -224,11 +225,11 @@ func (r *Reader) summarise(ctx context.Context, header Header, st catalog.DIGSta
 func (s *Summary) summariseCluster(app string, c Cluster) ClusterSummary {
 	cs := ClusterSummary{ClusterProvider: c.ClusterProvider, Cluster: c.Cluster, Ready: c.Ready != nil && *c.Ready,
 		Connectivity: c.Connectivity, Monitor: c.Monitor}
-	statuses := make([]health.Status, 0, len(c.Resources))
+	worst := health.Ready
 	for _, res := range c.Resources {
 		cs.Total++
 		s.ReadyCounts[res.ReadyStatus]++
-		statuses = append(statuses, health.Status(res.ReadyStatus))
+		worst = health.Aggregate(worst, health.Status(res.ReadyStatus))
 		if res.ReadyStatus == string(health.Ready) {
 			cs.ReadyCount++
 			continue
@@ -239,8 +240,8 @@ func (s *Summary) summariseCluster(app string, c Cluster) ClusterSummary {
 				GVK: res.GVK, Name: res.Name, ClusterStatus: res.ClusterStatus, ReadyStatus: res.ReadyStatus, Reason: res.Reason})
 		}
 	}
-	if len(statuses) > 0 {
-		cs.ReadyStatus = string(health.Aggregate(statuses...))
+	if cs.Total > 0 {
+		cs.ReadyStatus = string(worst)
 	}
 	s.Total += cs.Total
 	s.ReadyCount += cs.ReadyCount

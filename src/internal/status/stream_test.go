@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/health"
 )
 
 // manifestsByName serves manifests the way the orchestrator's cache of
@@ -73,5 +74,40 @@ func TestWriteJSONIsTheAnswerMarshalled(t *testing.T) {
 	var buf bytes.Buffer
 	if err := one.WriteJSON(context.Background(), &buf); err != nil || buf.String() != string(want) {
 		t.Fatalf("with its cluster: %v\n%s\nwant:\n%s", err, buf.String(), want)
+	}
+}
+
+// An overview summary, computed placement by placement, counts what the
+// type=cluster answer of the same context shows.
+func TestSummaryCountsWhatTheAnswerShows(t *testing.T) {
+	in := fixture()
+	resp := Build(in, Query{Type: TypeCluster, Output: OutputAll})
+	s := Summary{ReadyCounts: map[string]int{}, Apps: []AppSummary{}, NotReady: []NotReady{}}
+	summaryOf(in, &s)
+	var statuses []health.Status
+	total := 0
+	for _, a := range resp.Apps {
+		for _, c := range a.Clusters {
+			for _, r := range c.Resources {
+				statuses = append(statuses, health.Status(r.ReadyStatus))
+				total++
+			}
+		}
+	}
+	if s.Total != total || s.ReadyStatus != string(health.Aggregate(statuses...)) || s.Ready != *resp.Ready || len(s.Apps) != len(resp.Apps) {
+		t.Fatalf("summary %+v; answer: %d resources, aggregate %s, ready %v, %d apps", s, total, health.Aggregate(statuses...), *resp.Ready, len(resp.Apps))
+	}
+	for k, n := range resp.ReadyStatus {
+		if s.ReadyCounts[k] != n {
+			t.Errorf("ready count %s: %d, want %d", k, s.ReadyCounts[k], n)
+		}
+	}
+	for i, a := range resp.Apps {
+		if s.Apps[i].Name != a.Name || s.Apps[i].Ready != *a.Ready || len(s.Apps[i].Clusters) != len(a.Clusters) {
+			t.Errorf("app %d: %+v, want %s ready %v", i, s.Apps[i], a.Name, *a.Ready)
+		}
+	}
+	if s.NotReadyCount != total-s.ReadyCount || len(s.NotReady) != min(s.NotReadyCount, MaxNotReady) {
+		t.Errorf("not ready: %d listed of %d", len(s.NotReady), s.NotReadyCount)
 	}
 }

@@ -134,6 +134,27 @@ func TestSilentCallsAndTheirConnectionsAreClosed(t *testing.T) {
 	}
 }
 
+// A unary call (StatusDeregister) whose request message never comes is
+// ended after RequestTimeout too: grpc reads a unary call's message
+// before its handler runs, so no handler could bound it.
+func TestSilentUnaryCallIsEnded(t *testing.T) {
+	svc, err := New(Options{Status: &fakeStatus{}, Changes: &fakeChanges{listeners: map[string][]func(){}}, RequestTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, _ := dialWatched(t, serveTCP(t, svc))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, pb.StatusNotify_StatusDeregister_FullMethodName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp pb.StatusDeregistrationResponse
+	if err := stream.RecvMsg(&resp); grpcstatus.Code(err) != codes.Canceled {
+		t.Fatalf("a unary call without its message ended with %v, want Canceled", err)
+	}
+}
+
 // A registered client that stops reading loses its registration once a
 // notification cannot be sent within SendTimeout.
 func TestAClientThatStopsReadingLosesItsStream(t *testing.T) {
