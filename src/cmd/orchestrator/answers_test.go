@@ -222,20 +222,8 @@ func rss(t *testing.T, p *proc) int64 {
 	return v
 }
 
-// rssOf reads a process's VmRSS from /proc, in bytes.
-func rssOf(pid int) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS for %d", pid)
-}
+// rssOf reads a process's VmRSS, in bytes.
+func rssOf(pid int) (int64, error) { return procStatus(pid, "VmRSS") }
 
 // heapInUse reads go_memstats_heap_inuse_bytes from /metrics.
 func heapInUse(t *testing.T, p *proc) int64 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,23 +14,9 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	pb "github.com/argus-mc/argus/src/apis/statusnotify"
+	"github.com/argus-mc/argus/src/internal/testenv"
 	"github.com/argus-mc/argus/src/internal/testenv/testcert"
 )
-
-// closeWatch reports when the server closed a client connection.
-type closeWatch struct {
-	net.Conn
-	once   sync.Once
-	closed chan struct{}
-}
-
-func (c *closeWatch) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if err != nil {
-		c.once.Do(func() { close(c.closed) })
-	}
-	return n, err
-}
 
 // Issue 23: with --max-connections 64 the gRPC port takes 16 connections.
 // 16 that open a StatusRegister stream without a token and send nothing
@@ -47,16 +32,16 @@ func TestSilentGRPCConnectionsAreClosed(t *testing.T) {
 		t.Fatal("the gRPC port was not logged")
 	}
 	start := time.Now()
-	var watches []*closeWatch
+	var watches []*testenv.CloseWatch
 	for i := range 16 {
-		w := make(chan *closeWatch, 1)
+		w := make(chan *testenv.CloseWatch, 1)
 		cc, err := grpc.NewClient("passthrough:///"+p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
 				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", a)
 				if err != nil {
 					return nil, err
 				}
-				cw := &closeWatch{Conn: c, closed: make(chan struct{})}
+				cw := testenv.WatchClose(c)
 				select {
 				case w <- cw:
 				default:
@@ -78,7 +63,7 @@ func TestSilentGRPCConnectionsAreClosed(t *testing.T) {
 	var last time.Duration
 	for i, w := range watches {
 		select {
-		case <-w.closed:
+		case <-w.Closed():
 			last = time.Since(start)
 		case <-time.After(90*time.Second - time.Since(start)):
 			t.Fatalf("connection %d still open %s after they were opened", i, time.Since(start).Round(time.Second))

@@ -144,16 +144,23 @@ func trickle(c net.Conn, start time.Time, closed chan<- time.Duration) {
 
 // peakRSS reads a process's VmHWM from /proc.
 func peakRSS(pid int) (string, error) {
+	n, err := procStatus(pid, "VmHWM")
+	return fmt.Sprintf("%d MiB", n>>20), err
+}
+
+// procStatus reads a size field of a process's /proc status, in bytes.
+func procStatus(pid int, field string) (int64, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return "", err
+		return 0, err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			return strings.TrimSpace(v), nil
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
 		}
 	}
-	return "", errors.New("no VmHWM")
+	return 0, fmt.Errorf("no %s for %d", field, pid)
 }
 
 // limitOpenFiles sets both open-file limits of this (child) process.

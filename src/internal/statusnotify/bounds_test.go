@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,23 +16,8 @@ import (
 
 	pb "github.com/argus-mc/argus/src/apis/statusnotify"
 	"github.com/argus-mc/argus/src/internal/status"
+	"github.com/argus-mc/argus/src/internal/testenv"
 )
-
-// watchedConn reports when the server closed the connection (a read
-// failed) to whoever waits on closed.
-type watchedConn struct {
-	net.Conn
-	once   sync.Once
-	closed chan struct{}
-}
-
-func (c *watchedConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if err != nil {
-		c.once.Do(func() { close(c.closed) })
-	}
-	return n, err
-}
 
 // serveTCP runs the service on a loopback listener.
 func serveTCP(t *testing.T, svc *Server) string {
@@ -42,32 +26,22 @@ func serveTCP(t *testing.T, svc *Server) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(svc.ServerOptions()...)
-	svc.Register(srv)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
+	serveOn(t, svc, ln)
 	return ln.Addr().String()
 }
 
 // dialWatched opens one client connection whose closing by the server the
 // test can see.
-func dialWatched(t *testing.T, addr string) (*grpc.ClientConn, *watchedConn) {
+func dialWatched(t *testing.T, addr string) (*grpc.ClientConn, *testenv.CloseWatch) {
 	t.Helper()
-	conns := make(chan *watchedConn, 1)
+	conns := make(chan *testenv.CloseWatch, 1)
 	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
 			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", a)
 			if err != nil {
 				return nil, err
 			}
-			w := &watchedConn{Conn: c, closed: make(chan struct{})}
+			w := testenv.WatchClose(c)
 			select {
 			case conns <- w:
 			default:
@@ -125,7 +99,7 @@ func TestSilentCallsAndTheirConnectionsAreClosed(t *testing.T) {
 			}
 			t.Logf("call ended after %s", time.Since(start).Round(time.Millisecond))
 			select {
-			case <-conn.closed:
+			case <-conn.Closed():
 				t.Logf("connection closed after %s", time.Since(start).Round(time.Millisecond))
 			case <-time.After(30 * time.Second):
 				t.Fatal("the connection is still open 30s later")
