@@ -119,6 +119,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
+	logging.RouteKlog(s.opts.Logger.WithField("component", "client-go"))
 
 	ln, err := net.Listen("tcp", s.listen)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/render"
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 func main() {
@@ -53,7 +54,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.Var(&s.endpoints, "etcd-endpoints", "comma-separated etcd client URLs; empty starts an embedded etcd under --data-dir")
 	fs.StringVar(&s.opts.MongoURI, "mongo-uri", "", "MongoDB connection URI; empty starts an embedded FerretDB under --data-dir")
 	fs.StringVar(&s.opts.MongoDatabase, "mongo-database", "argus", "MongoDB database name")
-	fs.StringVar(&s.opts.EtcdPrefix, "etcd-prefix", "/argus", "prefix of every etcd key Argus writes")
+	fs.StringVar(&s.opts.EtcdPrefix, "etcd-prefix", etcdstore.DefaultPrefix, "prefix of every etcd key Argus writes")
 	fs.StringVar(&s.opts.AuthTokenFile, "auth-token-file", "", "file of API bearer tokens, one a line ('#' comments); re-read when it changes; empty leaves the API open (/healthz, /readyz and /v1/healthcheck are always open)")
 	fs.StringVar(&s.opts.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) for HTTPS, with --tls-key-file; re-read when it changes; empty serves plain HTTP")
 	fs.StringVar(&s.opts.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
@@ -164,6 +165,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
+	logging.RouteKlog(log.WithField("component", "client-go"))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := app.Run(ctx); err != nil {

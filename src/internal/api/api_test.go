@@ -34,11 +34,11 @@ func newFixtureWith(t testing.TB, adjust func(*Options)) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cat, err := catalog.New(ctx, env.Database(t), catalog.AllKinds()...)
+	cat, _, err := catalog.Open(ctx, catalog.Options{DB: env.Database(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{reg: prometheus.NewRegistry(), cat: cat, checks: map[string]Check{
+	f := &fixture{reg: prometheus.NewRegistry(), checks: map[string]Check{
 		"etcd":  env.Etcd.Ping,
 		"mongo": env.Mongo.Ping,
 	}}
@@ -46,6 +46,7 @@ func newFixtureWith(t testing.TB, adjust func(*Options)) *fixture {
 	if adjust != nil {
 		adjust(&opts)
 	}
+	f.cat = opts.Catalog
 	h, err := New(opts)
 	if err != nil {
 		t.Fatal(err)

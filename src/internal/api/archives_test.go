@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/testenv"
 	"github.com/argus-mc/argus/src/internal/testenv/tgz"
@@ -48,7 +47,7 @@ func TestUploadedArchives(t *testing.T) {
 	}
 	manifest := "version: v1\ntype:\n  values: v.yaml\n"
 	var tiny bytes.Buffer
-	if err := archive.TinyFiles(&tiny, 6000); err != nil {
+	if err := tgz.TinyFiles(&tiny, 6000); err != nil {
 		t.Fatal(err)
 	}
 	charts := map[string]struct {

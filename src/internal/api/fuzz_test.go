@@ -46,7 +46,7 @@ func FuzzHandler(f *testing.F) {
 		f.Add(s.method, s.path, s.query, []byte(s.body))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	cat, err := catalog.New(ctx, env.Database(f), catalog.AllKinds()...)
+	cat, _, err := catalog.Open(ctx, catalog.Options{DB: env.Database(f)})
 	cancel()
 	if err != nil {
 		f.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -69,7 +70,7 @@ func routerOperations(t *testing.T) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cat, err := catalog.New(ctx, env.Database(t), catalog.AllKinds()...)
+	cat, _, err := catalog.Open(ctx, catalog.Options{DB: env.Database(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,24 +191,31 @@ func TestOpenAPISecurityMatchesServer(t *testing.T) {
 	}
 }
 
-// The schemas describe what the handlers really send: a fully populated
-// value of each Go type, marshalled, must validate against its schema and
-// use no property the schema does not declare (so a renamed JSON field
-// fails here rather than in a client).
-func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
-	doc := loadOpenAPI(t)
-	yes := true
-	meta := catalog.Metadata{Name: "n1", Description: "d", UserData1: "u1", UserData2: "u2"}
-	gvk := catalog.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}
-	req := catalog.InstanceRequest{RBName: "rb", RBVersion: "v1", ProfileName: "p", CloudRegion: "r", ReleaseName: "rel",
+// sampleParts are values the schema samples share.
+type sampleParts struct {
+	yes        bool
+	meta       catalog.Metadata
+	gvk        catalog.GVK
+	req        catalog.InstanceRequest
+	cl         status.Cluster
+	status     status.Response
+	listHeader status.ListHeader
+	conn       catalog.ConnectivitySpec
+}
+
+func newSampleParts() *sampleParts {
+	sp := &sampleParts{yes: true}
+	sp.meta = catalog.Metadata{Name: "n1", Description: "d", UserData1: "u1", UserData2: "u2"}
+	sp.gvk = catalog.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}
+	sp.req = catalog.InstanceRequest{RBName: "rb", RBVersion: "v1", ProfileName: "p", CloudRegion: "r", ReleaseName: "rel",
 		Labels: map[string]string{"a": "b"}, OverrideValues: map[string]string{"image.tag": "1"}}
-	cl := status.Cluster{ClusterProvider: "cp", ClusterProviderEMCO: "cp", Cluster: "c1", Ready: &yes, ReadyStatus: "Available",
+	sp.cl = status.Cluster{ClusterProvider: "cp", ClusterProviderEMCO: "cp", Cluster: "c1", Ready: &sp.yes, ReadyStatus: "Available",
 		Connectivity: "Available", Monitor: "Running", LastSeen: "2026-01-01T10:00:00Z",
 		Resources: []status.Resource{{GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Name: "web",
 			Namespace: "ns", RsyncStatus: "Applied", ClusterStatus: "Present", ReadyStatus: "Ready", Reason: "r",
 			DeployedStatus: "Applied", ReadyStatusEMCO: "Ready", RsyncStatusEMCO: "Applied", ClusterStatusEMCO: "Present",
 			Detail: []byte(`{"kind":"Deployment"}`)}}}
-	statusSample := status.Response{
+	sp.status = status.Response{
 		Header:     status.Header{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", Name: "dig"},
 		EMCOHeader: status.EMCOHeader{CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", LogicalCloud: "lc"},
 		State:      status.State{Actions: []catalog.StateAction{{State: "Instantiated", ContextID: "1", TimeStamp: time.Unix(1e9, 0).UTC()}}},
@@ -217,31 +225,36 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		DeployedCounts: map[string]int{"Applied": 1}, ReadyCounts: map[string]int{"Ready": 1},
 		RsyncStatus: map[string]int{"Applied": 1}, ClusterStatus: map[string]int{"Present": 1},
 		RsyncStatusEMCO: map[string]int{"Applied": 1}, ClusterStatusEMCO: map[string]int{"Present": 1},
-		Ready: &yes, ReadyStatus: map[string]int{"Ready": 1},
-		Apps:    []status.App{{Name: "a", Ready: &yes, Clusters: []status.Cluster{cl}}},
-		Cluster: &cl,
+		Ready: &sp.yes, ReadyStatus: map[string]int{"Ready": 1},
+		Apps:    []status.App{{Name: "a", Ready: &sp.yes, Clusters: []status.Cluster{sp.cl}}},
+		Cluster: &sp.cl,
 	}
-	listHeader := status.ListHeader{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", LogicalCloud: "lc", Name: "dig"}
-	conn := catalog.ConnectivitySpec{CloudRegion: "r", CloudOwner: "o",
+	sp.listHeader = status.ListHeader{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", LogicalCloud: "lc", Name: "dig"}
+	sp.conn = catalog.ConnectivitySpec{CloudRegion: "r", CloudOwner: "o",
 		Other: catalog.ConnectivityRecords{Records: []map[string]string{{"connectivity-record-name": "ovn", "FQDN-or-ip": "10.0.0.1"}}}}
-	samples := map[string]any{
-		"Project":          catalog.Object[catalog.Empty]{Metadata: meta},
-		"ClusterProvider":  catalog.Object[catalog.Empty]{Metadata: meta},
-		"CompositeApp":     catalog.Object[catalog.CompositeAppSpec]{Metadata: meta, Spec: catalog.CompositeAppSpec{Version: "v1"}},
-		"AppProfile":       catalog.Object[catalog.AppProfileSpec]{Metadata: meta, Spec: catalog.AppProfileSpec{App: "a"}},
-		"Network":          catalog.Object[catalog.NetworkSpec]{Metadata: meta, Spec: catalog.NetworkSpec{"cniType": "ovn4nfv"}},
-		"DeploymentIntent": catalog.Object[catalog.DIGIntentSpec]{Metadata: meta, Spec: catalog.DIGIntentSpec{Intent: map[string]string{"genericPlacementIntent": "g"}}},
-		"DeploymentIntentGroup": catalog.Object[catalog.DIGSpec]{Metadata: meta, Spec: catalog.DIGSpec{CompositeProfile: "cp", Version: "r1",
+	return sp
+}
+
+// catalogueSamples are the objects clients write and read back.
+func catalogueSamples(sp *sampleParts) map[string]any {
+	return map[string]any{
+		"Project":          catalog.Object[catalog.Empty]{Metadata: sp.meta},
+		"ClusterProvider":  catalog.Object[catalog.Empty]{Metadata: sp.meta},
+		"CompositeApp":     catalog.Object[catalog.CompositeAppSpec]{Metadata: sp.meta, Spec: catalog.CompositeAppSpec{Version: "v1"}},
+		"AppProfile":       catalog.Object[catalog.AppProfileSpec]{Metadata: sp.meta, Spec: catalog.AppProfileSpec{App: "a"}},
+		"Network":          catalog.Object[catalog.NetworkSpec]{Metadata: sp.meta, Spec: catalog.NetworkSpec{"cniType": "ovn4nfv"}},
+		"DeploymentIntent": catalog.Object[catalog.DIGIntentSpec]{Metadata: sp.meta, Spec: catalog.DIGIntentSpec{Intent: map[string]string{"genericPlacementIntent": "g"}}},
+		"DeploymentIntentGroup": catalog.Object[catalog.DIGSpec]{Metadata: sp.meta, Spec: catalog.DIGSpec{CompositeProfile: "cp", Version: "r1",
 			LogicalCloud: "lc", OverrideValues: []catalog.OverrideValue{{App: "a", Values: map[string]string{"x.y": "z"}}}}},
-		"AppIntent": catalog.Object[catalog.AppIntentSpec]{Metadata: meta, Spec: catalog.AppIntentSpec{App: "a", Intent: catalog.PlacementIntent{
+		"AppIntent": catalog.Object[catalog.AppIntentSpec]{Metadata: sp.meta, Spec: catalog.AppIntentSpec{App: "a", Intent: catalog.PlacementIntent{
 			AllOf: []catalog.ClusterSelector{{ClusterProvider: "cp", Cluster: "c1"}},
 			AnyOf: []catalog.ClusterSelector{{ClusterProvider: "cp", ClusterLabel: "edge"}}}}},
 		"ClusterLabel":                   labelBody{ClusterLabel: "edge"},
-		"ConnectivityInfo":               conn,
-		"ConnectivityInfoWithKubeconfig": connectivityView{ConnectivitySpec: conn, Kubeconfig: "YXBpVmVyc2lvbjogdjE="},
-		"InstanceListItem":               instanceListItem{ID: "123", Request: req, ReleaseName: "rel", Namespace: "ns"},
-		"FullInstance": deploy.FullInstance{InstanceSpec: catalog.InstanceSpec{ID: "123", Request: req, Namespace: "ns", ReleaseName: "rel",
-			Resources: []catalog.ResourceRef{{GVK: gvk, Name: "web"}}}, Status: "DONE", Hooks: []any{}, PreInstallTimeout: 60},
+		"ConnectivityInfo":               sp.conn,
+		"ConnectivityInfoWithKubeconfig": connectivityView{ConnectivitySpec: sp.conn, Kubeconfig: "YXBpVmVyc2lvbjogdjE="},
+		"InstanceListItem":               instanceListItem{ID: "123", Request: sp.req, ReleaseName: "rel", Namespace: "ns"},
+		"FullInstance": deploy.FullInstance{InstanceSpec: catalog.InstanceSpec{ID: "123", Request: sp.req, Namespace: "ns", ReleaseName: "rel",
+			Resources: []catalog.ResourceRef{{GVK: sp.gvk, Name: "web"}}}, Status: "DONE", Hooks: []any{}, PreInstallTimeout: 60},
 		"QueryStatus": status.QueryStatus{ResourceCount: 1, ResourcesStatus: []status.ResourceStatus{{Name: "web",
 			GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Status: []byte(`{"kind":"Deployment"}`), ReadyStatus: "Ready"}}},
 		"ConfigTemplate":     catalog.ConfigTemplateSpec{TemplateName: "t", Description: "d", ChartName: "c", HasContent: true},
@@ -254,29 +267,36 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"RBDefinition": catalog.RBDefinitionSpec{RBName: "rb", RBVersion: "v1", ChartName: "c", Description: "d",
 			Labels: map[string]string{"a": "b"}},
 		"RBProfile": catalog.RBProfileSpec{RBName: "rb", RBVersion: "v1", ProfileName: "p", ReleaseName: "rel", Namespace: "ns",
-			KubernetesVersion: "1.34", Labels: map[string]string{"a": "b"}, ExtraResourceTypes: []catalog.GVK{gvk}},
-		"InstanceRequest": req,
-		"Instance": catalog.InstanceSpec{ID: "123", Request: req, Namespace: "ns", ReleaseName: "rel",
-			Resources: []catalog.ResourceRef{{GVK: gvk, Name: "web"}}},
-		"StatusResponse": statusSample,
-		"CloudStatus":    status.CloudResponse{Response: statusSample, Clusters: statusSample.Apps[0].Clusters},
-		"AppsList":       status.AppsList{ListHeader: listHeader, Apps: []string{"a"}},
-		"ClustersByApp": status.ClustersByApp{ListHeader: listHeader, ClustersByApp: []status.ClustersByAppEntry{{App: "a",
+			KubernetesVersion: "1.34", Labels: map[string]string{"a": "b"}, ExtraResourceTypes: []catalog.GVK{sp.gvk}},
+		"InstanceRequest": sp.req,
+		"Instance": catalog.InstanceSpec{ID: "123", Request: sp.req, Namespace: "ns", ReleaseName: "rel",
+			Resources: []catalog.ResourceRef{{GVK: sp.gvk, Name: "web"}}},
+	}
+}
+
+// answerSamples are what status, subscription, history and overview
+// queries answer.
+func answerSamples(sp *sampleParts) map[string]any {
+	return map[string]any{
+		"StatusResponse": sp.status,
+		"CloudStatus":    status.CloudResponse{Response: sp.status, Clusters: sp.status.Apps[0].Clusters},
+		"AppsList":       status.AppsList{ListHeader: sp.listHeader, Apps: []string{"a"}},
+		"ClustersByApp": status.ClustersByApp{ListHeader: sp.listHeader, ClustersByApp: []status.ClustersByAppEntry{{App: "a",
 			Clusters: []status.ClusterEntry{{ClusterProvider: "cp", Cluster: "c1"}}}}},
-		"ResourcesByApp": status.ResourcesByApp{ListHeader: listHeader, ResourcesByApp: []status.ResourcesByAppEntry{{App: "a",
+		"ResourcesByApp": status.ResourcesByApp{ListHeader: sp.listHeader, ResourcesByApp: []status.ResourcesByAppEntry{{App: "a",
 			ClusterProvider: "cp", Cluster: "c1", Resources: []status.ResourceEntry{{Name: "web", GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}}}}}},
-		"Controller": catalog.Object[catalog.ControllerSpec]{Metadata: meta, Spec: catalog.ControllerSpec{Host: "h", Port: 9000, Type: "action", Priority: 1}},
-		"LogicalCloud": catalog.Object[catalog.LogicalCloudSpec]{Metadata: meta, Spec: catalog.LogicalCloudSpec{Namespace: "ns", Level: "1",
+		"Controller": catalog.Object[catalog.ControllerSpec]{Metadata: sp.meta, Spec: catalog.ControllerSpec{Host: "h", Port: 9000, Type: "action", Priority: 1}},
+		"LogicalCloud": catalog.Object[catalog.LogicalCloudSpec]{Metadata: sp.meta, Spec: catalog.LogicalCloudSpec{Namespace: "ns", Level: "1",
 			Labels: catalog.StringMap{"a.b/c": "d"}, User: catalog.LogicalCloudUser{UserName: "u", Type: "certificate"}}},
-		"ClusterReference": catalog.Object[catalog.ClusterReferenceSpec]{Metadata: meta, Spec: catalog.ClusterReferenceSpec{ClusterProvider: "cp",
+		"ClusterReference": catalog.Object[catalog.ClusterReferenceSpec]{Metadata: sp.meta, Spec: catalog.ClusterReferenceSpec{ClusterProvider: "cp",
 			Cluster: "c1", LoadBalancerIP: "0.0.0.0", Certificate: "Y2VydA==", CertificateError: "e"}},
-		"UserPermission": catalog.Object[catalog.UserPermissionSpec]{Metadata: meta, Spec: catalog.UserPermissionSpec{Namespace: "ns",
+		"UserPermission": catalog.Object[catalog.UserPermissionSpec]{Metadata: sp.meta, Spec: catalog.UserPermissionSpec{Namespace: "ns",
 			APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}},
-		"ClusterQuota":     catalog.Object[catalog.ClusterQuotaSpec]{Metadata: meta, Spec: catalog.StringMap{"limits.cpu": "2"}},
-		"GenericK8sIntent": catalog.Object[catalog.Empty]{Metadata: meta},
-		"GenericResource": catalog.Object[catalog.GACResourceSpec]{Metadata: meta, Spec: catalog.GACResourceSpec{App: "a", NewObject: "true",
+		"ClusterQuota":     catalog.Object[catalog.ClusterQuotaSpec]{Metadata: sp.meta, Spec: catalog.StringMap{"limits.cpu": "2"}},
+		"GenericK8sIntent": catalog.Object[catalog.Empty]{Metadata: sp.meta},
+		"GenericResource": catalog.Object[catalog.GACResourceSpec]{Metadata: sp.meta, Spec: catalog.GACResourceSpec{App: "a", NewObject: "true",
 			ResourceGVK: catalog.ResourceGVK{APIVersion: "v1", Kind: "ConfigMap", Name: "cm"}}},
-		"Customization": catalog.Object[catalog.CustomizationSpec]{Metadata: meta, Spec: catalog.CustomizationSpec{ClusterSpecific: "true",
+		"Customization": catalog.Object[catalog.CustomizationSpec]{Metadata: sp.meta, Spec: catalog.CustomizationSpec{ClusterSpecific: "true",
 			ClusterInfo: catalog.ClusterInfo{Scope: "label", ClusterProvider: "cp", Cluster: "c1", ClusterLabel: "edge", Mode: "allow"},
 			PatchType:   "json", PatchJSON: catalog.JSONValue(`[{"op":"add","path":"/a","value":1}]`),
 			ConfigMapOptions: catalog.DataKeyOptions{DataKeyOptions: []catalog.KeyOption{{FileName: "f", KeyName: "k", MergePatch: "false"}}},
@@ -290,7 +310,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 			Resource: []string{"Deployment/web"}}}},
 		"History": historyAnswer{History: []history.Entry{{Seq: 2, Time: time.Unix(1e9, 0).UTC(), Kind: history.KindResource, Instance: "1",
 			App: "a", ClusterProvider: "cp", Cluster: "c1", Resource: &history.Resource{GVK: status.GVK{Version: "v1", Kind: "ConfigMap"}, Name: "cm", Namespace: "ns"},
-			From: &history.State{RsyncStatus: "Applied", ClusterStatus: "Present", Ready: &yes, ReadyStatus: "Ready"},
+			From: &history.State{RsyncStatus: "Applied", ClusterStatus: "Present", Ready: &sp.yes, ReadyStatus: "Ready"},
 			To:   &history.State{RsyncStatus: "Applied", ClusterStatus: "NotPresent", Ready: new(bool), ReadyStatus: "NotPresent"}, Reason: "r"},
 			{Seq: 1, Time: time.Unix(1e9, 0).UTC(), Kind: history.KindAction, From: &history.State{State: "Approved"}, To: &history.State{State: "Instantiated", Status: "Instantiating"}}}},
 		"Overview": status.Overview{DeploymentIntentGroups: []status.Summary{{Kind: "dig", Project: "p", CompositeApp: "ca", Version: "v1", Name: "dig",
@@ -305,10 +325,21 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"ClusterOverview": status.ClusterOverview{Replica: "r1", Clusters: []status.ClusterState{{ClusterProvider: "cp", Cluster: "c1",
 			Connectivity: "Available", Monitor: "Running", LastSeen: "2026-01-01T10:00:00Z", Reason: "r", Contexts: 2, WatcherOwner: "r1"}}},
 		"InstanceList": status.Instances{Name: "dig", Project: "p", CompositeApp: "ca", Version: "v1", Instances: []string{"1", "2"}},
-		"InstanceStatus": status.InstanceStatus{Request: req, Ready: true, ResourceCount: 1, ResourcesStatus: []status.ResourceStatus{{
+		"InstanceStatus": status.InstanceStatus{Request: sp.req, Ready: true, ResourceCount: 1, ResourcesStatus: []status.ResourceStatus{{
 			Name: "web", GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Status: []byte(`{"replicas":1}`),
 			ReadyStatus: "Ready", Reason: "r"}}},
 	}
+}
+
+// The schemas describe what the handlers really send: a fully populated
+// value of each Go type, marshalled, must validate against its schema and
+// use no property the schema does not declare (so a renamed JSON field
+// fails here rather than in a client).
+func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	sp := newSampleParts()
+	samples := catalogueSamples(sp)
+	maps.Copy(samples, answerSamples(sp))
 	for name, v := range samples {
 		t.Run(name, func(t *testing.T) {
 			ref := doc.Components.Schemas[name]

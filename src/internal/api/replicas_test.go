@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/argus-mc/argus/src/internal/catalog"
 )
 
 // fakeConsistency records what it was asked.
@@ -116,12 +118,16 @@ func TestReplicasRoute(t *testing.T) {
 // Link header), with the catalogue's index and without.
 func TestListPages(t *testing.T) {
 	for _, indexed := range []bool{false, true} {
-		f := newFixture(t)
-		if indexed {
-			if _, err := f.cat.UseIndex(context.Background(), env.Etcd.Client, env.EtcdPrefix()); err != nil {
+		f := newFixtureWith(t, func(o *Options) {
+			if !indexed {
+				return
+			}
+			cat, _, err := catalog.Open(context.Background(), catalog.Options{DB: env.Database(t), Index: env.Etcd.Client, IndexPrefix: env.EtcdPrefix()})
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
+			o.Catalog = cat
+		})
 		if code, body, _ := f.do(t, "POST", "/v2/projects", `{"metadata":{"name":"p"}}`); code != 201 {
 			t.Fatalf("%d %s", code, body)
 		}

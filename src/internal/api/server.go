@@ -41,6 +41,9 @@ type Options struct {
 	// Subscriptions serves status subscriptions and ?watch=true; nil
 	// leaves them out.
 	Subscriptions Subscriptions
+	// Forgetters are told, after Subscriptions, that an instance or a DIG
+	// was deleted (the AAI sink removes a deleted instance from AAI).
+	Forgetters []Forgetter
 	// History serves …/status/history and the history events of
 	// ?watch=true streams; nil leaves them out.
 	History History

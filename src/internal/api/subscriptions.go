@@ -27,8 +27,13 @@ type Subscriptions interface {
 	List(ctx context.Context, subj notify.Subject) ([]notify.View, error)
 	Delete(ctx context.Context, subj notify.Subject, name string) error
 	// Forget is told that a subject was deleted with its subscriptions.
-	Forget(ctx context.Context, subj notify.Subject) error
+	Forgetter
 	Watch(subj notify.Subject, sub notify.Subscription, lastSeq int64) *notify.Watch
+}
+
+// Forgetter is told that a subject was deleted.
+type Forgetter interface {
+	Forget(ctx context.Context, subj notify.Subject) error
 }
 
 const (
@@ -90,15 +95,20 @@ func (s *server) subscriptionRoutes(r *mux.Router) {
 	}
 }
 
-// forget tells the notifier a subject is gone, and drops its history. The
-// delete itself succeeded, so a failure here is logged, not answered.
+// forget tells the notifier and the Forgetters a subject is gone, and
+// drops its history. The delete itself succeeded, so a failure here is
+// logged, not answered.
 func (s *server) forget(ctx context.Context, subj notify.Subject) {
 	s.forgetHistory(ctx, subj)
-	if s.opts.Subscriptions == nil {
-		return
+	if s.opts.Subscriptions != nil {
+		if err := s.opts.Subscriptions.Forget(context.WithoutCancel(ctx), subj); err != nil {
+			loggerFrom(ctx).WithError(err).Warn("cannot stop the deleted subject's subscriptions")
+		}
 	}
-	if err := s.opts.Subscriptions.Forget(context.WithoutCancel(ctx), subj); err != nil {
-		loggerFrom(ctx).WithError(err).Warn("cannot stop the deleted subject's subscriptions")
+	for _, f := range s.opts.Forgetters {
+		if err := f.Forget(context.WithoutCancel(ctx), subj); err != nil {
+			loggerFrom(ctx).WithError(err).Warn("cannot forget the deleted subject")
+		}
 	}
 }
 

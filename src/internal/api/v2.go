@@ -57,7 +57,7 @@ var (
 	vGPI      = append(append([]string{}, vDIG...), "genericPlacementIntent")
 )
 
-func (s *server) v2Routes(r *mux.Router) {
+func (s *server) v2Routes(r *mux.Router) { //nolint:funlen // route table
 	cat := s.opts.Catalog
 	registerCRUD(r, s, crud[catalog.Empty]{res: catalog.For[catalog.Empty](cat, catalog.ClusterProviders),
 		collection: pProviders, item: pProvider, itemVars: vProvider})

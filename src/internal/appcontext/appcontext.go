@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 // Context statuses (SPEC section 4).
@@ -272,7 +273,7 @@ type Store struct {
 // Options configures a Store.
 type Options struct {
 	Client *clientv3.Client
-	// Prefix for every key; "" means "/argus".
+	// Prefix for every key; "" means etcdstore.DefaultPrefix.
 	Prefix string
 	// MaxRequestBytes is etcd's --max-request-bytes; 0 means etcd's
 	// default, 1.5 MiB. Values are chunked to a quarter of it and
@@ -282,10 +283,7 @@ type Options struct {
 
 // New returns a Store.
 func New(opts Options) *Store {
-	if opts.Prefix == "" {
-		opts.Prefix = "/argus"
-	}
-	return &Store{cli: opts.Client, prefix: strings.TrimSuffix(opts.Prefix, "/"), lim: newLimits(opts.MaxRequestBytes)}
+	return &Store{cli: opts.Client, prefix: etcdstore.Prefix(opts.Prefix), lim: newLimits(opts.MaxRequestBytes)}
 }
 
 func (s *Store) ctxPrefix(id string) string { return s.prefix + "/ctx/" + id + "/" }
@@ -365,19 +363,6 @@ func (s *Store) Replace(ctx context.Context, id string, placements []*Placement,
 	return b.commit(ctx)
 }
 
-// ReplacePlacement writes one placement's resources (see Replace).
-func (s *Store) ReplacePlacement(ctx context.Context, id string, p *Placement) error {
-	have, err := s.blobs(ctx, id)
-	if err != nil {
-		return err
-	}
-	b := &batch{s: s}
-	if err := s.putResources(b, id, []*Placement{p}, have); err != nil {
-		return err
-	}
-	return b.commit(ctx)
-}
-
 func (s *Store) putStatus(b *batch, id string, st Status) error {
 	if st.Updated.IsZero() {
 		st.Updated = time.Now().UTC()
@@ -397,11 +382,6 @@ func (s *Store) SetStatus(ctx context.Context, id string, st Status) error {
 		return err
 	}
 	return b.commit(ctx)
-}
-
-// SetResourceStatus records rsync's state of one resource.
-func (s *Store) SetResourceStatus(ctx context.Context, id, app string, c ClusterRef, key string, st ResourceStatus) error {
-	return s.SetResourceStatuses(ctx, id, []StatusUpdate{{App: app, Cluster: c, Key: key, Status: st}}, nil)
 }
 
 // StatusUpdate is one resource's new rsync state.

@@ -43,7 +43,7 @@ func TestCreateGetUpdateList(t *testing.T) {
 	if err := s.Create(ctx, meta, Status{Status: Instantiating}, nil); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("second create: %v", err)
 	}
-	if err := s.SetResourceStatus(ctx, id, "web", c1, placements[0].Resources[1].Key(), ResourceStatus{Status: RsyncApplied}); err != nil {
+	if err := s.SetResourceStatuses(ctx, id, []StatusUpdate{{App: "web", Cluster: c1, Key: placements[0].Resources[1].Key(), Status: ResourceStatus{Status: RsyncApplied}}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SetStatus(ctx, id, Status{Status: Instantiated}); err != nil {

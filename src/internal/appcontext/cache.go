@@ -83,9 +83,6 @@ func (c *Cache) OnChange(f func(groups []string)) {
 	c.onChange = append(c.onChange, f)
 }
 
-// Ready is closed once the cache holds a complete copy.
-func (c *Cache) Ready() <-chan struct{} { return c.ready }
-
 // Run loads the cache and follows changes until ctx ends (etcdwatch: a
 // failed load is retried, and after a gap in the watch only what changed
 // meanwhile is applied); once it had a gap, every group is reported
@@ -159,13 +156,6 @@ func (c *Cache) advanceLocked(rev int64) {
 		close(c.revCh)
 		c.revCh = make(chan struct{})
 	}
-}
-
-// Revision is the etcd revision the cache reflects.
-func (c *Cache) Revision() int64 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.rev
 }
 
 // WaitRevision returns once the cache reflects every etcd change up to
@@ -297,7 +287,7 @@ func (c *Cache) builder(id string) *builder {
 // View calls f with the context (nil if unknown) and every cluster's state,
 // under the cache's read lock: f must not keep or change them.
 func (c *Cache) View(ctx context.Context, id string, f func(*Context, map[ClusterRef]ClusterState)) error {
-	if err := c.waitLoaded(ctx); err != nil {
+	if err := c.WaitLoaded(ctx); err != nil {
 		return err
 	}
 	c.mu.RLock()
@@ -313,7 +303,7 @@ func (c *Cache) View(ctx context.Context, id string, f func(*Context, map[Cluste
 // LiveOn lists the contexts not yet Terminated that place anything on the
 // cluster, so a cluster still in use is not deleted from under them.
 func (c *Cache) LiveOn(ctx context.Context, ref ClusterRef) ([]string, error) {
-	if err := c.waitLoaded(ctx); err != nil {
+	if err := c.WaitLoaded(ctx); err != nil {
 		return nil, err
 	}
 	c.mu.RLock()
@@ -331,7 +321,7 @@ func (c *Cache) LiveOn(ctx context.Context, ref ClusterRef) ([]string, error) {
 // Groups lists the groups of every context known, once the cache is
 // loaded: what a consumer that keeps state per group catches up on.
 func (c *Cache) Groups(ctx context.Context) ([]string, error) {
-	if err := c.waitLoaded(ctx); err != nil {
+	if err := c.WaitLoaded(ctx); err != nil {
 		return nil, err
 	}
 	c.mu.RLock()
@@ -351,7 +341,7 @@ func (c *Cache) Groups(ctx context.Context) ([]string, error) {
 // ClusterStates returns a copy of every cluster state the watchers stored,
 // once the cache is loaded.
 func (c *Cache) ClusterStates(ctx context.Context) (map[ClusterRef]ClusterState, error) {
-	if err := c.waitLoaded(ctx); err != nil {
+	if err := c.WaitLoaded(ctx); err != nil {
 		return nil, err
 	}
 	c.mu.RLock()
@@ -363,8 +353,8 @@ func (c *Cache) ClusterStates(ctx context.Context) (map[ClusterRef]ClusterState,
 	return out, nil
 }
 
-// waitLoaded returns once the cache holds a complete copy, or ctx ends.
-func (c *Cache) waitLoaded(ctx context.Context) error {
+// WaitLoaded returns once the cache holds a complete copy, or ctx ends.
+func (c *Cache) WaitLoaded(ctx context.Context) error {
 	select {
 	case <-c.ready:
 		return nil

@@ -14,6 +14,40 @@ import (
 	"github.com/argus-mc/argus/src/internal/errdefs"
 )
 
+// revisionPlan is app web's five ConfigMaps at version on each cluster.
+func revisionPlan(version string, clusters ...ClusterRef) []*Placement {
+	cm := func(name string) Resource {
+		return Resource{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: name, Namespace: "default",
+			Manifest: json.RawMessage(`{"kind":"ConfigMap","metadata":{"name":"` + name + `"},"data":{"v":"` + version + strings.Repeat("x", 300) + `"}}`)}
+	}
+	var out []*Placement
+	for _, c := range clusters {
+		var rs []Resource
+		for _, n := range []string{"a", "b", "c", "d", "e"} {
+			rs = append(rs, cm(n))
+		}
+		out = append(out, &Placement{App: "web", Cluster: c, Resources: rs})
+	}
+	return out
+}
+
+// putUpdate updates the context to p and records it as revision n,
+// keeping two; it returns the store's revision before the update.
+func putUpdate(ctx context.Context, t *testing.T, s *Store, id string, n int64, p []*Placement) int64 {
+	t.Helper()
+	since, err := s.CurrentRevision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Replace(ctx, id, p, nil, Status{Status: Updating}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutRevision(ctx, id, NewRevision(n, RevisionUpdate, p), 2, since); err != nil {
+		t.Fatal(err)
+	}
+	return since
+}
+
 // Revisions keep a context's desired states for rollback: read back with
 // their manifests, the newest keep of them, and the manifests only pruned
 // revisions used deleted with them (those the context or a kept revision
@@ -25,26 +59,11 @@ func TestRevisionsAreKeptBoundedAndPruneManifests(t *testing.T) {
 	s := New(Options{Client: env.Etcd.Client, Prefix: env.EtcdPrefix(), MaxRequestBytes: 4096})
 	id := NewID()
 	c1, c2 := ClusterRef{"cp", "c1"}, ClusterRef{"cp", "c2"}
-	cm := func(name, version string) Resource {
-		return Resource{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: name, Namespace: "default",
-			Manifest: json.RawMessage(`{"kind":"ConfigMap","metadata":{"name":"` + name + `"},"data":{"v":"` + version + strings.Repeat("x", 300) + `"}}`)}
-	}
-	plan := func(version string, clusters ...ClusterRef) []*Placement {
-		var out []*Placement
-		for _, c := range clusters {
-			var rs []Resource
-			for _, n := range []string{"a", "b", "c", "d", "e"} {
-				rs = append(rs, cm(n, version))
-			}
-			out = append(out, &Placement{App: "web", Cluster: c, Resources: rs})
-		}
-		return out
-	}
 	since, err := s.CurrentRevision(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p1 := plan("one", c1, c2)
+	p1 := revisionPlan("one", c1, c2)
 	if err := s.Create(ctx, Meta{ID: id, Kind: "dig", Group: "g", StatusID: id, Namespace: "default", Created: time.Now()}, Status{Status: Instantiating}, p1); err != nil {
 		t.Fatal(err)
 	}
@@ -55,22 +74,8 @@ func TestRevisionsAreKeptBoundedAndPruneManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Two updates, each with new manifests, on c1 only.
-	for _, step := range []struct {
-		n       int64
-		version string
-	}{{2, "two"}, {3, "three"}} {
-		since, err := s.CurrentRevision(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := plan(step.version, c1)
-		if err := s.Replace(ctx, id, p, nil, Status{Status: Updating}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.PutRevision(ctx, id, NewRevision(step.n, RevisionUpdate, p), 2, since); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putUpdate(ctx, t, s, id, 2, revisionPlan("two", c1))
+	putUpdate(ctx, t, s, id, 3, revisionPlan("three", c1))
 	nums, err := s.Revisions(ctx, id)
 	if err != nil || len(nums) != 2 || nums[0] != 2 || nums[1] != 3 {
 		t.Fatalf("kept revisions %v %v, want [2 3] (limit 2)", nums, err)
@@ -99,17 +104,7 @@ func TestRevisionsAreKeptBoundedAndPruneManifests(t *testing.T) {
 	}
 	// A fourth revision drops revision 2: its manifests, used by nothing
 	// else now, go; the context still reads whole.
-	since, err = s.CurrentRevision(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p4 := plan("four", c1)
-	if err := s.Replace(ctx, id, p4, nil, Status{Status: Updating}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.PutRevision(ctx, id, NewRevision(4, RevisionUpdate, p4), 2, since); err != nil {
-		t.Fatal(err)
-	}
+	since = putUpdate(ctx, t, s, id, 4, revisionPlan("four", c1))
 	if blobs, _ = s.blobs(ctx, id); len(blobs) != 15 {
 		t.Fatalf("%d manifests after revision 4, want 15 (one, three, four)", len(blobs))
 	}

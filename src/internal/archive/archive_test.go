@@ -121,9 +121,9 @@ func TestVisitSeesContentAndLimitsStillApply(t *testing.T) {
 // each is refused quickly, having read only a small part of its input.
 func TestBombsAreRefusedEarly(t *testing.T) {
 	cases := map[string]func(io.Writer) error{
-		"100,000 tiny files":         func(w io.Writer) error { return TinyFiles(w, 100_000) },
-		"one 4 GiB file of zeros":    func(w io.Writer) error { return Zeros(w, 4<<30) },
-		"1,000 files of 4 MiB zeros": func(w io.Writer) error { return ZeroFiles(w, 1000, 4<<20) },
+		"100,000 tiny files":         func(w io.Writer) error { return tgz.TinyFiles(w, 100_000) },
+		"one 4 GiB file of zeros":    func(w io.Writer) error { return tgz.Zeros(w, 4<<30) },
+		"1,000 files of 4 MiB zeros": func(w io.Writer) error { return tgz.ZeroFiles(w, 1000, 4<<20) },
 	}
 	for name, gen := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -144,10 +144,10 @@ func TestBombsAreRefusedEarly(t *testing.T) {
 
 func TestBombGeneratorsMakeValidArchives(t *testing.T) {
 	var tiny, zeros bytes.Buffer
-	if err := TinyFiles(&tiny, 10); err != nil {
+	if err := tgz.TinyFiles(&tiny, 10); err != nil {
 		t.Fatal(err)
 	}
-	if err := Zeros(&zeros, 3<<20); err != nil {
+	if err := tgz.Zeros(&zeros, 3<<20); err != nil {
 		t.Fatal(err)
 	}
 	if sum, err := Inspect(&tiny, Limits{}, nil); err != nil || sum.Files != 10 {
@@ -178,7 +178,7 @@ func TestSummaryCounts(t *testing.T) {
 func TestRatioStopsZerosWhateverTheFileLimit(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
-	go func() { defer close(done); _ = pw.CloseWithError(Zeros(pw, 4<<30)) }()
+	go func() { defer close(done); _ = pw.CloseWithError(tgz.Zeros(pw, 4<<30)) }()
 	_, err := Inspect(pr, Limits{MaxFileSize: -1}, nil)
 	_ = pr.CloseWithError(errors.New("inspection over"))
 	<-done

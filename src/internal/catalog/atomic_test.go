@@ -59,7 +59,7 @@ func TestCreateWithContentIsAtomicForReaders(t *testing.T) {
 	if err := projects.Delete(ctx, Key{"p"}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("delete a project with a pending app: %v, want 409", err)
 	}
-	rec, err := c.Recover(ctx, time.Now())
+	rec, err := c.repair(ctx, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestDeleteMarksFirst(t *testing.T) {
 		bson.D{{Key: "$set", Value: bson.D{{Key: fieldDeleting, Value: time.Now().Add(-time.Minute)}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if rec, err := c.Recover(ctx, time.Now()); err != nil || rec.Unmarked != 1 {
+	if rec, err := c.repair(ctx, time.Now()); err != nil || rec.Unmarked != 1 {
 		t.Fatalf("recover = %+v, %v", rec, err)
 	}
 	if err := projects.Alive(ctx, Key{"p"}); err != nil {
@@ -273,7 +273,7 @@ func TestContentChunksAndGenerations(t *testing.T) {
 	if b, _ := apps.GetContent(ctx, key); string(b) != "small" {
 		t.Fatalf("a stray generation is read: %q", b)
 	}
-	if rec, err := c.Recover(ctx, time.Now()); err != nil || rec.Orphans != 1 || chunks() != 1 {
+	if rec, err := c.repair(ctx, time.Now()); err != nil || rec.Orphans != 1 || chunks() != 1 {
 		t.Fatalf("recover = %+v, %v; %d chunks", rec, err, chunks())
 	}
 	// A file stored whole, as before chunking.
@@ -285,7 +285,7 @@ func TestContentChunksAndGenerations(t *testing.T) {
 		{Key: "content", Value: []byte("legacy")}}); err != nil {
 		t.Fatal(err)
 	}
-	if rec, err := c.Recover(ctx, time.Now()); err != nil || rec.Orphans != 0 {
+	if rec, err := c.repair(ctx, time.Now()); err != nil || rec.Orphans != 0 {
 		t.Fatalf("recover touched a legacy file: %+v, %v", rec, err)
 	}
 	reindex(t, ctx, c) // written behind the catalogue's back, as before the index
@@ -318,7 +318,7 @@ func TestStaleMarkersAreTakenOver(t *testing.T) {
 	if err := projects.Create(ctx, Key{"p"}, project("p")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Recover(ctx, time.Now()); err != nil {
+	if _, err := c.repair(ctx, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	late := time.Now().UTC().Add(-time.Minute) // set by the dead process, landed now
@@ -346,7 +346,7 @@ func TestStaleMarkersAreTakenOver(t *testing.T) {
 func reindex(t *testing.T, ctx context.Context, c *Catalog) {
 	t.Helper()
 	if x := c.index(); x != nil {
-		if _, err := c.UseIndex(ctx, x.cli, strings.TrimSuffix(x.prefix, "/catalog/")); err != nil {
+		if _, err := c.useIndex(ctx, x.cli, strings.TrimSuffix(x.prefix, "/catalog/")); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -41,7 +41,7 @@ func loadBig(b *testing.B) *bigCatalog {
 	bigOnce.Do(func() {
 		ctx := context.Background()
 		db := env.Mongo.Client.Database("bench" + fmt.Sprint(time.Now().UnixNano()))
-		plain, err := New(ctx, db, bigKinds()...)
+		plain, err := prepare(ctx, db, bigKinds()...)
 		if err != nil {
 			bigErr = err
 			return
@@ -71,13 +71,13 @@ func loadBig(b *testing.B) *bigCatalog {
 			return
 		}
 		loaded := time.Since(start)
-		indexed, err := New(ctx, db, bigKinds()...)
+		indexed, err := prepare(ctx, db, bigKinds()...)
 		if err != nil {
 			bigErr = err
 			return
 		}
 		start = time.Now()
-		if _, bigErr = indexed.UseIndex(ctx, env.Etcd.Client, env.EtcdPrefix()); bigErr != nil {
+		if _, bigErr = indexed.useIndex(ctx, env.Etcd.Client, env.EtcdPrefix()); bigErr != nil {
 			return
 		}
 		big = &bigCatalog{db: db, indexed: indexed, plain: plain, load: loaded, build: time.Since(start)}

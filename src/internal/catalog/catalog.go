@@ -22,20 +22,80 @@ type Catalog struct {
 	kinds    []*Kind
 	children map[*Kind][]*Kind
 
-	// staleBefore is the last Recover's point: intents and delete marks
+	// staleBefore is the last repair's point: intents and delete marks
 	// older than it belong to no live process (see takeOver).
 	mu          sync.Mutex
 	staleBefore time.Time
-	// idx, once UseIndex ran, serves reads; nil reads MongoDB alone.
+	// idx, once useIndex ran, serves reads; nil reads MongoDB alone.
 	idx *index
 	// owner signs this process's markers (see Owner); nil judges them by
 	// staleBefore alone.
 	owner *Owner
 }
 
-// New prepares the collections of the given kinds (unique key indexes) and
-// returns the catalogue. Every kind's parent must be among kinds.
-func New(ctx context.Context, db *mongo.Database, kinds ...*Kind) (*Catalog, error) {
+// Options configures Open; DB is required.
+type Options struct {
+	DB *mongo.Database
+	// Kinds are the kinds stored; nil means AllKinds(). Every kind's
+	// parent must be among them.
+	Kinds []*Kind
+	// Owner signs this process's markers and tells whether another
+	// process's are live (see Owner); nil judges them by their age alone.
+	Owner *Owner
+	// RepairBefore, when set, repairs what writers killed before it left
+	// half done (see repair) before anyone reads; the zero time repairs
+	// nothing.
+	RepairBefore time.Time
+	// Index, when set, makes the catalogue keep and read an index in etcd
+	// under IndexPrefix (see index), brought up to date with MongoDB
+	// after the repair; nil reads MongoDB alone.
+	Index       *clientv3.Client
+	IndexPrefix string
+}
+
+// Opened is what Open found to repair.
+type Opened struct {
+	Recovered Recovered
+	// IndexFixed counts the index entries brought up to date.
+	IndexFixed int
+}
+
+// Open returns the catalogue ready to use: its collections prepared
+// (unique key indexes), its markers signed by Owner, what killed writers
+// left repaired and its index reconciled, in that order.
+func Open(ctx context.Context, opts Options) (*Catalog, Opened, error) {
+	var out Opened
+	if opts.DB == nil {
+		return nil, out, errors.New("catalog: DB is required")
+	}
+	if opts.Kinds == nil {
+		opts.Kinds = AllKinds()
+	}
+	c, err := prepare(ctx, opts.DB, opts.Kinds...)
+	if err != nil {
+		return nil, out, err
+	}
+	if opts.Owner != nil {
+		c.setOwner(*opts.Owner)
+	}
+	if !opts.RepairBefore.IsZero() {
+		if out.Recovered, err = c.repair(ctx, opts.RepairBefore); err != nil {
+			return nil, out, fmt.Errorf("catalog: repair: %w", err)
+		}
+	}
+	if opts.Index != nil {
+		fixed, err := c.useIndex(ctx, opts.Index, opts.IndexPrefix)
+		if err != nil {
+			return nil, out, fmt.Errorf("catalog: index: %w", err)
+		}
+		out.IndexFixed = fixed.Fixed
+	}
+	return c, out, nil
+}
+
+// prepare creates the collections' unique key indexes of the given kinds
+// and returns the catalogue on MongoDB alone.
+func prepare(ctx context.Context, db *mongo.Database, kinds ...*Kind) (*Catalog, error) {
 	c := &Catalog{db: db, kinds: kinds, children: map[*Kind][]*Kind{}}
 	known := map[*Kind]bool{}
 	for _, k := range kinds {
@@ -94,7 +154,7 @@ func (r *Resource[S]) filter(key Key) bson.D { return keyFilter(r.kind, key) }
 //   - pendingSince is a write-ahead intent: an object created with its
 //     content is inserted with it, and it is cleared once the content is
 //     stored. Readers treat a pending object as absent, so no reader sees an
-//     object without its content, and Recover removes the intents a killed
+//     object without its content, and the start-up repair removes the intents a killed
 //     process left behind.
 //   - deletingSince is a tombstone set first by Delete. Creates of children
 //     check it before and after they insert, so a child is either seen by
@@ -201,7 +261,7 @@ func (r *Resource[S]) Create(ctx context.Context, key Key, obj Object[S]) error 
 
 // CreateWithContent stores a new object and its uploaded file as one step:
 // across a crash, either both exist for readers or neither does (see
-// Recover).
+// the start-up repair).
 func (r *Resource[S]) CreateWithContent(ctx context.Context, key Key, obj Object[S], content []byte) error {
 	if content == nil {
 		content = []byte{}
@@ -320,7 +380,7 @@ func (r *Resource[S]) indexUpdate(ctx context.Context, x *index, key Key, prev b
 
 // takeOver removes the intent a dead process left under key, if that is
 // what holds it: a write still in flight when its process was killed can
-// land after Recover ran, and must not keep the name taken until the next
+// land after the start-up repair ran, and must not keep the name taken until the next
 // restart. It reports whether it removed one.
 func (r *Resource[S]) takeOver(ctx context.Context, key Key) bool {
 	var doc bson.Raw
@@ -521,7 +581,7 @@ func (r *Resource[S]) Delete(ctx context.Context, key Key, before ...func(contex
 		return err
 	}
 	// From here on the object is gone for readers; a crash leaves at most
-	// content without its object, which Recover removes.
+	// content without its object, which the start-up repair removes.
 	if _, err := r.contents().DeleteMany(ctx, r.filter(key)); err != nil {
 		return fmt.Errorf("delete content of %s: %w", r.kind.describe(key), err)
 	}
@@ -591,9 +651,6 @@ func (r *Resource[S]) Alive(ctx context.Context, key Key) error {
 	r.checkKey(key)
 	return r.cat.alive(ctx, r.kind, key)
 }
-
-// Describe renders a key for messages.
-func (r *Resource[S]) Describe(key Key) string { return r.kind.describe(key) }
 
 // CountWhere counts the kind's objects matching filter (field paths such as
 // "spec.request.rbName"), for references that are not parent and child.

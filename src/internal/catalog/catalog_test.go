@@ -228,7 +228,7 @@ func TestRevisions(t *testing.T) {
 	if got := legacy.LatestRevision("2"); got != 1 {
 		t.Errorf("context 2: latest revision %d, want 1", got)
 	}
-	c, err := New(ctx, env.Database(t), Projects, CompositeApps, DeploymentIntentGroups)
+	c, err := prepare(ctx, env.Database(t), Projects, CompositeApps, DeploymentIntentGroups)
 	if err != nil {
 		t.Fatal(err)
 	}

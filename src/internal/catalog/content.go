@@ -85,7 +85,7 @@ func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) erro
 		return fmt.Errorf("store content of %s: %w", r.kind.describe(key), err)
 	}
 	// The displaced generation (or a file stored before content was
-	// chunked) is unreachable now; a crash here leaves it to Recover.
+	// chunked) is unreachable now; a crash here leaves it to the start-up repair.
 	if x != nil {
 		if err := r.indexUpdate(ctx, x, key, prev, rev, bson.D{{Key: fieldContentGen, Value: gen}, {Key: fieldContentSize, Value: int64(len(data))}}); err != nil {
 			return err

@@ -80,14 +80,6 @@ type DIGState struct {
 
 func (c *Catalog) digStates() *mongo.Collection { return c.db.Collection("lifecycle") }
 
-// DIGGroup and ClusterGroup name lifecycles; state documents are keyed by them.
-func DIGGroup(dig Key) string { return "dig:" + strings.Join(dig, "/") }
-
-// LogicalCloudGroup names a logical cloud's lifecycle.
-func LogicalCloudGroup(project, cloud string) string { return "lc:" + project + "/" + cloud }
-
-// ClusterGroup names a cluster's network-intents lifecycle.
-func ClusterGroup(provider, cluster string) string { return "cluster:" + provider + "+" + cluster }
 
 func groupFilter(group string) bson.D { return bson.D{{Key: "group", Value: group}} }
 
@@ -307,8 +299,8 @@ func (c *Catalog) unlockStale(ctx context.Context) (int, error) {
 	for _, d := range docs {
 		// A DIG deleted before its lifecycle was: the lifecycle goes too,
 		// or a DIG created again under its name would inherit its history.
-		if key, ok := strings.CutPrefix(d.Group, "dig:"); ok && c.has(DeploymentIntentGroups) {
-			if _, err := digs.Get(ctx, Key(strings.Split(key, "/"))); errors.Is(err, errdefs.ErrNotFound) {
+		if g, ok := ParseGroup(d.Group); ok && g.Kind == GroupDIG && c.has(DeploymentIntentGroups) {
+			if _, err := digs.Get(ctx, g.Key); errors.Is(err, errdefs.ErrNotFound) {
 				if _, err := c.digStates().DeleteOne(ctx, groupFilter(d.Group)); err != nil {
 					return 0, fmt.Errorf("recover lifecycles: %w", err)
 				}

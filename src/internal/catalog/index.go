@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 // The index is a copy, in etcd, of every visible object's document (its
@@ -37,7 +38,7 @@ import (
 // object), they copy the object from MongoDB again until it does, so the
 // entry ends as MongoDB has it. Separating the key fields with a space
 // (below every character a name may hold) makes etcd's key order the
-// lists' order. UseIndex reconciles the whole index with MongoDB at
+// lists' order. Open reconciles the whole index with MongoDB at
 // start-up, repairing what a process killed between the two writes left.
 type index struct {
 	cli    *clientv3.Client
@@ -47,14 +48,11 @@ type index struct {
 // indexSep separates key fields in an entry's key.
 const indexSep = " "
 
-// UseIndex makes the catalogue keep and read its index in etcd under
-// prefix (see index), after reconciling it with MongoDB. Run it after
-// Recover: what Recover repaired is then in the index too.
-func (c *Catalog) UseIndex(ctx context.Context, cli *clientv3.Client, prefix string) (Reconciled, error) {
-	if prefix == "" {
-		prefix = "/argus"
-	}
-	idx := &index{cli: cli, prefix: strings.TrimRight(prefix, "/") + "/catalog/"}
+// useIndex makes the catalogue keep and read its index in etcd under
+// prefix (see index), after reconciling it with MongoDB. It runs after
+// repair: what that repaired is then in the index too.
+func (c *Catalog) useIndex(ctx context.Context, cli *clientv3.Client, prefix string) (Reconciled, error) {
+	idx := &index{cli: cli, prefix: etcdstore.Prefix(prefix) + "/catalog/"}
 	var out Reconciled
 	for _, k := range append(slices.Clone(c.kinds), lifecycles) {
 		n, err := c.reconcile(ctx, idx, k)
@@ -69,7 +67,7 @@ func (c *Catalog) UseIndex(ctx context.Context, cli *clientv3.Client, prefix str
 	return out, nil
 }
 
-// Reconciled counts the index entries UseIndex repaired.
+// Reconciled counts the index entries useIndex repaired.
 type Reconciled struct{ Fixed int }
 
 func (c *Catalog) index() *index {

@@ -14,7 +14,7 @@ func indexed(t *testing.T, kinds ...*Kind) (*Catalog, context.Context, string) {
 	t.Helper()
 	c, ctx := newCatalogOf(t, kinds...)
 	prefix := env.EtcdPrefix()
-	if _, err := c.UseIndex(ctx, env.Etcd.Client, prefix); err != nil {
+	if _, err := c.useIndex(ctx, env.Etcd.Client, prefix); err != nil {
 		t.Fatal(err)
 	}
 	return c, ctx, prefix
@@ -95,7 +95,7 @@ func TestReconcileRepairs(t *testing.T) {
 	if _, err := c.db.Collection(Projects.Collection).DeleteOne(ctx, bson.D{{Key: "project", Value: "c"}}); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := c.UseIndex(ctx, env.Etcd.Client, prefix)
+	rec, err := c.useIndex(ctx, env.Etcd.Client, prefix)
 	if err != nil || rec.Fixed != 3 {
 		t.Fatalf("reconcile: %+v, %v", rec, err)
 	}
@@ -106,7 +106,7 @@ func TestReconcileRepairs(t *testing.T) {
 	if err != nil || len(list) != 2 || list[0].Metadata.Name != "a" {
 		t.Fatalf("list after repair: %+v %v", list, err)
 	}
-	if rec, err := c.UseIndex(ctx, env.Etcd.Client, prefix); err != nil || rec.Fixed != 0 {
+	if rec, err := c.useIndex(ctx, env.Etcd.Client, prefix); err != nil || rec.Fixed != 0 {
 		t.Fatalf("a second reconcile: %+v, %v", rec, err)
 	}
 }

@@ -20,7 +20,7 @@ import (
 // ran before this one under the same id; ids are unique among live
 // replicas). A marker without an owner (set by an older release, or
 // before a replica registered) is stale once older than the last
-// Recover's point, as before.
+// start-up repair's point, as before.
 const (
 	fieldPendingBy  = "pendingBy"
 	fieldDeletingBy = "deletingBy"
@@ -37,9 +37,9 @@ type Owner struct {
 	Alive func(ctx context.Context, lease int64) (bool, error)
 }
 
-// SetOwner makes the catalogue sign its markers as o's and judge others'
+// setOwner makes the catalogue sign its markers as o's and judge others'
 // by their lease (see Owner).
-func (c *Catalog) SetOwner(o Owner) {
+func (c *Catalog) setOwner(o Owner) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.owner = &o

@@ -10,7 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 )
 
-// Recovered counts what Recover repaired.
+// Recovered counts what the start-up repair (Options.RepairBefore) did.
 type Recovered struct {
 	// Intents are objects whose creation with content never finished.
 	Intents int
@@ -22,7 +22,7 @@ type Recovered struct {
 	Lifecycles int
 }
 
-// Recover repairs what a process killed mid-write left behind, for every
+// repair repairs what a process killed mid-write left behind, for every
 // kind: creations with content started before before are removed with
 // their content (readers never saw them), delete marks set before before are
 // cleared (the delete never answered; the object stays), contents without
@@ -31,7 +31,7 @@ type Recovered struct {
 // replicas own work through leases, anything older is nobody's. A write of
 // a killed process that lands after this pass is taken over lazily: a
 // create meeting such an intent removes it (see takeOver).
-func (c *Catalog) Recover(ctx context.Context, before time.Time) (Recovered, error) {
+func (c *Catalog) repair(ctx context.Context, before time.Time) (Recovered, error) {
 	var out Recovered
 	before = before.UTC()
 	c.mu.Lock()

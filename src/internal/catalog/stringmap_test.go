@@ -105,12 +105,12 @@ func newCatalogOf(t *testing.T, kinds ...*Kind) (*Catalog, context.Context) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	c, err := New(ctx, env.Database(t), kinds...)
+	c, err := prepare(ctx, env.Database(t), kinds...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.HasSuffix(t.Name(), "/indexed") {
-		if _, err := c.UseIndex(ctx, env.Etcd.Client, env.EtcdPrefix()); err != nil {
+		if _, err := c.useIndex(ctx, env.Etcd.Client, env.EtcdPrefix()); err != nil {
 			t.Fatal(err)
 		}
 	}

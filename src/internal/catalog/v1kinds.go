@@ -228,6 +228,3 @@ func (c InstanceConfigSpec) Current() uint { return uint(len(c.History)) }
 func (c InstanceConfigSpec) Active() bool {
 	return len(c.History) > 0 && c.History[len(c.History)-1].Action != ConfigDeleted
 }
-
-// InstanceGroup is the lifecycle and change-routing group of a v1 instance.
-func InstanceGroup(id string) string { return "instance:" + id }

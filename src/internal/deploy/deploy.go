@@ -49,11 +49,8 @@ type Options struct {
 	// Renderer renders charts; nil renders in this process (render.InProcess),
 	// unbounded in time and memory: the orchestrator passes a render.Pool.
 	Renderer Renderer
-	// Issuer gets standard logical clouds' certificates issued; nil leaves
-	// only admin clouds available.
-	Issuer Issuer
-	Logger *logrus.Entry
-	Now    func() time.Time
+	Logger   *logrus.Entry
+	Now      func() time.Time
 	// BusyWait bounds how long a v1 upgrade or config change waits for
 	// rsync to finish with the instance before it is refused; 0 means 30s.
 	BusyWait time.Duration
@@ -83,7 +80,7 @@ type Locker interface {
 	Lock(ctx context.Context, name string) (func(), error)
 }
 
-// Service runs DIG and logical cloud lifecycle actions and v1 instance actions.
+// Service runs DIG lifecycle actions and v1 instance actions.
 type Service struct {
 	opts Options
 	log  *logrus.Entry
@@ -280,44 +277,11 @@ func (s *Service) Update(ctx context.Context, dig catalog.Key) (int64, error) {
 // first: the plan is diffed against a settled context.
 func (s *Service) applyUpdate(ctx context.Context, group, id string, placements []*appcontext.Placement, meta *appcontext.Meta) error {
 	s.opts.Rsync.Stop(group)
-	old, err := s.opts.Contexts.Get(ctx, id)
-	if err != nil {
+	if err := s.opts.Contexts.ReplaceForUpdate(ctx, id, placements, meta); err != nil {
 		return err
 	}
-	if err := s.opts.Contexts.Replace(ctx, id, mergeForUpdate(old, placements), meta, appcontext.Status{Status: appcontext.Updating}); err != nil {
-		return err
-	}
-	s.opts.Rsync.Update(group, old.Meta.ID)
+	s.opts.Rsync.Update(group, id)
 	return nil
-}
-
-// mergeForUpdate returns the new placements plus, marked Removed, every old
-// resource the new plan no longer has.
-func mergeForUpdate(old *appcontext.Context, fresh []*appcontext.Placement) []*appcontext.Placement {
-	out := fresh
-	for _, op := range old.Placements {
-		var np *appcontext.Placement
-		for _, p := range fresh {
-			if p.App == op.App && p.Cluster == op.Cluster {
-				np = p
-			}
-		}
-		if np == nil {
-			np = &appcontext.Placement{App: op.App, Cluster: op.Cluster}
-			out = append(out, np)
-		}
-		keep := map[string]bool{}
-		for _, r := range np.Resources {
-			keep[r.Key()] = true
-		}
-		for _, r := range op.Resources {
-			if !keep[r.Key()] && op.StatusOf(r.Key()).Status != appcontext.RsyncDeleted {
-				r.Removed = true
-				np.Resources = append(np.Resources, r)
-			}
-		}
-	}
-	return out
 }
 
 // Terminate cancels any action in flight and deletes the DIG's resources.

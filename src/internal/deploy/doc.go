@@ -4,8 +4,8 @@
 // and overrides, places it on clusters, records the plan as an AppContext
 // and hands it to rsync, which does the work asynchronously.
 //
-// It also runs logical clouds (logicalcloud renders a standard cloud's
-// resources; its Issuer gets the users' certificates signed), resolves the
-// cloud a DIG deploys in, refuses intents naming controllers Argus does not
-// implement, and applies generic-k8s-intents (package gac) to the plan.
+// It also resolves the logical cloud a DIG deploys in (package
+// logicalcloud runs the clouds themselves), refuses intents naming
+// controllers Argus does not implement, and applies generic-k8s-intents
+// (package gac) to the plan.
 package deploy

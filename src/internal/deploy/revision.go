@@ -228,7 +228,7 @@ func (s *Service) Migrate(ctx context.Context, dig catalog.Key, targetVersion, t
 		Revision: 1, Dependencies: pl.deps,
 	}
 	if err := s.opts.Contexts.Create(ctx, meta, appcontext.Status{Status: appcontext.Instantiating, Updated: s.opts.Now()},
-		mergeForUpdate(old, pl.placements)); err != nil {
+		appcontext.MergeForUpdate(old, pl.placements)); err != nil {
 		return fmt.Errorf("record context: %w", err)
 	}
 	if _, err := s.opts.Catalog.TransitionDIG(ctx, dig, dayTwoFrom, s.action(catalog.StateTerminated, old.Meta.ID), ""); err != nil {

@@ -74,15 +74,10 @@ func hostPort(t *testing.T, raw string) (host, port string) {
 	return u.Hostname(), u.Port()
 }
 
-func TestCompose(t *testing.T) {
-	p := loadCompose(t)
-	if got, want := p.ServiceNames(), []string{"etcd", "mongodb", "orchestrator"}; !slices.Equal(got, want) {
-		t.Fatalf("services %v, want %v", got, want)
-	}
-	etcd, mongo, orch := service(t, p, "etcd"), service(t, p, "mongodb"), service(t, p, "orchestrator")
-
-	// The stores: pinned images, data on named volumes, health checks the
-	// orchestrator's start waits for.
+// checkComposeStores: the stores have pinned images, data on named
+// volumes, and health checks the orchestrator's start waits for.
+func checkComposeStores(t *testing.T, p *types.Project, etcd, mongo types.ServiceConfig) {
+	t.Helper()
 	if etcd.Image != "quay.io/coreos/etcd:v3.6.4" {
 		t.Errorf("etcd image %q", etcd.Image)
 	}
@@ -110,6 +105,16 @@ func TestCompose(t *testing.T) {
 			t.Errorf("volume %s is used but not declared", v)
 		}
 	}
+}
+
+func TestCompose(t *testing.T) {
+	p := loadCompose(t)
+	if got, want := p.ServiceNames(), []string{"etcd", "mongodb", "orchestrator"}; !slices.Equal(got, want) {
+		t.Fatalf("services %v, want %v", got, want)
+	}
+	etcd, mongo, orch := service(t, p, "etcd"), service(t, p, "mongodb"), service(t, p, "orchestrator")
+
+	checkComposeStores(t, p, etcd, mongo)
 
 	// The orchestrator: built from the repository's Dockerfile.
 	if orch.Image != "argus:latest" {

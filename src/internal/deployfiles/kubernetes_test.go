@@ -178,6 +178,20 @@ func TestOrchestratorManifests(t *testing.T) {
 		}
 	}
 
+	checkOrchestratorEnv(t, c)
+
+	sa := typed[corev1.ServiceAccount](t, find(t, objs, "ServiceAccount", pod.ServiceAccountName))
+	if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken ||
+		pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Error("the orchestrator needs no token for its own cluster, yet one would be mounted")
+	}
+
+	checkOrchestratorService(t, objs, d, c)
+}
+
+// checkOrchestratorEnv checks where the orchestrator's settings come from.
+func checkOrchestratorEnv(t *testing.T, c corev1.Container) {
+	t.Helper()
 	// The MongoDB URI comes from the documented Secret, not the ConfigMap.
 	secret := decodeFile(t, "deployments", "kubernetes", "orchestrator", "mongo-secret.example.yaml")
 	var fromSecret bool
@@ -204,13 +218,11 @@ func TestOrchestratorManifests(t *testing.T) {
 		envs["ARGUS_ADVERTISE_URL"].Value != "http://$(POD_IP):9015" {
 		t.Errorf("ARGUS_ADVERTISE_URL %+v (POD_IP %+v), want the pod's address", envs["ARGUS_ADVERTISE_URL"], ip)
 	}
+}
 
-	sa := typed[corev1.ServiceAccount](t, find(t, objs, "ServiceAccount", pod.ServiceAccountName))
-	if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken ||
-		pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
-		t.Error("the orchestrator needs no token for its own cluster, yet one would be mounted")
-	}
-
+// checkOrchestratorService checks that the Service reaches the pod's ports.
+func checkOrchestratorService(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment, c corev1.Container) {
+	t.Helper()
 	svc := typed[corev1.Service](t, find(t, objs, "Service", "argus-orchestrator"))
 	for k, v := range svc.Spec.Selector {
 		if d.Spec.Template.Labels[k] != v {

@@ -17,9 +17,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	aaisink "github.com/argus-mc/argus/src/internal/aai"
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
-	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/testenv"
 )
@@ -32,13 +32,13 @@ type fakeAAI struct {
 	srv    *httptest.Server
 	prefix string
 	mu     sync.Mutex
-	objs   map[string]notify.AAIResource
+	objs   map[string]aaisink.Resource
 	rv     int
 	bad    []string
 }
 
 func newFakeAAI(t *testing.T, owner, region, tenant string) *fakeAAI {
-	a := &fakeAAI{t: t, objs: map[string]notify.AAIResource{},
+	a := &fakeAAI{t: t, objs: map[string]aaisink.Resource{},
 		prefix: fmt.Sprintf("/aai/v24/cloud-infrastructure/cloud-regions/cloud-region/%s/%s/tenants/tenant/%s/k8s-resources/k8s-resource/", owner, region, tenant)}
 	a.srv = httptest.NewServer(http.HandlerFunc(a.serve))
 	t.Cleanup(a.srv.Close)
@@ -75,7 +75,7 @@ func (a *fakeAAI) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		_ = json.NewEncoder(w).Encode(cur)
 	case http.MethodPut:
-		var obj notify.AAIResource
+		var obj aaisink.Resource
 		body, _ := io.ReadAll(r.Body)
 		if err := json.Unmarshal(body, &obj); err != nil || obj.ID != id || obj.Name == "" || obj.Kind == "" || obj.Version == "" {
 			a.refuse(w, 400, "body "+string(body))
@@ -115,7 +115,7 @@ func (a *fakeAAI) kinds() map[string]int {
 	return out
 }
 
-func (a *fakeAAI) find(kind, name string) (notify.AAIResource, bool) {
+func (a *fakeAAI) find(kind, name string) (aaisink.Resource, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, o := range a.objs {
@@ -123,7 +123,7 @@ func (a *fakeAAI) find(kind, name string) (notify.AAIResource, bool) {
 			return o, true
 		}
 	}
-	return notify.AAIResource{}, false
+	return aaisink.Resource{}, false
 }
 
 func waitFor(t testing.TB, what string, cond func() (bool, string)) {
@@ -179,7 +179,7 @@ func TestInstanceSubscriptionAndAAI(t *testing.T) {
 		return k["Deployment"] == 1 && k["Service"] == 1 && k["ConfigMap"] == 1 && k["Pod"] == 1, fmt.Sprint(k)
 	})
 	d, _ := aai.find("Deployment", "aw")
-	if d.Group != "apps" || d.Version != "v1" || d.Namespace != "v1aai" || d.ID != notify.AAIID(inst.ID, "aw|_v1|region2|apps|v1|Deployment|v1aai|aw") ||
+	if d.Group != "apps" || d.Version != "v1" || d.Namespace != "v1aai" || d.ID != aaisink.ID(inst.ID, "aw|_v1|region2|apps|v1|Deployment|v1aai|aw") ||
 		!strings.Contains(strings.Join(d.Labels, ","), "emco/deployment-id="+inst.ID+"-aw") ||
 		!strings.HasPrefix(d.SelfLink, "https://argus.example/v1/instance/"+inst.ID+"/query?") {
 		t.Fatalf("AAI deployment = %+v", d)

@@ -32,7 +32,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
-	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
@@ -151,10 +150,7 @@ func startOrchestratorProcess(t *testing.T, db, prefix string, mods ...func(*chi
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if p.catalog, err = catalog.New(ctx, stores.Mongo.Client.Database(db), catalog.AllKinds()...); err != nil {
-		t.Fatal(err)
-	}
-	if _, err = p.catalog.UseIndex(ctx, stores.Etcd.Client, prefix); err != nil {
+	if p.catalog, _, err = catalog.Open(ctx, catalog.Options{DB: stores.Mongo.Client.Database(db), Index: stores.Etcd.Client, IndexPrefix: prefix}); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -297,7 +293,7 @@ func TestHostileArchivesAreRefused(t *testing.T) {
 	// them is the client's work, slow under the race detector); the zeros
 	// stream, as 4 GiB must never be held.
 	var tiny bytes.Buffer
-	if err := archive.TinyFiles(&tiny, 100_000); err != nil {
+	if err := tgz.TinyFiles(&tiny, 100_000); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("100,000 tiny files pack to %d KB", tiny.Len()>>10)
@@ -306,7 +302,7 @@ func TestHostileArchivesAreRefused(t *testing.T) {
 		gen  func(io.Writer) error
 	}{
 		{"100,000 tiny files", func(w io.Writer) error { _, err := w.Write(tiny.Bytes()); return err }},
-		{"one 4 GiB file of zeros", func(w io.Writer) error { return archive.Zeros(w, 4<<30) }},
+		{"one 4 GiB file of zeros", func(w io.Writer) error { return tgz.Zeros(w, 4<<30) }},
 	}
 	for i, bomb := range bombs {
 		name, gen := bomb.name, bomb.gen
@@ -649,6 +645,29 @@ func assertNoOrphans(t *testing.T, o *orch, collection string, filter bson.D) {
 	}
 }
 
+// uploadApps uploads apps with chart, named w<w>-a<i>, until ctx ends or
+// the orchestrator is gone, recording each answer.
+func uploadApps(ctx context.Context, base string, w int, chart []byte, record func(name string, code int)) {
+	for i := 0; ctx.Err() == nil; i++ {
+		name := fmt.Sprintf("w%d-a%d", w, i)
+		var buf bytes.Buffer
+		mw := multipart.NewWriter(&buf)
+		_ = mw.WriteField("metadata", `{"metadata":{"name":"`+name+`"}}`)
+		fw, _ := mw.CreateFormFile("file", "c.tgz")
+		_, _ = fw.Write(chart)
+		_ = mw.Close()
+		req, _ := http.NewRequestWithContext(ctx, "POST", base+caPath+"/apps", &buf)
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return // the process is gone
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		record(name, resp.StatusCode)
+	}
+}
+
 // Apps uploaded with their charts while the orchestrator is killed with
 // SIGKILL: after a restart, no app is without its chart and no chart
 // without its app.
@@ -665,26 +684,11 @@ func TestKillDuringUploadsLeavesNoHalfApp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	for w := range 4 {
 		wg.Go(func() {
-			for i := 0; ctx.Err() == nil; i++ {
-				name := fmt.Sprintf("w%d-a%d", w, i)
-				var buf bytes.Buffer
-				mw := multipart.NewWriter(&buf)
-				_ = mw.WriteField("metadata", `{"metadata":{"name":"`+name+`"}}`)
-				fw, _ := mw.CreateFormFile("file", "c.tgz")
-				_, _ = fw.Write(chart)
-				_ = mw.Close()
-				req, _ := http.NewRequestWithContext(ctx, "POST", o.base+caPath+"/apps", &buf)
-				req.Header.Set("Content-Type", mw.FormDataContentType())
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					return // the process is gone
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
+			uploadApps(ctx, o.base, w, chart, func(name string, code int) {
 				mu.Lock()
-				answered[name] = resp.StatusCode
+				answered[name] = code
 				mu.Unlock()
-			}
+			})
 		})
 	}
 	// Kill once a few uploads have gone through, with others in flight.

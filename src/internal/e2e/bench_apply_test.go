@@ -109,20 +109,7 @@ func benchApply(b *testing.B, n int) {
 		counts["etcd-puts"] += puts
 		counts["etcd-txns"] += len(revs)
 		id := o.digState().ContextID
-		c := mustContextTB(b, o, id)
-		last := map[string]time.Time{}
-		var lastAll time.Time
-		for _, p := range c.Placements {
-			for _, r := range p.Resources {
-				u := p.StatusOf(r.Key()).Updated
-				if u.After(last[p.Cluster.Name]) {
-					last[p.Cluster.Name] = u
-				}
-				if u.After(lastAll) {
-					lastAll = u
-				}
-			}
-		}
+		last, lastAll := lastApplied(mustContextTB(b, o, id))
 		plan, store := phases.last()
 		sums["plan"] += plan
 		sums["store"] += store
@@ -150,6 +137,25 @@ func benchApply(b *testing.B, n int) {
 	for k, n := range counts {
 		b.ReportMetric(float64(n)/float64(b.N*total), k+"/resource")
 	}
+}
+
+// lastApplied is when rsync recorded the last resource of each cluster,
+// and of all.
+func lastApplied(c *appcontext.Context) (map[string]time.Time, time.Time) {
+	last := map[string]time.Time{}
+	var lastAll time.Time
+	for _, p := range c.Placements {
+		for _, r := range p.Resources {
+			u := p.StatusOf(r.Key()).Updated
+			if u.After(last[p.Cluster.Name]) {
+				last[p.Cluster.Name] = u
+			}
+			if u.After(lastAll) {
+				lastAll = u
+			}
+		}
+	}
+	return last, lastAll
 }
 
 // waitAllApplied follows the context's keys in etcd until every resource

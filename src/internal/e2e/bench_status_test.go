@@ -81,7 +81,8 @@ func seedLargeDIG(b *testing.B, o *orch, apps, clusters, perApp int) string {
 	for _, p := range placements {
 		for _, r := range p.Resources {
 			work <- func() error {
-				return store.SetResourceStatus(ctx, id, p.App, p.Cluster, r.Key(), appcontext.ResourceStatus{Status: appcontext.RsyncApplied})
+				return store.SetResourceStatuses(ctx, id, []appcontext.StatusUpdate{{App: p.App, Cluster: p.Cluster, Key: r.Key(),
+					Status: appcontext.ResourceStatus{Status: appcontext.RsyncApplied}}}, nil)
 			}
 		}
 		work <- func() error {

@@ -395,7 +395,7 @@ func TestHelmHooks(t *testing.T) {
 // itself; an unknown app filter is refused; a DIG's history starts with
 // Created.
 func TestEMCOCompat(t *testing.T) {
-	grpcAddr := freeAddr(t)
+	grpcAddr := testenv.FreeAddr(t)
 	o := startOrchestrator(t, testenv.UniqueName("ecmp"), "/"+testenv.UniqueName("ecmp"), func(opts *orchestrator.Options) { opts.GRPCListen = grpcAddr })
 	startMonitors(t, sim)
 	ctx := context.Background()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,18 +86,6 @@ func edge(name string) *simcluster.Cluster {
 		return sim.Clusters[0]
 	}
 	return sim.Clusters[1]
-}
-
-// freeAddr is a loopback address no one listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
 }
 
 // onboardVFW registers the clusters, the project and the vfw composite app
@@ -256,29 +243,14 @@ func (o *orch) lastRevision(dig string) int64 {
 }
 
 func TestDayTwoUpdateRollbackDependenciesKvPairs(t *testing.T) {
-	grpcAddr := freeAddr(t)
+	grpcAddr := testenv.FreeAddr(t)
 	o := startOrchestrator(t, testenv.UniqueName("day2"), "/"+testenv.UniqueName("day2"),
 		func(opts *orchestrator.Options) { opts.GRPCListen = grpcAddr })
 	startMonitors(t, sim)
 	onboardVFW(t, o)
 
-	// kv-pairs, stored and read back as clm has them.
 	kvPath := "/v2/cluster-providers/vfw-cp/clusters/edge01/kv-pairs"
-	o.must(201, "POST", kvPath, obj("vfw-kv", map[string]any{"kv": []any{map[string]any{"vfw_private_ip": "192.0.2.10"}, map[string]any{"site": "edge01"}}}))
-	if body := o.must(200, "GET", kvPath+"/vfw-kv", nil); !strings.Contains(body, `"vfw_private_ip":"192.0.2.10"`) || !strings.Contains(body, `"site":"edge01"`) {
-		t.Fatalf("kv-pair read back: %s", body)
-	}
-	if body := o.must(200, "GET", kvPath+"/vfw-kv?key=site", nil); strings.TrimSpace(body) != `{"value":"edge01"}` {
-		t.Fatalf("kv-pair value: %s", body)
-	}
-	o.must(404, "GET", kvPath+"/vfw-kv?key=nothing", nil)
-	if body := o.must(200, "GET", kvPath, nil); !strings.Contains(body, `"name":"vfw-kv"`) {
-		t.Fatalf("kv-pairs list: %s", body)
-	}
-	o.must(200, "PUT", kvPath+"/vfw-kv", obj("vfw-kv", map[string]any{"kv": []any{map[string]any{"site": "edge-01"}}}))
-	if body := o.must(200, "GET", kvPath+"/vfw-kv?key=site", nil); !strings.Contains(body, "edge-01") {
-		t.Fatalf("kv-pair after PUT: %s", body)
-	}
+	checkKvPairs(t, o, kvPath)
 
 	o.must(202, "POST", vfwDIG+"/approve", nil)
 	o.must(202, "POST", vfwDIG+"/instantiate", nil)
@@ -321,17 +293,7 @@ func TestDayTwoUpdateRollbackDependenciesKvPairs(t *testing.T) {
 	if got := o.lastRevision(vfwDIG); got != rev {
 		t.Fatalf("status revision = %d, want %d", got, rev)
 	}
-	// The watch saw the change (Updating: NOT_DEPLOYED) within 2 s of it:
-	// the change happened after the update was asked for, so the time
-	// since then bounds the delay from above.
-	i, at := w.next(t, first+1, pb.StatusValue_NOT_DEPLOYED)
-	latency := at.Sub(asked)
-	t.Logf("statusnotify: the DIG's change to Updating reached the gRPC watch at most %s after it happened (acceptance: within 2 s)",
-		latency.Round(time.Millisecond))
-	if latency > 2*time.Second {
-		t.Errorf("the statusnotify watch printed the change %s after it happened, more than 2 s", latency)
-	}
-	w.next(t, i+1, pb.StatusValue_DEPLOYED)
+	checkWatchSawUpdate(t, w, first, asked)
 
 	// Rollback to revision 1: the firewall comes back to edge02.
 	start := time.Now()
@@ -347,6 +309,58 @@ func TestDayTwoUpdateRollbackDependenciesKvPairs(t *testing.T) {
 	if got := deploymentUID(t, "edge01", "firewall"); got != fw01 {
 		t.Fatalf("the firewall on edge01 was replaced by the rollback")
 	}
+	checkRollbackHistory(t, o, rev)
+	o.must(404, "POST", vfwDIG+"/rollback", map[string]any{"spec": map[string]any{"revision": "99"}})
+	o.must(400, "POST", vfwDIG+"/rollback", map[string]any{"spec": map[string]any{"revision": "one"}})
+
+	// App dependencies: packetgen after the firewall is Ready, 2 s more.
+	checkDependencyRules(t, o)
+
+	// Dependencies take effect with the next instantiate (or update): the
+	// context records those it was deployed with. The rollback left the
+	// intents as they were: the firewall goes back to both clusters.
+	o.must(200, "PUT", vfwDIG+"/generic-placement-intents/gpi/app-intents/firewall-placement-intent",
+		placementOn("firewall", map[string]any{"clusterProvider": "vfw-cp", "clusterLabel": "edge"}))
+	o.must(202, "POST", vfwDIG+"/terminate", nil)
+	o.waitJSON(vfwDIG+"/status?status=deployed", "terminated", deployedStatusIs("Terminated"))
+
+	checkDependencyOrder(t, o)
+
+	// After terminate, the kv-pairs, the label and the cluster go, 204 each.
+	o.must(204, "DELETE", kvPath+"/vfw-kv", nil)
+	o.must(204, "DELETE", "/v2/cluster-providers/vfw-cp/clusters/edge01/labels/edge", nil)
+	o.must(204, "DELETE", "/v2/cluster-providers/vfw-cp/clusters/edge01", nil)
+	o.must(404, "GET", "/v2/cluster-providers/vfw-cp/clusters/edge01", nil)
+	for _, a := range vfwApps {
+		if deploymentUID(t, "edge02", a) != "" {
+			t.Fatalf("%s still on edge02 after terminate", a)
+		}
+	}
+}
+
+// checkKvPairs: kv-pairs are stored and read back as clm has them.
+func checkKvPairs(t *testing.T, o *orch, kvPath string) {
+	t.Helper()
+	o.must(201, "POST", kvPath, obj("vfw-kv", map[string]any{"kv": []any{map[string]any{"vfw_private_ip": "192.0.2.10"}, map[string]any{"site": "edge01"}}}))
+	if body := o.must(200, "GET", kvPath+"/vfw-kv", nil); !strings.Contains(body, `"vfw_private_ip":"192.0.2.10"`) || !strings.Contains(body, `"site":"edge01"`) {
+		t.Fatalf("kv-pair read back: %s", body)
+	}
+	if body := o.must(200, "GET", kvPath+"/vfw-kv?key=site", nil); strings.TrimSpace(body) != `{"value":"edge01"}` {
+		t.Fatalf("kv-pair value: %s", body)
+	}
+	o.must(404, "GET", kvPath+"/vfw-kv?key=nothing", nil)
+	if body := o.must(200, "GET", kvPath, nil); !strings.Contains(body, `"name":"vfw-kv"`) {
+		t.Fatalf("kv-pairs list: %s", body)
+	}
+	o.must(200, "PUT", kvPath+"/vfw-kv", obj("vfw-kv", map[string]any{"kv": []any{map[string]any{"site": "edge-01"}}}))
+	if body := o.must(200, "GET", kvPath+"/vfw-kv?key=site", nil); !strings.Contains(body, "edge-01") {
+		t.Fatalf("kv-pair after PUT: %s", body)
+	}
+}
+
+// checkRollbackHistory: the history lists the actions with their revisions.
+func checkRollbackHistory(t *testing.T, o *orch, rev int64) {
+	t.Helper()
 	var hist struct {
 		History []history.Entry `json:"history"`
 	}
@@ -362,10 +376,12 @@ func TestDayTwoUpdateRollbackDependenciesKvPairs(t *testing.T) {
 	if want := fmt.Sprintf("Created/0,Approved/0,Instantiated/1,Updated/%d,Updated/%d", rev, rev+1); strings.Join(actions, ",") != want {
 		t.Fatalf("history actions %v, want %s", actions, want)
 	}
-	o.must(404, "POST", vfwDIG+"/rollback", map[string]any{"spec": map[string]any{"revision": "99"}})
-	o.must(400, "POST", vfwDIG+"/rollback", map[string]any{"spec": map[string]any{"revision": "one"}})
+}
 
-	// App dependencies: packetgen after the firewall is Ready, 2 s more.
+// checkDependencyRules adds packetgen's dependency on the firewall and
+// checks the refusals: itself, a missing app, a bad status, a cycle.
+func checkDependencyRules(t *testing.T, o *orch) {
+	t.Helper()
 	depPath := vfwCA + "/apps/packetgen/dependency"
 	o.must(201, "POST", depPath, obj("firewall", map[string]any{"app": "firewall", "opStatus": "Ready", "wait": 2}))
 	if body := o.must(200, "GET", depPath+"/firewall", nil); !strings.Contains(body, `"opStatus":"Ready"`) || !strings.Contains(body, `"wait":2`) {
@@ -385,17 +401,13 @@ func TestDayTwoUpdateRollbackDependenciesKvPairs(t *testing.T) {
 	}
 	o.must(204, "DELETE", vfwCA+"/apps/firewall/dependency/packetgen", nil)
 	o.must(204, "DELETE", vfwCA+"/deployment-intent-groups/other-dig", nil)
+}
 
-	// Dependencies take effect with the next instantiate (or update): the
-	// context records those it was deployed with. The rollback left the
-	// intents as they were: the firewall goes back to both clusters.
-	o.must(200, "PUT", vfwDIG+"/generic-placement-intents/gpi/app-intents/firewall-placement-intent",
-		placementOn("firewall", map[string]any{"clusterProvider": "vfw-cp", "clusterLabel": "edge"}))
-	o.must(202, "POST", vfwDIG+"/terminate", nil)
-	o.waitJSON(vfwDIG+"/status?status=deployed", "terminated", deployedStatusIs("Terminated"))
-
-	// Instantiate again: packetgen waits (Waiting, with the reason) and is
-	// created at least 2 s after the firewall, on each cluster.
+// checkDependencyOrder instantiates again: packetgen waits (Waiting,
+// with the reason) and is created at least 2 s after the firewall, on each
+// cluster; terminate deletes it before the firewall.
+func checkDependencyOrder(t *testing.T, o *orch) {
+	t.Helper()
 	added := map[string]func(string) time.Time{}
 	for _, e := range edges {
 		added[e] = watchDeployments(t, e, watch.Added)
@@ -443,17 +455,22 @@ func TestDayTwoUpdateRollbackDependenciesKvPairs(t *testing.T) {
 		}
 		t.Logf("%s: terminate in reverse dependency order: packetgen deleted %s before the firewall", e, fw.Sub(pg).Round(time.Millisecond))
 	}
+}
 
-	// After terminate, the kv-pairs, the label and the cluster go, 204 each.
-	o.must(204, "DELETE", kvPath+"/vfw-kv", nil)
-	o.must(204, "DELETE", "/v2/cluster-providers/vfw-cp/clusters/edge01/labels/edge", nil)
-	o.must(204, "DELETE", "/v2/cluster-providers/vfw-cp/clusters/edge01", nil)
-	o.must(404, "GET", "/v2/cluster-providers/vfw-cp/clusters/edge01", nil)
-	for _, a := range vfwApps {
-		if deploymentUID(t, "edge02", a) != "" {
-			t.Fatalf("%s still on edge02 after terminate", a)
-		}
+// checkWatchSawUpdate: the statusnotify watch saw the update's change
+// (Updating: NOT_DEPLOYED) within 2 s of it, then DEPLOYED again. The
+// change happened after the update was asked for, so the time since then
+// bounds the delay from above.
+func checkWatchSawUpdate(t *testing.T, w *statusWatch, first int, asked time.Time) {
+	t.Helper()
+	i, at := w.next(t, first+1, pb.StatusValue_NOT_DEPLOYED)
+	latency := at.Sub(asked)
+	t.Logf("statusnotify: the DIG's change to Updating reached the gRPC watch at most %s after it happened (acceptance: within 2 s)",
+		latency.Round(time.Millisecond))
+	if latency > 2*time.Second {
+		t.Errorf("the statusnotify watch printed the change %s after it happened, more than 2 s", latency)
 	}
+	w.next(t, i+1, pb.StatusValue_DEPLOYED)
 }
 
 func asList(v any) []any { l, _ := v.([]any); return l }

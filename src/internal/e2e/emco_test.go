@@ -142,7 +142,87 @@ func TestEMCOExampleFlow(t *testing.T) {
 	ctx := context.Background()
 	ns := testenv.UniqueName("lc")
 
-	// Controllers, as 00-controllers.yaml registers them.
+	registerControllers(t, o)
+
+	// Clusters with a label, a project.
+	o.must(201, "POST", "/v2/cluster-providers", meta("cp"))
+	for _, c := range sim.Clusters {
+		o.uploadOK("/v2/cluster-providers/cp/clusters", meta(c.Name), c.Kubeconfig)
+		o.must(201, "POST", "/v2/cluster-providers/cp/clusters/"+c.Name+"/labels", map[string]string{"clusterLabel": "edge"})
+	}
+	o.must(201, "POST", "/v2/projects", meta("proj-emco"))
+
+	instantiateClouds(ctx, t, o, ns)
+
+	// The composite app: a chart packed with -C, a profile that sets nothing.
+	onboardWebApp(t, o, "web-profile", testenv.ArchiveFiles(t, map[string]string{"./manifest.yaml": "version: v1\ntype:\n  values: \"override_values.yaml\"\n", "./override_values.yaml": ""}))
+	o.must(201, "POST", emcoCA+"/deployment-intent-groups", obj("web-dig", map[string]any{
+		"compositeProfile": "web-profile", "version": "r1", "logicalCloud": "lc1",
+		"overrideValues": []any{map[string]any{"app": "web", "values": map[string]any{
+			"image.repository": "registry.example/web", "service.port": "8080"}}}}))
+	o.must(201, "POST", emcoDIG+"/generic-placement-intents", obj("gpi", map[string]any{"logicalCloud": "lc1"}))
+	o.must(201, "POST", emcoDIG+"/generic-placement-intents/gpi/app-intents", obj("web-placement", map[string]any{
+		"app": "web", "intent": map[string]any{"allOf": []any{map[string]any{"clusterProvider": "cp", "clusterLabel": "edge"}}}}))
+
+	// An intent naming a controller Argus does not implement is refused.
+	if code, body := o.call("POST", emcoDIG+"/intents", obj("bad", map[string]any{"intent": map[string]any{
+		"genericPlacementIntent": "gpi", "dtc": "dtc-intent"}})); code != 400 || !strings.Contains(body, "dtc") {
+		t.Fatalf("intent naming dtc: %d %s, want 400 naming dtc", code, body)
+	}
+	o.must(201, "POST", emcoDIG+"/intents", obj("intents", map[string]any{"intent": map[string]any{
+		"genericPlacementIntent": "gpi", "gac": "web-gac"}}))
+
+	addNetworkPolicyGAC(t, o)
+
+	o.must(202, "POST", emcoDIG+"/approve", nil)
+	o.must(202, "POST", emcoDIG+"/instantiate", nil)
+	start := time.Now()
+	o.waitJSON(emcoDIG+"/status?status=deployed", "DIG deployed", deployedStatusIs("Instantiated"))
+	ready := o.waitJSON(emcoDIG+"/status?status=ready", "DIG Ready", func(v map[string]any) bool { return v["readyStatus"] == "Ready" })
+	t.Logf("instantiate to readyStatus Ready in the standard cloud: %s", time.Since(start).Round(time.Millisecond))
+
+	for _, c := range sim.Clusters {
+		cs := c.Clientset()
+		d, err := cs.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil || d.Spec.Template.Spec.Containers[0].Image != "registry.example/web:1.25" {
+			t.Fatalf("%s: deployment in %s: %v %v", c.Name, ns, d, err)
+		}
+		svc, err := cs.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil || svc.Spec.Ports[0].Port != 8080 {
+			t.Fatalf("%s: service port: %v %v", c.Name, svc, err)
+		}
+		np, err := cs.NetworkingV1().NetworkPolicies(ns).Get(ctx, "netpol-db", metav1.GetOptions{})
+		if err != nil || np.Spec.PodSelector.MatchLabels["role"] != "database" {
+			t.Fatalf("%s: network policy: %v %v", c.Name, np, err)
+		}
+		if f := d.ManagedFields; len(f) == 0 || f[0].Manager != "argus" {
+			t.Fatalf("%s: deployment not applied by argus: %v", c.Name, f)
+		}
+	}
+
+	checkEMCOStatusForms(t, o, ready)
+
+	// A cloud in use is not terminated; after the DIG, it is.
+	if code, body := o.call("POST", emcoLCs+"/lc1/terminate", nil); code != 409 || !strings.Contains(body, "web-dig") {
+		t.Fatalf("terminate a cloud in use: %d %s", code, body)
+	}
+	o.must(202, "POST", emcoDIG+"/terminate", nil)
+	o.waitJSON(emcoDIG+"/status?status=deployed", "DIG Terminated", deployedStatusIs("Terminated"))
+	for _, lc := range []string{"lc1", "default"} {
+		o.must(202, "POST", emcoLCs+"/"+lc+"/terminate", nil)
+		o.waitJSON(emcoLCs+"/"+lc+"/status", lc+" Terminated", deployedStatusIs("Terminated"))
+	}
+	for _, c := range sim.Clusters {
+		n, err := c.Clientset().CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err == nil && n.DeletionTimestamp == nil {
+			t.Fatalf("%s: namespace %s still there after terminate", c.Name, ns)
+		}
+	}
+}
+
+// registerControllers registers rsync and gac as 00-controllers.yaml does.
+func registerControllers(t *testing.T, o *orch) {
+	t.Helper()
 	o.must(201, "POST", "/v2/controllers", obj("rsync", map[string]any{"host": "127.0.0.1", "port": 30431}))
 	o.must(201, "POST", "/v2/controllers", obj("gac", map[string]any{"host": "127.0.0.1", "port": 30433, "type": "action", "priority": 1}))
 	var ctrls []struct {
@@ -153,16 +233,13 @@ func TestEMCOExampleFlow(t *testing.T) {
 	if len(ctrls) != 2 || ctrls[0].Metadata.Name != "gac" || ctrls[0].Spec.Type != "action" || ctrls[1].Metadata.Name != "rsync" {
 		t.Fatalf("controllers: %+v", ctrls)
 	}
+}
 
-	// Clusters with a label, a project.
-	o.must(201, "POST", "/v2/cluster-providers", meta("cp"))
-	for _, c := range sim.Clusters {
-		o.uploadOK("/v2/cluster-providers/cp/clusters", meta(c.Name), c.Kubeconfig)
-		o.must(201, "POST", "/v2/cluster-providers/cp/clusters/"+c.Name+"/labels", map[string]string{"clusterLabel": "edge"})
-	}
-	o.must(201, "POST", "/v2/projects", meta("proj-emco"))
-
-	// An admin cloud and a standard cloud over both clusters.
+// instantiateClouds instantiates an admin cloud and a standard cloud in
+// namespace ns over both clusters, and checks the standard one: its
+// namespace, quota, and a kubeconfig confined to its namespace.
+func instantiateClouds(ctx context.Context, t *testing.T, o *orch, ns string) {
+	t.Helper()
 	o.must(201, "POST", emcoLCs, obj("default", map[string]any{"level": "0"}))
 	o.must(201, "POST", emcoLCs, obj("lc1", map[string]any{"namespace": ns, "labels": map[string]any{"team.example.com/name": "web"},
 		"user": map[string]any{"userName": "user-1", "type": "certificate"}}))
@@ -205,68 +282,12 @@ func TestEMCOExampleFlow(t *testing.T) {
 	if _, err := user.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("the cloud's user listing another namespace: %v, want Forbidden", err)
 	}
+}
 
-	// The composite app: a chart packed with -C, a profile that sets nothing.
-	onboardWebApp(t, o, "web-profile", testenv.ArchiveFiles(t, map[string]string{"./manifest.yaml": "version: v1\ntype:\n  values: \"override_values.yaml\"\n", "./override_values.yaml": ""}))
-	o.must(201, "POST", emcoCA+"/deployment-intent-groups", obj("web-dig", map[string]any{
-		"compositeProfile": "web-profile", "version": "r1", "logicalCloud": "lc1",
-		"overrideValues": []any{map[string]any{"app": "web", "values": map[string]any{
-			"image.repository": "registry.example/web", "service.port": "8080"}}}}))
-	o.must(201, "POST", emcoDIG+"/generic-placement-intents", obj("gpi", map[string]any{"logicalCloud": "lc1"}))
-	o.must(201, "POST", emcoDIG+"/generic-placement-intents/gpi/app-intents", obj("web-placement", map[string]any{
-		"app": "web", "intent": map[string]any{"allOf": []any{map[string]any{"clusterProvider": "cp", "clusterLabel": "edge"}}}}))
-
-	// An intent naming a controller Argus does not implement is refused.
-	if code, body := o.call("POST", emcoDIG+"/intents", obj("bad", map[string]any{"intent": map[string]any{
-		"genericPlacementIntent": "gpi", "dtc": "dtc-intent"}})); code != 400 || !strings.Contains(body, "dtc") {
-		t.Fatalf("intent naming dtc: %d %s, want 400 naming dtc", code, body)
-	}
-	o.must(201, "POST", emcoDIG+"/intents", obj("intents", map[string]any{"intent": map[string]any{
-		"genericPlacementIntent": "gpi", "gac": "web-gac"}}))
-
-	// GAC: a new NetworkPolicy, JSON-patched on the clusters labelled edge.
-	o.must(201, "POST", emcoDIG+"/generic-k8s-intents", meta("web-gac"))
-	if code, body := o.uploadFiles(emcoDIG+"/generic-k8s-intents/web-gac/resources", "file", obj("netpol-db", map[string]any{
-		"app": "web", "newObject": "true", "resourceGVK": map[string]any{"apiVersion": "networking.k8s.io/v1", "kind": "networkpolicy", "name": "netpol-db"}}),
-		map[string]string{"networkpolicy-db.yaml": netpolDB}); code != 201 {
-		t.Fatalf("GAC resource: %d %s", code, body)
-	}
-	if code, body := o.uploadFiles(emcoDIG+"/generic-k8s-intents/web-gac/resources/netpol-db/customizations", "files", obj("netpol-db-customization", map[string]any{
-		"clusterSpecific": "true",
-		"clusterInfo":     map[string]any{"scope": "label", "clusterProvider": "cp", "cluster": "", "clusterLabel": "edge", "mode": "allow"},
-		"patchType":       "json",
-		"patchJson":       []any{map[string]any{"op": "replace", "path": "/spec/podSelector/matchLabels/role", "value": "database"}}}),
-		map[string]string{"customization-dummy.yaml": "ignored: true\n"}); code != 201 {
-		t.Fatalf("GAC customization: %d %s", code, body)
-	}
-
-	o.must(202, "POST", emcoDIG+"/approve", nil)
-	o.must(202, "POST", emcoDIG+"/instantiate", nil)
-	start = time.Now()
-	o.waitJSON(emcoDIG+"/status?status=deployed", "DIG deployed", deployedStatusIs("Instantiated"))
-	ready := o.waitJSON(emcoDIG+"/status?status=ready", "DIG Ready", func(v map[string]any) bool { return v["readyStatus"] == "Ready" })
-	t.Logf("instantiate to readyStatus Ready in the standard cloud: %s", time.Since(start).Round(time.Millisecond))
-
-	for _, c := range sim.Clusters {
-		cs := c.Clientset()
-		d, err := cs.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil || d.Spec.Template.Spec.Containers[0].Image != "registry.example/web:1.25" {
-			t.Fatalf("%s: deployment in %s: %v %v", c.Name, ns, d, err)
-		}
-		svc, err := cs.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil || svc.Spec.Ports[0].Port != 8080 {
-			t.Fatalf("%s: service port: %v %v", c.Name, svc, err)
-		}
-		np, err := cs.NetworkingV1().NetworkPolicies(ns).Get(ctx, "netpol-db", metav1.GetOptions{})
-		if err != nil || np.Spec.PodSelector.MatchLabels["role"] != "database" {
-			t.Fatalf("%s: network policy: %v %v", c.Name, np, err)
-		}
-		if f := d.ManagedFields; len(f) == 0 || f[0].Manager != "argus" {
-			t.Fatalf("%s: deployment not applied by argus: %v", c.Name, f)
-		}
-	}
-
-	// The f12558f fields, beside the seed ones.
+// checkEMCOStatusForms checks the f12558f fields beside the seed ones,
+// and the ?apps, ?clusters and ?resources forms of the status query.
+func checkEMCOStatusForms(t *testing.T, o *orch, ready map[string]any) {
+	t.Helper()
 	states, _ := ready["states"].(map[string]any)
 	actions, _ := states["actions"].([]any)
 	dc, _ := ready["deployedCounts"].(map[string]any)
@@ -297,22 +318,25 @@ func TestEMCOExampleFlow(t *testing.T) {
 	if strings.Join(kinds, ",") != "Deployment,NetworkPolicy,Service" {
 		t.Fatalf("?resources kinds: %v", kinds)
 	}
+}
 
-	// A cloud in use is not terminated; after the DIG, it is.
-	if code, body := o.call("POST", emcoLCs+"/lc1/terminate", nil); code != 409 || !strings.Contains(body, "web-dig") {
-		t.Fatalf("terminate a cloud in use: %d %s", code, body)
+// addNetworkPolicyGAC adds a GAC intent: a new NetworkPolicy,
+// JSON-patched on the clusters labelled edge.
+func addNetworkPolicyGAC(t *testing.T, o *orch) {
+	t.Helper()
+	o.must(201, "POST", emcoDIG+"/generic-k8s-intents", meta("web-gac"))
+	if code, body := o.uploadFiles(emcoDIG+"/generic-k8s-intents/web-gac/resources", "file", obj("netpol-db", map[string]any{
+		"app": "web", "newObject": "true", "resourceGVK": map[string]any{"apiVersion": "networking.k8s.io/v1", "kind": "networkpolicy", "name": "netpol-db"}}),
+		map[string]string{"networkpolicy-db.yaml": netpolDB}); code != 201 {
+		t.Fatalf("GAC resource: %d %s", code, body)
 	}
-	o.must(202, "POST", emcoDIG+"/terminate", nil)
-	o.waitJSON(emcoDIG+"/status?status=deployed", "DIG Terminated", deployedStatusIs("Terminated"))
-	for _, lc := range []string{"lc1", "default"} {
-		o.must(202, "POST", emcoLCs+"/"+lc+"/terminate", nil)
-		o.waitJSON(emcoLCs+"/"+lc+"/status", lc+" Terminated", deployedStatusIs("Terminated"))
-	}
-	for _, c := range sim.Clusters {
-		n, err := c.Clientset().CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-		if err == nil && n.DeletionTimestamp == nil {
-			t.Fatalf("%s: namespace %s still there after terminate", c.Name, ns)
-		}
+	if code, body := o.uploadFiles(emcoDIG+"/generic-k8s-intents/web-gac/resources/netpol-db/customizations", "files", obj("netpol-db-customization", map[string]any{
+		"clusterSpecific": "true",
+		"clusterInfo":     map[string]any{"scope": "label", "clusterProvider": "cp", "cluster": "", "clusterLabel": "edge", "mode": "allow"},
+		"patchType":       "json",
+		"patchJson":       []any{map[string]any{"op": "replace", "path": "/spec/podSelector/matchLabels/role", "value": "database"}}}),
+		map[string]string{"customization-dummy.yaml": "ignored: true\n"}); code != 201 {
+		t.Fatalf("GAC customization: %d %s", code, body)
 	}
 }
 

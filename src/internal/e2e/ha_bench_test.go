@@ -118,26 +118,7 @@ func benchScale(b *testing.B, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	start := time.Now()
-	// Ten at a time: fifty API servers starting at once on two cores miss
-	// their start-up deadline. Each set names its clusters cluster1..10,
-	// so they are registered as c01, c02 …
-	var clusters []*simcluster.Cluster
-	named := map[*simcluster.Cluster]string{}
-	for len(clusters) < n {
-		set, err := simcluster.Start(ctx, simcluster.Options{Clusters: min(10, n-len(clusters)), Dir: b.TempDir(), APIServerOnly: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = testenv.StopClusters(set) })
-		if err := installCRD(ctx, set); err != nil {
-			b.Fatal(err)
-		}
-		startMonitors(b, set)
-		for _, c := range set.Clusters {
-			clusters = append(clusters, c)
-			named[c] = fmt.Sprintf("c%02d", len(clusters))
-		}
-	}
+	clusters, named := startScaleClusters(ctx, b, n)
 	var clusterRSS int64
 	for _, c := range clusters {
 		rss, _ := c.RSS()
@@ -151,26 +132,7 @@ func benchScale(b *testing.B, n int) {
 	}
 	r1 := h.replicas[0]
 
-	// One DIG of the probe app on every cluster.
-	r1.must(201, "POST", "/v2/cluster-providers", meta("cp"))
-	for _, c := range clusters {
-		if code, body := r1.upload("/v2/cluster-providers/cp/clusters", meta(named[c]), c.Kubeconfig); code != 201 {
-			b.Fatalf("cluster %s: %d %s", named[c], code, body)
-		}
-		r1.must(201, "POST", "/v2/cluster-providers/cp/clusters/"+named[c]+"/labels", map[string]string{"clusterLabel": "edge"})
-	}
-	r1.must(201, "POST", "/v2/projects", meta("p1"))
-	r1.must(201, "POST", "/v2/projects/p1/composite-apps", obj("ca", map[string]any{"compositeAppVersion": "v1"}))
-	r1.must(201, "POST", caPath+"/composite-profiles", meta("cpf"))
-	r1.uploadOK(caPath+"/apps", meta("probe"), testenv.Archive(b, "testdata/charts/probe"))
-	profile := testenv.ArchiveFiles(b, map[string]string{"manifest.yaml": "version: v1\ntype:\n  values: v.yaml\n", "v.yaml": "{}\n"})
-	r1.uploadOK(caPath+"/composite-profiles/cpf/profiles", obj("probe-profile", map[string]any{"app": "probe"}), profile)
-	r1.must(201, "POST", caPath+"/deployment-intent-groups", obj("dig1", map[string]any{"compositeProfile": "cpf", "version": "r1"}))
-	r1.must(201, "POST", digPath+"/generic-placement-intents", meta("gpi"))
-	r1.must(201, "POST", digPath+"/generic-placement-intents/gpi/app-intents", obj("probe-placement", map[string]any{
-		"app": "probe", "intent": map[string]any{"allOf": []any{map[string]any{"clusterProvider": "cp", "clusterLabel": "edge"}}}}))
-	r1.must(201, "POST", digPath+"/intents", obj("intents", map[string]any{"intent": map[string]any{"genericPlacementIntent": "gpi"}}))
-	r1.must(202, "POST", digPath+"/approve", nil)
+	onboardProbe(b, r1, clusters, named)
 	instantiated := time.Now()
 	r1.must(202, "POST", digPath+"/instantiate", nil)
 	h.replicas[1].waitStatusFor(10*time.Minute, "type=rsync", "Applied on every cluster", allApplied)
@@ -194,108 +156,173 @@ func benchScale(b *testing.B, n int) {
 
 	// Measured once (the failover kills a replica), whatever -benchtime;
 	// reported after b.Loop, whose first call deletes metrics reported before.
-	type metric struct {
-		v    float64
-		unit string
-	}
 	var metrics []metric
 	report := func(v float64, unit string) { metrics = append(metrics, metric{v, unit}) }
-	{
-		// Steady state: each replica's memory and CPU over a minute, per
-		// cluster it owns.
-		set0 := r1.replicaSet()
-		owned := map[string]int{}
-		for _, r := range set0 {
-			owned[r.ID] = len(r.Clusters)
-		}
-		mid := map[string]procStat{}
-		for _, r := range h.replicas {
-			mid[r.id] = statOf(b, r.pid)
-		}
-		window := 60 * time.Second
-		time.Sleep(window) // measuring idle cost over a fixed window, not synchronising
-		var memPer, cpuPer []float64
-		for _, r := range h.replicas {
-			now := statOf(b, r.pid)
-			if owned[r.id] == 0 {
-				continue
-			}
-			mib := float64(now.rss-before[r.id].rss) / (1 << 20) / float64(owned[r.id])
-			cpu := float64((now.cpu - mid[r.id].cpu).Milliseconds()) / window.Minutes() / float64(owned[r.id])
-			memPer, cpuPer = append(memPer, mib), append(cpuPer, cpu)
-			b.Logf("%s owns %d clusters: RSS %d MiB (%d at start), %.1f ms CPU a minute idle", r.id, owned[r.id],
-				now.rss>>20, before[r.id].rss>>20, float64((now.cpu-mid[r.id].cpu).Milliseconds())/window.Minutes())
-		}
-		report(mean(memPer), "owner-MiB/cluster")
-		report(mean(cpuPer), "owner-cpu-ms/min/cluster")
-
-		// Status through every replica, round robin.
-		var lat []time.Duration
-		for i := range 300 {
-			r := h.replicas[i%3]
-			t0 := time.Now()
-			r.must(200, "GET", digPath+"/status?type=cluster", nil)
-			lat = append(lat, time.Since(t0))
-		}
-		report(float64(percentile(lat, 50).Microseconds())/1000, "status-p50-ms")
-		report(float64(percentile(lat, 99).Microseconds())/1000, "status-p99-ms")
-
-		// Change → callback.
-		hk := newHook(b, "ok")
-		h.replicas[1].must(201, "POST", digPath+"/status/subscriptions", map[string]any{"name": "scale", "callback-url": hk.url()})
-		var cb []time.Duration
-		ready := true
-		for i := range 30 {
-			c := clusters[rand.IntN(n)]
-			ready = !ready
-			seen := len(mustPosts(hk))
-			t0 := setProbe(b, c, ready)
-			p := hk.waitPost(seen, fmt.Sprintf("flip %d on %s", i, named[c]), func(p post) bool {
-				return entry(p.doc.Changes.Modified, "Pod", named[c], "probe") != nil
-			})
-			cb = append(cb, p.at.Sub(t0))
-			setProbe(b, c, true) // back, and let that settle
-			hk.waitPost(seen+1, "flip back on "+named[c], func(p post) bool {
-				return entry(p.doc.Changes.Modified, "Pod", named[c], "probe") != nil
-			})
-			ready = true
-		}
-		report(float64(percentile(cb, 50).Microseconds())/1000, "callback-p50-ms")
-		report(float64(percentile(cb, 99).Microseconds())/1000, "callback-p99-ms")
-
-		// Failover: kill -9 the subscription's owner, then a change.
-		owner := owners(r1.replicaSet(), func(r api.Replica) []string { return r.Subscriptions })["dig/p1/ca/v1/dig1/scale"]
-		if len(owner) != 1 {
-			b.Fatalf("the subscription is owned by %v", owner)
-		}
-		var victim *haReplica
-		for _, r := range h.replicas {
-			if r.id == owner[0] {
-				victim = r
-			}
-		}
-		seen := len(mustPosts(hk))
-		killed := time.Now()
-		if err := syscall.Kill(victim.pid, syscall.SIGKILL); err != nil {
-			b.Fatal(err)
-		}
-		c := clusters[rand.IntN(n)]
-		setProbe(b, c, false)
-		p := hk.waitPost(seen, "after the owner was killed", func(p post) bool {
-			return entry(p.doc.Changes.Modified, "Pod", named[c], "probe") != nil
-		})
-		report(p.at.Sub(killed).Seconds(), "failover-s")
-		if !contiguous(seqs(hk)) {
-			b.Errorf("sequence numbers across the failover: %v", seqs(hk))
-		}
-		b.Logf("kill -9 of %s → callback %s; sequence numbers stay contiguous (%d delivered)", victim.id,
-			p.at.Sub(killed).Round(time.Millisecond), len(seqs(hk)))
-	}
+	measureIdle(b, h, before, report)
+	hk := measureLatencies(b, h, clusters, named, report)
+	measureFailover(b, h, hk, clusters, named, report)
 	for b.Loop() { // the figures above are the result
 	}
 	for _, m := range metrics {
 		b.ReportMetric(m.v, m.unit)
 	}
+}
+
+// startScaleClusters starts n API-server-only clusters with monitors.
+// Ten at a time: fifty API servers starting at once on two cores miss
+// their start-up deadline. Each set names its clusters cluster1..10, so
+// they are registered as c01, c02 …
+func startScaleClusters(ctx context.Context, b *testing.B, n int) ([]*simcluster.Cluster, map[*simcluster.Cluster]string) {
+	var clusters []*simcluster.Cluster
+	named := map[*simcluster.Cluster]string{}
+	for len(clusters) < n {
+		set, err := simcluster.Start(ctx, simcluster.Options{Clusters: min(10, n-len(clusters)), Dir: b.TempDir(), APIServerOnly: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = testenv.StopClusters(set) })
+		if err := installCRD(ctx, set); err != nil {
+			b.Fatal(err)
+		}
+		startMonitors(b, set)
+		for _, c := range set.Clusters {
+			clusters = append(clusters, c)
+			named[c] = fmt.Sprintf("c%02d", len(clusters))
+		}
+	}
+	return clusters, named
+}
+
+// onboardProbe onboards one DIG of the probe app on every cluster, and
+// approves it.
+func onboardProbe(b *testing.B, r1 *haReplica, clusters []*simcluster.Cluster, named map[*simcluster.Cluster]string) {
+	r1.must(201, "POST", "/v2/cluster-providers", meta("cp"))
+	for _, c := range clusters {
+		if code, body := r1.upload("/v2/cluster-providers/cp/clusters", meta(named[c]), c.Kubeconfig); code != 201 {
+			b.Fatalf("cluster %s: %d %s", named[c], code, body)
+		}
+		r1.must(201, "POST", "/v2/cluster-providers/cp/clusters/"+named[c]+"/labels", map[string]string{"clusterLabel": "edge"})
+	}
+	r1.must(201, "POST", "/v2/projects", meta("p1"))
+	r1.must(201, "POST", "/v2/projects/p1/composite-apps", obj("ca", map[string]any{"compositeAppVersion": "v1"}))
+	r1.must(201, "POST", caPath+"/composite-profiles", meta("cpf"))
+	r1.uploadOK(caPath+"/apps", meta("probe"), testenv.Archive(b, "testdata/charts/probe"))
+	profile := testenv.ArchiveFiles(b, map[string]string{"manifest.yaml": "version: v1\ntype:\n  values: v.yaml\n", "v.yaml": "{}\n"})
+	r1.uploadOK(caPath+"/composite-profiles/cpf/profiles", obj("probe-profile", map[string]any{"app": "probe"}), profile)
+	r1.must(201, "POST", caPath+"/deployment-intent-groups", obj("dig1", map[string]any{"compositeProfile": "cpf", "version": "r1"}))
+	r1.must(201, "POST", digPath+"/generic-placement-intents", meta("gpi"))
+	r1.must(201, "POST", digPath+"/generic-placement-intents/gpi/app-intents", obj("probe-placement", map[string]any{
+		"app": "probe", "intent": map[string]any{"allOf": []any{map[string]any{"clusterProvider": "cp", "clusterLabel": "edge"}}}}))
+	r1.must(201, "POST", digPath+"/intents", obj("intents", map[string]any{"intent": map[string]any{"genericPlacementIntent": "gpi"}}))
+	r1.must(202, "POST", digPath+"/approve", nil)
+}
+
+// metric is one figure a scale benchmark reports.
+type metric struct {
+	v    float64
+	unit string
+}
+
+// measureIdle reports each replica's memory and CPU over a minute, per
+// cluster it owns.
+func measureIdle(b *testing.B, h *haSet, before map[string]procStat, report func(float64, string)) {
+	set0 := h.replicas[0].replicaSet()
+	owned := map[string]int{}
+	for _, r := range set0 {
+		owned[r.ID] = len(r.Clusters)
+	}
+	mid := map[string]procStat{}
+	for _, r := range h.replicas {
+		mid[r.id] = statOf(b, r.pid)
+	}
+	window := 60 * time.Second
+	time.Sleep(window) // measuring idle cost over a fixed window, not synchronising
+	var memPer, cpuPer []float64
+	for _, r := range h.replicas {
+		now := statOf(b, r.pid)
+		if owned[r.id] == 0 {
+			continue
+		}
+		mib := float64(now.rss-before[r.id].rss) / (1 << 20) / float64(owned[r.id])
+		cpu := float64((now.cpu - mid[r.id].cpu).Milliseconds()) / window.Minutes() / float64(owned[r.id])
+		memPer, cpuPer = append(memPer, mib), append(cpuPer, cpu)
+		b.Logf("%s owns %d clusters: RSS %d MiB (%d at start), %.1f ms CPU a minute idle", r.id, owned[r.id],
+			now.rss>>20, before[r.id].rss>>20, float64((now.cpu-mid[r.id].cpu).Milliseconds())/window.Minutes())
+	}
+	report(mean(memPer), "owner-MiB/cluster")
+	report(mean(cpuPer), "owner-cpu-ms/min/cluster")
+}
+
+// measureLatencies reports the status latency through every replica and
+// the change → callback latency; it returns the subscription's hook.
+func measureLatencies(b *testing.B, h *haSet, clusters []*simcluster.Cluster, named map[*simcluster.Cluster]string, report func(float64, string)) *hook {
+	n := len(clusters)
+	// Status through every replica, round robin.
+	var lat []time.Duration
+	for i := range 300 {
+		r := h.replicas[i%3]
+		t0 := time.Now()
+		r.must(200, "GET", digPath+"/status?type=cluster", nil)
+		lat = append(lat, time.Since(t0))
+	}
+	report(float64(percentile(lat, 50).Microseconds())/1000, "status-p50-ms")
+	report(float64(percentile(lat, 99).Microseconds())/1000, "status-p99-ms")
+
+	// Change → callback.
+	hk := newHook(b, "ok")
+	h.replicas[1].must(201, "POST", digPath+"/status/subscriptions", map[string]any{"name": "scale", "callback-url": hk.url()})
+	var cb []time.Duration
+	ready := true
+	for i := range 30 {
+		c := clusters[rand.IntN(n)]
+		ready = !ready
+		seen := len(mustPosts(hk))
+		t0 := setProbe(b, c, ready)
+		p := hk.waitPost(seen, fmt.Sprintf("flip %d on %s", i, named[c]), func(p post) bool {
+			return entry(p.doc.Changes.Modified, "Pod", named[c], "probe") != nil
+		})
+		cb = append(cb, p.at.Sub(t0))
+		setProbe(b, c, true) // back, and let that settle
+		hk.waitPost(seen+1, "flip back on "+named[c], func(p post) bool {
+			return entry(p.doc.Changes.Modified, "Pod", named[c], "probe") != nil
+		})
+		ready = true
+	}
+	report(float64(percentile(cb, 50).Microseconds())/1000, "callback-p50-ms")
+	report(float64(percentile(cb, 99).Microseconds())/1000, "callback-p99-ms")
+	return hk
+}
+
+// measureFailover kills the subscription's owner, makes a change and
+// reports when its callback came.
+func measureFailover(b *testing.B, h *haSet, hk *hook, clusters []*simcluster.Cluster, named map[*simcluster.Cluster]string, report func(float64, string)) {
+	n := len(clusters)
+	owner := owners(h.replicas[0].replicaSet(), func(r api.Replica) []string { return r.Subscriptions })["dig/p1/ca/v1/dig1/scale"]
+	if len(owner) != 1 {
+		b.Fatalf("the subscription is owned by %v", owner)
+	}
+	var victim *haReplica
+	for _, r := range h.replicas {
+		if r.id == owner[0] {
+			victim = r
+		}
+	}
+	seen := len(mustPosts(hk))
+	killed := time.Now()
+	if err := syscall.Kill(victim.pid, syscall.SIGKILL); err != nil {
+		b.Fatal(err)
+	}
+	c := clusters[rand.IntN(n)]
+	setProbe(b, c, false)
+	p := hk.waitPost(seen, "after the owner was killed", func(p post) bool {
+		return entry(p.doc.Changes.Modified, "Pod", named[c], "probe") != nil
+	})
+	report(p.at.Sub(killed).Seconds(), "failover-s")
+	if !contiguous(seqs(hk)) {
+		b.Errorf("sequence numbers across the failover: %v", seqs(hk))
+	}
+	b.Logf("kill -9 of %s → callback %s; sequence numbers stay contiguous (%d delivered)", victim.id,
+		p.at.Sub(killed).Round(time.Millisecond), len(seqs(hk)))
 }
 
 func mean(l []float64) float64 {

@@ -199,6 +199,88 @@ func contiguous(l []int64) bool {
 	return true
 }
 
+// waitTakeover waits until the survivors own every cluster and the
+// victim is no longer a member.
+func waitTakeover(t *testing.T, survivor, victim *haReplica, killed time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		set := survivor.replicaSet()
+		var ids []string
+		for _, r := range set {
+			ids = append(ids, r.ID)
+		}
+		clusters := owners(set, func(r api.Replica) []string { return r.Clusters })
+		ok := !slices.Contains(ids, victim.id)
+		for _, c := range sim.Clusters {
+			l := clusters["cp+"+c.Name]
+			ok = ok && len(l) == 1 && l[0] != victim.id
+		}
+		if ok {
+			t.Logf("after %s the survivors %v own the clusters: %v", time.Since(killed).Round(time.Millisecond), ids, clusters)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead replica's clusters were not taken over: %+v", set)
+		}
+		time.Sleep(100 * time.Millisecond) // polling with a deadline
+	}
+}
+
+// checkDayTwoAcrossReplicas: two updates of the DIG taken at once by the
+// two survivors run one after the other (an etcd lock), each with its
+// own revision; a rollback through one of them is applied by the group's
+// owner, as both see it.
+func checkDayTwoAcrossReplicas(t *testing.T, rest []*haReplica) {
+	t.Helper()
+	type answer struct {
+		code int
+		body string
+	}
+	answers := make(chan answer, len(rest))
+	for _, r := range rest {
+		go func() {
+			code, body := r.call("POST", digPath+"/update", nil)
+			answers <- answer{code, body}
+		}()
+	}
+	var revs []int64
+	for range rest {
+		a := <-answers
+		rev, err := strconv.ParseInt(strings.TrimSpace(a.body), 10, 64)
+		if a.code != 202 || err != nil {
+			t.Fatalf("update: %d %q, want 202 with a revision", a.code, a.body)
+		}
+		revs = append(revs, rev)
+	}
+	slices.Sort(revs)
+	if !slices.Equal(revs, []int64{2, 3}) {
+		t.Fatalf("two updates at once through two replicas made revisions %v, want 2 and 3", revs)
+	}
+	rest[1].must(202, "POST", digPath+"/rollback", map[string]any{"spec": map[string]any{"revision": "1"}})
+	// The replica that took the rollback first: its cache has the rollback
+	// (read-your-writes), so only the owner's apply satisfies the check.
+	for _, r := range []*haReplica{rest[1], rest[0]} {
+		took := r.waitStatus("type=rsync", "rolled back, every resource Applied as "+r.id+" sees it", func(s status.Response) (bool, string) {
+			n := 0
+			for k, res := range resources(s) {
+				if k.kind != "Pod" {
+					n++
+					if res.RsyncStatus != "Applied" {
+						return false, fmt.Sprintf("%v %s", k, res.RsyncStatus)
+					}
+				}
+			}
+			return n > 0 && s.Status == "Updated", fmt.Sprintf("status %s, %d resources", s.Status, n)
+		})
+		t.Logf("updates through %s and %s, rollback through %s: Applied as %s sees it after %s",
+			rest[0].id, rest[1].id, rest[1].id, r.id, took.Round(time.Millisecond))
+	}
+	if got := rest[0].lastRevision(digPath); got != 4 {
+		t.Fatalf("revision after the rollback = %d, want 4", got)
+	}
+}
+
 // TestHAReplicas is issue 19's acceptance: three replicas brought up by
 // scripts/ha-up.sh on a three-member etcd cluster and a standalone
 // FerretDB share the work; a DIG onboarded through one is Applied as every
@@ -290,28 +372,7 @@ func TestHAReplicas(t *testing.T) {
 		t.Logf("sequence numbers across the failover: %v", got)
 	}
 
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		set := survivor.replicaSet()
-		var ids []string
-		for _, r := range set {
-			ids = append(ids, r.ID)
-		}
-		clusters := owners(set, func(r api.Replica) []string { return r.Clusters })
-		ok := !slices.Contains(ids, victim.id)
-		for _, c := range sim.Clusters {
-			l := clusters["cp+"+c.Name]
-			ok = ok && len(l) == 1 && l[0] != victim.id
-		}
-		if ok {
-			t.Logf("after %s the survivors %v own the clusters: %v", time.Since(killed).Round(time.Millisecond), ids, clusters)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the dead replica's clusters were not taken over: %+v", set)
-		}
-		time.Sleep(100 * time.Millisecond) // polling with a deadline
-	}
+	waitTakeover(t, survivor, victim, killed)
 	// The status is still answered, and still follows the clusters, on
 	// every survivor.
 	for _, r := range rest {
@@ -322,56 +383,7 @@ func TestHAReplicas(t *testing.T) {
 	scale(t, "cluster1", "default", "frontend", 2)
 	scale(t, "cluster2", "default", "frontend", 2)
 
-	// Day 2 across replicas: two updates of the DIG taken at once by the
-	// two survivors run one after the other (an etcd lock), each with its
-	// own revision; a rollback through one of them is applied by the
-	// group's owner, as both see it.
-	type answer struct {
-		code int
-		body string
-	}
-	answers := make(chan answer, len(rest))
-	for _, r := range rest {
-		go func() {
-			code, body := r.call("POST", digPath+"/update", nil)
-			answers <- answer{code, body}
-		}()
-	}
-	var revs []int64
-	for range rest {
-		a := <-answers
-		rev, err := strconv.ParseInt(strings.TrimSpace(a.body), 10, 64)
-		if a.code != 202 || err != nil {
-			t.Fatalf("update: %d %q, want 202 with a revision", a.code, a.body)
-		}
-		revs = append(revs, rev)
-	}
-	slices.Sort(revs)
-	if !slices.Equal(revs, []int64{2, 3}) {
-		t.Fatalf("two updates at once through two replicas made revisions %v, want 2 and 3", revs)
-	}
-	rest[1].must(202, "POST", digPath+"/rollback", map[string]any{"spec": map[string]any{"revision": "1"}})
-	// The replica that took the rollback first: its cache has the rollback
-	// (read-your-writes), so only the owner's apply satisfies the check.
-	for _, r := range []*haReplica{rest[1], rest[0]} {
-		took := r.waitStatus("type=rsync", "rolled back, every resource Applied as "+r.id+" sees it", func(s status.Response) (bool, string) {
-			n := 0
-			for k, res := range resources(s) {
-				if k.kind != "Pod" {
-					n++
-					if res.RsyncStatus != "Applied" {
-						return false, fmt.Sprintf("%v %s", k, res.RsyncStatus)
-					}
-				}
-			}
-			return n > 0 && s.Status == "Updated", fmt.Sprintf("status %s, %d resources", s.Status, n)
-		})
-		t.Logf("updates through %s and %s, rollback through %s: Applied as %s sees it after %s",
-			rest[0].id, rest[1].id, rest[1].id, r.id, took.Round(time.Millisecond))
-	}
-	if got := rest[0].lastRevision(digPath); got != 4 {
-		t.Fatalf("revision after the rollback = %d, want 4", got)
-	}
+	checkDayTwoAcrossReplicas(t, rest)
 	if t.Failed() {
 		t.Logf("log of %s: %s", survivor.id, h.log(survivor.id))
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/deploy"
@@ -82,29 +83,7 @@ func TestK8spluginCompatibility(t *testing.T) {
 		t.Fatalf("GET /v1/healthcheck: %d %s", code, body)
 	}
 
-	// Connectivity info with other-connectivity-list: GET returns it all,
-	// the kubeconfig base64-encoded as k8splugin does.
-	records := []map[string]string{{"connectivity-record-name": "ovn-central", "FQDN-or-ip": "ovn.example", "ssl-initiator": "false"}}
-	if code, body := o.upload("/v1/connectivity-info", map[string]any{"cloud-region": "kud", "cloud-owner": "test_owner",
-		"other-connectivity-list": map[string]any{"connectivity-records": records}}, cl.Kubeconfig); code != 201 {
-		t.Fatalf("connectivity-info: %d %s", code, body)
-	}
-	var conn struct {
-		CloudRegion string `json:"cloud-region"`
-		CloudOwner  string `json:"cloud-owner"`
-		Kubeconfig  string `json:"kubeconfig"`
-		Other       struct {
-			Records []map[string]string `json:"connectivity-records"`
-		} `json:"other-connectivity-list"`
-	}
-	if err := json.Unmarshal([]byte(o.must(200, "GET", "/v1/connectivity-info/kud", nil)), &conn); err != nil {
-		t.Fatal(err)
-	}
-	kc, _ := base64.StdEncoding.DecodeString(conn.Kubeconfig)
-	if conn.CloudRegion != "kud" || conn.CloudOwner != "test_owner" || string(kc) != string(cl.Kubeconfig) ||
-		len(conn.Other.Records) != 1 || conn.Other.Records[0]["FQDN-or-ip"] != "ovn.example" {
-		t.Fatalf("GET connectivity-info = %+v", conn)
-	}
+	checkConnectivityInfo(t, o, cl.Kubeconfig)
 
 	// A definition whose chart has a PersistentVolume, a ClusterRole and a
 	// Deployment; the chart name comes from the archive; "default" exists.
@@ -146,6 +125,68 @@ func TestK8spluginCompatibility(t *testing.T) {
 	})
 	t.Logf("create to v1 status ready (PV, ClusterRole, CRD, cluster-scoped custom object, Deployment, Pod): %s", took.Round(time.Millisecond))
 
+	checkPVAppOnCluster(ctx, t, cs, id)
+
+	checkV1Reads(t, o, id)
+
+	checkUpgradeIsNotified(ctx, t, o, cs, id)
+
+	testConfigAPI(t, o, id)
+	testLackingKind(t, o)
+
+	// Teardown in k8splugin's order.
+	o.must(202, "DELETE", "/v1/instance/"+id, nil)
+	o.must(404, "GET", "/v1/instance/"+id, nil)
+	o.must(204, "DELETE", "/v1/rb/definition/pvapp/v1", nil)
+	o.must(404, "GET", "/v1/rb/definition/pvapp/v1", nil)
+	o.must(404, "GET", "/v1/rb/definition/pvapp/v1/profile/default", nil)
+	o.must(404, "GET", "/v1/rb/definition/pvapp/v1/profile/p1", nil)
+	o.must(204, "DELETE", "/v1/rb/definition/pvapp/v1/profile/p1", nil) // gone already: k8splugin answers 204 too
+	o.must(204, "DELETE", "/v1/connectivity-info/kud", nil)
+	o.must(404, "GET", "/v1/connectivity-info/kud", nil)
+	if d, err := cs.AppsV1().Deployments("k8sp").Get(ctx, "pvrel", metav1.GetOptions{}); err == nil && d.DeletionTimestamp == nil {
+		t.Fatal("the deployment survived the instance")
+	}
+	if _, err := cs.CoreV1().PersistentVolumes().Get(ctx, "pvrel-data-"+id, metav1.GetOptions{}); err == nil {
+		t.Fatal("the persistent volume survived the instance")
+	}
+	if _, err := cs.RbacV1().ClusterRoles().Get(ctx, "pvrel-reader-"+id, metav1.GetOptions{}); err == nil {
+		t.Fatal("the cluster role survived the instance")
+	}
+}
+
+// checkConnectivityInfo stores connectivity info with an
+// other-connectivity-list: GET returns it all, the kubeconfig
+// base64-encoded as k8splugin does.
+func checkConnectivityInfo(t *testing.T, o *orch, kubeconfig []byte) {
+	t.Helper()
+	records := []map[string]string{{"connectivity-record-name": "ovn-central", "FQDN-or-ip": "ovn.example", "ssl-initiator": "false"}}
+	if code, body := o.upload("/v1/connectivity-info", map[string]any{"cloud-region": "kud", "cloud-owner": "test_owner",
+		"other-connectivity-list": map[string]any{"connectivity-records": records}}, kubeconfig); code != 201 {
+		t.Fatalf("connectivity-info: %d %s", code, body)
+	}
+	var conn struct {
+		CloudRegion string `json:"cloud-region"`
+		CloudOwner  string `json:"cloud-owner"`
+		Kubeconfig  string `json:"kubeconfig"`
+		Other       struct {
+			Records []map[string]string `json:"connectivity-records"`
+		} `json:"other-connectivity-list"`
+	}
+	if err := json.Unmarshal([]byte(o.must(200, "GET", "/v1/connectivity-info/kud", nil)), &conn); err != nil {
+		t.Fatal(err)
+	}
+	kc, _ := base64.StdEncoding.DecodeString(conn.Kubeconfig)
+	if conn.CloudRegion != "kud" || conn.CloudOwner != "test_owner" || string(kc) != string(kubeconfig) ||
+		len(conn.Other.Records) != 1 || conn.Other.Records[0]["FQDN-or-ip"] != "ovn.example" {
+		t.Fatalf("GET connectivity-info = %+v", conn)
+	}
+}
+
+// checkPVAppOnCluster checks the instance's objects on the cluster: the
+// overridden image, and k8splugin's instance label on each.
+func checkPVAppOnCluster(ctx context.Context, t *testing.T, cs kubernetes.Interface, id string) {
+	t.Helper()
 	d, err := cs.AppsV1().Deployments("k8sp").Get(ctx, "pvrel", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -164,9 +205,13 @@ func TestK8spluginCompatibility(t *testing.T) {
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("pods by k8splugin's label: %v %v", pods, err)
 	}
+}
 
-	// k8splugin's GET shapes: ?full=true with its status, lists without
-	// resources, filtered.
+// checkV1Reads checks k8splugin's GET shapes (?full=true with its status,
+// lists without resources, filtered) and its queries, which read the
+// cluster as k8splugin's do.
+func checkV1Reads(t *testing.T, o *orch, id string) {
+	t.Helper()
 	var full deploy.FullInstance
 	_ = json.Unmarshal([]byte(o.must(200, "GET", "/v1/instance/"+id+"?full=true", nil)), &full)
 	if full.Status != "DONE" || full.ID != id || len(full.Resources) != 5 || full.PostInstallTimeout != 600 {
@@ -193,7 +238,13 @@ func TestK8spluginCompatibility(t *testing.T) {
 	if rq.ResourceCount != 1 || rq.ResourcesStatus[0].Name != "pvrel" {
 		t.Fatalf("region query: %+v", rq)
 	}
+}
 
+// checkUpgradeIsNotified subscribes to the instance (its fields have
+// k8splugin's types), upgrades it with k8splugin's body (no release name)
+// and waits for the new image, the notification and its recorded answer.
+func checkUpgradeIsNotified(ctx context.Context, t *testing.T, o *orch, cs kubernetes.Interface, id string) {
+	t.Helper()
 	// A status subscription's fields have k8splugin's types.
 	hook := newHook(t, "ok")
 	var sub struct {
@@ -227,29 +278,6 @@ func TestK8spluginCompatibility(t *testing.T) {
 		_ = json.Unmarshal([]byte(o.must(200, "GET", "/v1/instance/"+id+"/status/subscription/so", nil)), &sub)
 		return sub.LastNotifyStatus == 204 && !sub.LastNotifyTime.Before(sub.LastUpdateTime), fmt.Sprintf("%+v", sub)
 	})
-
-	testConfigAPI(t, o, id)
-	testLackingKind(t, o)
-
-	// Teardown in k8splugin's order.
-	o.must(202, "DELETE", "/v1/instance/"+id, nil)
-	o.must(404, "GET", "/v1/instance/"+id, nil)
-	o.must(204, "DELETE", "/v1/rb/definition/pvapp/v1", nil)
-	o.must(404, "GET", "/v1/rb/definition/pvapp/v1", nil)
-	o.must(404, "GET", "/v1/rb/definition/pvapp/v1/profile/default", nil)
-	o.must(404, "GET", "/v1/rb/definition/pvapp/v1/profile/p1", nil)
-	o.must(204, "DELETE", "/v1/rb/definition/pvapp/v1/profile/p1", nil) // gone already: k8splugin answers 204 too
-	o.must(204, "DELETE", "/v1/connectivity-info/kud", nil)
-	o.must(404, "GET", "/v1/connectivity-info/kud", nil)
-	if d, err := cs.AppsV1().Deployments("k8sp").Get(ctx, "pvrel", metav1.GetOptions{}); err == nil && d.DeletionTimestamp == nil {
-		t.Fatal("the deployment survived the instance")
-	}
-	if _, err := cs.CoreV1().PersistentVolumes().Get(ctx, "pvrel-data-"+id, metav1.GetOptions{}); err == nil {
-		t.Fatal("the persistent volume survived the instance")
-	}
-	if _, err := cs.RbacV1().ClusterRoles().Get(ctx, "pvrel-reader-"+id, metav1.GetOptions{}); err == nil {
-		t.Fatal("the cluster role survived the instance")
-	}
 }
 
 // testConfigAPI drives /v1/instance/{id}/config as k8splugin's clients do:

@@ -115,11 +115,8 @@ func startOrchestratorTB(t testing.TB, db, prefix string, mods ...func(*orchestr
 	o.base = "http://" + app.Addr().String()
 	cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 	defer ccancel()
-	if o.catalog, err = catalog.New(cctx, stores.Mongo.Client.Database(db), catalog.AllKinds()...); err != nil {
-		t.Fatal(err)
-	}
 	// The test's own writes keep the orchestrator's catalogue index too.
-	if _, err = o.catalog.UseIndex(cctx, stores.Etcd.Client, prefix); err != nil {
+	if o.catalog, _, err = catalog.Open(cctx, catalog.Options{DB: stores.Mongo.Client.Database(db), Index: stores.Etcd.Client, IndexPrefix: prefix}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(o.stop)
@@ -282,6 +279,28 @@ func allResources(want string) func(*appcontext.Context) (bool, string) {
 	}
 }
 
+// checkBundles: the cluster holds one ResourceBundleState per app of
+// context id.
+func checkBundles(t *testing.T, cl *simcluster.Cluster, id string) {
+	t.Helper()
+	rbs, err := cl.Clientset().RESTClient().Get().AbsPath("/apis/k8splugin.io/v1alpha1/namespaces/default/resourcebundlestates").DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Items []struct{ Metadata metav1.ObjectMeta }
+	}
+	_ = json.Unmarshal(rbs, &list)
+	var names []string
+	for _, it := range list.Items {
+		names = append(names, it.Metadata.Name)
+	}
+	want := fmt.Sprintf("backend-%s,cache-%s,frontend-%s", id, id, id)
+	if strings.Join(names, ",") != want {
+		t.Fatalf("%s: bundles %v, want %s", cl.Name, names, want)
+	}
+}
+
 func TestInstantiateTerminateReinstantiate(t *testing.T) {
 	o := startOrchestrator(t, testenv.UniqueName("e2e"), "/"+testenv.UniqueName("e2e"))
 	onboard(t, o, []any{map[string]any{"app": "frontend", "values": map[string]any{"replicaCount": "2"}}})
@@ -326,22 +345,7 @@ func TestInstantiateTerminateReinstantiate(t *testing.T) {
 				t.Fatalf("override not applied: replicas %d", *d.Spec.Replicas)
 			}
 		}
-		rbs, err := cl.Clientset().RESTClient().Get().AbsPath("/apis/k8splugin.io/v1alpha1/namespaces/default/resourcebundlestates").DoRaw(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var list struct {
-			Items []struct{ Metadata metav1.ObjectMeta }
-		}
-		_ = json.Unmarshal(rbs, &list)
-		var names []string
-		for _, it := range list.Items {
-			names = append(names, it.Metadata.Name)
-		}
-		want := fmt.Sprintf("backend-%s,cache-%s,frontend-%s", id, id, id)
-		if strings.Join(names, ",") != want {
-			t.Fatalf("%s: bundles %v, want %s", cl.Name, names, want)
-		}
+		checkBundles(t, cl, id)
 	}
 
 	// A cluster in use cannot be deleted (its labels go first, as children).

@@ -215,25 +215,13 @@ func TestDIGSubscriptions(t *testing.T) {
 	o.must(201, "POST", subs, map[string]any{"name": "hung", "callback-url": hung.url()})
 	o.must(409, "POST", subs, map[string]any{"name": "fast", "callback-url": fast.url()})
 
-	// 1. Scaling: modified for the Deployment, created for its new pods.
+	// Scaling: modified for the Deployment, created for its new pods.
 	start := scale(t, "cluster1", "default", "frontend", 3)
 	p := fast.waitPost(0, "modifying the Deployment", func(p post) bool {
 		return entry(p.doc.Changes.Modified, "Deployment", "cluster1", "frontend") != nil
 	})
 	t.Logf("scale → callback (modified Deployment): %s (target ≤ 1s), with a hanging subscriber present", p.at.Sub(start).Round(time.Millisecond))
-	e := entry(p.doc.Changes.Modified, "Deployment", "cluster1", "frontend")
-	for k, want := range map[string]any{"app": "frontend", "cluster-provider": "cp", "namespace": "default", "rsync-status": "Applied", "cluster-status": "Present"} {
-		if e[k] != want {
-			t.Errorf("entry %s = %v, want %v: %v", k, e[k], want, e)
-		}
-	}
-	if p.doc.SubscriptionName != "fast" || p.doc.Metadata["team"] != "ops" || !strings.Contains(string(p.body), `"rsync-status"`) {
-		t.Errorf("payload envelope: %s", p.body)
-	}
-	ts, _ := strconv.ParseInt(p.ts, 10, 64)
-	if p.sig != notify.Sign("s3cr3t", ts, p.body) || p.id == "" || time.Since(time.Unix(ts, 0)) > time.Minute {
-		t.Errorf("headers: id %q ts %q signature %q", p.id, p.ts, p.sig)
-	}
+	checkFirstPayload(t, p)
 	fast.waitPost(0, "creating the new pods", func(p post) bool {
 		return entry(p.doc.Changes.Created, "Pod", "cluster1", "frontend") != nil
 	})
@@ -250,8 +238,67 @@ func TestDIGSubscriptions(t *testing.T) {
 	t.Logf("status API p99: %s before, %s while a subscriber hangs, %s after it is deleted (target ≤ 2× without)",
 		baseline.Round(time.Microsecond), during.Round(time.Microsecond), after.Round(time.Microsecond))
 
-	// 2. A burst: the 5 s subscriber gets at most one POST per 5 s, and the
-	// POSTs carry the burst's net changes.
+	checkCoalescedBurst(t, o, fast, slow, slowPods)
+
+	checkFailedDeliveries(t, o, fast, subs)
+
+	// Restart with a delivery pending: it arrives afterwards.
+	fast.mode.Store("500")
+	n = len(mustPosts(fast))
+	scale(t, "cluster1", "default", "frontend", 1)
+	deadline := time.Now().Add(60 * time.Second)
+	var v notify.View
+	for v = o.subscription(subs + "/fast"); !v.Delivery.Pending && time.Now().Before(deadline); v = o.subscription(subs + "/fast") {
+		time.Sleep(50 * time.Millisecond) // polling with a deadline
+	}
+	o.stop()
+	fast.mode.Store("ok")
+	o = startOrchestrator(t, db, prefix, fastRetry)
+	got := fast.waitPost(n, "pending across the restart", func(p post) bool { return entry(p.doc.Changes.Deleted, "Pod", "cluster1", "frontend") != nil })
+	if got.seq != v.Delivery.Sequence {
+		t.Errorf("after the restart sequence %d arrived; %d was pending", got.seq, v.Delivery.Sequence)
+	}
+	checkSequence(t, fast)
+
+	checkWatchStream(t, o)
+
+	checkSubscriptionInput(t, o, subs, fast, slow)
+
+	// A PUT without the secret keeps it; new filters take a new baseline,
+	// and the sequence carries on.
+	o.must(200, "PUT", subs+"/fast", map[string]any{"callback-url": fast.url(), "type": "cluster", "app": []string{"frontend"}})
+	n = len(mustPosts(fast))
+	scale(t, "cluster2", "default", "frontend", 1)
+	p = fast.waitPost(n, "after the PUT", func(p post) bool { return entry(p.doc.Changes.Modified, "Deployment", "cluster2", "frontend") != nil })
+	ts, _ := strconv.ParseInt(p.ts, 10, 64)
+	if p.sig != notify.Sign("s3cr3t", ts, p.body) || strings.Contains(string(p.body), `"app":"backend"`) {
+		t.Errorf("after the PUT: signature %q, body %s", p.sig, p.body)
+	}
+	checkSequence(t, fast)
+}
+
+// checkFirstPayload checks the first POST to the fast subscriber: the
+// modified Deployment's entry, the envelope and the signed headers.
+func checkFirstPayload(t *testing.T, p post) {
+	t.Helper()
+	e := entry(p.doc.Changes.Modified, "Deployment", "cluster1", "frontend")
+	for k, want := range map[string]any{"app": "frontend", "cluster-provider": "cp", "namespace": "default", "rsync-status": "Applied", "cluster-status": "Present"} {
+		if e[k] != want {
+			t.Errorf("entry %s = %v, want %v: %v", k, e[k], want, e)
+		}
+	}
+	if p.doc.SubscriptionName != "fast" || p.doc.Metadata["team"] != "ops" || !strings.Contains(string(p.body), `"rsync-status"`) {
+		t.Errorf("payload envelope: %s", p.body)
+	}
+	ts, _ := strconv.ParseInt(p.ts, 10, 64)
+	if p.sig != notify.Sign("s3cr3t", ts, p.body) || p.id == "" || time.Since(time.Unix(ts, 0)) > time.Minute {
+		t.Errorf("headers: id %q ts %q signature %q", p.id, p.ts, p.sig)
+	}
+}
+
+// checkCoalescedBurst: a burst of changes reaches the 5 s subscriber at
+// most once per 5 s, and its POSTs carry the burst's net changes.
+func checkCoalescedBurst(t *testing.T, o *orch, fast, slow *hook, slowPods map[string]bool) {
 	for _, r := range []int{2, 4, 3} {
 		scale(t, "cluster2", "default", "frontend", r)
 	}
@@ -270,11 +317,14 @@ func TestDIGSubscriptions(t *testing.T) {
 		}
 	}
 	t.Logf("5 s subscriber: %d POSTs for %d notifications of the 0 s one", len(slowPosts), len(mustPosts(fast)))
+}
 
-	// 3. A receiver failing with 500 for 30 s: retried, then delivered,
-	// nothing lost, no gap in the sequence.
+// checkFailedDeliveries: a receiver failing with 500 for 30 s is retried,
+// then delivered, nothing lost, no gap in the sequence; a 400 is recorded
+// and its changes come again with the next delivery.
+func checkFailedDeliveries(t *testing.T, o *orch, fast *hook, subs string) {
 	fast.mode.Store("500")
-	n = len(mustPosts(fast))
+	n := len(mustPosts(fast))
 	outage := time.Now()
 	scale(t, "cluster1", "default", "frontend", 2)
 	for time.Since(outage) < 30*time.Second {
@@ -306,10 +356,10 @@ func TestDIGSubscriptions(t *testing.T) {
 	// comes with the next one. Either way it is not lost.
 	fast.waitPost(n, "with the new pod", func(p post) bool { return entry(p.doc.Changes.Created, "Pod", "cluster1", "frontend") != nil })
 
-	// 4. 400 is recorded; its changes come again with the next delivery.
+	// A 400 next.
 	fast.mode.Store("400")
 	scale(t, "cluster1", "default", "frontend", 1)
-	deadline = time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for v = o.subscription(subs + "/fast"); v.LastNotifyStatus != 400 && time.Now().Before(deadline); v = o.subscription(subs + "/fast") {
 		time.Sleep(50 * time.Millisecond) // polling with a deadline
 	}
@@ -322,32 +372,18 @@ func TestDIGSubscriptions(t *testing.T) {
 	fast.waitPost(n, "carrying the refused changes too", func(p post) bool {
 		return entry(p.doc.Changes.Modified, "Deployment", "cluster1", "frontend") != nil
 	})
+}
 
-	// 5. Restart with a delivery pending: it arrives afterwards.
-	fast.mode.Store("500")
-	n = len(mustPosts(fast))
-	scale(t, "cluster1", "default", "frontend", 1)
-	deadline = time.Now().Add(60 * time.Second)
-	for v = o.subscription(subs + "/fast"); !v.Delivery.Pending && time.Now().Before(deadline); v = o.subscription(subs + "/fast") {
-		time.Sleep(50 * time.Millisecond) // polling with a deadline
-	}
-	o.stop()
-	fast.mode.Store("ok")
-	o = startOrchestrator(t, db, prefix, fastRetry)
-	got = fast.waitPost(n, "pending across the restart", func(p post) bool { return entry(p.doc.Changes.Deleted, "Pod", "cluster1", "frontend") != nil })
-	if got.seq != v.Delivery.Sequence {
-		t.Errorf("after the restart sequence %d arrived; %d was pending", got.seq, v.Delivery.Sequence)
-	}
-	checkSequence(t, fast)
-
-	// 6. Server-Sent Events: the snapshot first, then each change.
+// checkWatchStream: Server-Sent Events bring the snapshot first, then each
+// change.
+func checkWatchStream(t *testing.T, o *orch) {
 	events := o.watch(t, digPath+"/status?watch=true&type=cluster&app=frontend")
 	first := <-events
 	var snap status.Response
 	if err := json.Unmarshal([]byte(first.data), &snap); first.event != "snapshot" || err != nil || len(snap.Apps) != 1 || snap.Ready == nil {
 		t.Fatalf("first event: %+v %v", first, err)
 	}
-	start = scale(t, "cluster1", "default", "frontend", 3)
+	start := scale(t, "cluster1", "default", "frontend", 3)
 	select {
 	case ev := <-events:
 		t.Logf("scale → SSE event: %s (target ≤ 1s)", time.Since(start).Round(time.Millisecond))
@@ -360,8 +396,11 @@ func TestDIGSubscriptions(t *testing.T) {
 	}
 	scale(t, "cluster1", "default", "frontend", 1)
 
-	// 8. Bad input.
-	o2 := o
+}
+
+// checkSubscriptionInput: bad subscriptions are refused; lists, PUTs and
+// deletes answer as SPEC section 8 says.
+func checkSubscriptionInput(t *testing.T, o *orch, subs string, fast, slow *hook) {
 	for _, c := range []struct {
 		code int
 		body any
@@ -377,35 +416,24 @@ func TestDIGSubscriptions(t *testing.T) {
 		{422, map[string]any{"name": "x", "callback-url": fast.url(), "min-notify-interval": "5"}, "decode"},
 		{409, map[string]any{"name": "slow", "callback-url": slow.url()}, "exists"},
 	} {
-		if code, b := o2.call("POST", subs, c.body); code != c.code || !strings.Contains(b, c.want) {
+		if code, b := o.call("POST", subs, c.body); code != c.code || !strings.Contains(b, c.want) {
 			t.Errorf("POST %v: %d %s, want %d %q", c.body, code, b, c.code, c.want)
 		}
 	}
-	if code, b := o2.call("POST", caPath+"/deployment-intent-groups/nope/status/subscriptions", map[string]any{"name": "x", "callback-url": fast.url()}); code != 404 {
+	if code, b := o.call("POST", caPath+"/deployment-intent-groups/nope/status/subscriptions", map[string]any{"name": "x", "callback-url": fast.url()}); code != 404 {
 		t.Errorf("subscription on a missing DIG: %d %s", code, b)
 	}
 	var list []notify.View
-	if err := json.Unmarshal([]byte(o2.must(200, "GET", subs, nil)), &list); err != nil || len(list) != 2 || list[0].Name != "fast" {
+	if err := json.Unmarshal([]byte(o.must(200, "GET", subs, nil)), &list); err != nil || len(list) != 2 || list[0].Name != "fast" {
 		t.Fatalf("list: %v %v", list, err)
 	}
-	o2.must(200, "PUT", subs+"/slow", map[string]any{"callback-url": slow.url(), "min-notify-interval": 1})
-	if v := o2.subscription(subs + "/slow"); v.MinNotifyInterval != 1 {
+	o.must(200, "PUT", subs+"/slow", map[string]any{"callback-url": slow.url(), "min-notify-interval": 1})
+	if v := o.subscription(subs + "/slow"); v.MinNotifyInterval != 1 {
 		t.Errorf("PUT did not take: %+v", v)
 	}
-	o2.must(404, "GET", subs+"/hung", nil)
-	o2.must(404, "DELETE", subs+"/hung", nil)
+	o.must(404, "GET", subs+"/hung", nil)
+	o.must(404, "DELETE", subs+"/hung", nil)
 
-	// A PUT without the secret keeps it; new filters take a new baseline,
-	// and the sequence carries on.
-	o2.must(200, "PUT", subs+"/fast", map[string]any{"callback-url": fast.url(), "type": "cluster", "app": []string{"frontend"}})
-	n = len(mustPosts(fast))
-	scale(t, "cluster2", "default", "frontend", 1)
-	p = fast.waitPost(n, "after the PUT", func(p post) bool { return entry(p.doc.Changes.Modified, "Deployment", "cluster2", "frontend") != nil })
-	ts, _ = strconv.ParseInt(p.ts, 10, 64)
-	if p.sig != notify.Sign("s3cr3t", ts, p.body) || strings.Contains(string(p.body), `"app":"backend"`) {
-		t.Errorf("after the PUT: signature %q, body %s", p.sig, p.body)
-	}
-	checkSequence(t, fast)
 }
 
 func mustPosts(h *hook) []post {

@@ -118,6 +118,31 @@ func everythingReady(r status.Response) (bool, string) {
 	return r.Ready != nil && *r.Ready && pods == 8, fmt.Sprintf("ready=%v pods=%d counts=%v", r.Ready != nil && *r.Ready, pods, r.ReadyStatus)
 }
 
+// checkStatusBadInput: bad queries are refused, missing subjects are
+// NotFound.
+func checkStatusBadInput(t *testing.T, o *orch) {
+	t.Helper()
+	for q, want := range map[string]string{
+		"output=everything": "summary, all, detail",
+		"type=deployed":     "rsync, cluster",
+		"cluster=cluster1":  "<provider>+<cluster>",
+	} {
+		if code, body := o.call("GET", digPath+"/status?"+q, nil); code != 400 || !strings.Contains(body, want) {
+			t.Errorf("%s: %d %s", q, code, body)
+		}
+	}
+	for path, code := range map[string]int{
+		caPath + "/deployment-intent-groups/nope/status": 404,
+		"/v2/cluster-providers/cp/clusters/nope/status":  404,
+		digPath + "/status?instance=12345":               404,
+		"/v1/instance/12345/status":                      404,
+	} {
+		if got, body := o.call("GET", path, nil); got != code {
+			t.Errorf("GET %s: %d %s, want %d", path, got, body, code)
+		}
+	}
+}
+
 func TestStatusFollowsTheClusters(t *testing.T) {
 	startMonitors(t, sim)
 	o := startOrchestrator(t, testenv.UniqueName("st"), "/"+testenv.UniqueName("st"))
@@ -205,26 +230,7 @@ func TestStatusFollowsTheClusters(t *testing.T) {
 	}
 	o.waitStatus("type=cluster", "second instantiation ready", everythingReady)
 
-	// Bad input.
-	for q, want := range map[string]string{
-		"output=everything": "summary, all, detail",
-		"type=deployed":     "rsync, cluster",
-		"cluster=cluster1":  "<provider>+<cluster>",
-	} {
-		if code, body := o.call("GET", digPath+"/status?"+q, nil); code != 400 || !strings.Contains(body, want) {
-			t.Errorf("%s: %d %s", q, code, body)
-		}
-	}
-	for path, code := range map[string]int{
-		caPath + "/deployment-intent-groups/nope/status": 404,
-		"/v2/cluster-providers/cp/clusters/nope/status":  404,
-		digPath + "/status?instance=12345":               404,
-		"/v1/instance/12345/status":                      404,
-	} {
-		if got, body := o.call("GET", path, nil); got != code {
-			t.Errorf("GET %s: %d %s, want %d", path, got, body, code)
-		}
-	}
+	checkStatusBadInput(t, o)
 	o.must(202, "POST", digPath+"/terminate", nil)
 	o.waitContext(id2, "terminated", allResources("Deleted"))
 }

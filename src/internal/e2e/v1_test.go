@@ -102,7 +102,11 @@ func TestV1InstanceLifecycle(t *testing.T) {
 	o.must(204, "DELETE", "/v1/rb/definition/web/v1/profile/p1", nil)
 	o.must(204, "DELETE", "/v1/rb/definition/web/v1", nil)
 
-	// Bad input.
+	checkV1BadInput(t, o)
+}
+
+// checkV1BadInput checks what a v1 client sending bad input is answered.
+func checkV1BadInput(t *testing.T, o *orch) {
 	for _, c := range []struct {
 		code int
 		body any

@@ -3,6 +3,7 @@ package gac
 import (
 	"encoding/base64"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
@@ -68,13 +69,18 @@ func existing(kind, name string, cs ...Customization) Resource {
 		ResourceGVK: catalog.ResourceGVK{APIVersion: "apps/v1", Kind: kind, Name: name}}, Customizations: cs}
 }
 
-func TestApply(t *testing.T) {
+// applyCase is one customization applied to the test's targets: check
+// looks at what it did, or err is the Invalid error it gives.
+type applyCase struct {
+	res   []Resource
+	check func(t *testing.T, ts []*Target)
+	err   string
+}
+
+// applyPatches are customizations that apply.
+func applyPatches() map[string]applyCase {
 	roleDB := `[{"op":"replace","path":"/spec/podSelector/matchLabels/role","value":"database"}]`
-	cases := map[string]struct {
-		res   []Resource
-		check func(t *testing.T, ts []*Target)
-		err   string
-	}{
+	return map[string]applyCase{
 		"new object, JSON patch, on the clusters with a label": {
 			res: []Resource{newRes("networkpolicy", "netpol-db", netpol, Customization{Name: "c", Spec: specific("label", "edge", "allow", jsonPatch(roleDB))})},
 			check: func(t *testing.T, ts []*Target) {
@@ -162,6 +168,12 @@ func TestApply(t *testing.T) {
 				}
 			},
 		},
+	}
+}
+
+// applyRefusals are customizations refused as invalid.
+func applyRefusals() map[string]applyCase {
+	return map[string]applyCase{
 		"an existing object the app does not render": {
 			res: []Resource{existing("StatefulSet", "nope", Customization{Name: "c", Spec: jsonPatch(`[{"op":"remove","path":"/spec"}]`)})},
 			err: `renders no StatefulSet "nope"`,
@@ -179,6 +191,11 @@ func TestApply(t *testing.T) {
 			err: "apply patchJson",
 		},
 	}
+}
+
+func TestApply(t *testing.T) {
+	cases := applyPatches()
+	maps.Copy(cases, applyRefusals())
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			ts := targets(t)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/status"
@@ -42,7 +42,8 @@ var _ Owner = AllGroups{}
 // groups and v1 instances (not clusters' network intents or logical
 // clouds).
 func Recordable(group string) bool {
-	return strings.HasPrefix(group, "dig:") || strings.HasPrefix(group, "instance:")
+	g, _ := catalog.ParseGroup(group)
+	return g.Kind == catalog.GroupDIG || g.Kind == catalog.GroupInstance
 }
 
 // RecorderOptions configures a Recorder; Store and Source are required.

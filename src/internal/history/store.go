@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 // DefaultLimit is how many entries a subject keeps by default.
@@ -34,7 +35,7 @@ type Store struct {
 // StoreOptions configures a Store. Client is required.
 type StoreOptions struct {
 	Client *clientv3.Client
-	// Prefix of every key; "" means "/argus".
+	// Prefix of every key; "" means etcdstore.DefaultPrefix.
 	Prefix string
 	// Limit is the entries kept per subject; 0 means DefaultLimit.
 	Limit int
@@ -42,13 +43,10 @@ type StoreOptions struct {
 
 // NewStore returns a Store.
 func NewStore(opts StoreOptions) *Store {
-	if opts.Prefix == "" {
-		opts.Prefix = "/argus"
-	}
 	if opts.Limit <= 0 {
 		opts.Limit = DefaultLimit
 	}
-	return &Store{cli: opts.Client, prefix: strings.TrimSuffix(opts.Prefix, "/") + "/history/", limit: int64(opts.Limit)}
+	return &Store{cli: opts.Client, prefix: etcdstore.Prefix(opts.Prefix) + "/history/", limit: int64(opts.Limit)}
 }
 
 func (s *Store) groupPrefix(group string) string { return s.prefix + group + "/" }

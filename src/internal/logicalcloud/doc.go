@@ -6,10 +6,15 @@
 // each cluster's signer to issue the user's certificate through the CSR API.
 // An admin (level 0) cloud is the clusters as they are: nothing to render.
 //
-// The deploy package runs the lifecycle (instantiate, update, terminate)
-// with rsync; this package renders and issues:
+// Service runs a cloud's lifecycle (instantiate, update, terminate, stop)
+// as deploy runs a DIG's: it records the cloud's resources as an
+// AppContext (kind "lc", group "lc:<project>/<cloud>") that rsync applies
+// with the clusters' own credentials, and its Issuer asks each cluster for
+// the user's certificate, which the Service records on the cluster
+// reference. The API calls it for EMCO's dcm routes; deploy reads a
+// cloud's state (ReadState) to place a DIG in it.
 //
-//	objs, err := logicalcloud.Resources("lc1", spec, perms, quotas, secrets.CSR)
-//	issuer.Issue(logicalcloud.Request{Project: "p", Cloud: "lc1", Reference: "c1-ref", Cluster: ref,
-//		CSRName: logicalcloud.CSRName("lc1", spec.Namespace), CSR: secrets.CSR})
+//	clouds, err := logicalcloud.NewService(logicalcloud.ServiceOptions{Catalog: cat, Contexts: contexts, Rsync: dispatcher, Clients: clusters})
+//	defer clouds.Close()
+//	id, err := clouds.InstantiateCloud(ctx, catalog.Key{"p", "lc1"})
 package logicalcloud

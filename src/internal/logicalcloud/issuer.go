@@ -37,14 +37,6 @@ type CertStore interface {
 	SetCertificate(ctx context.Context, req Request, certificate, failure string) error
 }
 
-// CertStoreFunc adapts a function to CertStore.
-type CertStoreFunc func(ctx context.Context, req Request, certificate, failure string) error
-
-// SetCertificate calls f.
-func (f CertStoreFunc) SetCertificate(ctx context.Context, req Request, certificate, failure string) error {
-	return f(ctx, req, certificate, failure)
-}
-
 // Request asks for the certificate of one cloud's user on one cluster.
 type Request struct {
 	Project, Cloud string

@@ -194,7 +194,7 @@ func (d *Deliverer) Deliver(ctx context.Context, del Delivery) Result {
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	_ = resp.Body.Close()
-	return Result{Outcome: classify(resp.StatusCode), Status: resp.StatusCode}
+	return Result{Outcome: Classify(resp.StatusCode), Status: resp.StatusCode}
 }
 
 // Reason says in a few words what an attempt came to, for a
@@ -235,7 +235,9 @@ func Reason(res Result) string {
 	}
 }
 
-func classify(code int) Outcome {
+// Classify is the outcome of an HTTP answer: 2xx delivered; 408, 429 and
+// 5xx worth a retry; anything else failed.
+func Classify(code int) Outcome {
 	switch {
 	case code >= 200 && code < 300:
 		return Delivered

@@ -7,11 +7,12 @@
 //   - Manager owns the subscriptions (SPEC section 8): one durable Worker per
 //     subscription, change routing by group (appcontext.Cache tells it
 //     which groups a batch of etcd events touched), a status memo shared by
-//     every subscription to the same subject and filters, the AAI sink, and
-//     Watch, which follows a subject for a ?watch=true stream.
+//     every subscription to the same subject and filters, and Watch, which
+//     follows a subject for a ?watch=true stream. (The AAI sink, package
+//     aai, mirrors instances with the same Worker and States.)
 //
-//   - With several replicas each subscription's worker, and the AAI sink,
-//     run on one replica (Claims, ownership.Kind). Subscriptions live in
+//   - With several replicas each subscription's worker runs on one replica
+//     (Claims, ownership.Kind). Subscriptions live in
 //     MongoDB, which cannot be watched, so each has a marker in etcd
 //     (shared.go): a create or change writes a new generation, the owner
 //     restarts the worker for it and acknowledges once it has its

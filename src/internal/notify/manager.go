@@ -16,8 +16,8 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
-	"github.com/argus-mc/argus/src/internal/etcdwatch"
 	"github.com/argus-mc/argus/src/internal/logging"
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 // Subject kinds: what a subscription watches.
@@ -146,20 +146,16 @@ type ManagerOptions struct {
 	Feeds     Feeds
 	// CheckQuery validates a DIG subscription's filters.
 	CheckQuery func(url.Values) error
-	// AAI, when set, mirrors every instance into AAI.
-	AAI     *AAISink
-	Metrics *Metrics
-	Logger  *logrus.Entry
+	Metrics    *Metrics
+	Logger     *logrus.Entry
 	// BackoffBase scales retry backoff (tests); 0 means as documented.
 	BackoffBase time.Duration
-	// Subscriptions hands out the subscriptions whose workers run here,
-	// and Sinks the AAI sink (one item, "aai"): with several replicas each
-	// runs on exactly one (ownership.Kind). Both are required (Sinks only
-	// with AAI).
+	// Subscriptions hands out the subscriptions whose workers run here:
+	// with several replicas each runs on exactly one (ownership.Kind).
+	// Required.
 	Subscriptions Claims
-	Sinks         Claims
 	// Prefix is the etcd prefix of the subscription markers and their
-	// owners' acknowledgements; "" means "/argus".
+	// owners' acknowledgements; "" means etcdstore.DefaultPrefix.
 	Prefix string
 	// Lease is this replica's lease, which acknowledgements are put on so
 	// they vanish with it; nil writes them without one.
@@ -181,8 +177,8 @@ const (
 	DefaultMaxPerSubject    = 100
 )
 
-// Manager owns one worker per subscription (and per instance for the AAI
-// sink), routes every change to the workers of the group it touches, and
+// Manager owns one worker per subscription, routes every change to the
+// workers of the group it touches, and
 // serves the subscription API. Workers compute views through a memo shared
 // by every subscription to the same subject and filters, so one change
 // costs one status computation however many subscribe.
@@ -198,30 +194,24 @@ type Manager struct {
 	// subscriptions on this replica.
 	creating sync.Mutex
 
-	mu         sync.Mutex
-	runCtx     context.Context
-	stopping   bool // set once Run waits for the goroutines; none may start after
-	wg         sync.WaitGroup
-	workers    map[string]*handle           // by state key
-	listeners  map[string]map[uint64]func() // by group
-	all        map[uint64]func()            // told of every group's changes
-	gens       map[string]uint64            // change generation by group
-	memo       map[string]*memoEntry        // by group + query
-	aaiBusy    map[string]bool              // instances whose AAI mirroring is being checked
-	aaiPurging map[string]bool              // instances whose AAI objects a purge loop is removing
-	aaiSkip    map[string]bool              // instances whose region has no AAI tenant
-	nextID     uint64
+	mu        sync.Mutex
+	runCtx    context.Context
+	stopping  bool // set once Run waits for the goroutines; none may start after
+	wg        sync.WaitGroup
+	workers   map[string]*handle           // by state key
+	listeners map[string]map[uint64]func() // by group
+	all       map[uint64]func()            // told of every group's changes
+	gens      map[string]uint64            // change generation by group
+	memo      map[string]*memoEntry        // by group + query
+	nextID    uint64
 
-	// With several replicas (see shared.go): the markers and the AAI purge
-	// requests as etcd has them, the markers of the subscriptions handed
-	// to this replica, those subscriptions, the generation each running
-	// worker started for, and whether the AAI sink is this replica's.
-	records  *markerRecords
-	purges   *etcdwatch.Follower
-	markers  map[string]marker
-	owned    map[string]bool
-	running  map[string]string
-	aaiOwned bool
+	// With several replicas (see shared.go): the markers as etcd has them,
+	// the markers of the subscriptions handed to this replica, those
+	// subscriptions, and the generation each running worker started for.
+	records *markerRecords
+	markers map[string]marker
+	owned   map[string]bool
+	running map[string]string
 }
 
 type handle struct {
@@ -237,13 +227,7 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 	if opts.Catalog == nil || opts.States == nil || opts.Deliverer == nil || opts.Feeds == nil || opts.Subscriptions == nil {
 		return nil, errors.New("notify: Catalog, States, Deliverer, Feeds and Subscriptions are required")
 	}
-	if opts.AAI != nil && opts.Sinks == nil {
-		return nil, errors.New("notify: the AAI sink needs Sinks")
-	}
-	if opts.Prefix == "" {
-		opts.Prefix = "/argus"
-	}
-	opts.Prefix = strings.TrimRight(opts.Prefix, "/")
+	opts.Prefix = etcdstore.Prefix(opts.Prefix)
 	if opts.Lease == nil {
 		opts.Lease = func() clientv3.LeaseID { return 0 }
 	}
@@ -264,13 +248,9 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, log: opts.Logger, ready: make(chan struct{}), workers: map[string]*handle{},
 		listeners: map[string]map[uint64]func(){}, all: map[uint64]func(){}, gens: map[string]uint64{}, memo: map[string]*memoEntry{},
-		aaiBusy: map[string]bool{}, aaiPurging: map[string]bool{}, aaiSkip: map[string]bool{},
 		markers: map[string]marker{}, owned: map[string]bool{}, running: map[string]string{}}
 	var err error
 	if m.records, err = newMarkerRecords(m); err != nil {
-		return nil, err
-	}
-	if m.purges, err = newPurges(m); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -281,7 +261,7 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 func (m *Manager) Ready() <-chan struct{} { return m.ready }
 
 // Run follows the subscription markers until ctx ends, running the
-// workers of the subscriptions (and the AAI sink) this replica is handed;
+// workers of the subscriptions this replica is handed;
 // then it stops and waits for all of them.
 func (m *Manager) Run(ctx context.Context) error {
 	// Workers run under a context of Run's own, so a failed start stops
@@ -324,11 +304,6 @@ func (m *Manager) Changed(groups []string) {
 		}
 	}
 	m.mu.Unlock()
-	for _, g := range groups {
-		if id, ok := strings.CutPrefix(g, "instance:"); ok && m.opts.AAI != nil {
-			m.ensureAAI(id)
-		}
-	}
 	for _, f := range wake {
 		f()
 	}
@@ -740,18 +715,11 @@ func (m *Manager) Delete(ctx context.Context, subj Subject, name string) error {
 }
 
 // Forget is told that a subject was deleted (its subscriptions went with
-// it in the catalogue): their workers stop and their states go; an
-// instance's AAI objects are removed by the AAI sink's owner.
+// it in the catalogue): their workers stop and their states go.
 func (m *Manager) Forget(ctx context.Context, subj Subject) error {
 	if err := m.deleteMarkers(ctx, subj.prefix(), true); err != nil {
 		return err
 	}
 	m.waitAcksGone(ctx, subj.prefix(), true)
-	if err := m.opts.States.DeletePrefix(ctx, subj.prefix()); err != nil {
-		return err
-	}
-	if subj.Kind == SubjectInstance && m.opts.AAI != nil {
-		return m.requestPurge(ctx, subj.Key[0])
-	}
-	return nil
+	return m.opts.States.DeletePrefix(ctx, subj.prefix())
 }

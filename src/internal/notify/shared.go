@@ -11,13 +11,12 @@ import (
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
-	"github.com/argus-mc/argus/src/internal/etcdwatch"
 	"github.com/argus-mc/argus/src/internal/ownership"
 )
 
 // Claims hands work to this replica (ownership.Kind): the manager says
 // what exists (Want, Drop) and is called back with what it runs
-// (AcquiredSubscription, ReleasedSubscription, AcquiredSink, ReleasedSink).
+// (AcquiredSubscription, ReleasedSubscription).
 type Claims interface {
 	Want(item string)
 	Drop(item string)
@@ -33,7 +32,6 @@ type Claims interface {
 //
 //	<prefix>/subscriptions/<state key>        marker {"gen", "reset"}
 //	<prefix>/subscriptions-ready/<state key>  {"gen"}: its owner's worker has its baseline (on the owner's lease)
-//	<prefix>/aai-purges/<instance id>         the AAI sink's owner removes a deleted instance from AAI
 //
 // Every create and change writes a new generation; the subscription's
 // owner (re)starts its worker for it, applies the reset the change asks
@@ -55,12 +53,8 @@ type ack struct {
 	Gen string `json:"gen"`
 }
 
-// aaiItem is the AAI sink's one work item.
-const aaiItem = "aai"
-
 func (m *Manager) markerPrefix() string { return m.opts.Prefix + "/subscriptions/" }
 func (m *Manager) ackPrefix() string    { return m.opts.Prefix + "/subscriptions-ready/" }
-func (m *Manager) purgePrefix() string  { return m.opts.Prefix + "/aai-purges/" }
 
 // parseStateKey reads a subscription's subject and name back from its
 // state key (Subject.stateKey).
@@ -93,12 +87,6 @@ type markerOwner struct{ m *Manager }
 
 func (o markerOwner) Changed(r ownership.Record[marker]) { o.m.markerChanged(r) }
 
-// newPurges follows the AAI purge requests for m.
-func newPurges(m *Manager) (*etcdwatch.Follower, error) {
-	return etcdwatch.New(etcdwatch.Options{Client: m.opts.States.cli, Prefixes: []string{m.purgePrefix()}, Apply: m.purgesChanged,
-		Name: "AAI purge requests", Logger: m.log})
-}
-
 // mark gives every stored subscription without a marker one (a catalogue
 // from a release without markers, or a create cut short): its owner then
 // resumes it as it is.
@@ -124,38 +112,17 @@ func (m *Manager) mark(ctx context.Context) error {
 	return nil
 }
 
-// follow follows the markers and the AAI purge requests until ctx ends;
-// ready is closed once every marker was seen.
+// follow follows the markers until ctx ends; ready is closed once every
+// marker was seen.
 func (m *Manager) follow(ctx context.Context) {
 	m.goOwned(func() { _ = m.records.Run(ctx) })
-	m.goOwned(func() { m.purges.Run(ctx) })
 	select {
 	case <-m.records.Ready():
 	case <-ctx.Done():
 		return
 	}
-	if m.opts.AAI != nil {
-		m.opts.Sinks.Want(aaiItem)
-	}
 	close(m.ready)
 	<-ctx.Done()
-}
-
-// purgesChanged acts on purge requests while this replica has the AAI
-// sink; after a gap in the watch it resumes every purge.
-func (m *Manager) purgesChanged(b etcdwatch.Batch) {
-	switch {
-	case b.First || !m.aaiIsOwned():
-		// The sink's owner resumes every purge when it acquires the sink.
-	case b.Listed:
-		m.resumeAAI()
-	default:
-		for _, ev := range b.Events {
-			if !ev.Deleted {
-				m.purgeRequested(strings.TrimPrefix(ev.Key, m.purgePrefix()))
-			}
-		}
-	}
 }
 
 // markerChanged is told a marker of a subscription this replica holds (or
@@ -240,7 +207,7 @@ func (m *Manager) reconcile(key string) {
 	}
 	m.log.WithError(err).WithField("subscription", key).Warn("cannot start the subscription's worker; retrying")
 	m.goOwned(func() {
-		if backoff.Sleep(ctx, scaledBackoff(m.opts.BackoffBase, 1)) {
+		if backoff.Sleep(ctx, ScaledBackoff(m.opts.BackoffBase, 1)) {
 			m.reconcile(key)
 		}
 	})
@@ -350,82 +317,4 @@ func (m *Manager) waitAcksGone(ctx context.Context, key string, prefix bool) {
 	if err := m.records.Wait(ctx, key, prefix, func(st ownership.State[marker, ack]) bool { return len(st.Acks) == 0 }); err != nil {
 		m.log.WithField("subscription", key).Warn("a subscription's worker was not seen to stop in time")
 	}
-}
-
-// AcquiredSink makes this replica the AAI sink's: it finishes the purges
-// of deleted instances and mirrors every instance.
-func (m *Manager) AcquiredSink(string) {
-	m.mu.Lock()
-	m.aaiOwned = true
-	m.mu.Unlock()
-	m.resumeAAI()
-}
-
-// ReleasedSink stops this replica's AAI work; it returns once it stopped.
-func (m *Manager) ReleasedSink(string) {
-	// ops first: a check that saw the sink owned and is starting a worker
-	// finishes before the workers are collected, and later ones see it not.
-	m.ops.Lock()
-	m.mu.Lock()
-	m.aaiOwned = false
-	var keys []string
-	for key := range m.workers {
-		if strings.HasPrefix(key, "aai/") {
-			keys = append(keys, key)
-		}
-	}
-	m.mu.Unlock()
-	for _, key := range keys {
-		m.stop(key)
-	}
-	m.ops.Unlock()
-}
-
-func (m *Manager) aaiIsOwned() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.aaiOwned
-}
-
-// resumeAAI finishes requested and interrupted purges, then mirrors every
-// instance.
-func (m *Manager) resumeAAI() {
-	m.mu.Lock()
-	ctx := m.runCtx
-	m.mu.Unlock()
-	m.goOwned(func() {
-		if err := m.resumePurges(ctx); err != nil && ctx.Err() == nil {
-			m.log.WithError(err).Warn("cannot resume AAI purges")
-		}
-		resp, err := m.opts.States.cli.Get(ctx, m.purgePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
-		if err == nil {
-			for _, kv := range resp.Kvs {
-				m.purgeRequested(strings.TrimPrefix(string(kv.Key), m.purgePrefix()))
-			}
-		}
-		err = catalog.For[catalog.InstanceSpec](m.opts.Catalog, catalog.Instances).Each(ctx, func(key catalog.Key, _ catalog.Object[catalog.InstanceSpec]) error {
-			m.ensureAAI(key[0])
-			return nil
-		})
-		if err != nil && ctx.Err() == nil {
-			m.log.WithError(err).Warn("cannot resume AAI mirroring")
-		}
-	})
-}
-
-// requestPurge asks the AAI sink's owner to remove a deleted instance's
-// objects from AAI.
-func (m *Manager) requestPurge(ctx context.Context, id string) error {
-	if _, err := m.opts.States.cli.Put(ctx, m.purgePrefix()+id, "{}"); err != nil {
-		return errdefs.Unavailable(err, "cannot ask for the instance's removal from AAI")
-	}
-	return nil
-}
-
-// purgeRequested stops a deleted instance's mirroring and purges it.
-func (m *Manager) purgeRequested(id string) {
-	m.ops.Lock()
-	m.stop(aaiKey(id))
-	m.ops.Unlock()
-	_ = m.purgeAAI(context.Background(), id)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/logging"
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 // Source computes a subscription's current view: one Entry per resource and
@@ -97,10 +98,11 @@ type States struct {
 	prefix string
 }
 
-// NewStates returns a state store; prefix "" means "/argus/notify/".
+// NewStates returns a state store; prefix "" means
+// etcdstore.DefaultPrefix + "/notify/".
 func NewStates(cli *clientv3.Client, prefix string) *States {
 	if prefix == "" {
-		prefix = "/argus/notify/"
+		prefix = etcdstore.DefaultPrefix + "/notify/"
 	}
 	return &States{cli: cli, prefix: prefix}
 }
@@ -330,12 +332,12 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 }
 
 func (w *Worker) backoff(attempt int) time.Duration {
-	return scaledBackoff(w.opts.BackoffBase, attempt)
+	return ScaledBackoff(w.opts.BackoffBase, attempt)
 }
 
-// scaledBackoff is Backoff with its 1 s base replaced by base (tests); 0
+// ScaledBackoff is Backoff with its 1 s base replaced by base (tests); 0
 // keeps it.
-func scaledBackoff(base time.Duration, attempt int) time.Duration {
+func ScaledBackoff(base time.Duration, attempt int) time.Duration {
 	if base <= 0 {
 		base = time.Second
 	}

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
 	"net"
-	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -16,31 +13,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/sirupsen/logrus"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/net/netutil"
 
 	"github.com/argus-mc/argus/src/internal/api"
-	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/authn"
-	"github.com/argus-mc/argus/src/internal/catalog"
-	"github.com/argus-mc/argus/src/internal/cluster"
-	"github.com/argus-mc/argus/src/internal/console"
-	"github.com/argus-mc/argus/src/internal/deploy"
-	"github.com/argus-mc/argus/src/internal/errdefs"
-	"github.com/argus-mc/argus/src/internal/history"
 	"github.com/argus-mc/argus/src/internal/logging"
-	"github.com/argus-mc/argus/src/internal/logicalcloud"
 	"github.com/argus-mc/argus/src/internal/notify"
-	"github.com/argus-mc/argus/src/internal/ownership"
 	"github.com/argus-mc/argus/src/internal/reload"
-	"github.com/argus-mc/argus/src/internal/render"
-	"github.com/argus-mc/argus/src/internal/rlimit"
-	"github.com/argus-mc/argus/src/internal/rsync"
-	"github.com/argus-mc/argus/src/internal/status"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
-	mongostore "github.com/argus-mc/argus/src/internal/store/mongo"
-	"github.com/argus-mc/argus/src/internal/watcher"
 )
 
 // Options configures the orchestrator. Zero values are the documented
@@ -60,7 +40,7 @@ type Options struct {
 	MongoURI string
 	// MongoDatabase is the database name; "" means "argus".
 	MongoDatabase string
-	// EtcdPrefix prefixes every etcd key; "" means "/argus".
+	// EtcdPrefix prefixes every etcd key; "" means etcdstore.DefaultPrefix.
 	EtcdPrefix string
 	// MonitorSilentAfter is how long a monitor's Lease may stay unrenewed
 	// before the monitor is Silent; 0 means 30s.
@@ -182,14 +162,14 @@ type HTTPOptions struct {
 	// MinBodyRate is the slowest a body may arrive (bytes a second, on
 	// average after 10s); 0 means api.DefaultMinBodyRate, negative none.
 	MinBodyRate int64
-	// MaxJSONDepth bounds the nesting of JSON bodies; 0 means 64.
-	MaxJSONDepth int
 	// MaxAnswerMemory bounds the answer bytes held while they are written;
 	// 0 means api.DefaultMaxAnswerMemory.
 	MaxAnswerMemory int64
 	// AnswerWriteTimeout bounds each write of an answer; 0 means
 	// api.DefaultAnswerWriteTimeout.
 	AnswerWriteTimeout time.Duration
+	// MaxJSONDepth bounds the nesting of JSON bodies; 0 means 64.
+	MaxJSONDepth int
 }
 
 func (h *HTTPOptions) defaults() {
@@ -268,6 +248,7 @@ func New(opts Options) (*App, error) {
 	if opts.Listen == "" {
 		opts.Listen = ":9015"
 	}
+	opts.EtcdPrefix = etcdstore.Prefix(opts.EtcdPrefix)
 	if opts.MongoDatabase == "" {
 		opts.MongoDatabase = "argus"
 	}
@@ -349,621 +330,32 @@ func (a *App) Addr() net.Addr {
 
 // Run opens the stores, serves the API until ctx ends, then drains requests
 // and closes the stores. It returns nil after a clean shutdown.
+//
+// It goes through phases, each in a file of its own: listen (the ports),
+// stores (etcd, MongoDB, the replica set, the catalogue), work (the parts
+// that do the orchestrator's work and their background runs) and serve
+// (the API and the gRPC status notifications). Each phase adds its parts
+// to one lifecycle, which starts them in order and stops them in reverse
+// however Run ends.
 func (a *App) Run(ctx context.Context) (err error) {
 	start := time.Now()
-	soft, rerr := rlimit.RaiseNoFile()
-	if rerr != nil {
-		a.log.WithError(rerr).Warn("cannot raise the open-file limit")
-	}
-	maxConns, lowered := rlimit.MaxConnections(a.opts.HTTP.MaxConnections, soft)
-	if lowered {
-		a.log.WithFields(logrus.Fields{"requested": a.opts.HTTP.MaxConnections, "max_connections": maxConns, "open_files": soft}).
-			Warn("--max-connections lowered to keep file descriptors for the stores, clusters and callbacks")
-	}
-	// Listening first: a taken port fails before any store is opened, and
-	// the address is known to the callback policy as the orchestrator's own.
-	// Connections arriving meanwhile wait in the backlog.
-	ln, err := net.Listen("tcp", a.opts.Listen)
-	if err != nil {
-		return fmt.Errorf("orchestrator: listen on %s: %w", a.opts.Listen, err)
-	}
-	serving := false
-	defer func() {
-		if !serving {
-			_ = ln.Close()
-		}
-	}()
-	grpcLn, err := a.listenStatusNotify()
+	life := newLifecycle(a.log)
+	defer func() { err = errors.Join(err, life.stop()) }()
+	ls, err := a.listen(life)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if grpcLn != nil && !serving {
-			_ = grpcLn.Close()
-		}
-	}()
-	etcd, mongo, err := a.openStores(ctx)
+	st, err := a.openStores(ctx, life, ls, start)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		err = errors.Join(err, mongo.Close(cctx), etcd.Close())
-		a.log.Info("stores closed")
-	}()
-
-	prefix := a.opts.EtcdPrefix
-	if prefix == "" {
-		prefix = "/argus"
-	}
-	// Work is shared with the other replicas on these stores (alone, this
-	// replica owns everything): each cluster's watcher, each group's rsync
-	// actions and history, each subscription's worker and the AAI sink
-	// run on exactly one live replica.
-	replicas, err := ownership.New(ownership.Options{Client: etcd.Client, Prefix: prefix, ID: a.opts.ReplicaID,
-		URL: advertiseURL(a.opts.AdvertiseURL, ln.Addr(), a.cert != nil), TTL: a.opts.LeaseTTL,
-		Registerer: a.opts.Registry, Logger: a.log.WithField("component", "ownership")})
+	w, err := a.buildWork(ctx, life, st, ls)
 	if err != nil {
 		return err
 	}
-	cat, err := catalog.New(ctx, mongo.DB, catalog.AllKinds()...)
-	if err != nil {
+	life.start(ctx)
+	if ok, err := a.awaitWork(ctx, st, w); !ok {
 		return err
 	}
-	// Markers (an upload in flight, a delete in progress) are signed with
-	// this replica's lease, so another replica starting never clears them,
-	// and those of a replica that died are cleared as soon as its lease is
-	// gone.
-	cat.SetOwner(catalog.Owner{ID: a.opts.ReplicaID, Lease: func() int64 { return int64(replicas.Lease()) },
-		Alive: func(ctx context.Context, lease int64) (bool, error) {
-			resp, err := etcd.Client.TimeToLive(ctx, clientv3.LeaseID(lease))
-			if err != nil {
-				return false, err
-			}
-			return resp.TTL > 0, nil
-		}})
-	// Whatever a killed predecessor left half written (an app without its
-	// chart, a delete that never finished) is repaired before anyone reads.
-	// Unsigned leftovers (an older release's) count as a predecessor's when
-	// no other replica runs; otherwise only once older than any request
-	// can run.
-	before := start
-	if others, err := replicas.Others(ctx); err != nil {
-		return fmt.Errorf("orchestrator: list the replicas: %w", err)
-	} else if others {
-		before = start.Add(-markerLifetime)
-	}
-	recovered, err := cat.Recover(ctx, before)
-	if err != nil {
-		return fmt.Errorf("orchestrator: recover the catalogue: %w", err)
-	}
-	if recovered != (catalog.Recovered{}) {
-		a.log.WithFields(logrus.Fields{"intents": recovered.Intents, "unmarked": recovered.Unmarked,
-			"orphans": recovered.Orphans, "lifecycles": recovered.Lifecycles}).Warn("repaired the catalogue after an unclean stop")
-	}
-	// Gets, lists and parent checks read the catalogue's index in etcd,
-	// which stays fast however large the catalogue grows (FerretDB reads a
-	// whole collection for most queries).
-	reconciled, err := cat.UseIndex(ctx, etcd.Client, a.opts.EtcdPrefix)
-	if err != nil {
-		return fmt.Errorf("orchestrator: index the catalogue: %w", err)
-	}
-	if reconciled.Fixed > 0 {
-		a.log.WithField("entries", reconciled.Fixed).Info("catalogue index brought up to date")
-	}
-	contexts := appcontext.New(appcontext.Options{Client: etcd.Client, Prefix: a.opts.EtcdPrefix})
-	kubeconfigs := cluster.KubeconfigOptions{AllowProxy: a.opts.KubeconfigAllowProxy}
-	clusters := cluster.NewRegistry(cluster.Options{KubeconfigOptions: kubeconfigs, MaxResponse: a.opts.ClusterMaxResponse, Kubeconfig: func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
-		if ref.Provider == deploy.V1Provider { // a v1 cloud region
-			return catalog.For[catalog.ConnectivitySpec](cat, catalog.ConnectivityInfos).GetContent(ctx, catalog.Key{ref.Name})
-		}
-		return catalog.For[catalog.Empty](cat, catalog.Clusters).GetContent(ctx, catalog.Key{ref.Provider, ref.Name})
-	}, CloudKubeconfig: logicalcloud.Source{Catalog: cat}.ForCluster})
-	groupWork := &groupHandler{}
-	groups := replicas.Kind(kindGroups, groupWork)
-	// The cache is created before rsync, which orders dependent apps by
-	// what it observes; it runs with the watchers below.
-	cache := appcontext.NewCache(contexts, a.log.WithField("component", "cache"))
-	// The overview's DIGs, instances and lifecycles, kept in memory from
-	// the catalogue's index by the cache's watch.
-	mirror := catalog.NewMirror(a.opts.EtcdPrefix)
-	cache.Follow(mirror.Prefix(), mirror)
-	// Rendered manifests are not kept per context: the most recently used
-	// ones are, up to a bound, and the others read from etcd when needed.
-	manifests := appcontext.NewManifests(contexts, a.opts.ManifestCacheSize)
-	engine, err := rsync.New(rsync.Options{Store: contexts, Clusters: clusters, FieldValidation: a.opts.FieldValidation,
-		Manifests: manifests, Observed: cache, Logger: a.log.WithField("component", "rsync")})
-	if err != nil {
-		return err
-	}
-	defer engine.Close() // cancels in-flight work; the group's next owner continues it
-	dispatcher, err := rsync.NewDispatcher(rsync.DispatcherOptions{Engine: engine, Claims: groups, Lease: replicas.Lease,
-		Logger: a.log.WithField("component", "rsync")})
-	if err != nil {
-		return err
-	}
-	renderMetrics, err := render.NewMetrics(a.opts.Registry)
-	if err != nil {
-		return err
-	}
-	renderer := render.NewPool(render.PoolOptions{Workers: a.opts.Render.Workers, Timeout: a.opts.Render.Timeout,
-		MemoryLimit: a.opts.Render.MemoryLimit, MaxOutput: a.opts.Render.MaxOutput, MaxRenders: a.opts.Render.MaxRequests,
-		Limits: a.opts.Archive, Metrics: renderMetrics, Logger: a.log.WithField("component", "render")})
-	defer renderer.Close()
-	var deployer *deploy.Service
-	issuer, err := logicalcloud.NewIssuer(logicalcloud.IssuerOptions{Clients: clusters, Logger: a.log.WithField("component", "issuer"),
-		// Set before any request is issued: requests come from the deployer.
-		Store: logicalcloud.CertStoreFunc(func(ctx context.Context, req logicalcloud.Request, cert, failure string) error {
-			return deployer.SetCertificate(ctx, req, cert, failure)
-		})})
-	if err != nil {
-		return err
-	}
-	defer issuer.Close()
-	deployer, err = deploy.New(deploy.Options{Catalog: cat, Contexts: contexts, Rsync: dispatcher, Renderer: renderer, Issuer: issuer, CreateWait: a.opts.V1CreateWait, CreateAsync: a.opts.V1CreateAsync,
-		RevisionLimit: a.opts.RevisionLimit, Locks: replicas, Logger: a.log.WithField("component", "deploy")})
-	if err != nil {
-		return err
-	}
-	clusterWork := &lateHandler{}
-	clusterKind := replicas.Kind(kindClusters, clusterWork)
-	watchers, err := watcher.New(watcher.Options{Store: contexts, Clusters: clusters, SilentAfter: a.opts.MonitorSilentAfter,
-		Claims: clusterKind, Logger: a.log.WithField("component", "watcher")})
-	if err != nil {
-		return err
-	}
-	clusterWork.set(watchers.Acquired, watchers.Released)
-	reader := &status.Reader{Catalog: cat, Contexts: contexts, Cache: cache, SilentAfter: a.opts.MonitorSilentAfter, Clusters: clusters,
-		Mirror: mirror, Manifests: manifests}
-	subscriptions := &lateHandler{}
-	sinks := &lateHandler{}
-	deliveries := a.deliveryCap(soft, maxConns)
-	notifier, err := a.notifier(cat, etcd, reader, selfAddrs(etcd, mongo, ln, grpcLn), deliveries, notifyReplicas{
-		subscriptions: replicas.Kind(kindSubscriptions, subscriptions), sinks: replicas.Kind(kindSinks, sinks), lease: replicas.Lease})
-	if err != nil {
-		return err
-	}
-	subscriptions.set(notifier.AcquiredSubscription, notifier.ReleasedSubscription)
-	sinks.set(notifier.AcquiredSink, notifier.ReleasedSink)
-	cache.OnChange(notifier.Changed)
-	histories := history.NewStore(history.StoreOptions{Client: etcd.Client, Prefix: a.opts.EtcdPrefix, Limit: a.opts.HistoryLimit})
-	// A group's history is recorded by the replica that owns the group.
-	recorder, err := history.NewRecorder(history.RecorderOptions{Store: histories, Source: reader, Groups: cache.Groups, Owner: groups,
-		Registerer: a.opts.Registry, Logger: a.log.WithField("component", "history")})
-	if err != nil {
-		return err
-	}
-	cache.OnChange(recorder.Changed)
-	// Every group the cache knows needs an owner (the dispatcher wants
-	// those with rsync actions as soon as they are requested).
-	cache.OnChange(func(gs []string) {
-		for _, g := range gs {
-			groups.Want(g)
-		}
-	})
-	groupWork.acquire = []func(string){dispatcher.Acquired, func(g string) { recorder.Changed([]string{g}) }, func(g string) {
-		if strings.HasPrefix(g, "lc:") {
-			if err := deployer.ResumeCloud(ctx, g); err != nil {
-				a.log.WithError(err).WithField("group", g).Warn("cannot resume a logical cloud's certificate requests")
-			}
-		}
-	}}
-	groupWork.release = []func(string){dispatcher.Released}
-	watchCtx, stopWatchers := context.WithCancel(ctx)
-	background := map[string]func(context.Context) error{
-		"watchers": watchers.Run, "context cache": cache.Run, "notifier": notifier.Run, "history recorder": recorder.Run,
-		"rsync dispatcher": dispatcher.Run, "replica set": replicas.Run,
-		"group owner": func(ctx context.Context) error {
-			gs, err := cache.Groups(ctx)
-			for _, g := range gs {
-				groups.Want(g)
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		},
-	}
-	done := map[string]chan error{}
-	for name, run := range background {
-		ch := make(chan error, 1) // the goroutine never reads the map, which this loop writes
-		done[name] = ch
-		go func() { ch <- run(watchCtx) }()
-	}
-	notifyDone := done["notifier"]
-	defer func() {
-		stopWatchers()
-		for name, ch := range done {
-			if werr := <-ch; werr != nil && !errors.Is(werr, context.Canceled) {
-				a.log.WithError(werr).Errorf("%s stopped", name)
-			}
-		}
-	}()
-	// Subscriptions resume before the API serves, so none is missing from
-	// it; and the replica registers first, so what the API starts is
-	// signed with its lease (a replica whose id another process still
-	// holds waits for that lease to go).
-	for _, ready := range []<-chan struct{}{notifier.Ready(), replicas.Ready()} {
-		select {
-		case <-ready:
-		case err := <-notifyDone:
-			notifyDone <- err // for the deferred wait
-			return fmt.Errorf("orchestrator: notifier: %w", err)
-		case <-ctx.Done():
-			return nil
-		}
-	}
-	apiOpts := api.Options{
-		Catalog:       cat,
-		Deploy:        deployer,
-		Clouds:        deployer,
-		Instances:     deployer,
-		Status:        reader,
-		Subscriptions: notifier,
-		History:       histories,
-		Overview:      overviews{Reader: reader, replica: a.opts.ReplicaID, clusters: clusterKind},
-		Replicas:      replicaView{set: replicas},
-		Consistency:   consistency{cli: etcd.Client, cache: cache},
-		Changes:       notifier,
-		Console:       console.Handler(),
-		ClusterInUse: func(ctx context.Context, provider, name string) ([]string, error) {
-			return liveOn(ctx, cache, contexts, appcontext.ClusterRef{Provider: provider, Name: name})
-		},
-		ClusterDeleted: func(provider, name string) {
-			ref := appcontext.ClusterRef{Provider: provider, Name: name}
-			watchers.Forget(ref)
-			clusters.Forget(ref)
-		},
-		Checks: map[string]api.Check{
-			"etcd":  etcd.Ping,
-			"mongo": mongo.Ping,
-			// A replica waiting for its id (another process holds it) owns
-			// no work yet.
-			"replica": func(context.Context) error {
-				if replicas.Lease() == 0 {
-					return fmt.Errorf("replica %s is not registered yet", a.opts.ReplicaID)
-				}
-				return nil
-			},
-		},
-		ArchiveLimits:          a.opts.Archive,
-		Archives:               renderer,
-		Logger:                 a.log.WithField("component", "api"),
-		Registerer:             a.opts.Registry,
-		Gatherer:               a.opts.Registry,
-		Kubeconfig:             kubeconfigs,
-		MaxJSONDepth:           a.opts.HTTP.MaxJSONDepth,
-		ListPageSize:           a.opts.ListPageSize,
-		StreamWriteTimeout:     a.opts.HTTP.StreamWriteTimeout,
-		MaxStreams:             maxStreams(a.opts.HTTP.MaxStreams, maxConns),
-		MaxBodyMemory:          a.opts.HTTP.MaxBodyMemory,
-		MaxBodyMemoryPerCaller: a.opts.HTTP.MaxBodyMemoryPerCaller,
-		MaxAnswerMemory:        a.opts.HTTP.MaxAnswerMemory,
-		AnswerWriteTimeout:     a.opts.HTTP.AnswerWriteTimeout,
-		WriteTimeout:           a.opts.HTTP.WriteTimeout,
-		MinBodyRate:            a.opts.HTTP.MinBodyRate,
-		ReadTimeout:            a.opts.HTTP.ReadTimeout,
-	}
-	if a.tokens != nil { // never a typed nil in the interface
-		apiOpts.Tokens = a.tokens
-	}
-	handler, err := api.New(apiOpts)
-	if err != nil {
-		return err
-	}
-
-	conns, err := newConnMetrics(a.opts.Registry, maxConns)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: a.opts.HTTP.ReadHeaderTimeout,
-		ReadTimeout:       a.opts.HTTP.ReadTimeout,
-		WriteTimeout:      a.opts.HTTP.WriteTimeout,
-		IdleTimeout:       a.opts.HTTP.IdleTimeout,
-		ConnState:         conns.track,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ErrorLog:          log.New(serverLog{a.log.WithField("component", "http")}, "", 0),
-	}
-	// Connections beyond the cap wait in the kernel's backlog; running out
-	// of descriptors anyway makes Serve back off and retry, never exit.
-	limited := netutil.LimitListener(ln, maxConns)
-	serveErr := make(chan error, 1)
-	serving = true
-	if a.cert != nil {
-		srv.TLSConfig = a.cert.ServerConfig()
-		go func() { serveErr <- srv.ServeTLS(limited, "", "") }()
-	} else {
-		go func() { serveErr <- srv.Serve(limited) }()
-	}
-
-	stopGRPC, err := a.serveStatusNotify(grpcLn, maxConns, reader, notifier)
-	if err != nil {
-		_ = srv.Close()
-		return errors.Join(err, ignoreClosed(<-serveErr))
-	}
-	defer stopGRPC()
-
-	a.mu.Lock()
-	a.addr = ln.Addr()
-	a.mu.Unlock()
-	close(a.ready)
-	a.log.WithFields(logrus.Fields{"addr": ln.Addr().String(), "tls": a.cert != nil, "auth": a.tokens != nil,
-		"max_connections": maxConns, "max_deliveries": deliveries, "open_files": soft,
-		"startup_ms": time.Since(start).Milliseconds()}).Info("orchestrator serving")
-
-	select {
-	case err := <-serveErr:
-		return fmt.Errorf("orchestrator: serve: %w", err)
-	case <-ctx.Done():
-	}
-	a.log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), a.opts.ShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		// Requests still running after the drain are cut off.
-		_ = srv.Close()
-	}
-	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("orchestrator: serve: %w", err)
-	}
-	return nil
-}
-
-// markerLifetime bounds how long a request may leave a catalogue marker
-// (an upload's intent, a delete's mark) in place: well above the longest
-// request the HTTP timeouts allow.
-const markerLifetime = 10 * time.Minute
-
-// liveOn lists the contexts still live on a cluster, as etcd has them: the
-// cache may trail etcd by a moment either way (a v1 client deletes its
-// cloud region right after its instance's deletion finished; an instantiate
-// may have recorded a context the cache has not seen yet), and a cluster
-// must never be deleted from under a live context.
-func liveOn(ctx context.Context, cache *appcontext.Cache, contexts *appcontext.Store, ref appcontext.ClusterRef) ([]string, error) {
-	ids, err := cache.LiveOn(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	if len(ids) == 0 { // confirm the absence too, with a range read
-		list, err := contexts.List(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, sm := range list {
-			if sm.Status.Status != appcontext.Terminated {
-				ids = append(ids, sm.Meta.ID)
-			}
-		}
-	}
-	var live []string
-	for _, id := range ids {
-		c, err := contexts.Get(ctx, id)
-		if errors.Is(err, errdefs.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if c.Status.Status == appcontext.Terminated {
-			continue
-		}
-		for _, p := range c.Placements {
-			if p.Cluster == ref {
-				live = append(live, id)
-				break
-			}
-		}
-	}
-	return live, nil
-}
-
-// notifier builds the subscription manager and, when configured, the AAI
-// sink.
-// notifyReplicas is how the notifier shares its work with other replicas.
-type notifyReplicas struct {
-	subscriptions, sinks *ownership.Kind
-	lease                func() clientv3.LeaseID
-}
-
-func (a *App) notifier(cat *catalog.Catalog, etcd *etcdstore.Store, reader *status.Reader, self []string, deliveries int, shared notifyReplicas) (*notify.Manager, error) {
-	deliverer, err := notify.NewDeliverer(notify.DelivererOptions{Allow: a.opts.CallbackAllow, Deny: a.opts.CallbackDeny, Self: self,
-		MaxDeliveries: deliveries, MaxDeliveriesPerHost: a.opts.Notify.MaxDeliveriesPerHost})
-	if err != nil {
-		return nil, fmt.Errorf("orchestrator: callback policy: %w", err)
-	}
-	metrics, err := notify.NewMetrics(a.opts.Registry)
-	if err != nil {
-		return nil, err
-	}
-	prefix := a.opts.EtcdPrefix
-	if prefix == "" {
-		prefix = "/argus"
-	}
-	var sink *notify.AAISink
-	if a.opts.AAI.URL != "" {
-		password := ""
-		if a.opts.AAI.PasswordFile != "" {
-			data, err := os.ReadFile(a.opts.AAI.PasswordFile)
-			if err != nil {
-				return nil, fmt.Errorf("orchestrator: AAI password: %w", err)
-			}
-			password = strings.TrimSpace(string(data))
-		}
-		sink, err = notify.NewAAISink(notify.AAIOptions{URL: a.opts.AAI.URL, Username: a.opts.AAI.Username, Password: password,
-			Tenants: a.opts.AAI.Tenants, SelfLink: a.opts.AAI.SelfLink,
-			Region: func(ctx context.Context, id string) (string, string, error) {
-				inst, err := catalog.For[catalog.InstanceSpec](cat, catalog.Instances).Get(ctx, catalog.Key{id})
-				if err != nil {
-					return "", "", err
-				}
-				region := inst.Spec.Request.CloudRegion
-				conn, err := catalog.For[catalog.ConnectivitySpec](cat, catalog.ConnectivityInfos).Get(ctx, catalog.Key{region})
-				if err != nil {
-					return "", "", err
-				}
-				return conn.Spec.CloudOwner, region, nil
-			}})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return notify.NewManager(notify.ManagerOptions{Catalog: cat, States: notify.NewStates(etcd.Client, prefix+"/notify/"),
-		Deliverer: deliverer, Feeds: reader, CheckQuery: status.CheckQuery, AAI: sink, Metrics: metrics,
-		Subscriptions: shared.subscriptions, Sinks: shared.sinks, Prefix: prefix, Lease: shared.lease,
-		MaxSubscriptions: a.opts.Notify.MaxSubscriptions, MaxPerSubject: a.opts.Notify.MaxSubscriptionsPerSubject,
-		BackoffBase: a.opts.NotifyBackoffBase, Logger: a.log.WithField("component", "notify")})
-}
-
-// deliveryCap is the cap on callback deliveries in flight, drawn from the
-// descriptors the API's and the gRPC port's connection caps leave.
-func (a *App) deliveryCap(soft uint64, maxConns int) int {
-	listeners := maxConns
-	if a.opts.GRPCListen != "" {
-		listeners += grpcConns(maxConns)
-	}
-	n, lowered := rlimit.MaxDeliveries(a.opts.Notify.MaxDeliveries, soft, listeners)
-	if lowered {
-		a.log.WithFields(logrus.Fields{"requested": a.opts.Notify.MaxDeliveries, "max_deliveries": n, "open_files": soft}).
-			Warn("--max-deliveries lowered to keep file descriptors for the stores and clusters")
-	}
-	return n
-}
-
-// overviews answers the console's overview queries; a cluster's watcher
-// runs on the replica holding the cluster's claim.
-type overviews struct {
-	*status.Reader
-	replica  string
-	clusters *ownership.Kind
-}
-
-func (o overviews) ClusterOverview(ctx context.Context) (status.ClusterOverview, error) {
-	return o.Reader.ClusterOverview(ctx, o.replica, o)
-}
-
-func (o overviews) WatcherOwner(ref appcontext.ClusterRef) string {
-	return o.clusters.Holder(ref.String())
-}
-
-var _ api.OverviewReader = overviews{}
-
-// serverLog carries net/http's own messages into the structured log. TLS
-// handshake failures are what port scanners and plain-HTTP clients cause,
-// so they are debug noise; anything else is worth a warning.
-type serverLog struct{ e *logrus.Entry }
-
-func (l serverLog) Write(p []byte) (int, error) {
-	msg := strings.TrimSpace(string(p))
-	if strings.Contains(msg, "TLS handshake error") {
-		l.e.Debug(msg)
-	} else {
-		l.e.Warn(msg)
-	}
-	return len(p), nil
-}
-
-// openStores opens etcd and MongoDB concurrently: embedded, each takes a
-// noticeable part of the start-up time.
-func (a *App) openStores(ctx context.Context) (*etcdstore.Store, *mongostore.Store, error) {
-	var (
-		wg       sync.WaitGroup
-		etcd     *etcdstore.Store
-		mongo    *mongostore.Store
-		etcdErr  error
-		mongoErr error
-	)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		etcd, etcdErr = etcdstore.Open(ctx, etcdstore.Options{
-			Endpoints: a.opts.EtcdEndpoints,
-			DataDir:   a.opts.DataDir,
-			Logger:    a.log.WithField("component", "etcd"),
-		})
-	}()
-	go func() {
-		defer wg.Done()
-		mongo, mongoErr = mongostore.Open(ctx, mongostore.Options{
-			URI:      a.opts.MongoURI,
-			Database: a.opts.MongoDatabase,
-			DataDir:  a.opts.DataDir,
-			Logger:   a.log.WithField("component", "mongo"),
-		})
-	}()
-	wg.Wait()
-	if etcdErr != nil || mongoErr != nil {
-		// Best effort: the open error is the one worth reporting.
-		if etcd != nil {
-			_ = etcd.Close()
-		}
-		if mongo != nil {
-			_ = mongo.Close(context.Background())
-		}
-		return nil, nil, errors.Join(etcdErr, mongoErr)
-	}
-	return etcd, mongo, nil
-}
-
-// selfAddrs lists the addresses that reach this process: the API (and the
-// gRPC status notifications) and the
-// embedded stores. Callbacks never go there.
-func selfAddrs(etcd *etcdstore.Store, mongo *mongostore.Store, listeners ...net.Listener) []string {
-	var listen []string
-	for _, ln := range listeners {
-		if ln != nil {
-			listen = append(listen, ln.Addr().String())
-		}
-	}
-	for _, u := range append(append(etcd.Endpoints(), etcd.PeerEndpoints()...), mongo.EmbeddedURI()) {
-		if p, err := url.Parse(u); err == nil && p.Host != "" {
-			listen = append(listen, p.Host)
-		}
-	}
-	return notify.SelfAddrs(listen...)
-}
-
-// connMetrics count the API's open connections against the cap.
-type connMetrics struct{ open prometheus.Gauge }
-
-func newConnMetrics(reg prometheus.Registerer, limit int) (*connMetrics, error) {
-	m := &connMetrics{open: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "argus", Subsystem: "http", Name: "open_connections",
-		Help: "API client connections open now."})}
-	capacity := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "argus", Subsystem: "http", Name: "max_connections",
-		Help: "The cap on API client connections; more wait in the listen backlog."})
-	capacity.Set(float64(limit))
-	for _, c := range []prometheus.Collector{m.open, capacity} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("orchestrator: register connection metrics: %w", err)
-		}
-	}
-	return m, nil
-}
-
-func (m *connMetrics) track(_ net.Conn, state http.ConnState) {
-	switch state {
-	case http.StateNew:
-		m.open.Inc()
-	case http.StateClosed, http.StateHijacked:
-		m.open.Dec()
-	}
-}
-
-// ignoreClosed drops the error Serve returns after Close.
-func ignoreClosed(err error) error {
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
-}
-
-// maxStreams is the watch stream cap: as asked, else half the connection
-// cap (at least one), leaving the other half to ordinary requests.
-func maxStreams(asked, maxConns int) int {
-	if asked > 0 {
-		return asked
-	}
-	return max(1, maxConns/2)
+	return a.serve(ctx, life, ls, st, w, start)
 }

@@ -30,7 +30,7 @@ import (
 func seedDIGs(tb testing.TB, ctx context.Context, db string, prefix string, n int) {
 	tb.Helper()
 	mdb := env.Mongo.Client.Database(db)
-	cat, err := catalog.New(ctx, mdb, catalog.AllKinds()...)
+	cat, _, err := catalog.Open(ctx, catalog.Options{DB: mdb})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -203,11 +203,8 @@ func BenchmarkOverview10000DIGs(b *testing.B) {
 	defer cancel()
 	db, prefix := testenv.UniqueName("ovb"), env.EtcdPrefix()
 	seedDIGs(b, ctx, db, prefix, n)
-	cat, err := catalog.New(ctx, env.Mongo.Client.Database(db), catalog.AllKinds()...)
+	cat, _, err := catalog.Open(ctx, catalog.Options{DB: env.Mongo.Client.Database(db), Index: env.Etcd.Client, IndexPrefix: prefix})
 	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := cat.UseIndex(ctx, env.Etcd.Client, prefix); err != nil {
 		b.Fatal(err)
 	}
 	store := appcontext.New(appcontext.Options{Client: env.Etcd.Client, Prefix: prefix})
@@ -217,7 +214,9 @@ func BenchmarkOverview10000DIGs(b *testing.B) {
 	done := make(chan error, 1)
 	go func() { done <- cache.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	<-cache.Ready()
+	if err := cache.WaitLoaded(ctx); err != nil {
+		b.Fatal(err)
+	}
 	reader := &status.Reader{Catalog: cat, Contexts: store, Cache: cache, Mirror: mirror}
 	cpu0 := cpuTime()
 	for b.Loop() {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/api"
 	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/ownership"
 )
 
@@ -61,11 +62,11 @@ func (v replicaView) Replicas(ctx context.Context) ([]api.Replica, error) {
 			if holder != m.ID {
 				continue
 			}
-			switch {
-			case strings.HasPrefix(group, "dig:"):
-				r.DIGs = append(r.DIGs, strings.TrimPrefix(group, "dig:"))
-			case strings.HasPrefix(group, "instance:"):
-				r.Instances = append(r.Instances, strings.TrimPrefix(group, "instance:"))
+			switch g, _ := catalog.ParseGroup(group); g.Kind {
+			case catalog.GroupDIG:
+				r.DIGs = append(r.DIGs, strings.Join(g.Key, "/"))
+			case catalog.GroupInstance:
+				r.Instances = append(r.Instances, g.Key[0])
 			default:
 				r.Groups = append(r.Groups, group)
 			}
@@ -124,36 +125,3 @@ func advertiseURL(configured string, addr net.Addr, tls bool) string {
 	}
 	return fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(host, port))
 }
-
-// groupHandler runs what a replica does with the groups it owns: rsync's
-// actions, the history, a logical cloud's certificate requests.
-type groupHandler struct {
-	acquire []func(group string)
-	release []func(group string)
-}
-
-func (h *groupHandler) Acquired(group string) {
-	for _, f := range h.acquire {
-		f(group)
-	}
-}
-
-func (h *groupHandler) Released(group string) {
-	for _, f := range h.release {
-		f(group)
-	}
-}
-
-var _ ownership.Handler = (*groupHandler)(nil)
-
-// lateHandler is a Handler whose functions are set once the part they
-// call exists (a part and its kind refer to each other); the replica set
-// runs only after that.
-type lateHandler struct{ acquire, release func(string) }
-
-func (h *lateHandler) set(acquire, release func(string)) { h.acquire, h.release = acquire, release }
-
-func (h *lateHandler) Acquired(item string) { h.acquire(item) }
-func (h *lateHandler) Released(item string) { h.release(item) }
-
-var _ ownership.Handler = (*lateHandler)(nil)

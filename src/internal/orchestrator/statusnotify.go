@@ -1,15 +1,14 @@
 package orchestrator
 
 import (
+	"context"
 	"fmt"
-	"golang.org/x/net/netutil"
 	"net"
 
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/argus-mc/argus/src/internal/notify"
-	"github.com/argus-mc/argus/src/internal/status"
 	"github.com/argus-mc/argus/src/internal/statusnotify"
 )
 
@@ -28,26 +27,25 @@ func (a *App) listenStatusNotify() (net.Listener, error) {
 	return ln, nil
 }
 
-// serveStatusNotify serves the gRPC status notification service on ln
-// (nothing when nil), with the API's TLS certificate and bearer tokens,
-// and returns what stops it: every stream is cut (they last as long as
-// their clients), and its goroutine waited for.
-func (a *App) serveStatusNotify(ln net.Listener, maxConns int, reader *status.Reader, notifier *notify.Manager) (func(), error) {
-	if ln == nil {
-		return func() {}, nil
+// serveStatusNotify adds the gRPC status notification service on the
+// gRPC listener (nothing when there is none) to the lifecycle, with the
+// API's TLS certificate and bearer tokens. Stopping it cuts every stream
+// (they last as long as their clients).
+func (a *App) serveStatusNotify(life *lifecycle, ls *listeners, w *work) error {
+	if ls.grpc == nil {
+		return nil
 	}
 	// Connections are taken before any token is checked: bounded like the
 	// API's, from the same descriptor budget (a quarter of the API's cap).
-	ln = netutil.LimitListener(ln, grpcConns(maxConns))
-	opts := statusnotify.Options{Status: reader, Changes: notifier, Logger: a.log.WithField("component", "statusnotify"),
-		MaxStreams: maxStreams(a.opts.HTTP.MaxStreams, maxConns)}
+	ln := netutil.LimitListener(ls.grpc, grpcConns(ls.maxConns))
+	opts := statusnotify.Options{Status: w.reader, Changes: w.notifier, Logger: a.log.WithField("component", "statusnotify"),
+		MaxStreams: maxStreams(a.opts.HTTP.MaxStreams, ls.maxConns)}
 	if a.tokens != nil { // never a typed nil in the interface
 		opts.Tokens = a.tokens
 	}
 	svc, err := statusnotify.New(opts)
 	if err != nil {
-		_ = ln.Close()
-		return nil, err
+		return err
 	}
 	serverOpts := svc.ServerOptions()
 	if a.cert != nil {
@@ -55,21 +53,13 @@ func (a *App) serveStatusNotify(ln net.Listener, maxConns int, reader *status.Re
 	}
 	srv := grpc.NewServer(serverOpts...)
 	svc.Register(srv)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil {
-			a.log.WithError(err).Error("gRPC status notifications stopped")
-		}
-	}()
+	life.add("gRPC status notifications", func(context.Context) error { return srv.Serve(ln) },
+		func() error { srv.Stop(); return nil })
 	a.mu.Lock()
 	a.grpcAddr = ln.Addr()
 	a.mu.Unlock()
 	a.log.WithField("addr", ln.Addr().String()).Info("gRPC status notifications serving")
-	return func() {
-		srv.Stop()
-		<-done
-	}, nil
+	return nil
 }
 
 // GRPCAddr is the address of the gRPC status notification service; nil

@@ -23,7 +23,9 @@
 //
 // Consumers tell a Kind which items exist (Want, Drop) and are called back
 // (Handler.Acquired, Handler.Released) from the kind's workers, never
-// twice at once for one item. A replica whose lease is lost (etcd
+// twice at once for one item. A kind's handlers may be attached after the
+// kind is made (Kind.Handle), so a part can be built with the kind it
+// needs and then handle it; Run refuses a kind left without one. A replica whose lease is lost (etcd
 // unreachable for a whole TTL) releases everything first and registers
 // again with a new lease.
 //
@@ -34,7 +36,8 @@
 // acknowledgement (rsync's action records, the subscription markers).
 //
 //	set, _ := ownership.New(ownership.Options{Client: cli, Prefix: "/argus", ID: "r1", URL: "http://10.0.0.1:9015"})
-//	clusters := set.Kind("clusters", handler) // before Run
+//	clusters := set.Kind("clusters", nil)     // before Run
+//	clusters.Handle(handler)
 //	go set.Run(ctx)
 //	clusters.Want("provider+edge01")          // handler.Acquired("provider+edge01") once claimed
 //

@@ -3,6 +3,7 @@ package ownership
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -21,17 +22,25 @@ type Handler interface {
 	Released(item string)
 }
 
-// HandlerFuncs adapts two functions to a Handler.
+// HandlerFuncs adapts two functions to a Handler; a nil one does nothing.
 type HandlerFuncs struct {
 	Acquire func(item string)
 	Release func(item string)
 }
 
 // Acquired calls Acquire.
-func (h HandlerFuncs) Acquired(item string) { h.Acquire(item) }
+func (h HandlerFuncs) Acquired(item string) {
+	if h.Acquire != nil {
+		h.Acquire(item)
+	}
+}
 
 // Released calls Release.
-func (h HandlerFuncs) Released(item string) { h.Release(item) }
+func (h HandlerFuncs) Released(item string) {
+	if h.Release != nil {
+		h.Release(item)
+	}
+}
 
 var _ Handler = HandlerFuncs{}
 
@@ -42,7 +51,7 @@ var _ Handler = HandlerFuncs{}
 type Kind struct {
 	s     *Set
 	name  string
-	h     Handler
+	h     []Handler // in the order attached; set before Run
 	queue workqueue.TypedRateLimitingInterface[string]
 	log   *logrus.Entry
 
@@ -52,16 +61,31 @@ type Kind struct {
 	holders map[string]string           // item → holder's id, as the claims watch has it
 }
 
-func newKind(s *Set, name string, h Handler) *Kind {
-	return &Kind{s: s, name: name, h: h, log: s.log.WithField("kind", name),
+func newKind(s *Set, name string) *Kind {
+	return &Kind{s: s, name: name, log: s.log.WithField("kind", name),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ownership-" + name}),
 		wanted: map[string]bool{}, held: map[string]clientv3.LeaseID{}, holders: map[string]string{}}
 }
 
-// Name is the kind's name.
-func (k *Kind) Name() string { return k.name }
+// Handle attaches h to the kind: an item's Acquired calls every handler in
+// the order attached, its Released in the reverse order. Parts that share
+// a kind (a group's rsync actions, history and certificate requests)
+// each attach their own; a part may be built with the kind it needs and
+// attach itself afterwards. Handle panics once the Set runs, whose Run
+// refuses a kind without a handler: handlers are part of the assembly.
+func (k *Kind) Handle(h Handler) {
+	if h == nil {
+		panic("ownership: nil handler for kind " + k.name)
+	}
+	k.s.mu.Lock()
+	defer k.s.mu.Unlock()
+	if k.s.running {
+		panic("ownership: Handle after Run")
+	}
+	k.h = append(k.h, h)
+}
 
 // Want says item exists and needs an owner. It never blocks.
 func (k *Kind) Want(item string) {
@@ -249,7 +273,9 @@ func (k *Kind) sync(ctx context.Context, item string) error {
 	k.s.owned.WithLabelValues(k.name).Set(float64(n))
 	k.s.moves.WithLabelValues(k.name, "acquired").Inc()
 	k.log.WithField("item", item).Debug("acquired")
-	k.h.Acquired(item)
+	for _, h := range k.h {
+		h.Acquired(item)
+	}
 	return nil
 }
 
@@ -266,7 +292,9 @@ func (k *Kind) deleteClaim(ctx context.Context, item string, lease clientv3.Leas
 }
 
 func (k *Kind) release(item string) {
-	k.h.Released(item)
+	for _, h := range slices.Backward(k.h) {
+		h.Released(item)
+	}
 	k.mu.Lock()
 	delete(k.held, item)
 	n := len(k.held)

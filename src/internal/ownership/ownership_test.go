@@ -361,3 +361,56 @@ func TestLockAcrossReplicas(t *testing.T) {
 		t.Fatal("r2 did not get the lock after r1 released it")
 	}
 }
+
+// Handlers attached after the kind was made are called in the order
+// attached on acquire and in reverse on release; a kind left without one
+// stops Run before anything starts.
+func TestHandlersAttachedBeforeRun(t *testing.T) {
+	prefix := env.EtcdPrefix()
+	bare, err := New(Options{Client: env.Etcd.Client, Prefix: prefix, ID: "r0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare.Kind("groups", nil)
+	if err := bare.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "groups has no handler") {
+		t.Fatalf("Run with a kind without a handler: %v", err)
+	}
+
+	var mu sync.Mutex
+	var calls []string
+	record := func(what string) func(string) {
+		return func(item string) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, what+" "+item)
+		}
+	}
+	set, err := New(Options{Client: env.Etcd.Client, Prefix: prefix, ID: "r1", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := set.Kind("groups", nil)
+	k.Handle(HandlerFuncs{Acquire: record("acquire first"), Release: record("release first")})
+	k.Handle(HandlerFuncs{Acquire: record("acquire second")}) // no Release: nothing to stop
+	k.Want("g")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- set.Run(ctx) }()
+	waitFor(t, "g acquired", 30*time.Second, func() (bool, string) { return k.Owns("g"), "" })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"acquire first g", "acquire second g", "release first g"}
+	if !slices.Equal(calls, want) {
+		t.Fatalf("calls %v, want %v", calls, want)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("Handle after Run did not panic")
+			}
+		}()
+		k.Handle(HandlerFuncs{})
+	}()
+}

@@ -22,12 +22,13 @@ import (
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/etcdwatch"
 	"github.com/argus-mc/argus/src/internal/logging"
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 // Options configures a Set; Client and ID are required.
 type Options struct {
 	Client *clientv3.Client
-	// Prefix of every key; "" means "/argus".
+	// Prefix of every key; "" means etcdstore.DefaultPrefix.
 	Prefix string
 	// ID names this replica; it must be unique among live replicas (a
 	// second process with the same id waits until the first one's lease
@@ -90,10 +91,7 @@ func New(opts Options) (*Set, error) {
 	if strings.Contains(opts.ID, "/") {
 		return nil, fmt.Errorf("ownership: replica id %q contains '/'", opts.ID)
 	}
-	if opts.Prefix == "" {
-		opts.Prefix = "/argus"
-	}
-	opts.Prefix = strings.TrimRight(opts.Prefix, "/")
+	opts.Prefix = etcdstore.Prefix(opts.Prefix)
 	if opts.TTL == 0 {
 		opts.TTL = 10 * time.Second
 	}
@@ -132,12 +130,6 @@ func New(opts Options) (*Set, error) {
 	}
 	return s, nil
 }
-
-// ID is this replica's id.
-func (s *Set) ID() string { return s.opts.ID }
-
-// TTL is the lease TTL in force.
-func (s *Set) TTL() time.Duration { return time.Duration(s.ttl) * time.Second }
 
 // Ready is closed once this replica is registered and knows the others.
 func (s *Set) Ready() <-chan struct{} { return s.ready }
@@ -183,8 +175,9 @@ func (s *Set) Lock(ctx context.Context, name string) (func(), error) {
 func (s *Set) replicasPrefix() string { return s.opts.Prefix + "/replicas/" }
 func (s *Set) ownersPrefix() string   { return s.opts.Prefix + "/owners/" }
 
-// Kind adds a kind of work handled by h. It panics once Run has started:
-// kinds are part of the assembly, not of the running state.
+// Kind adds a kind of work, handled by h and by whatever handlers are
+// attached with Kind.Handle before Run (h may be nil). It panics once Run
+// has started: kinds are part of the assembly, not of the running state.
 func (s *Set) Kind(name string, h Handler) *Kind {
 	if name == "" || strings.Contains(name, "/") {
 		panic(fmt.Sprintf("ownership: bad kind name %q", name))
@@ -197,7 +190,10 @@ func (s *Set) Kind(name string, h Handler) *Kind {
 	if _, dup := s.kinds[name]; dup {
 		panic("ownership: kind " + name + " added twice")
 	}
-	k := newKind(s, name, h)
+	k := newKind(s, name)
+	if h != nil {
+		k.h = append(k.h, h)
+	}
 	s.kinds[name] = k
 	return k
 }
@@ -241,6 +237,16 @@ func (s *Set) Run(ctx context.Context) error {
 	if s.running {
 		s.mu.Unlock()
 		return errors.New("ownership: Set already running")
+	}
+	for _, k := range s.kinds {
+		if len(k.h) == 0 {
+			s.running = true // an assembly error: the Set never runs
+			for _, k := range s.kinds {
+				k.queue.ShutDown()
+			}
+			s.mu.Unlock()
+			return fmt.Errorf("ownership: kind %s has no handler", k.name)
+		}
 	}
 	s.running = true
 	s.mu.Unlock()

@@ -55,7 +55,7 @@ func TestPoolRendersAsInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(got) != len(want) {
-		t.Fatalf("pool rendered %s, in process %s", Describe(got), Describe(want))
+		t.Fatalf("pool rendered %s, in process %s", describe(got), describe(want))
 	}
 	for i := range want {
 		if got[i].Key() != want[i].Key() || got[i].GVK != want[i].GVK || string(got[i].Manifest) != string(want[i].Manifest) {
@@ -70,7 +70,7 @@ func TestPoolRendersAsInProcess(t *testing.T) {
 	want, _ = Render(opts)
 	got, err = p.Render(context.Background(), opts)
 	if err != nil || len(got) != len(want) || string(got[2].Manifest) != string(want[2].Manifest) || !strings.Contains(string(got[3].Manifest), `"replicas":5`) {
-		t.Fatalf("with values: %v\n%s", err, Describe(got))
+		t.Fatalf("with values: %v\n%s", err, describe(got))
 	}
 }
 

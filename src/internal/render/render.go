@@ -502,12 +502,3 @@ func hookOf(h *release.Hook) *Hook {
 	}
 	return out
 }
-
-// Describe is a short description for logs: "3 resources: Deployment/web, ...".
-func Describe(rs []Resource) string {
-	names := make([]string, 0, len(rs))
-	for _, r := range rs {
-		names = append(names, r.GVK.Kind+"/"+r.Name)
-	}
-	return fmt.Sprintf("%d resources: %s", len(rs), strings.Join(names, ", "))
-}

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -44,7 +45,7 @@ func find(t *testing.T, rs []Resource, kind string) *unstructured.Unstructured {
 			return u
 		}
 	}
-	t.Fatalf("no %s in %s", kind, Describe(rs))
+	t.Fatalf("no %s in %s", kind, describe(rs))
 	return nil
 }
 
@@ -153,7 +154,7 @@ func TestChartLayouts(t *testing.T) {
 				return
 			}
 			if len(rs) != 4 {
-				t.Fatalf("rendered %s", Describe(rs))
+				t.Fatalf("rendered %s", describe(rs))
 			}
 		})
 	}
@@ -330,4 +331,13 @@ func TestOutputLimit(t *testing.T) {
 	if !errors.Is(err, ErrLimit) || !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "render limit is 100") {
 		t.Fatalf("err = %v, want a render limit", err)
 	}
+}
+
+// describe is a short description for failures: "3 resources: Deployment/web, ...".
+func describe(rs []Resource) string {
+	names := make([]string, 0, len(rs))
+	for _, r := range rs {
+		names = append(names, r.GVK.Kind+"/"+r.Name)
+	}
+	return fmt.Sprintf("%d resources: %s", len(rs), strings.Join(names, ", "))
 }

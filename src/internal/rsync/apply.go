@@ -211,25 +211,11 @@ func (pa *placementApply) applyAll(ctx context.Context, todo, removed []appconte
 			return false
 		}
 		if pass == 1 {
-			for i := len(removed) - 1; i >= 0; i-- {
-				r := removed[i]
-				if st, err := pa.e.deleteWithRetry(ctx, pa.c, p, r); ctx.Err() == nil {
-					pa.rec.record(p, r.Key(), appcontext.ResourceStatus{Status: st, Error: reason(classify(ctx, err), err)})
-				}
-			}
+			pa.deleteRemoved(ctx, removed)
 			firstDone()
 		}
 		if !bundleSettled && ctx.Err() == nil {
-			select { // the bundle follows the resources of every app on the cluster
-			case <-pa.clusterPassed:
-				if emptied(p) { // the app left the cluster: so does its bundle
-					pa.e.deleteBundle(ctx, pa.c, p)
-					bundleSettled = true
-				} else {
-					bundleSettled = pa.applyBundle(ctx, labels)
-				}
-			case <-ctx.Done():
-			}
+			bundleSettled = pa.settleBundle(ctx, labels)
 		}
 		if !needsRetry(classes, todo) {
 			release()
@@ -268,6 +254,33 @@ func (pa *placementApply) applyAll(ctx context.Context, todo, removed []appconte
 		if ctx.Err() != nil {
 			return false
 		}
+	}
+}
+
+// deleteRemoved deletes the removed resources, in reverse order.
+func (pa *placementApply) deleteRemoved(ctx context.Context, removed []appcontext.Resource) {
+	for i := len(removed) - 1; i >= 0; i-- {
+		r := removed[i]
+		if st, err := pa.e.deleteWithRetry(ctx, pa.c, pa.p, r); ctx.Err() == nil {
+			pa.rec.record(pa.p, r.Key(), appcontext.ResourceStatus{Status: st, Error: reason(classify(ctx, err), err)})
+		}
+	}
+}
+
+// settleBundle applies the app's bundle on the cluster, or deletes it when
+// the app left the cluster, once every placement on the cluster made its
+// first pass (the bundle follows the resources of every app there); it
+// reports whether the bundle is settled.
+func (pa *placementApply) settleBundle(ctx context.Context, labels map[string]string) bool {
+	select {
+	case <-pa.clusterPassed:
+		if emptied(pa.p) {
+			pa.e.deleteBundle(ctx, pa.c, pa.p)
+			return true
+		}
+		return pa.applyBundle(ctx, labels)
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -190,7 +190,7 @@ func (d *Dispatcher) Busy(group string) bool {
 }
 
 // Stop cancels the actions in flight on the group — the latest and any
-// other that is not the deletion of an earlier context, as Engine.Stop —
+// other that is not the deletion of an earlier context —
 // and waits until the group's owner reports them halted; it reports
 // whether any was in flight.
 func (d *Dispatcher) Stop(group string) bool {
@@ -274,8 +274,9 @@ func (d *Dispatcher) waitHalted(ctx context.Context, group string, targets []rec
 }
 
 // Idle waits until no action on the group is at work: none is requested,
-// or each has tried every resource once and only waits for the world (see
-// Engine.Idle); or ctx ends.
+// or each has tried every resource once and only waits for the world (a
+// CRD to be installed, a cluster to answer: what an update supersedes); or
+// ctx ends.
 func (d *Dispatcher) Idle(ctx context.Context, group string) error {
 	return d.recs.WaitItem(ctx, group, func(st groupState) bool {
 		for _, r := range st.Records {

@@ -45,8 +45,8 @@
 // Actions on one group (a DIG or an instance) run one after another;
 // Terminate and Stop cancel the actions in flight first, and an update
 // supersedes an instantiation still at work. An action's progress lives in
-// etcd, so Resume (idempotent) continues whatever an earlier process left
-// unfinished.
+// etcd, so a group's next owner continues whatever an earlier process left
+// unfinished (starting what already runs is a no-op).
 //
 // With several orchestrator replicas, the Dispatcher decides which process
 // runs a group's actions: Instantiate, Update and Terminate (on any

@@ -70,9 +70,10 @@ type Options struct {
 // Engine runs rsync actions. It owns every goroutine it starts; Close stops
 // them and waits.
 //
-// The engine acts on contexts handed to it (Instantiate, Update, Terminate)
-// or found in etcd (Resume); everything an action needs is in the context,
-// so deciding which process runs a context's action can happen outside.
+// The engine runs the actions its Dispatcher starts (apply, update,
+// delete of a context, one chain per group); everything an action needs
+// is in the context, so deciding which process runs a context's action
+// happens outside, in the Dispatcher.
 type Engine struct {
 	opts   Options
 	log    *logrus.Entry
@@ -151,8 +152,8 @@ func New(opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// Close cancels every action and waits for them. Their progress is in etcd;
-// Resume continues it in the next process.
+// Close cancels every action and waits for them. Their progress is in etcd,
+// where the group's next owner continues it.
 func (e *Engine) Close() {
 	e.cancel()
 	e.wg.Wait()
@@ -164,38 +165,6 @@ const (
 	actionUpdate = "update"
 	actionDelete = "delete"
 )
-
-// Instantiate applies a new context's resources, after any action in flight
-// on its group.
-func (e *Engine) Instantiate(group, id string) { e.start(group, actionApply, id, false) }
-
-// Update applies a context's new and changed resources, retries those not
-// Applied, and deletes those marked removed, after any action in flight on
-// its group.
-func (e *Engine) Update(group, id string) { e.start(group, actionUpdate, id, false) }
-
-// Terminate cancels the actions in flight on the group and deletes the
-// context's resources.
-func (e *Engine) Terminate(group, id string) { e.start(group, actionDelete, id, true) }
-
-// Stop cancels the actions in flight on the group (other than deletions of
-// earlier contexts) and waits for the latest; it reports whether one was
-// running.
-func (e *Engine) Stop(group string) bool {
-	e.mu.Lock()
-	r := e.groups[group]
-	if r == nil || closed(r.done) {
-		e.mu.Unlock()
-		return false
-	}
-	e.cancelChainLocked(r, r.id)
-	e.mu.Unlock()
-	<-r.done
-	return true
-}
-
-// Busy reports whether an action is running on the group.
-func (e *Engine) Busy(group string) bool { return e.running(group) != nil }
 
 func closed(ch chan struct{}) bool {
 	select {
@@ -219,7 +188,7 @@ func (e *Engine) cancelChainLocked(r *run, id string) {
 
 // start queues an action on the group and returns its run. Starting what
 // already runs (the same kind on the same context) returns the run in
-// flight, so Resume is idempotent.
+// flight, so a group's records may be handed over again.
 func (e *Engine) start(group, kind, id string, preempt bool) *run {
 	e.mu.Lock()
 	prev := e.groups[group]
@@ -278,25 +247,6 @@ func (e *Engine) start(group, kind, id string, preempt bool) *run {
 		}
 	}()
 	return r
-}
-
-// Resume starts the actions an earlier process left unfinished: contexts
-// Instantiating, Updating or Terminating, and failed ones rsync was still
-// working on (Active). It may be called again; what runs is not restarted.
-func (e *Engine) Resume(ctx context.Context) error {
-	list, err := e.opts.Store.List(ctx)
-	if err != nil {
-		return err
-	}
-	for _, c := range list { // oldest first: a group's deletion before its next instantiation
-		kind := resumeAction(c.Status)
-		if kind == "" {
-			continue
-		}
-		e.start(c.Meta.Group, kind, c.Meta.ID, false)
-		e.log.WithFields(logrus.Fields{"context": c.Meta.ID, "status": c.Status.Status}).Info("resuming rsync action")
-	}
-	return nil
 }
 
 // sleep waits the transient backoff for attempt; false if ctx ended first.

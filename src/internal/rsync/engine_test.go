@@ -151,18 +151,13 @@ func (p *patches) of(key string) []string {
 	return append([]string(nil), p.bodies[key]...)
 }
 
-// TestErrorClasses drives one placement through every error class with
-// fake clients returning the API errors real API servers return: each
-// resource ends in the status its class says, with the server's reason,
-// waiting ones apply once what they wait for appears, and the context's
-// status says what went wrong while rsync still works on the rest.
-func TestErrorClasses(t *testing.T) {
-	fc := newFakeCluster(coreKinds()...)
-	fc.disc.openapi = map[string][]byte{"apis/apps/v1": []byte(daemonSetSchema)}
-	var nsAllowed, widgetsServed sync.Once
-	allowNS := make(chan struct{})
+// errorClassAnswers answers patches as API servers do for each error
+// class: 429 twice, invalid, forbidden, a namespace that does not exist
+// until allowNS is closed (and whose creation is forbidden until then),
+// and a field the schema lacks.
+func errorClassAnswers(allowNS <-chan struct{}) func(resource, name string, n int, body []byte) error {
 	gr := schema.GroupResource{Resource: "configmaps"}
-	p := &patches{answer: func(resource, name string, n int, body []byte) error {
+	return func(resource, name string, n int, body []byte) error {
 		switch {
 		case resource == "configmaps" && name == "busy" && n <= 2:
 			return apierrors.NewTooManyRequests("slow down", 0)
@@ -190,7 +185,20 @@ func TestErrorClasses(t *testing.T) {
 			return &apierrors.StatusError{ErrStatus: metav1Status(500, "failed to create typed patch object: .spec.replicas: field not declared in schema")}
 		}
 		return nil
-	}}
+	}
+}
+
+// TestErrorClasses drives one placement through every error class with
+// fake clients returning the API errors real API servers return: each
+// resource ends in the status its class says, with the server's reason,
+// waiting ones apply once what they wait for appears, and the context's
+// status says what went wrong while rsync still works on the rest.
+func TestErrorClasses(t *testing.T) {
+	fc := newFakeCluster(coreKinds()...)
+	fc.disc.openapi = map[string][]byte{"apis/apps/v1": []byte(daemonSetSchema)}
+	var nsAllowed, widgetsServed sync.Once
+	allowNS := make(chan struct{})
+	p := &patches{answer: errorClassAnswers(allowNS)}
 	fc.dyn.PrependReactor("patch", "*", p.reactor)
 	e, store := newTestEngine(t, fc, "")
 	id := createContext(t, store,
@@ -207,39 +215,7 @@ func TestErrorClasses(t *testing.T) {
 	c := waitFor(t, store, id, "first pass recorded", func(c *appcontext.Context) bool {
 		return c.Status.Status == appcontext.InstantiateFailed && statusOf(c, "ConfigMap/default/busy").Status == appcontext.RsyncApplied
 	})
-	want := map[string]string{
-		"ConfigMap/default/ok":      appcontext.RsyncApplied,
-		"ConfigMap/default/busy":    appcontext.RsyncApplied, // after two 429s
-		"ConfigMap/default/bad":     appcontext.RsyncFailed,
-		"ConfigMap/default/denied":  appcontext.RsyncFailed,
-		"Widget/_/w1":               appcontext.RsyncWaiting,
-		"ConfigMap/newns/elsewhere": appcontext.RsyncWaiting,
-		"DaemonSet/default/ds":      appcontext.RsyncApplied,
-	}
-	for key, st := range want {
-		if got := statusOf(c, key); got.Status != st {
-			t.Errorf("%s: %s (%s), want %s", key, got.Status, got.Error, st)
-		}
-	}
-	if r := statusOf(c, "Widget/_/w1").Error; !strings.Contains(r, "Widget") || strings.Contains(r, "unreachable") {
-		t.Errorf("Widget's reason: %q", r)
-	}
-	if r := statusOf(c, "ConfigMap/default/denied").Error; !strings.Contains(r, `cannot patch configmaps`) {
-		t.Errorf("the API server's message is not the reason: %q", r)
-	}
-	if r := statusOf(c, "ConfigMap/newns/elsewhere").Error; !strings.Contains(r, `namespace "newns"`) {
-		t.Errorf("namespace reason: %q", r)
-	}
-	ds := statusOf(c, "DaemonSet/default/ds")
-	if len(ds.Warnings) != 1 || ds.Warnings[0] != `unknown field "spec.replicas"` {
-		t.Errorf("DaemonSet warnings: %q", ds.Warnings)
-	}
-	if bodies := p.of("daemonsets/ds"); len(bodies) != 2 || strings.Contains(bodies[1], "replicas") || !strings.Contains(bodies[1], `"selector"`) {
-		t.Errorf("DaemonSet patches: %q", bodies)
-	}
-	if !c.Status.Active || !strings.Contains(c.Status.Error, "2 of 7 resources failed, 2 waiting") || len(c.Status.Reasons) != 4 {
-		t.Errorf("context status while waiting: %+v", c.Status)
-	}
+	checkFirstPass(t, c, p)
 	if !e.Busy("g/" + id) {
 		t.Error("the action ended while resources wait")
 	}
@@ -277,6 +253,46 @@ func TestErrorClasses(t *testing.T) {
 	// Terminate deletes everything, including kinds the cluster no longer serves.
 	e.Terminate("g/"+id, id)
 	waitFor(t, store, id, "terminated", func(c *appcontext.Context) bool { return c.Status.Status == appcontext.Terminated })
+}
+
+// checkFirstPass checks each resource's status after the first pass of
+// TestErrorClasses: the class its answer puts it in, with the server's
+// reason.
+func checkFirstPass(t *testing.T, c *appcontext.Context, p *patches) {
+	t.Helper()
+	want := map[string]string{
+		"ConfigMap/default/ok":      appcontext.RsyncApplied,
+		"ConfigMap/default/busy":    appcontext.RsyncApplied, // after two 429s
+		"ConfigMap/default/bad":     appcontext.RsyncFailed,
+		"ConfigMap/default/denied":  appcontext.RsyncFailed,
+		"Widget/_/w1":               appcontext.RsyncWaiting,
+		"ConfigMap/newns/elsewhere": appcontext.RsyncWaiting,
+		"DaemonSet/default/ds":      appcontext.RsyncApplied,
+	}
+	for key, st := range want {
+		if got := statusOf(c, key); got.Status != st {
+			t.Errorf("%s: %s (%s), want %s", key, got.Status, got.Error, st)
+		}
+	}
+	if r := statusOf(c, "Widget/_/w1").Error; !strings.Contains(r, "Widget") || strings.Contains(r, "unreachable") {
+		t.Errorf("Widget's reason: %q", r)
+	}
+	if r := statusOf(c, "ConfigMap/default/denied").Error; !strings.Contains(r, `cannot patch configmaps`) {
+		t.Errorf("the API server's message is not the reason: %q", r)
+	}
+	if r := statusOf(c, "ConfigMap/newns/elsewhere").Error; !strings.Contains(r, `namespace "newns"`) {
+		t.Errorf("namespace reason: %q", r)
+	}
+	ds := statusOf(c, "DaemonSet/default/ds")
+	if len(ds.Warnings) != 1 || ds.Warnings[0] != `unknown field "spec.replicas"` {
+		t.Errorf("DaemonSet warnings: %q", ds.Warnings)
+	}
+	if bodies := p.of("daemonsets/ds"); len(bodies) != 2 || strings.Contains(bodies[1], "replicas") || !strings.Contains(bodies[1], `"selector"`) {
+		t.Errorf("DaemonSet patches: %q", bodies)
+	}
+	if !c.Status.Active || !strings.Contains(c.Status.Error, "2 of 7 resources failed, 2 waiting") || len(c.Status.Reasons) != 4 {
+		t.Errorf("context status while waiting: %+v", c.Status)
+	}
 }
 
 func waitIdle(t *testing.T, e *Engine, group string) {

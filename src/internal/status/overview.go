@@ -133,10 +133,8 @@ func (r *Reader) Overview(ctx context.Context) (Overview, error) {
 // mirroredOverview is Overview from memory, once the cache (which feeds
 // the mirror) is loaded.
 func (r *Reader) mirroredOverview(ctx context.Context) (Overview, error) {
-	select {
-	case <-r.Cache.Ready():
-	case <-ctx.Done():
-		return Overview{}, ctx.Err()
+	if err := r.Cache.WaitLoaded(ctx); err != nil {
+		return Overview{}, err
 	}
 	digs, instances := r.Mirror.DIGs(), r.Mirror.Instances()
 	out := Overview{DeploymentIntentGroups: make([]Summary, 0, len(digs)), Instances: make([]Summary, 0, len(instances))}

@@ -2,7 +2,6 @@ package status
 
 import (
 	"context"
-	"strings"
 
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
@@ -32,16 +31,17 @@ type ResourceState struct {
 // Snapshot answers for a change-routing group ("dig:<p>/<ca>/<v>/<dig>" or
 // "instance:<id>"); a group whose subject no longer exists is NotFound.
 func (r *Reader) Snapshot(ctx context.Context, group string) (Snapshot, error) {
-	if id, ok := strings.CutPrefix(group, "instance:"); ok {
+	g, _ := catalog.ParseGroup(group)
+	switch g.Kind {
+	case catalog.GroupInstance:
 		var out Snapshot
-		_, err := r.instance(ctx, id, func(in Input) { out = snapshotOf(in) })
+		_, err := r.instance(ctx, g.Key[0], func(in Input) { out = snapshotOf(in) })
 		return out, err
-	}
-	rest, ok := strings.CutPrefix(group, "dig:")
-	dig := catalog.Key(strings.Split(rest, "/"))
-	if !ok || len(dig) != 4 {
+	case catalog.GroupDIG:
+	default:
 		return Snapshot{}, errdefs.Invalid("group %q is neither a deployment intent group nor an instance", group)
 	}
+	dig := g.Key
 	header, st, err := r.digHeader(ctx, dig)
 	if err != nil {
 		return Snapshot{}, err

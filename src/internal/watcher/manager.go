@@ -316,11 +316,3 @@ func (m *Manager) stopAll() {
 	m.mu.Unlock()
 	m.wg.Wait()
 }
-
-// Watching reports whether this process runs a watcher for the cluster
-// (it does while any live context places on it).
-func (m *Manager) Watching(ref appcontext.ClusterRef) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.watchers[ref] != nil
-}

@@ -1,4 +1,4 @@
-package deploy
+package logicalcloud
 
 import (
 	"context"
@@ -7,110 +7,83 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
-	"github.com/argus-mc/argus/src/internal/logicalcloud"
-	"github.com/argus-mc/argus/src/internal/placement"
+	"github.com/argus-mc/argus/src/internal/logging"
 )
 
-// Issuer gets standard clouds' user certificates issued.
-type Issuer interface {
-	Issue(req logicalcloud.Request)
-	Cancel(project, cloud string)
+// Rsync is the part of rsync a cloud's lifecycle drives (rsync.Dispatcher).
+type Rsync interface {
+	Instantiate(group, id string)
+	Update(group, id string)
+	Terminate(group, id string)
+	Stop(group string) bool
+	Busy(group string) bool
 }
 
-// cloudTarget is where a DIG deploys: a namespace, the logical cloud whose
-// credentials apply it ("" for the clusters' own) and the clusters the
-// cloud includes (nil: any).
-type cloudTarget struct {
-	namespace string
-	name      string
-	label     string // for messages
-	clusters  map[appcontext.ClusterRef]bool
+// ServiceOptions configures a Service; Catalog, Contexts and Rsync are
+// required.
+type ServiceOptions struct {
+	Catalog  *catalog.Catalog
+	Contexts *appcontext.Store
+	Rsync    Rsync
+	// Clients reach the clusters whose signers issue standard clouds'
+	// users' certificates; nil leaves only admin clouds available.
+	Clients Clients
+	Logger  *logrus.Entry
+	Now     func() time.Time
 }
 
-// place resolves an app's placement within the cloud's clusters: an allOf
-// cluster outside the cloud is refused (EMCO: the cloud must provide the
-// mandatory clusters); anyOf chooses among the cloud's clusters only.
-func (t cloudTarget) place(app string, intent catalog.PlacementIntent, clusters []placement.Cluster) ([]appcontext.ClusterRef, error) {
-	if t.clusters == nil {
-		refs, err := placement.Resolve(intent, clusters)
+// Service runs logical cloud lifecycle actions (EMCO's dcm: instantiate,
+// update, terminate, stop) and guards the changes to a cloud. A standard
+// cloud's resources go to its clusters through rsync, like a DIG's, and
+// its Issuer gets the user's certificate from each of them, which the
+// service records on the cluster reference (SetCertificate).
+type Service struct {
+	opts   ServiceOptions
+	log    *logrus.Entry
+	issuer *Issuer // nil without Clients
+}
+
+// NewService returns a Service; Close stops its certificate requests.
+func NewService(opts ServiceOptions) (*Service, error) {
+	if opts.Catalog == nil || opts.Contexts == nil || opts.Rsync == nil {
+		return nil, errors.New("logicalcloud: Catalog, Contexts and Rsync are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = logrus.NewEntry(logging.Discard())
+	}
+	if opts.Now == nil {
+		opts.Now = func() time.Time { return time.Now().UTC() }
+	}
+	s := &Service{opts: opts, log: opts.Logger}
+	if opts.Clients != nil {
+		issuer, err := NewIssuer(IssuerOptions{Clients: opts.Clients, Store: s, Logger: opts.Logger.WithField("component", "issuer")})
 		if err != nil {
-			return nil, fmt.Errorf("app %q: %w", app, err)
+			return nil, err
 		}
-		return refs, nil
+		s.issuer = issuer
 	}
-	inCloud := func(sel catalog.ClusterSelector) bool {
-		return sel.Cluster == "" || t.clusters[appcontext.ClusterRef{Provider: sel.ClusterProvider, Name: sel.Cluster}]
-	}
-	for _, sel := range intent.AllOf {
-		if !inCloud(sel) {
-			return nil, errdefs.Invalid("app %q is placed on cluster %s+%s, which logical cloud %q does not include", app, sel.ClusterProvider, sel.Cluster, t.label)
-		}
-	}
-	within := catalog.PlacementIntent{AllOf: intent.AllOf}
-	for _, sel := range intent.AnyOf {
-		if inCloud(sel) {
-			within.AnyOf = append(within.AnyOf, sel)
-		}
-	}
-	if len(intent.AnyOf) > 0 && len(within.AnyOf) == 0 {
-		return nil, errdefs.Invalid("app %q: its anyOf names no cluster of logical cloud %q", app, t.label)
-	}
-	var candidates []placement.Cluster
-	for _, c := range clusters {
-		if t.clusters[c.Ref] {
-			candidates = append(candidates, c)
-		}
-	}
-	refs, err := placement.Resolve(within, candidates)
-	if err != nil {
-		return nil, fmt.Errorf("app %q in logical cloud %q: %w", app, t.label, err)
-	}
-	return refs, nil
+	return s, nil
 }
 
-// cloudFor resolves a DIG's logicalCloud. Empty — or "default" when the
-// project has no cloud of that name — keeps what Argus always did: the
-// clusters' own credentials and namespace "default". Otherwise the cloud
-// must exist and be instantiated.
-func (s *Service) cloudFor(ctx context.Context, project, name string) (cloudTarget, error) {
-	if name == "" {
-		return cloudTarget{namespace: Namespace}, nil
+// Close cancels the certificate requests in progress and waits for them;
+// a replica that takes a cloud over asks again (ResumeCloud).
+func (s *Service) Close() {
+	if s.issuer != nil {
+		s.issuer.Close()
 	}
-	lc, err := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).Get(ctx, catalog.Key{project, name})
-	if errors.Is(err, errdefs.ErrNotFound) {
-		if name == "default" {
-			return cloudTarget{namespace: Namespace}, nil
-		}
-		return cloudTarget{}, errdefs.Invalid("logical cloud %q of project %q does not exist", name, project)
-	}
-	if err != nil {
-		return cloudTarget{}, err
-	}
-	st, err := s.CloudStatus(ctx, catalog.Key{project, name})
-	if err != nil {
-		return cloudTarget{}, err
-	}
-	if st.Deployed != appcontext.Instantiated && st.Deployed != appcontext.Updated {
-		why := ""
-		if st.Reason != "" {
-			why = " (" + st.Reason + ")"
-		}
-		return cloudTarget{}, errdefs.Conflict("logical cloud %q is %s%s; it must be Instantiated to deploy into it", name, orCreated(st.Deployed), why)
-	}
-	t := cloudTarget{namespace: logicalcloud.Namespace(lc.Spec), label: name, clusters: map[appcontext.ClusterRef]bool{}}
-	if logicalcloud.Standard(lc.Spec) {
-		t.name = name
-	}
-	for _, r := range st.References {
-		t.clusters[appcontext.ClusterRef{Provider: r.Spec.ClusterProvider, Name: r.Spec.Cluster}] = true
-	}
-	return t, nil
+}
+
+var _ CertStore = (*Service)(nil)
+
+func (s *Service) action(state, contextID string) catalog.StateAction {
+	return catalog.StateAction{State: state, ContextID: contextID, TimeStamp: s.opts.Now()}
 }
 
 func orCreated(s string) string {
@@ -121,8 +94,8 @@ func orCreated(s string) string {
 }
 
 // CloudStatus reads a logical cloud's state.
-func (s *Service) CloudStatus(ctx context.Context, key catalog.Key) (logicalcloud.State, error) {
-	return logicalcloud.ReadState(ctx, s.opts.Catalog, s.opts.Contexts.Get, key)
+func (s *Service) CloudStatus(ctx context.Context, key catalog.Key) (State, error) {
+	return ReadState(ctx, s.opts.Catalog, s.opts.Contexts.Get, key)
 }
 
 func cloudGroup(key catalog.Key) string { return catalog.LogicalCloudGroup(key[0], key[1]) }
@@ -156,10 +129,10 @@ func (s *Service) InstantiateCloud(ctx context.Context, key catalog.Key) (string
 	if _, err := s.opts.Catalog.Transition(ctx, cloudGroup(key), cloudSubject(key), from, s.action(catalog.StateInstantiated, id), id); err != nil {
 		return "", err
 	}
-	meta := appcontext.Meta{ID: id, Kind: "lc", Group: cloudGroup(key), Project: key[0], Namespace: logicalcloud.Namespace(lc.Spec),
+	meta := appcontext.Meta{ID: id, Kind: "lc", Group: cloudGroup(key), Project: key[0], Namespace: Namespace(lc.Spec),
 		StatusID: id, Created: s.opts.Now()}
 	status := appcontext.Status{Status: appcontext.Instantiating, Updated: s.opts.Now()}
-	if !logicalcloud.Standard(lc.Spec) {
+	if !Standard(lc.Spec) {
 		status.Status = appcontext.Instantiated // the clusters as they are: nothing to apply
 	}
 	if err := s.clearCertificates(ctx, key, refs); err != nil {
@@ -168,7 +141,7 @@ func (s *Service) InstantiateCloud(ctx context.Context, key catalog.Key) (string
 	if err := s.opts.Contexts.Create(ctx, meta, status, placements); err != nil {
 		return "", fmt.Errorf("record context: %w", err)
 	}
-	if logicalcloud.Standard(lc.Spec) {
+	if Standard(lc.Spec) {
 		s.opts.Rsync.Instantiate(meta.Group, id)
 		s.issue(key, lc.Spec, refs, secrets)
 	}
@@ -179,45 +152,45 @@ func (s *Service) InstantiateCloud(ctx context.Context, key catalog.Key) (string
 // planCloud checks a cloud's cluster references and, for a standard
 // cloud, renders its resources on each of them.
 func (s *Service) planCloud(ctx context.Context, key catalog.Key, lc catalog.Object[catalog.LogicalCloudSpec]) (
-	[]catalog.Object[catalog.ClusterReferenceSpec], []*appcontext.Placement, logicalcloud.Secrets, error) {
+	[]catalog.Object[catalog.ClusterReferenceSpec], []*appcontext.Placement, Secrets, error) {
 	cat := s.opts.Catalog
 	refs, err := catalog.For[catalog.ClusterReferenceSpec](cat, catalog.ClusterReferences).List(ctx, key)
 	if err != nil {
-		return nil, nil, logicalcloud.Secrets{}, err
+		return nil, nil, Secrets{}, err
 	}
 	if len(refs) == 0 {
-		return nil, nil, logicalcloud.Secrets{}, errdefs.Invalid("%s has no cluster references", cloudSubject(key))
+		return nil, nil, Secrets{}, errdefs.Invalid("%s has no cluster references", cloudSubject(key))
 	}
 	for _, r := range refs {
 		if _, err := catalog.For[catalog.Empty](cat, catalog.Clusters).Get(ctx, catalog.Key{r.Spec.ClusterProvider, r.Spec.Cluster}); err != nil {
 			if errors.Is(err, errdefs.ErrNotFound) {
-				return nil, nil, logicalcloud.Secrets{}, errdefs.Invalid("cluster reference %q names cluster %s+%s, which does not exist",
+				return nil, nil, Secrets{}, errdefs.Invalid("cluster reference %q names cluster %s+%s, which does not exist",
 					r.Metadata.Name, r.Spec.ClusterProvider, r.Spec.Cluster)
 			}
-			return nil, nil, logicalcloud.Secrets{}, err
+			return nil, nil, Secrets{}, err
 		}
 	}
-	if !logicalcloud.Standard(lc.Spec) {
-		return refs, nil, logicalcloud.Secrets{}, nil
+	if !Standard(lc.Spec) {
+		return refs, nil, Secrets{}, nil
 	}
-	if s.opts.Issuer == nil {
-		return nil, nil, logicalcloud.Secrets{}, errdefs.Unavailable(nil, "standard logical clouds are not available: no certificate issuer is configured")
+	if s.issuer == nil {
+		return nil, nil, Secrets{}, errdefs.Unavailable(nil, "standard logical clouds are not available: no certificate issuer is configured")
 	}
 	perms, err := catalog.For[catalog.UserPermissionSpec](cat, catalog.UserPermissions).List(ctx, key)
 	if err != nil {
-		return nil, nil, logicalcloud.Secrets{}, err
+		return nil, nil, Secrets{}, err
 	}
 	quotas, err := catalog.For[catalog.ClusterQuotaSpec](cat, catalog.ClusterQuotas).List(ctx, key)
 	if err != nil {
-		return nil, nil, logicalcloud.Secrets{}, err
+		return nil, nil, Secrets{}, err
 	}
 	secrets, err := s.cloudSecrets(ctx, key, lc.Spec.User.UserName)
 	if err != nil {
-		return nil, nil, logicalcloud.Secrets{}, err
+		return nil, nil, Secrets{}, err
 	}
-	objs, err := logicalcloud.Resources(key[1], lc.Spec, perms, quotas, secrets.CSR)
+	objs, err := Resources(key[1], lc.Spec, perms, quotas, secrets.CSR)
 	if err != nil {
-		return nil, nil, logicalcloud.Secrets{}, err
+		return nil, nil, Secrets{}, err
 	}
 	var placements []*appcontext.Placement
 	for _, r := range refs {
@@ -225,11 +198,11 @@ func (s *Service) planCloud(ctx context.Context, key catalog.Key, lc catalog.Obj
 		for _, o := range objs {
 			manifest, err := json.Marshal(o.Object)
 			if err != nil {
-				return nil, nil, logicalcloud.Secrets{}, err
+				return nil, nil, Secrets{}, err
 			}
 			rs = append(rs, appcontext.Resource{GVK: o.GroupVersionKind(), Name: o.GetName(), Namespace: o.GetNamespace(), Manifest: manifest})
 		}
-		placements = append(placements, &appcontext.Placement{App: logicalcloud.App,
+		placements = append(placements, &appcontext.Placement{App: App,
 			Cluster: appcontext.ClusterRef{Provider: r.Spec.ClusterProvider, Name: r.Spec.Cluster}, Resources: rs})
 	}
 	return refs, placements, secrets, nil
@@ -237,14 +210,14 @@ func (s *Service) planCloud(ctx context.Context, key catalog.Key, lc catalog.Obj
 
 // cloudSecrets returns the cloud's user key and request, made on first use
 // and again if the user name changed.
-func (s *Service) cloudSecrets(ctx context.Context, key catalog.Key, user string) (logicalcloud.Secrets, error) {
+func (s *Service) cloudSecrets(ctx context.Context, key catalog.Key, user string) (Secrets, error) {
 	clouds := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds)
 	data, err := clouds.GetContent(ctx, key)
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-		return logicalcloud.Secrets{}, err
+		return Secrets{}, err
 	}
 	if err == nil {
-		sec, err := logicalcloud.DecodeSecrets(data)
+		sec, err := DecodeSecrets(data)
 		if err != nil {
 			return sec, err
 		}
@@ -252,7 +225,7 @@ func (s *Service) cloudSecrets(ctx context.Context, key catalog.Key, user string
 			return sec, nil
 		}
 	}
-	sec, err := logicalcloud.NewSecrets(user)
+	sec, err := NewSecrets(user)
 	if err != nil {
 		return sec, err
 	}
@@ -264,14 +237,14 @@ func (s *Service) cloudSecrets(ctx context.Context, key catalog.Key, user string
 }
 
 // issue asks every cluster of a standard cloud for its user's certificate.
-func (s *Service) issue(key catalog.Key, spec catalog.LogicalCloudSpec, refs []catalog.Object[catalog.ClusterReferenceSpec], sec logicalcloud.Secrets) {
+func (s *Service) issue(key catalog.Key, spec catalog.LogicalCloudSpec, refs []catalog.Object[catalog.ClusterReferenceSpec], sec Secrets) {
 	for _, r := range refs {
 		if r.Spec.Certificate != "" {
 			continue
 		}
-		s.opts.Issuer.Issue(logicalcloud.Request{Project: key[0], Cloud: key[1], Reference: r.Metadata.Name,
+		s.issuer.Issue(Request{Project: key[0], Cloud: key[1], Reference: r.Metadata.Name,
 			Cluster: appcontext.ClusterRef{Provider: r.Spec.ClusterProvider, Name: r.Spec.Cluster},
-			CSRName: logicalcloud.CSRName(key[1], spec.Namespace), CSR: sec.CSR})
+			CSRName: CSRName(key[1], spec.Namespace), CSR: sec.CSR})
 	}
 }
 
@@ -291,9 +264,9 @@ func (s *Service) clearCertificates(ctx context.Context, key catalog.Key, refs [
 	return nil
 }
 
-// SetCertificate records what a cluster issued for a cloud's user (the
+// SetCertificate records what a cluster issued for a cloud's user (its
 // Issuer's CertStore).
-func (s *Service) SetCertificate(ctx context.Context, req logicalcloud.Request, certificate, failure string) error {
+func (s *Service) SetCertificate(ctx context.Context, req Request, certificate, failure string) error {
 	res := catalog.For[catalog.ClusterReferenceSpec](s.opts.Catalog, catalog.ClusterReferences)
 	key := catalog.Key{req.Project, req.Cloud, req.Reference}
 	r, err := res.Get(ctx, key)
@@ -332,8 +305,8 @@ func (s *Service) TerminateCloud(ctx context.Context, key catalog.Key) error {
 	if err != nil {
 		return err
 	}
-	if s.opts.Issuer != nil {
-		s.opts.Issuer.Cancel(key[0], key[1])
+	if s.issuer != nil {
+		s.issuer.Cancel(key[0], key[1])
 	}
 	refs, err := catalog.For[catalog.ClusterReferenceSpec](s.opts.Catalog, catalog.ClusterReferences).List(ctx, key)
 	if err != nil {
@@ -342,7 +315,7 @@ func (s *Service) TerminateCloud(ctx context.Context, key catalog.Key) error {
 	if err := s.clearCertificates(ctx, key, refs); err != nil {
 		return err
 	}
-	if !logicalcloud.Standard(lc.Spec) {
+	if !Standard(lc.Spec) {
 		return s.opts.Contexts.SetStatus(ctx, st.ContextID, appcontext.Status{Status: appcontext.Terminated})
 	}
 	s.opts.Rsync.Terminate(cloudGroup(key), st.ContextID)
@@ -402,18 +375,20 @@ func (s *Service) UpdateCloud(ctx context.Context, key catalog.Key) error {
 	if err != nil {
 		return err
 	}
-	if old.Meta.Namespace != logicalcloud.Namespace(lc.Spec) {
+	if old.Meta.Namespace != Namespace(lc.Spec) {
 		return errdefs.Conflict("%s changed its namespace or level since it was instantiated; terminate and instantiate it instead", cloudSubject(key))
 	}
 	if _, err := s.opts.Catalog.Transition(ctx, cloudGroup(key), cloudSubject(key), from, s.action(catalog.StateUpdated, st.ContextID), ""); err != nil {
 		return err
 	}
-	if !logicalcloud.Standard(lc.Spec) {
+	if !Standard(lc.Spec) {
 		return nil // nothing on the clusters
 	}
-	if err := s.applyUpdate(ctx, cloudGroup(key), old.Meta.ID, placements, nil); err != nil {
+	s.opts.Rsync.Stop(cloudGroup(key)) // the plan is merged with a settled context
+	if err := s.opts.Contexts.ReplaceForUpdate(ctx, old.Meta.ID, placements, nil); err != nil {
 		return err
 	}
+	s.opts.Rsync.Update(cloudGroup(key), old.Meta.ID)
 	s.issue(key, lc.Spec, refs, secrets)
 	return nil
 }
@@ -438,8 +413,8 @@ func (s *Service) StopCloud(ctx context.Context, key catalog.Key) error {
 		s.action(next, st.ContextID), ""); err != nil {
 		return err
 	}
-	if s.opts.Issuer != nil {
-		s.opts.Issuer.Cancel(key[0], key[1])
+	if s.issuer != nil {
+		s.issuer.Cancel(key[0], key[1])
 	}
 	if !s.opts.Rsync.Stop(cloudGroup(key)) {
 		return nil
@@ -504,29 +479,17 @@ func (s *Service) CloudSpecChangeable(ctx context.Context, key catalog.Key, next
 // Kubeconfig is a standard cloud's user's kubeconfig on a reference's
 // cluster.
 func (s *Service) Kubeconfig(ctx context.Context, project, cloud, reference string) ([]byte, error) {
-	return logicalcloud.Source{Catalog: s.opts.Catalog}.ForReference(ctx, project, cloud, reference)
-}
-
-// ResumeClouds asks again for the certificates a previous process was
-// waiting for.
-func (s *Service) ResumeClouds(ctx context.Context) error {
-	if s.opts.Issuer == nil {
-		return nil
-	}
-	return catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).Each(ctx, func(key catalog.Key, lc catalog.Object[catalog.LogicalCloudSpec]) error {
-		return s.resumeCloud(ctx, key, lc)
-	})
+	return Source{Catalog: s.opts.Catalog}.ForReference(ctx, project, cloud, reference)
 }
 
 // ResumeCloud resumes the certificate requests of one logical cloud, named
 // by its rsync group: what a replica that takes the group over does.
 func (s *Service) ResumeCloud(ctx context.Context, group string) error {
-	rest, ok := strings.CutPrefix(group, "lc:")
-	project, cloud, ok2 := strings.Cut(rest, "/")
-	if s.opts.Issuer == nil || !ok || !ok2 {
+	g, _ := catalog.ParseGroup(group)
+	if s.issuer == nil || g.Kind != catalog.GroupLogicalCloud {
 		return nil
 	}
-	key := catalog.Key{project, cloud}
+	key := g.Key
 	lc, err := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).Get(ctx, key)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil
@@ -538,7 +501,7 @@ func (s *Service) ResumeCloud(ctx context.Context, group string) error {
 }
 
 func (s *Service) resumeCloud(ctx context.Context, key catalog.Key, lc catalog.Object[catalog.LogicalCloudSpec]) error {
-	if !logicalcloud.Standard(lc.Spec) {
+	if !Standard(lc.Spec) {
 		return nil
 	}
 	st, err := s.CloudStatus(ctx, key)
@@ -553,7 +516,7 @@ func (s *Service) resumeCloud(ctx context.Context, key catalog.Key, lc catalog.O
 	if err != nil {
 		return err
 	}
-	sec, err := logicalcloud.DecodeSecrets(data)
+	sec, err := DecodeSecrets(data)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package archive
+package tgz
 
 import (
 	"archive/tar"
@@ -8,8 +8,8 @@ import (
 	"io"
 )
 
-// The generators below write hostile archives as streams, for tests,
-// benchmarks and the demo of the limits: none is ever held in memory.
+// The generators below write hostile archives as streams, for the tests
+// and benchmarks of the archive limits: none is ever held in memory.
 
 // TinyFiles writes a .tgz of n one-byte files.
 func TinyFiles(w io.Writer, n int) error {

@@ -1,0 +1,206 @@
+package orchestrator
+
+import (
+	"context"
+
+	"github.com/argus-mc/argus/src/internal/aai"
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/cluster"
+	"github.com/argus-mc/argus/src/internal/deploy"
+	"github.com/argus-mc/argus/src/internal/history"
+	"github.com/argus-mc/argus/src/internal/logicalcloud"
+	"github.com/argus-mc/argus/src/internal/notify"
+	"github.com/argus-mc/argus/src/internal/ownership"
+	"github.com/argus-mc/argus/src/internal/render"
+	"github.com/argus-mc/argus/src/internal/rsync"
+	"github.com/argus-mc/argus/src/internal/status"
+	"github.com/argus-mc/argus/src/internal/watcher"
+)
+
+// work is what the work phase builds: every part that does the
+// orchestrator's work, wired to the stores and to each other, with their
+// background runs added to the lifecycle in a fixed order.
+type work struct {
+	kinds       kinds
+	contexts    *appcontext.Store
+	cache       *appcontext.Cache
+	mirror      *catalog.Mirror       // the overview's, fed by the cache
+	manifests   *appcontext.Manifests // the rendered manifests in use
+	kubeconfigs cluster.KubeconfigOptions
+	clusters    *cluster.Registry
+	dispatcher  *rsync.Dispatcher
+	renderer    *render.Pool
+	clouds      *logicalcloud.Service
+	deployer    *deploy.Service
+	watchers    *watcher.Manager
+	reader      *status.Reader
+	notifier    *notify.Manager
+	notifierRun *part     // its run, whose early end fails the start-up
+	sink        *aai.Sink // nil without AAI
+	histories   *history.Store
+	recorder    *history.Recorder
+}
+
+// kinds are the kinds of owned work (see replicas.go). Each is made before
+// the parts that need it, which then attach themselves as its handlers;
+// the replica set refuses to run a kind left without one.
+type kinds struct {
+	clusters, groups, subscriptions *ownership.Kind
+	sinks                           *ownership.Kind // nil without AAI
+}
+
+// buildWork is the work phase. Parts are added to the lifecycle as they
+// are built, so their runs start in this order (what a part depends on
+// first, the replica set, which hands them work, last) and stop in
+// reverse.
+func (a *App) buildWork(ctx context.Context, life *lifecycle, st *stores, ls *listeners) (*work, error) {
+	w := &work{kubeconfigs: cluster.KubeconfigOptions{AllowProxy: a.opts.KubeconfigAllowProxy}}
+	w.kinds = kinds{clusters: st.replicas.Kind(kindClusters, nil), groups: st.replicas.Kind(kindGroups, nil),
+		subscriptions: st.replicas.Kind(kindSubscriptions, nil)}
+	if a.opts.AAI.URL != "" {
+		w.kinds.sinks = st.replicas.Kind(kindSinks, nil)
+	}
+	w.contexts = appcontext.New(appcontext.Options{Client: st.etcd.Client, Prefix: a.opts.EtcdPrefix})
+	w.clusters = cluster.NewRegistry(cluster.Options{KubeconfigOptions: w.kubeconfigs, MaxResponse: a.opts.ClusterMaxResponse,
+		Kubeconfig: kubeconfigOf(st.catalog), CloudKubeconfig: logicalcloud.Source{Catalog: st.catalog}.ForCluster})
+	// The cache is created before rsync, which orders dependent apps by
+	// what it observes.
+	w.cache = appcontext.NewCache(w.contexts, a.log.WithField("component", "cache"))
+	// The overview's DIGs, instances and lifecycles, kept in memory from
+	// the catalogue's index by the cache's watch.
+	w.mirror = catalog.NewMirror(a.opts.EtcdPrefix)
+	w.cache.Follow(w.mirror.Prefix(), w.mirror)
+	// Rendered manifests are not kept per context: the most recently used
+	// ones are, up to a bound, and the others read from etcd when needed.
+	w.manifests = appcontext.NewManifests(w.contexts, a.opts.ManifestCacheSize)
+	if err := a.buildDeploy(life, st, w); err != nil {
+		return nil, err
+	}
+	if err := a.buildWatchers(st, w); err != nil {
+		return nil, err
+	}
+	if err := a.buildNotifications(st, ls, w); err != nil {
+		return nil, err
+	}
+	if err := a.buildHistory(ctx, st, w); err != nil {
+		return nil, err
+	}
+	a.runWork(life, st, w)
+	return w, nil
+}
+
+// kubeconfigOf reads a cluster's kubeconfig from the catalogue: a v2
+// cluster's, or a v1 cloud region's connectivity info.
+func kubeconfigOf(cat *catalog.Catalog) func(context.Context, appcontext.ClusterRef) ([]byte, error) {
+	return func(ctx context.Context, ref appcontext.ClusterRef) ([]byte, error) {
+		if ref.Provider == deploy.V1Provider {
+			return catalog.For[catalog.ConnectivitySpec](cat, catalog.ConnectivityInfos).GetContent(ctx, catalog.Key{ref.Name})
+		}
+		return catalog.For[catalog.Empty](cat, catalog.Clusters).GetContent(ctx, catalog.Key{ref.Provider, ref.Name})
+	}
+}
+
+// buildDeploy builds rsync (the engine and the dispatcher that hands it
+// each group's actions on the group's owner), the render pool, the
+// logical clouds and the deployer.
+func (a *App) buildDeploy(life *lifecycle, st *stores, w *work) error {
+	engine, err := rsync.New(rsync.Options{Store: w.contexts, Clusters: w.clusters, FieldValidation: a.opts.FieldValidation,
+		Manifests: w.manifests, Observed: w.cache, Logger: a.log.WithField("component", "rsync")})
+	if err != nil {
+		return err
+	}
+	// Closing cancels in-flight work; the group's next owner continues it.
+	life.onStop("rsync engine", func() error { engine.Close(); return nil })
+	w.dispatcher, err = rsync.NewDispatcher(rsync.DispatcherOptions{Engine: engine, Claims: w.kinds.groups, Lease: st.replicas.Lease,
+		Logger: a.log.WithField("component", "rsync")})
+	if err != nil {
+		return err
+	}
+	w.kinds.groups.Handle(w.dispatcher)
+	renderMetrics, err := render.NewMetrics(a.opts.Registry)
+	if err != nil {
+		return err
+	}
+	w.renderer = render.NewPool(render.PoolOptions{Workers: a.opts.Render.Workers, Timeout: a.opts.Render.Timeout,
+		MemoryLimit: a.opts.Render.MemoryLimit, MaxOutput: a.opts.Render.MaxOutput, MaxRenders: a.opts.Render.MaxRequests,
+		Limits: a.opts.Archive, Metrics: renderMetrics, Logger: a.log.WithField("component", "render")})
+	life.onStop("render pool", func() error { w.renderer.Close(); return nil })
+	w.clouds, err = logicalcloud.NewService(logicalcloud.ServiceOptions{Catalog: st.catalog, Contexts: w.contexts,
+		Rsync: w.dispatcher, Clients: w.clusters, Logger: a.log.WithField("component", "logicalcloud")})
+	if err != nil {
+		return err
+	}
+	life.onStop("logical clouds", func() error { w.clouds.Close(); return nil })
+	w.deployer, err = deploy.New(deploy.Options{Catalog: st.catalog, Contexts: w.contexts, Rsync: w.dispatcher, Renderer: w.renderer,
+		CreateWait: a.opts.V1CreateWait, CreateAsync: a.opts.V1CreateAsync, RevisionLimit: a.opts.RevisionLimit, Locks: st.replicas,
+		Logger: a.log.WithField("component", "deploy")})
+	return err
+}
+
+// buildWatchers builds the cluster watchers (on the replica holding each
+// cluster's claim) and the status reader.
+func (a *App) buildWatchers(st *stores, w *work) error {
+	var err error
+	w.watchers, err = watcher.New(watcher.Options{Store: w.contexts, Clusters: w.clusters, SilentAfter: a.opts.MonitorSilentAfter,
+		Claims: w.kinds.clusters, Logger: a.log.WithField("component", "watcher")})
+	if err != nil {
+		return err
+	}
+	w.kinds.clusters.Handle(w.watchers)
+	w.reader = &status.Reader{Catalog: st.catalog, Contexts: w.contexts, Cache: w.cache, SilentAfter: a.opts.MonitorSilentAfter,
+		Clusters: w.clusters, Mirror: w.mirror, Manifests: w.manifests}
+	return nil
+}
+
+// buildHistory builds the history store and its recorder: a group's
+// history is recorded by the replica that owns the group. A logical
+// cloud's owner also asks again for the certificates its predecessor was
+// waiting for.
+func (a *App) buildHistory(ctx context.Context, st *stores, w *work) error {
+	w.histories = history.NewStore(history.StoreOptions{Client: st.etcd.Client, Prefix: a.opts.EtcdPrefix, Limit: a.opts.HistoryLimit})
+	var err error
+	w.recorder, err = history.NewRecorder(history.RecorderOptions{Store: w.histories, Source: w.reader, Groups: w.cache.Groups,
+		Owner: w.kinds.groups, Registerer: a.opts.Registry, Logger: a.log.WithField("component", "history")})
+	if err != nil {
+		return err
+	}
+	w.cache.OnChange(w.recorder.Changed)
+	w.kinds.groups.Handle(ownership.HandlerFuncs{Acquire: func(g string) { w.recorder.Changed([]string{g}) }})
+	w.kinds.groups.Handle(ownership.HandlerFuncs{Acquire: func(g string) {
+		if err := w.clouds.ResumeCloud(ctx, g); err != nil {
+			a.log.WithError(err).WithField("group", g).Warn("cannot resume a logical cloud's certificate requests")
+		}
+	}})
+	return nil
+}
+
+// runWork adds the background runs in their fixed order. Every group the
+// cache knows needs an owner (the dispatcher wants those with rsync
+// actions as soon as they are requested).
+func (a *App) runWork(life *lifecycle, st *stores, w *work) {
+	w.cache.OnChange(func(gs []string) {
+		for _, g := range gs {
+			w.kinds.groups.Want(g)
+		}
+	})
+	life.add("context cache", w.cache.Run, nil)
+	life.add("watchers", w.watchers.Run, nil)
+	w.notifierRun = life.add("notifier", w.notifier.Run, nil)
+	if w.sink != nil {
+		life.add("AAI sink", w.sink.Run, nil)
+	}
+	life.add("history recorder", w.recorder.Run, nil)
+	life.add("rsync dispatcher", w.dispatcher.Run, nil)
+	life.add("group owner", func(ctx context.Context) error {
+		gs, err := w.cache.Groups(ctx)
+		for _, g := range gs {
+			w.kinds.groups.Want(g)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}, nil)
+	life.add("replica set", st.replicas.Run, nil)
+}
