@@ -80,7 +80,6 @@ type DIGState struct {
 
 func (c *Catalog) digStates() *mongo.Collection { return c.db.Collection("lifecycle") }
 
-
 func groupFilter(group string) bson.D { return bson.D{{Key: "group", Value: group}} }
 
 // keyFilter matches the objects of kind whose key starts with key.
