@@ -437,10 +437,15 @@ func TestEveryKindIsTrackedThroughCreateUpdateDelete(t *testing.T) {
 		})
 		deletes = append(deletes, time.Since(start))
 	}
-	t.Logf("delay to the bundle over %d kinds: create median %s max %s; update median %s max %s; delete median %s max %s (target < 1s)",
+	t.Logf("delay to the bundle over %d kinds: create median %s max %s; update median %s max %s; delete median %s max %s (target < 1s; each median fails over 5s)",
 		len(objs), median(creates).Round(time.Millisecond), maxOf(creates).Round(time.Millisecond),
 		median(updates).Round(time.Millisecond), maxOf(updates).Round(time.Millisecond),
 		median(deletes).Round(time.Millisecond), maxOf(deletes).Round(time.Millisecond))
+	for what, l := range map[string][]time.Duration{"create": creates, "update": updates, "delete": deletes} {
+		if m := median(l); m > 5*time.Second { // 5× the target: CI headroom; docs/benchmarks.md keeps the 1 s
+			t.Errorf("%s to the bundle: median %s, want under 1s (fails over 5s)", what, m)
+		}
+	}
 	eventually(t, "empty bundle", func() (bool, string) {
 		rbs, _ := getBundle(t, ns, "app-1")
 		// The Job's and workloads' pods carry no bundle label, so nothing remains.
@@ -740,9 +745,9 @@ func TestManifestsApplyAndCRDMatchesTypes(t *testing.T) {
 		},
 	}
 	entry := v1alpha1.ResourceStatus{APIVersion: "v1", Kind: "Pod", Metadata: raw(`{"name":"p","labels":{"x":"y"},"annotations":{"k":"v"}}`),
-		Spec: &specRaw, Status: &statusRaw, ReadyStatus: "Pending", Reason: "1 of 2"}
+		Spec: &specRaw, Status: &statusRaw, ReadyStatus: "Pending", Reason: "1 of 2", ManagedFieldsHash: "0123456789abcdef0123456789abcdef"}
 	full.Status = v1alpha1.ResourceBundleStateStatus{
-		Ready: true, ResourceCount: 13, Reason: "r", Trimmed: true, ObservedGeneration: 1,
+		Ready: true, ResourceCount: 13, Reason: "r", Trimmed: true, ObservedGeneration: 1, FieldsHashed: true,
 		UnwatchedKinds: []v1alpha1.KindCondition{{GroupVersionKind: v1alpha1.GroupVersionKind{Group: "g", Version: "v", Kind: "K"}, Reason: "why"}},
 		PodStatuses:    []v1alpha1.ResourceStatus{entry}, DeploymentStatuses: []v1alpha1.ResourceStatus{entry},
 		ServiceStatuses: []v1alpha1.ResourceStatus{entry}, ConfigMapStatuses: []v1alpha1.ResourceStatus{entry},
@@ -751,7 +756,8 @@ func TestManifestsApplyAndCRDMatchesTypes(t *testing.T) {
 		StatefulSetStatuses: []v1alpha1.ResourceStatus{entry}, ReplicaSetStatuses: []v1alpha1.ResourceStatus{entry},
 		PersistentVolumeClaimStatuses: []v1alpha1.ResourceStatus{entry}, CronJobStatuses: []v1alpha1.ResourceStatus{entry},
 		ResourceStatuses: []v1alpha1.CustomResourceStatus{{Group: "g", Version: "v", Kind: "K", Name: "n", Namespace: ns,
-			Object: raw(`{"apiVersion":"g/v","kind":"K","metadata":{"name":"n"},"spec":{"a":1}}`), ReadyStatus: "Ready", Reason: "no readiness rule"}},
+			Object: raw(`{"apiVersion":"g/v","kind":"K","metadata":{"name":"n"},"spec":{"a":1}}`), ReadyStatus: "Ready", Reason: "no readiness rule",
+			ManagedFieldsHash: "fedcba9876543210fedcba9876543210"}},
 	}
 	toU := func(v any) *unstructured.Unstructured {
 		data, _ := json.Marshal(v)
@@ -822,8 +828,11 @@ func TestIsolatedChangeDelay(t *testing.T) {
 		})
 		delays = append(delays, time.Since(start))
 	}
-	t.Logf("isolated change to the bundle: median %s, max %s over %d changes (target < 1s)",
+	t.Logf("isolated change to the bundle: median %s, max %s over %d changes (target < 1s; fails over 5s)",
 		median(delays).Round(time.Millisecond), maxOf(delays).Round(time.Millisecond), len(delays))
+	if m := median(delays); m > 5*time.Second { // 5× the target: CI headroom; docs/benchmarks.md keeps the 1 s
+		t.Errorf("isolated change to the bundle: median %s, want under 1s", m)
+	}
 }
 
 var update = flag.Bool("update", false, "rewrite generated docs")

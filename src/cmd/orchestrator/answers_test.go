@@ -39,7 +39,7 @@ func TestSlowReadersOfLargeAnswers(t *testing.T) {
 			t.Fatalf("%s=%q is not a size in MB (4 or more)", AnswerMBEnv, v)
 		}
 	}
-	p := startProc(t, nil, "--data-dir", t.TempDir(), "--answer-write-timeout", "5s")
+	p := startProc(t, nil, nil, "--data-dir", t.TempDir(), "--answer-write-timeout", "5s")
 	base := "http://" + p.addr
 	// The DIG's apps render 1 MB ConfigMaps, 15 per app, onto a cluster
 	// that is not there (rsync retries): the answer is their manifests.

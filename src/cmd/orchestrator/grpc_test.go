@@ -27,7 +27,7 @@ func TestSilentGRPCConnectionsAreClosed(t *testing.T) {
 	const token = "grpc-token"
 	tokenFile := filepath.Join(t.TempDir(), "tokens")
 	testcert.WriteFile(t, tokenFile, []byte(token+"\n"))
-	p := startProc(t, nil, "--data-dir", t.TempDir(), "--max-connections", "64", "--grpc-listen", "127.0.0.1:0", "--auth-token-file", tokenFile)
+	p := startProc(t, nil, nil, "--data-dir", t.TempDir(), "--max-connections", "64", "--grpc-listen", "127.0.0.1:0", "--auth-token-file", tokenFile)
 	if p.grpcAddr == "" {
 		t.Fatal("the gRPC port was not logged")
 	}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/argus-mc/argus/src/internal/rlimit"
 )
 
 // TrickleEnv, set to a number of connections, runs the trickle test at
@@ -26,22 +28,37 @@ const TrickleEnv = "ARGUS_TRICKLE_CONNECTIONS"
 // Connections that send their headers, then trickle a body one byte every
 // 5 s: the orchestrator process stays up, cuts every one of them (the read
 // timeout), and is ready and accepts writes afterwards. The time until the
-// last one was cut and the process's peak RSS are reported, not asserted.
+// last one was cut (target: ⌈connections/cap⌉ read timeouts, asserted at 5×
+// that) and the process's peak RSS (under 1 GiB) are reported and checked.
 func TestTrickledBodiesAreCut(t *testing.T) {
 	n, args := 300, []string{"--read-timeout", "10s", "--max-connections", "100"}
+	readTimeout, maxConns := 10*time.Second, 100
 	if v := os.Getenv(TrickleEnv); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
 			t.Fatalf("%s=%q is not a number of connections", TrickleEnv, v)
 		}
-		args = nil // the defaults are what the acceptance is about
+		args = nil                      // the defaults are what the acceptance is about
+		soft, _ := rlimit.RaiseNoFile() // as the child will
+		readTimeout = 60 * time.Second
+		maxConns, _ = rlimit.MaxConnections(0, soft)
 	}
-	p := startProc(t, nil, append([]string{"--data-dir", t.TempDir()}, args...)...)
+	p := startProc(t, nil, nil, append([]string{"--data-dir", t.TempDir()}, args...)...)
 	last := flood(t, p, n)
-	t.Logf("all %d trickling connections closed by the server %s after the first was opened", n, last.Round(100*time.Millisecond))
+	target := time.Duration((n+maxConns-1)/maxConns) * readTimeout
+	t.Logf("all %d trickling connections closed by the server %s after the first was opened (target %s; fails over %s)",
+		n, last.Round(100*time.Millisecond), target, 5*target)
+	if last > 5*target { // 5× the target: CI headroom; docs/benchmarks.md keeps it
+		t.Errorf("the last trickling connection was cut after %s, want about %s", last, target)
+	}
 	stillServing(t, p)
-	if hwm, err := peakRSS(p.cmd.Process.Pid); err == nil {
-		t.Logf("orchestrator peak RSS: %s", hwm)
+	hwm, err := peakRSS(p.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("orchestrator peak RSS: %s (bound 1 GiB)", hwm)
+	if kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(hwm, "kB")), 10, 64); err != nil || kb > 1<<20 {
+		t.Errorf("orchestrator peak RSS %s (%v), want under 1 GiB", hwm, err)
 	}
 	p.terminate(t)
 }
@@ -50,17 +67,18 @@ func TestTrickledBodiesAreCut(t *testing.T) {
 // is lowered to keep headroom, the flood waits in the backlog, and the
 // stores never run out: the process stays up and ready.
 func TestDescriptorHeadroom(t *testing.T) {
-	p := startProc(t, []string{"ARGUS_TEST_NOFILE=512"}, "--data-dir", t.TempDir(), "--max-connections", "100000", "--read-timeout", "5s")
+	const lowered, outOfFiles = `"max_connections":256`, "too many open files"
+	p := startProc(t, []string{"ARGUS_TEST_NOFILE=512"}, []string{lowered, "--max-connections lowered", outOfFiles},
+		"--data-dir", t.TempDir(), "--max-connections", "100000", "--read-timeout", "5s")
 	last := flood(t, p, 600)
 	t.Logf("600 trickling connections under a 512-descriptor limit closed %s after the first was opened", last.Round(100*time.Millisecond))
 	stillServing(t, p)
-	_, lines := p.terminate(t)
-	logs := strings.Join(lines, "\n")
-	if !strings.Contains(logs, `"max_connections":256`) || !strings.Contains(logs, "--max-connections lowered") {
-		t.Fatalf("the cap was not lowered to keep 256 descriptors free:\n%s", logs)
+	p.terminate(t)
+	if p.log.count(t, lowered) == 0 || p.log.count(t, "--max-connections lowered") == 0 {
+		t.Fatalf("the cap was not lowered to keep 256 descriptors free: %s", p.log)
 	}
-	if strings.Contains(logs, "too many open files") {
-		t.Fatalf("the process ran out of descriptors:\n%s", logs)
+	if n := p.log.count(t, outOfFiles); n != 0 {
+		t.Fatalf("the process ran out of descriptors (%d lines say so): %s", n, p.log)
 	}
 }
 
@@ -96,8 +114,8 @@ func flood(t *testing.T, p *proc, n int) time.Duration {
 		select {
 		case d := <-closed:
 			last = max(last, d)
-		case err := <-p.done:
-			t.Fatalf("the orchestrator exited with %d connections still open: %v", n-i, err)
+		case <-p.exited:
+			t.Fatalf("the orchestrator exited with %d connections still open: %v", n-i, p.err)
 		case <-deadline:
 			t.Fatalf("%d of %d connections still open after 10 minutes", n-i, n)
 		}
@@ -108,8 +126,10 @@ func flood(t *testing.T, p *proc, n int) time.Duration {
 // stillServing checks the process is up, ready, and takes writes.
 func stillServing(t *testing.T, p *proc) {
 	t.Helper()
-	if p.cmd.ProcessState != nil {
-		t.Fatal("the orchestrator exited")
+	select {
+	case <-p.exited:
+		t.Fatalf("the orchestrator exited: %v", p.err)
+	default:
 	}
 	base := "http://" + p.addr
 	if code, body := call(t, "GET", base+"/readyz", ""); code != 200 {
@@ -178,7 +198,7 @@ func limitOpenFiles(v string) {
 // (and small bodies have a part of their own): a 40-byte POST from another
 // caller answers 201 at once (asserted within 1 s, as the issue asks).
 func TestSmallRequestsPassTrickledUploads(t *testing.T) {
-	p := startProc(t, nil, "--data-dir", t.TempDir())
+	p := startProc(t, nil, nil, "--data-dir", t.TempDir())
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer func() { close(stop); wg.Wait() }()

@@ -92,6 +92,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.opts.AdvertiseURL, "advertise-url", "", "where clients reach this replica's API, shown to operators in GET /v2/system/replicas; empty derives it from --listen (the host name for an unspecified host)")
 	fs.DurationVar(&s.opts.LeaseTTL, "lease-ttl", 10*time.Second, "TTL of this replica's etcd lease (whole seconds): the work of a replica that dies (its clusters' watchers, groups' rsync actions, subscriptions' deliveries) moves to the others within it")
 	fs.IntVar(&s.opts.ListPageSize, "list-page-size", 1000, "most objects a collection GET answers without ?limit= (1 to 10000); a longer list is paged, a Link header naming the next page (?limit=, ?continue=)")
+	fs.DurationVar(&s.opts.SelfHealDelay, "self-heal-delay", 2*time.Second, "how long a resource stays drifted (OutOfSync or Missing) before self-heal re-applies it, for DIGs and instances whose sync policy asks for self-heal; the wait after each heal something undid doubles from it, up to 5m")
 	fs.IntVar(&s.opts.HistoryLimit, "history-limit", 1000, "history entries kept per deployment intent group and v1 instance (GET …/status/history); older ones are deleted")
 	fs.IntVar(&s.opts.RevisionLimit, "revision-limit", appcontext.DefaultRevisionLimit, "revisions kept per deployment intent group for rollback (each instantiate, update, rollback and migrate makes one); older ones, and the manifests only they use, are deleted")
 	fs.StringVar(&s.opts.AAI.URL, "aai-url", "", "ONAP AAI base URL (e.g. https://aai:8443/aai/v24); empty turns the AAI sink off")

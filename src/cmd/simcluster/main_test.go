@@ -95,7 +95,11 @@ func TestUpServesThenSIGTERMLeavesNoProcess(t *testing.T) {
 		case <-time.After(50 * time.Millisecond): // poll for the file
 		}
 	}
-	t.Logf("2 clusters serving after %s (target < 15s)", time.Since(begin).Round(time.Millisecond))
+	up := time.Since(begin)
+	t.Logf("2 clusters serving after %s (target < 15s; fails over 75s)", up.Round(time.Millisecond))
+	if up > 75*time.Second { // 5× the target: CI headroom; docs/benchmarks.md keeps the 15 s
+		t.Errorf("2 clusters serving after %s, want under 15s", up)
+	}
 
 	var info readyInfo
 	data, err := os.ReadFile(readyFile)

@@ -47,8 +47,10 @@ type crud[S any] struct {
 	// which files checks and turns into the stored content.
 	files     func(obj *catalog.Object[S], files []catalog.File) ([]byte, error)
 	fileParts []string
-	// beforeWrite may refuse a create or replace of the object at key.
-	beforeWrite func(ctx context.Context, key catalog.Key, obj *catalog.Object[S]) error
+	// beforeWrite may refuse a create or replace of the object at key;
+	// afterWrite acts on a replace once it is stored (a DIG's sync policy
+	// takes effect at once).
+	beforeWrite, afterWrite func(ctx context.Context, key catalog.Key, obj *catalog.Object[S]) error
 	// view, when set, answers an item's GET instead of the object (a
 	// kv-pair's ?key= query).
 	view func(r *http.Request, obj catalog.Object[S]) (any, error)
@@ -278,8 +280,11 @@ func (c crud[S]) put(s *server, w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	created, err := c.res.Put(r.Context(), key, obj)
-	if err == nil && created {
+	switch {
+	case err == nil && created:
 		c.created(r, key)
+	case err == nil && c.afterWrite != nil:
+		err = c.afterWrite(r.Context(), key, &obj)
 	}
 	return putAnswer(w, obj, created, err)
 }

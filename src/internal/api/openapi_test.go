@@ -208,13 +208,16 @@ func newSampleParts() *sampleParts {
 	sp.meta = catalog.Metadata{Name: "n1", Description: "d", UserData1: "u1", UserData2: "u2"}
 	sp.gvk = catalog.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}
 	sp.req = catalog.InstanceRequest{RBName: "rb", RBVersion: "v1", ProfileName: "p", CloudRegion: "r", ReleaseName: "rel",
-		Labels: map[string]string{"a": "b"}, OverrideValues: map[string]string{"image.tag": "1"}}
+		Labels: map[string]string{"a": "b"}, OverrideValues: map[string]string{"image.tag": "1"},
+		SyncPolicy: &catalog.V1SyncPolicy{SelfHeal: true, Adopt: true}}
 	sp.cl = status.Cluster{ClusterProvider: "cp", ClusterProviderEMCO: "cp", Cluster: "c1", Ready: &sp.yes, ReadyStatus: "Available",
 		Connectivity: "Available", Monitor: "Running", LastSeen: "2026-01-01T10:00:00Z",
 		Resources: []status.Resource{{GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Name: "web",
 			Namespace: "ns", RsyncStatus: "Applied", ClusterStatus: "Present", ReadyStatus: "Ready", Reason: "r",
 			DeployedStatus: "Applied", ReadyStatusEMCO: "Ready", RsyncStatusEMCO: "Applied", ClusterStatusEMCO: "Present",
-			Detail: []byte(`{"kind":"Deployment"}`)}}}
+			Detail:     []byte(`{"kind":"Deployment"}`),
+			SyncStatus: "OutOfSync", SyncReason: "a field Argus applied was changed on the cluster", AdoptedFrom: "Helm release ns/web",
+			Heal: &status.Heal{Count: 2, Last: "2026-01-01T10:00:00Z", By: "self-heal", Was: "OutOfSync", Streak: 2}}}}
 	sp.status = status.Response{
 		Header:     status.Header{Project: "p", CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", Name: "dig"},
 		EMCOHeader: status.EMCOHeader{CompositeApp: "ca", Version: "v1", CompositeProfile: "cpf", LogicalCloud: "lc"},
@@ -222,7 +225,7 @@ func newSampleParts() *sampleParts {
 		States: status.States{StatusContextID: "1", Actions: []status.StateAction{{State: "Instantiated", Instance: "1",
 			Time: time.Unix(1e9, 0).UTC(), Revision: 1}}},
 		Status: "Instantiated", DeployedStatus: "Instantiated", ReadyStatusEMCO: "Ready",
-		DeployedCounts: map[string]int{"Applied": 1}, ReadyCounts: map[string]int{"Ready": 1},
+		DeployedCounts: map[string]int{"Applied": 1}, ReadyCounts: map[string]int{"Ready": 1}, SyncCounts: map[string]int{"OutOfSync": 1},
 		RsyncStatus: map[string]int{"Applied": 1}, ClusterStatus: map[string]int{"Present": 1},
 		RsyncStatusEMCO: map[string]int{"Applied": 1}, ClusterStatusEMCO: map[string]int{"Present": 1},
 		Ready: &sp.yes, ReadyStatus: map[string]int{"Ready": 1},
@@ -245,7 +248,8 @@ func catalogueSamples(sp *sampleParts) map[string]any {
 		"Network":          catalog.Object[catalog.NetworkSpec]{Metadata: sp.meta, Spec: catalog.NetworkSpec{"cniType": "ovn4nfv"}},
 		"DeploymentIntent": catalog.Object[catalog.DIGIntentSpec]{Metadata: sp.meta, Spec: catalog.DIGIntentSpec{Intent: map[string]string{"genericPlacementIntent": "g"}}},
 		"DeploymentIntentGroup": catalog.Object[catalog.DIGSpec]{Metadata: sp.meta, Spec: catalog.DIGSpec{CompositeProfile: "cp", Version: "r1",
-			LogicalCloud: "lc", OverrideValues: []catalog.OverrideValue{{App: "a", Values: map[string]string{"x.y": "z"}}}}},
+			LogicalCloud: "lc", OverrideValues: []catalog.OverrideValue{{App: "a", Values: map[string]string{"x.y": "z"}}},
+			SyncPolicy: &catalog.SyncPolicy{SelfHeal: true, Adopt: true}}},
 		"AppIntent": catalog.Object[catalog.AppIntentSpec]{Metadata: sp.meta, Spec: catalog.AppIntentSpec{App: "a", Intent: catalog.PlacementIntent{
 			AllOf: []catalog.ClusterSelector{{ClusterProvider: "cp", Cluster: "c1"}},
 			AnyOf: []catalog.ClusterSelector{{ClusterProvider: "cp", ClusterLabel: "edge"}}}}},
@@ -310,24 +314,31 @@ func answerSamples(sp *sampleParts) map[string]any {
 			Resource: []string{"Deployment/web"}}}},
 		"History": historyAnswer{History: []history.Entry{{Seq: 2, Time: time.Unix(1e9, 0).UTC(), Kind: history.KindResource, Instance: "1",
 			App: "a", ClusterProvider: "cp", Cluster: "c1", Resource: &history.Resource{GVK: status.GVK{Version: "v1", Kind: "ConfigMap"}, Name: "cm", Namespace: "ns"},
-			From: &history.State{RsyncStatus: "Applied", ClusterStatus: "Present", Ready: &sp.yes, ReadyStatus: "Ready"},
-			To:   &history.State{RsyncStatus: "Applied", ClusterStatus: "NotPresent", Ready: new(bool), ReadyStatus: "NotPresent"}, Reason: "r"},
+			From: &history.State{RsyncStatus: "Applied", ClusterStatus: "Present", Ready: &sp.yes, ReadyStatus: "Ready", SyncStatus: "Synced"},
+			To:   &history.State{RsyncStatus: "Applied", ClusterStatus: "NotPresent", Ready: new(bool), ReadyStatus: "NotPresent", SyncStatus: "Missing"}, Reason: "r"},
+			{Seq: 3, Time: time.Unix(1e9, 0).UTC(), Kind: history.KindHeal, Instance: "1", App: "a", ClusterProvider: "cp", Cluster: "c1",
+				Resource: &history.Resource{GVK: status.GVK{Version: "v1", Kind: "ConfigMap"}, Name: "cm"}, Reason: "re-applied by sync: it was Missing",
+				By: "sync", Heals: 1},
+			{Seq: 4, Time: time.Unix(1e9, 0).UTC(), Kind: history.KindAdopt, Instance: "1", App: "a", ClusterProvider: "cp", Cluster: "c1",
+				Resource: &history.Resource{GVK: status.GVK{Version: "v1", Kind: "ConfigMap"}, Name: "cm"}, AdoptedFrom: "Helm release ns/web"},
 			{Seq: 1, Time: time.Unix(1e9, 0).UTC(), Kind: history.KindAction, From: &history.State{State: "Approved"}, To: &history.State{State: "Instantiated", Status: "Instantiating"}}}},
 		"Overview": status.Overview{DeploymentIntentGroups: []status.Summary{{Kind: "dig", Project: "p", CompositeApp: "ca", Version: "v1", Name: "dig",
 			StatusURL: "/v2/…/status", State: "Instantiated", Status: "Instantiated", Instance: "1", Ready: false, ReadyStatus: "Pending",
 			ReadyCounts: map[string]int{"Ready": 1, "NotPresent": 1}, Total: 2, ReadyCount: 1,
 			Apps: []status.AppSummary{{Name: "a", Clusters: []status.ClusterSummary{{ClusterProvider: "cp", Cluster: "c1", ReadyStatus: "Pending",
-				Total: 2, ReadyCount: 1, Connectivity: "Available", Monitor: "Running"}}}},
+				Total: 2, ReadyCount: 1, Connectivity: "Available", Monitor: "Running", Drifted: 1}}}},
 			NotReady: []status.NotReady{{App: "a", ClusterProvider: "cp", Cluster: "c1", GVK: status.GVK{Version: "v1", Kind: "ConfigMap"}, Name: "cm",
-				ClusterStatus: "NotPresent", ReadyStatus: "NotPresent", Reason: "r"}}, NotReadyCount: 1}},
+				ClusterStatus: "NotPresent", ReadyStatus: "NotPresent", Reason: "r"}}, NotReadyCount: 1, SyncCounts: map[string]int{"Missing": 1}}},
 			Instances: []status.Summary{{Kind: "instance", ID: "123", Name: "rel", RBName: "rb", RBVersion: "v1", ProfileName: "p", CloudRegion: "r",
-				StatusURL: "/v1/instance/123/status", ReadyCounts: map[string]int{}, Apps: []status.AppSummary{}, NotReady: []status.NotReady{}}}},
+				StatusURL: "/v1/instance/123/status", ReadyCounts: map[string]int{}, Apps: []status.AppSummary{}, NotReady: []status.NotReady{},
+				SyncCounts: map[string]int{}}}},
 		"ClusterOverview": status.ClusterOverview{Replica: "r1", Clusters: []status.ClusterState{{ClusterProvider: "cp", Cluster: "c1",
 			Connectivity: "Available", Monitor: "Running", LastSeen: "2026-01-01T10:00:00Z", Reason: "r", Contexts: 2, WatcherOwner: "r1"}}},
 		"InstanceList": status.Instances{Name: "dig", Project: "p", CompositeApp: "ca", Version: "v1", Instances: []string{"1", "2"}},
 		"InstanceStatus": status.InstanceStatus{Request: sp.req, Ready: true, ResourceCount: 1, ResourcesStatus: []status.ResourceStatus{{
 			Name: "web", GVK: status.GVK{Group: "apps", Version: "v1", Kind: "Deployment"}, Status: []byte(`{"replicas":1}`),
-			ReadyStatus: "Ready", Reason: "r"}}},
+			ReadyStatus: "Ready", Reason: "r", SyncStatus: "Synced"}}, SyncCounts: map[string]int{"Synced": 1}},
+		"SyncResult": syncResultSample(),
 	}
 }
 
@@ -409,4 +420,11 @@ func collect(s *openapi3.Schema, props map[string]*openapi3.Schema, additional *
 	for _, sub := range s.AllOf {
 		collect(sub.Value, props, additional, open)
 	}
+}
+
+func syncResultSample() deploy.SyncResult {
+	t := deploy.SyncTarget{App: "a", ClusterProvider: "cp", Cluster: "c1", Name: "cm", Namespace: "ns", SyncStatus: "Missing",
+		SyncReason: "applied, but not found on the cluster"}
+	t.GVK.Version, t.GVK.Kind = "v1", "ConfigMap"
+	return deploy.SyncResult{Instance: "1", Resources: []deploy.SyncTarget{t}}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -32,6 +33,9 @@ type Instances interface {
 	GetConfig(ctx context.Context, id, name, version, tag string) (deploy.ConfigView, error)
 	ConfigVersions(ctx context.Context, id, name string) ([]deploy.ConfigView, error)
 	ConfigTags(ctx context.Context, id, name string) ([]catalog.ConfigTag, error)
+
+	// SyncInstance re-applies what drifted (narrowed by cluster, resource).
+	SyncInstance(ctx context.Context, id string, filter url.Values) (deploy.SyncResult, error)
 }
 
 var _ Instances = (*deploy.Service)(nil)
@@ -113,6 +117,18 @@ func (s *server) instanceRoutes(r *mux.Router) {
 			return err
 		}
 		writeJSON(w, http.StatusCreated, spec)
+		return nil
+	})).Methods(http.MethodPost)
+	r.HandleFunc(pInstance+"/sync", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		filter, err := s.syncFilter(w, r)
+		if err != nil {
+			return err
+		}
+		res, err := inst.SyncInstance(r.Context(), mux.Vars(r)["instanceID"], filter)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusAccepted, res)
 		return nil
 	})).Methods(http.MethodPost)
 	s.configRoutes(r, inst)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -29,6 +30,11 @@ type Deployer interface {
 	Migrate(ctx context.Context, dig catalog.Key, targetVersion, targetDIG string) error
 	Terminate(ctx context.Context, dig catalog.Key) error
 	Stop(ctx context.Context, dig catalog.Key) error
+	// SyncDIG re-applies what drifted (narrowed by app, cluster,
+	// resource); SetSyncPolicy makes a PUT's spec.syncPolicy take effect
+	// at once.
+	SyncDIG(ctx context.Context, dig catalog.Key, filter url.Values) (deploy.SyncResult, error)
+	SetSyncPolicy(ctx context.Context, dig catalog.Key, spec catalog.DIGSpec) error
 	ApplyNetworks(ctx context.Context, provider, cluster string) (string, error)
 	TerminateNetworks(ctx context.Context, provider, cluster string) error
 }
@@ -138,6 +144,7 @@ func (s *server) v2Routes(r *mux.Router) { //nolint:funlen // route table
 			}
 			return nil
 		},
+		afterWrite:   s.digWritten,
 		afterCreate:  s.digCreated,
 		beforeDelete: s.lockDIGForDelete,
 		abortDelete: func(ctx context.Context, key catalog.Key) error {
@@ -166,6 +173,7 @@ func (s *server) v2Routes(r *mux.Router) { //nolint:funlen // route table
 		for _, a := range []string{"approve", "instantiate", "terminate", "stop", "update"} {
 			r.HandleFunc(pDIG+"/"+a, s.handle(s.digAction(a))).Methods(http.MethodPost)
 		}
+		s.digSyncRoute(r)
 		r.HandleFunc(pCluster+"/apply", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 			v := mux.Vars(r)
 			if _, err := s.opts.Deploy.ApplyNetworks(r.Context(), v["clusterProvider"], v["cluster"]); err != nil {

@@ -102,6 +102,21 @@ type Meta struct {
 	// cluster before rsync applies it (and, reversed, what goes first on
 	// terminate).
 	Dependencies map[string][]Dependency `json:"dependencies,omitempty"`
+	// SyncPolicy is the group's drift policy (the DIG's spec.syncPolicy,
+	// the instance's sync-policy), kept current by a PUT of the DIG.
+	SyncPolicy SyncPolicy `json:"syncPolicy,omitzero"`
+}
+
+// SyncPolicy says what Argus does about drift and about objects it finds in
+// its way.
+type SyncPolicy struct {
+	// SelfHeal re-applies what drifted (OutOfSync or Missing) without
+	// being asked, after a short delay and with backoff.
+	SelfHeal bool `json:"selfHeal,omitempty"`
+	// Adopt lets rsync take over an existing object it does not own, when
+	// the object itself also says it may be (annotation argus.io/adopt:
+	// "true"); without both, such an object is refused.
+	Adopt bool `json:"adopt,omitempty"`
 }
 
 // Dependency makes an app wait until another reached OpStatus (Deployed:
@@ -230,9 +245,87 @@ type ResourceStatus struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// Manifest is the sha256 of the manifest last Applied: an update
 	// applies only what changed.
-	Manifest string    `json:"manifest,omitempty"`
+	Manifest string `json:"manifest,omitempty"`
+	// Fields is the hash of the fields Argus manages as the last apply
+	// left them (syncstate.Hash of the API server's answer): what the
+	// live object's hash is compared with to tell drift.
+	Fields string `json:"fields,omitempty"`
+	// Heal says how often sync or self-heal re-applied the resource; kept
+	// across later applies of the context.
+	Heal *Heal `json:"heal,omitempty"`
+	// Adopted names who owned the object before rsync adopted it.
+	Adopted  string    `json:"adopted,omitempty"`
 	Attempts int       `json:"attempts,omitempty"`
 	Updated  time.Time `json:"updated"`
+}
+
+// Heal is a resource's record of being re-applied because it drifted.
+type Heal struct {
+	// Count is how many times it was healed.
+	Count int `json:"count"`
+	// Streak counts heals in a row that something on the cluster undid
+	// soon after (an HPA, an operator): self-heal backs off by it.
+	Streak int `json:"streak,omitempty"`
+	// Last is when it was last healed, By whom ("sync" or "self-heal"),
+	// and Was its sync state then (OutOfSync or Missing).
+	Last time.Time `json:"last"`
+	By   string    `json:"by"`
+	Was  string    `json:"was"`
+}
+
+// HealStreakWindow: a heal within this long of the one before continues
+// its streak (something on the cluster undid the last heal); a longer
+// quiet starts over.
+const HealStreakWindow = 10 * time.Minute
+
+// Next is the record after one heal more, by by, of a resource that was in
+// sync state was, at now.
+func (h *Heal) Next(by, was string, now time.Time) *Heal {
+	next := &Heal{Count: 1, Streak: 1, Last: now, By: by, Was: was}
+	if h != nil {
+		next.Count = h.Count + 1
+		if now.Sub(h.Last) < HealStreakWindow {
+			next.Streak = h.Streak + 1
+		}
+	}
+	return next
+}
+
+// Healers: who asked for a heal.
+const (
+	HealBySync     = "sync"
+	HealBySelfHeal = "self-heal"
+)
+
+// HealRequest is what a sync action re-applies: the resources that drifted
+// when it was asked for. Stored at /ctx/<id>/heal until the action ends.
+type HealRequest struct {
+	By        string       `json:"by"`
+	Requested time.Time    `json:"requested"`
+	Targets   []HealTarget `json:"targets"`
+}
+
+// HealTarget is one resource to re-apply and the sync state it was in.
+type HealTarget struct {
+	App     string     `json:"app"`
+	Cluster ClusterRef `json:"cluster"`
+	// Key is the resource's Key(); GVK, Name and Namespace name it for
+	// people.
+	Key       string                  `json:"key"`
+	GVK       schema.GroupVersionKind `json:"gvk"`
+	Name      string                  `json:"name"`
+	Namespace string                  `json:"namespace,omitempty"`
+	Was       string                  `json:"was"`
+	// Reason is why it is not Synced.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Drifted is a resource whose live object is not what was applied
+// (OutOfSync or Missing), with its heal record and when it was applied.
+type Drifted struct {
+	HealTarget
+	Heal    *Heal
+	Applied time.Time
 }
 
 // Placement is the resources of one app on one cluster.
@@ -251,6 +344,8 @@ type Context struct {
 	Meta       Meta
 	Status     Status
 	Placements []*Placement // sorted by app, then cluster
+	// Heal is the pending sync request, if any.
+	Heal *HealRequest
 }
 
 // Placement returns the placement of app on cluster, or nil.
@@ -287,6 +382,7 @@ func New(opts Options) *Store {
 }
 
 func (s *Store) ctxPrefix(id string) string { return s.prefix + "/ctx/" + id + "/" }
+func (s *Store) healKey(id string) string   { return s.ctxPrefix(id) + "heal" }
 func (s *Store) metaKey(id string) string   { return s.prefix + "/meta/" + id }
 func (s *Store) statusKey(id string) string { return s.prefix + "/status/" + id }
 
@@ -372,6 +468,38 @@ func (s *Store) putStatus(b *batch, id string, st Status) error {
 		return err
 	}
 	b.put(s.statusKey(id), data)
+	return nil
+}
+
+// PutHeal records a sync request for the context (replacing any).
+func (s *Store) PutHeal(ctx context.Context, id string, req HealRequest) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cli.Put(ctx, s.healKey(id), string(data)); err != nil {
+		return fmt.Errorf("record sync request of %s: %w", id, err)
+	}
+	return nil
+}
+
+// ClearHeal deletes the context's sync request once it is carried out.
+func (s *Store) ClearHeal(ctx context.Context, id string) error {
+	if _, err := s.cli.Delete(ctx, s.healKey(id)); err != nil {
+		return fmt.Errorf("clear sync request of %s: %w", id, err)
+	}
+	return nil
+}
+
+// SetMeta rewrites a context's meta (its sync policy changed).
+func (s *Store) SetMeta(ctx context.Context, meta Meta) error {
+	data, err := json.Marshal(meta)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cli.Put(ctx, s.metaKey(meta.ID), string(data)); err != nil {
+		return fmt.Errorf("record context %s: %w", meta.ID, err)
+	}
 	return nil
 }
 

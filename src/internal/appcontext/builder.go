@@ -35,29 +35,48 @@ func newLeanBuilder() *builder {
 	return b
 }
 
+// applyMeta and applyStatus decode into a fresh value and then replace
+// the old one: decoding in place would reuse the old value's slices and
+// maps, which answers built from the cache may still be reading.
 func (b *builder) applyMeta(v []byte) error {
-	if err := json.Unmarshal(v, &b.ctx.Meta); err != nil {
+	var m Meta
+	if err := json.Unmarshal(v, &m); err != nil {
 		return fmt.Errorf("meta: %w", err)
 	}
+	b.ctx.Meta = m
 	return nil
 }
 
 func (b *builder) applyStatus(v []byte) error {
-	if err := json.Unmarshal(v, &b.ctx.Status); err != nil {
+	var st Status
+	if err := json.Unmarshal(v, &st); err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
+	b.ctx.Status = st
 	return nil
 }
 
 // applyPlacementKey applies one key below /ctx/<id>/:
 // app/<app>/cluster/<ref>/res/<Kind>/<ns>/<name>/{manifest,status},
-// app/<app>/cluster/<ref>/bundle or blob/<sha256>/<chunk>. Unknown keys
+// app/<app>/cluster/<ref>/bundle, heal or blob/<sha256>/<chunk>. Unknown keys
 // are ignored. Call resolve after a batch of keys.
 func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 	if blobKey, ok := strings.CutPrefix(rest, "blob/"); ok {
 		if !b.lean {
 			b.applyBlobKey(blobKey, v, deleted)
 		}
+		return nil
+	}
+	if rest == "heal" {
+		if deleted {
+			b.ctx.Heal = nil
+			return nil
+		}
+		var req HealRequest
+		if err := json.Unmarshal(v, &req); err != nil {
+			return fmt.Errorf("sync request: %w", err)
+		}
+		b.ctx.Heal = &req
 		return nil
 	}
 	parts := strings.Split(rest, "/")

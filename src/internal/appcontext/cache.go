@@ -338,6 +338,26 @@ func (c *Cache) Groups(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// Latest is the id of the group's newest context ("" when it has none),
+// once the cache is loaded.
+func (c *Cache) Latest(ctx context.Context, group string) (string, error) {
+	if err := c.WaitLoaded(ctx); err != nil {
+		return "", err
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var latest *Context
+	for _, b := range c.contexts {
+		if m := b.ctx.Meta; m.Group == group && m.ID != "" && (latest == nil || m.Created.After(latest.Meta.Created)) {
+			latest = b.ctx
+		}
+	}
+	if latest == nil {
+		return "", nil
+	}
+	return latest.Meta.ID, nil
+}
+
 // ClusterStates returns a copy of every cluster state the watchers stored,
 // once the cache is loaded.
 func (c *Cache) ClusterStates(ctx context.Context) (map[ClusterRef]ClusterState, error) {

@@ -37,6 +37,8 @@ type BundleSnapshot struct {
 type BundleEntry struct {
 	Group, Kind, Name, Namespace string
 	ReadyStatus, Reason          string
+	// Hash is the hash of the fields Argus manages on the live object.
+	Hash string
 	// Labels of the object (for v1 queries).
 	Labels map[string]string
 	// Typed or Custom is the entry itself.
@@ -69,13 +71,13 @@ func IndexBundle(st *v1alpha1.ResourceBundleStateStatus) map[EntryRef]*BundleEnt
 				group = ""
 			}
 			out[EntryRef{group, e.Kind, meta.Namespace, meta.Name}] = &BundleEntry{Group: group, Kind: e.Kind, Name: meta.Name,
-				Namespace: meta.Namespace, ReadyStatus: e.ReadyStatus, Reason: e.Reason, Labels: meta.Labels, Typed: e}
+				Namespace: meta.Namespace, ReadyStatus: e.ReadyStatus, Reason: e.Reason, Labels: meta.Labels, Typed: e, Hash: e.ManagedFieldsHash}
 		}
 	}
 	for i := range st.ResourceStatuses {
 		e := &st.ResourceStatuses[i]
 		out[EntryRef{e.Group, e.Kind, e.Namespace, e.Name}] = &BundleEntry{Group: e.Group, Kind: e.Kind, Name: e.Name,
-			Namespace: e.Namespace, ReadyStatus: e.ReadyStatus, Reason: e.Reason, Custom: e}
+			Namespace: e.Namespace, ReadyStatus: e.ReadyStatus, Reason: e.Reason, Custom: e, Hash: e.ManagedFieldsHash}
 	}
 	return out
 }

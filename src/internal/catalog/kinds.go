@@ -52,6 +52,18 @@ type DIGSpec struct {
 	// a kind's schema lacks: Strict, Warn or Ignore; "" is the
 	// orchestrator's --field-validation.
 	FieldValidation string `json:"fieldValidation,omitempty" bson:"fieldValidation,omitempty"`
+	// SyncPolicy (an Argus addition) is what Argus does about drift and
+	// about objects it finds in its way; a PUT changes it at once for an
+	// instantiated DIG.
+	SyncPolicy *SyncPolicy `json:"syncPolicy,omitempty" bson:"syncPolicy,omitempty"`
+}
+
+// SyncPolicy: SelfHeal re-applies what drifted without being asked (off
+// by default, as in Argo CD); Adopt lets rsync take over existing objects
+// that carry the annotation argus.io/adopt: "true".
+type SyncPolicy struct {
+	SelfHeal bool `json:"selfHeal,omitempty" bson:"selfHeal,omitempty"`
+	Adopt    bool `json:"adopt,omitempty" bson:"adopt,omitempty"`
 }
 
 // OverrideValue sets values for one app with Helm --set keys

@@ -168,6 +168,15 @@ type InstanceRequest struct {
 	// FieldValidation (an Argus addition): Strict, Warn or Ignore; "" is
 	// the orchestrator's --field-validation.
 	FieldValidation string `json:"field-validation,omitempty" bson:"fieldValidation,omitempty"`
+	// SyncPolicy (an Argus addition): self-heal and adoption, as a DIG's
+	// spec.syncPolicy.
+	SyncPolicy *V1SyncPolicy `json:"sync-policy,omitempty" bson:"syncPolicy,omitempty"`
+}
+
+// V1SyncPolicy is SyncPolicy in the v1 API's spelling.
+type V1SyncPolicy struct {
+	SelfHeal bool `json:"self-heal,omitempty" bson:"selfHeal,omitempty"`
+	Adopt    bool `json:"adopt,omitempty" bson:"adopt,omitempty"`
 }
 
 // ResourceRef names one resource of an instance.

@@ -29,6 +29,9 @@ type Rsync interface {
 	Busy(group string) bool
 	// Idle waits until no action runs on the group, or ctx ends.
 	Idle(ctx context.Context, group string) error
+	// Sync re-applies the context's sync request; refused (Conflict)
+	// while another action on it is requested or at work.
+	Sync(ctx context.Context, group, id string) error
 }
 
 // Renderer renders one app's chart with its profile and overrides.
@@ -72,6 +75,8 @@ type Options struct {
 	// across every process sharing the stores (ownership.Set), as the
 	// process-local lock does within this one; nil: this process is alone.
 	Locks Locker
+	// Drift finds what a sync re-applies; nil leaves sync unavailable.
+	Drift DriftFinder
 }
 
 // Locker takes a lock shared with the other replicas and returns its
@@ -210,7 +215,7 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 		Project: dig[0], CompositeApp: dig[1], Version: dig[2], DIG: dig[3],
 		CompositeProfile: obj.Spec.CompositeProfile, Namespace: pl.namespace, LogicalCloud: pl.cloud,
 		StatusID: id, Created: s.opts.Now(), FieldValidation: obj.Spec.FieldValidation,
-		Revision: 1, Dependencies: pl.deps,
+		Revision: 1, Dependencies: pl.deps, SyncPolicy: PolicyOf(obj.Spec),
 	}
 	start = time.Now()
 	if err := s.opts.Contexts.Create(ctx, meta, appcontext.Status{Status: appcontext.Instantiating, Updated: s.opts.Now()}, placements); err != nil {
@@ -265,7 +270,7 @@ func (s *Service) Update(ctx context.Context, dig catalog.Key) (int64, error) {
 			old.Meta.LogicalCloud, old.Meta.Namespace)
 	}
 	meta := old.Meta
-	meta.FieldValidation, meta.Dependencies = obj.Spec.FieldValidation, pl.deps
+	meta.FieldValidation, meta.Dependencies, meta.SyncPolicy = obj.Spec.FieldValidation, pl.deps, PolicyOf(obj.Spec)
 	return s.redeploy(ctx, dig, old, pl.placements, meta, func(n int64) *appcontext.Revision {
 		return newRevision(n, appcontext.RevisionUpdate, pl, obj.Spec.FieldValidation)
 	})

@@ -224,7 +224,7 @@ func (s *Service) CreateInstance(ctx context.Context, req catalog.InstanceReques
 		return spec, err
 	}
 	meta := appcontext.Meta{ID: id, Kind: "instance", Group: InstanceGroup(id), Namespace: in.namespace, StatusID: id, Created: s.opts.Now(),
-		FieldValidation: req.FieldValidation}
+		FieldValidation: req.FieldValidation, SyncPolicy: instancePolicy(req)}
 	placement := &appcontext.Placement{App: in.release, Cluster: appcontext.ClusterRef{Provider: V1Provider, Name: req.CloudRegion}, Resources: resources}
 	if err := s.opts.Contexts.Create(ctx, meta, appcontext.Status{Status: appcontext.Instantiating, Updated: s.opts.Now()}, []*appcontext.Placement{placement}); err != nil {
 		_ = s.instances().Delete(context.WithoutCancel(ctx), catalog.Key{id}) // no instance without its context
@@ -404,9 +404,9 @@ func (s *Service) reapply(ctx context.Context, cur catalog.Object[catalog.Instan
 		return spec, err
 	}
 	var meta *appcontext.Meta
-	if old.Meta.FieldValidation != req.FieldValidation {
+	if old.Meta.FieldValidation != req.FieldValidation || old.Meta.SyncPolicy != instancePolicy(req) {
 		m := old.Meta
-		m.FieldValidation = req.FieldValidation
+		m.FieldValidation, m.SyncPolicy = req.FieldValidation, instancePolicy(req)
 		meta = &m
 	}
 	fresh := []*appcontext.Placement{{App: in.release, Cluster: appcontext.ClusterRef{Provider: V1Provider, Name: req.CloudRegion}, Resources: resources}}

@@ -225,7 +225,7 @@ func (s *Service) Migrate(ctx context.Context, dig catalog.Key, targetVersion, t
 		Project: target[0], CompositeApp: target[1], Version: target[2], DIG: target[3],
 		CompositeProfile: tobj.Spec.CompositeProfile, Namespace: pl.namespace, LogicalCloud: pl.cloud,
 		StatusID: old.Meta.StatusID, Created: s.opts.Now(), FieldValidation: tobj.Spec.FieldValidation,
-		Revision: 1, Dependencies: pl.deps,
+		Revision: 1, Dependencies: pl.deps, SyncPolicy: PolicyOf(tobj.Spec),
 	}
 	if err := s.opts.Contexts.Create(ctx, meta, appcontext.Status{Status: appcontext.Instantiating, Updated: s.opts.Now()},
 		appcontext.MergeForUpdate(old, pl.placements)); err != nil {

@@ -144,11 +144,15 @@ func TestEMCOExampleFlow(t *testing.T) {
 
 	registerControllers(t, o)
 
-	// Clusters with a label, a project.
+	// Clusters with a label, the first with another one (the GAC patch's),
+	// a project.
 	o.must(201, "POST", "/v2/cluster-providers", meta("cp"))
-	for _, c := range sim.Clusters {
+	for i, c := range sim.Clusters {
 		o.uploadOK("/v2/cluster-providers/cp/clusters", meta(c.Name), c.Kubeconfig)
 		o.must(201, "POST", "/v2/cluster-providers/cp/clusters/"+c.Name+"/labels", map[string]string{"clusterLabel": "edge"})
+		if i == 0 {
+			o.must(201, "POST", "/v2/cluster-providers/cp/clusters/"+c.Name+"/labels", map[string]string{"clusterLabel": "db-zone"})
+		}
 	}
 	o.must(201, "POST", "/v2/projects", meta("proj-emco"))
 
@@ -181,7 +185,7 @@ func TestEMCOExampleFlow(t *testing.T) {
 	ready := o.waitJSON(emcoDIG+"/status?status=ready", "DIG Ready", func(v map[string]any) bool { return v["readyStatus"] == "Ready" })
 	t.Logf("instantiate to readyStatus Ready in the standard cloud: %s", time.Since(start).Round(time.Millisecond))
 
-	for _, c := range sim.Clusters {
+	for i, c := range sim.Clusters {
 		cs := c.Clientset()
 		d, err := cs.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
 		if err != nil || d.Spec.Template.Spec.Containers[0].Image != "registry.example/web:1.25" {
@@ -191,9 +195,15 @@ func TestEMCOExampleFlow(t *testing.T) {
 		if err != nil || svc.Spec.Ports[0].Port != 8080 {
 			t.Fatalf("%s: service port: %v %v", c.Name, svc, err)
 		}
+		// Selected by the cluster's label: only where it is.
 		np, err := cs.NetworkingV1().NetworkPolicies(ns).Get(ctx, "netpol-db", metav1.GetOptions{})
-		if err != nil || np.Spec.PodSelector.MatchLabels["role"] != "database" {
-			t.Fatalf("%s: network policy: %v %v", c.Name, np, err)
+		switch {
+		case i != 0 && !apierrors.IsNotFound(err):
+			t.Fatalf("%s (not labelled db-zone): network policy %v, %v; want none", c.Name, np.Spec.PodSelector, err)
+		case i == 0 && err != nil:
+			t.Fatalf("%s (labelled db-zone): network policy: %v", c.Name, err)
+		case i == 0 && np.Spec.PodSelector.MatchLabels["role"] != "database":
+			t.Fatalf("%s: network policy selects %v, want the patched role database", c.Name, np.Spec.PodSelector.MatchLabels)
 		}
 		if f := d.ManagedFields; len(f) == 0 || f[0].Manager != "argus" {
 			t.Fatalf("%s: deployment not applied by argus: %v", c.Name, f)
@@ -320,8 +330,10 @@ func checkEMCOStatusForms(t *testing.T, o *orch, ready map[string]any) {
 	}
 }
 
-// addNetworkPolicyGAC adds a GAC intent: a new NetworkPolicy,
-// JSON-patched on the clusters labelled edge.
+// addNetworkPolicyGAC adds a GAC intent: a new NetworkPolicy, JSON-patched,
+// made by a customization scoped to the label db-zone: on the app's
+// clusters that carry it (cluster1), not on the others (cluster2, edge
+// only).
 func addNetworkPolicyGAC(t *testing.T, o *orch) {
 	t.Helper()
 	o.must(201, "POST", emcoDIG+"/generic-k8s-intents", meta("web-gac"))
@@ -332,7 +344,7 @@ func addNetworkPolicyGAC(t *testing.T, o *orch) {
 	}
 	if code, body := o.uploadFiles(emcoDIG+"/generic-k8s-intents/web-gac/resources/netpol-db/customizations", "files", obj("netpol-db-customization", map[string]any{
 		"clusterSpecific": "true",
-		"clusterInfo":     map[string]any{"scope": "label", "clusterProvider": "cp", "cluster": "", "clusterLabel": "edge", "mode": "allow"},
+		"clusterInfo":     map[string]any{"scope": "label", "clusterProvider": "cp", "cluster": "", "clusterLabel": "db-zone", "mode": "allow"},
 		"patchType":       "json",
 		"patchJson":       []any{map[string]any{"op": "replace", "path": "/spec/podSelector/matchLabels/role", "value": "database"}}}),
 		map[string]string{"customization-dummy.yaml": "ignored: true\n"}); code != 201 {

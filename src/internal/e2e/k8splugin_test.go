@@ -262,6 +262,7 @@ func checkUpgradeIsNotified(ctx context.Context, t *testing.T, o *orch, cs kuber
 	}
 
 	// Upgrade with k8splugin's body (no release name) changes the image.
+	beforeUpgrade := len(mustPosts(hook))
 	o.must(201, "POST", "/v1/instance/"+id+"/upgrade", map[string]any{"cloud-region": "kud", "rb-name": "pvapp", "rb-version": "v1",
 		"profile-name": "p1", "labels": map[string]string{"tenant": "t1"},
 		"override-values": map[string]string{"image.repository": "registry.example/nginx", "image.tag": "1.28"}})
@@ -273,11 +274,22 @@ func checkUpgradeIsNotified(ctx context.Context, t *testing.T, o *orch, cs kuber
 		return err
 	})
 	o.waitV1Status(id, "ready after the upgrade", func(st status.InstanceStatus) (bool, string) { return st.Ready, describeV1(st) })
-	hook.waitPost(0, "about the upgrade", func(p post) bool { return p.doc.InstanceID == id })
+	// The callback about the upgrade: after it, for this instance, a
+	// Deployment or Pod carrying the upgrade's image.
+	hook.waitPost(beforeUpgrade, "about the upgrade", func(p post) bool {
+		return p.doc.InstanceID == id && (carries(entry(p.doc.Changes.Modified, "Deployment", "kud", "pvrel"), "registry.example/nginx:1.28") ||
+			carries(entry(p.doc.Changes.Created, "Pod", "kud", "pvrel"), "registry.example/nginx:1.28"))
+	})
 	waitFor(t, "the answer recorded", func() (bool, string) { // it is recorded after it came
 		_ = json.Unmarshal([]byte(o.must(200, "GET", "/v1/instance/"+id+"/status/subscription/so", nil)), &sub)
 		return sub.LastNotifyStatus == 204 && !sub.LastNotifyTime.Before(sub.LastUpdateTime), fmt.Sprintf("%+v", sub)
 	})
+}
+
+// carries reports whether a change entry's JSON holds s.
+func carries(e map[string]any, s string) bool {
+	b, err := json.Marshal(e)
+	return e != nil && err == nil && strings.Contains(string(b), s)
 }
 
 // testConfigAPI drives /v1/instance/{id}/config as k8splugin's clients do:
@@ -361,7 +373,7 @@ func testLackingKind(t *testing.T, o *orch) {
 		"rb-version": "v1", "profile-name": "default", "release-name": "lacks"})), &inst)
 	took := o.waitV1Status(inst.ID, "the missing kind's failure", func(st status.InstanceStatus) (bool, string) {
 		w, cm := v1Entry(st, "Widget", "lacks-widget"), v1Entry(st, "ConfigMap", "lacks-settings")
-		return !st.Ready && w != nil && w.ReadyStatus == "NotPresent" && strings.Contains(w.Reason, "not served") &&
+		return !st.Ready && w != nil && w.ReadyStatus == "NotPresent" && strings.Contains(w.Reason, "widgets.example.com/v1 Widget is not served") &&
 			cm != nil && cm.ReadyStatus == "Ready", describeV1(st)
 	})
 	t.Logf("create to the missing kind shown in v1 status: %s", took.Round(time.Millisecond))

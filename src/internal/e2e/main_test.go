@@ -245,9 +245,17 @@ func (o *orch) digState() catalog.DIGState {
 // returns the time it took.
 func (o *orch) waitContext(id, what string, cond func(*appcontext.Context) (bool, string)) time.Duration {
 	o.t.Helper()
+	return o.waitContextBy(time.Now().Add(60*time.Second), id, what, cond)
+}
+
+// waitContextBy polls the context until cond holds or the deadline passes
+// (a claim like "all of this within 60 s" shares one deadline); it returns
+// how long it waited.
+func (o *orch) waitContextBy(deadline time.Time, id, what string, cond func(*appcontext.Context) (bool, string)) time.Duration {
+	o.t.Helper()
 	start := time.Now()
 	last := ""
-	for time.Since(start) < 60*time.Second {
+	for time.Now().Before(deadline) {
 		c, err := o.contexts.Get(context.Background(), id)
 		if err == nil {
 			ok, state := cond(c)
@@ -260,7 +268,7 @@ func (o *orch) waitContext(id, what string, cond func(*appcontext.Context) (bool
 		}
 		time.Sleep(50 * time.Millisecond) // polling with a deadline
 	}
-	o.t.Fatalf("%s: not true after 60s; last: %s", what, last)
+	o.t.Fatalf("%s: not true after %s; last: %s", what, time.Since(start).Round(time.Second), last)
 	return 0
 }
 
@@ -314,7 +322,10 @@ func TestInstantiateTerminateReinstantiate(t *testing.T) {
 	}
 	o.waitContext(id, "every resource Applied", allResources(appcontext.RsyncApplied))
 	took := time.Since(start)
-	t.Logf("instantiate to all Applied (3 apps x 3 resources x 2 clusters): %s (target < 10s)", took.Round(time.Millisecond))
+	t.Logf("instantiate to all Applied (3 apps x 3 resources x 2 clusters): %s (target < 10s; fails over 50s)", took.Round(time.Millisecond))
+	if took > 50*time.Second { // 5× the target: CI headroom; docs/benchmarks.md keeps the 10 s
+		t.Errorf("instantiate to all Applied took %s, want under 10s", took)
+	}
 	o.waitContext(id, "context Instantiated", func(c *appcontext.Context) (bool, string) {
 		return c.Status.Status == appcontext.Instantiated, c.Status.Status
 	})

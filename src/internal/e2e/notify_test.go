@@ -107,7 +107,13 @@ func (h *hook) snapshot() (posts, attempts []post) {
 // that satisfies cond, and returns it.
 func (h *hook) waitPost(n int, what string, cond func(post) bool) post {
 	h.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	return h.waitPostFor(60*time.Second, n, what, cond)
+}
+
+// waitPostFor is waitPost with deadline d.
+func (h *hook) waitPostFor(d time.Duration, n int, what string, cond func(post) bool) post {
+	h.t.Helper()
+	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		posts, _ := h.snapshot()
 		for _, p := range posts[min(n, len(posts)):] {
@@ -118,7 +124,7 @@ func (h *hook) waitPost(n int, what string, cond func(post) bool) post {
 		time.Sleep(20 * time.Millisecond) // polling with a deadline
 	}
 	posts, attempts := h.snapshot()
-	h.t.Fatalf("no notification %s after %d: %d delivered, %d attempts", what, n, len(posts), len(attempts))
+	h.t.Fatalf("no notification %s after %d within %s: %d delivered, %d attempts", what, n, d, len(posts), len(attempts))
 	return post{}
 }
 
@@ -220,7 +226,10 @@ func TestDIGSubscriptions(t *testing.T) {
 	p := fast.waitPost(0, "modifying the Deployment", func(p post) bool {
 		return entry(p.doc.Changes.Modified, "Deployment", "cluster1", "frontend") != nil
 	})
-	t.Logf("scale → callback (modified Deployment): %s (target ≤ 1s), with a hanging subscriber present", p.at.Sub(start).Round(time.Millisecond))
+	t.Logf("scale → callback (modified Deployment): %s (target ≤ 1s; fails over 5s), with a hanging subscriber present", p.at.Sub(start).Round(time.Millisecond))
+	if took := p.at.Sub(start); took > 5*time.Second { // 5× the target: CI headroom; docs/benchmarks.md keeps the 1 s
+		t.Errorf("scale → callback took %s with a hanging subscriber present, want under 1s", took)
+	}
 	checkFirstPayload(t, p)
 	fast.waitPost(0, "creating the new pods", func(p post) bool {
 		return entry(p.doc.Changes.Created, "Pod", "cluster1", "frontend") != nil
@@ -235,8 +244,17 @@ func TestDIGSubscriptions(t *testing.T) {
 	during := o.apiP99(500)
 	o.must(202, "DELETE", subs+"/hung", nil)
 	after := o.apiP99(500)
-	t.Logf("status API p99: %s before, %s while a subscriber hangs, %s after it is deleted (target ≤ 2× without)",
-		baseline.Round(time.Microsecond), during.Round(time.Microsecond), after.Round(time.Microsecond))
+	// Target ≤ 2× without; asserted at 5× that (10×) of the smaller of
+	// before and after (the one the machine's load disturbed less), and
+	// never under 100 ms: tens of milliseconds on 2 shared cores under
+	// -race are scheduling noise. A receiver that held status reads up
+	// would cost its callback timeout, seconds.
+	limit := max(10*min(baseline, after), 100*time.Millisecond)
+	t.Logf("status API p99: %s before, %s while a subscriber hangs, %s after it is deleted (target ≤ 2× without; fails over %s)",
+		baseline.Round(time.Microsecond), during.Round(time.Microsecond), after.Round(time.Microsecond), limit.Round(time.Microsecond))
+	if during > limit {
+		t.Errorf("status API p99 %s while a subscriber hangs, over %s (%s before, %s after)", during, limit, baseline, after)
+	}
 
 	checkCoalescedBurst(t, o, fast, slow, slowPods)
 
@@ -389,7 +407,11 @@ func checkWatchStream(t *testing.T, o *orch) {
 	start := scale(t, "cluster1", "default", "frontend", 3)
 	select {
 	case ev := <-events:
-		t.Logf("scale → SSE event: %s (target ≤ 1s)", time.Since(start).Round(time.Millisecond))
+		took := time.Since(start)
+		t.Logf("scale → SSE event: %s (target ≤ 1s; fails over 5s)", took.Round(time.Millisecond))
+		if took > 5*time.Second { // 5× the target: CI headroom; docs/benchmarks.md keeps the 1 s
+			t.Errorf("scale → SSE event took %s, want under 1s", took)
+		}
 		id, _ := strconv.Atoi(ev.id)
 		if ev.event != "change" || id != first.idN()+1 || !strings.Contains(ev.data, `"resource-changes"`) {
 			t.Fatalf("change event: %+v", ev)

@@ -171,7 +171,11 @@ func TestStatusFollowsTheClusters(t *testing.T) {
 		return !*r.Ready && p.ReadyStatus == "Pending" && strings.Contains(p.Reason, "not ready") &&
 			d.ReadyStatus == "Pending" && strings.Contains(d.Reason, "1 of 2"), fmt.Sprintf("pod %+v deployment %+v", p, d)
 	})
-	t.Logf("pod not ready → status shows it: %s (target < 1s)", time.Since(start).Round(time.Millisecond))
+	shown := time.Since(start)
+	t.Logf("pod not ready → status shows it: %s (target < 1s; fails over 5s)", shown.Round(time.Millisecond))
+	if shown > 5*time.Second { // 5× the target: CI headroom; docs/benchmarks.md keeps the 1 s
+		t.Errorf("pod not ready → status showed it after %s, want under 1s", shown)
+	}
 
 	// An applied object deleted behind Argus's back is NotPresent.
 	if err := sim.Cluster("cluster2").Clientset().CoreV1().ConfigMaps("default").Delete(context.Background(), "cache-config", metav1.DeleteOptions{}); err != nil {

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -18,6 +19,12 @@ const (
 	// KindAction is a user action on a DIG (approve, instantiate, update,
 	// terminate, stop), at the time it was taken.
 	KindAction = "action"
+	// KindHeal is a resource re-applied because it drifted: by a sync
+	// (POST …/sync) or by self-heal (By says which).
+	KindHeal = "heal"
+	// KindAdopt is an existing object rsync took over (the deployment
+	// adopts, the object allowed it); Reason names who held it.
+	KindAdopt = "adopt"
 )
 
 // Entry is one recorded transition. From is absent for something that
@@ -41,6 +48,12 @@ type Entry struct {
 	// Revision is the revision an action made (instantiate, update,
 	// rollback, migrate).
 	Revision int64 `json:"revision,omitempty"`
+	// By is who healed (sync or self-heal), Heals how often the resource
+	// has been healed with this one (heal entries); AdoptedFrom who held
+	// an adopted object (adopt entries).
+	By          string `json:"by,omitempty"`
+	Heals       int    `json:"heals,omitempty"`
+	AdoptedFrom string `json:"adoptedFrom,omitempty"`
 }
 
 // Resource names the resource of an entry.
@@ -57,6 +70,7 @@ type State struct {
 	ClusterStatus string `json:"cluster-status,omitempty"`
 	Ready         *bool  `json:"ready,omitempty"`
 	ReadyStatus   string `json:"ready-status,omitempty"`
+	SyncStatus    string `json:"sync-status,omitempty"`
 	State         string `json:"state,omitempty"`
 	Status        string `json:"status,omitempty"`
 }
@@ -91,11 +105,20 @@ type resState struct {
 	Rsync   string `json:"r,omitempty"`
 	Cluster string `json:"c,omitempty"`
 	Ready   string `json:"y,omitempty"`
+	Sync    string `json:"s,omitempty"`
+	// Heals and Adopted are what heal and adopt entries were recorded up to.
+	Heals   int    `json:"h,omitempty"`
+	Adopted string `json:"a,omitempty"`
 }
 
 func (s resState) state() *State {
 	ready := s.Ready == "Ready"
-	return &State{RsyncStatus: s.Rsync, ClusterStatus: s.Cluster, ReadyStatus: s.Ready, Ready: &ready}
+	return &State{RsyncStatus: s.Rsync, ClusterStatus: s.Cluster, ReadyStatus: s.Ready, Ready: &ready, SyncStatus: s.Sync}
+}
+
+// views is the part of the state a resource entry records.
+func (s resState) views() resState {
+	return resState{Rsync: s.Rsync, Cluster: s.Cluster, Ready: s.Ready, Sync: s.Sync}
 }
 
 // apply moves the cursor past e and numbers e.
@@ -115,8 +138,21 @@ func (c *cursor) apply(e *Entry) {
 		if e.To == nil {
 			delete(c.Resources, e.key())
 		} else {
-			c.Resources[e.key()] = resState{Rsync: e.To.RsyncStatus, Cluster: e.To.ClusterStatus, Ready: e.To.ReadyStatus}
+			old := c.Resources[e.key()]
+			c.Resources[e.key()] = resState{Rsync: e.To.RsyncStatus, Cluster: e.To.ClusterStatus, Ready: e.To.ReadyStatus,
+				Sync: e.To.SyncStatus, Heals: old.Heals, Adopted: old.Adopted}
 		}
+	case KindHeal, KindAdopt:
+		if c.Resources == nil {
+			c.Resources = map[string]resState{}
+		}
+		rs := c.Resources[e.key()]
+		if e.Kind == KindHeal {
+			rs.Heals = e.Heals
+		} else {
+			rs.Adopted = e.AdoptedFrom
+		}
+		c.Resources[e.key()] = rs
 	}
 }
 
@@ -160,17 +196,17 @@ func diff(c cursor, snap status.Snapshot, now time.Time) []Entry {
 	for _, r := range snap.Resources {
 		k := r.Key.String()
 		seen[k] = true
-		now := resState{Rsync: r.RsyncStatus, Cluster: r.ClusterStatus, Ready: r.ReadyStatus}
+		now := resState{Rsync: r.RsyncStatus, Cluster: r.ClusterStatus, Ready: r.ReadyStatus, Sync: r.SyncStatus}
 		prev, known := c.Resources[k]
-		if known && prev == now {
-			continue
+		if !known || prev.views() != now {
+			e := resourceEntry(r.Key, snap.Instance, r.Reason)
+			if known {
+				e.From = prev.state()
+			}
+			e.To = now.state()
+			changed = append(changed, e)
 		}
-		e := resourceEntry(r.Key, snap.Instance, r.Reason)
-		if known {
-			e.From = prev.state()
-		}
-		e.To = now.state()
-		changed = append(changed, e)
+		changed = append(changed, events(r, snap.Instance, prev)...)
 	}
 	for k, prev := range c.Resources {
 		if seen[k] {
@@ -182,11 +218,32 @@ func diff(c cursor, snap status.Snapshot, now time.Time) []Entry {
 			changed = append(changed, e)
 		}
 	}
-	sort.Slice(changed, func(i, j int) bool { return changed[i].key() < changed[j].key() })
+	sort.SliceStable(changed, func(i, j int) bool { return changed[i].key() < changed[j].key() })
 	for i := range changed {
 		changed[i].Time = now
 	}
 	return append(out, changed...)
+}
+
+// events are a resource's heal and adoption entries not recorded yet.
+func events(r status.ResourceState, instance string, prev resState) []Entry {
+	var out []Entry
+	if r.AdoptedFrom != "" && r.AdoptedFrom != prev.Adopted {
+		e := resourceEntry(r.Key, instance, "adopted an existing object held by "+r.AdoptedFrom)
+		e.Kind, e.AdoptedFrom = KindAdopt, r.AdoptedFrom
+		out = append(out, e)
+	}
+	if h := r.Heal; h != nil && h.Count > prev.Heals {
+		why := "re-applied by " + h.By + ": it was " + h.Was
+		if h.Streak >= status.FlappingStreak {
+			why += fmt.Sprintf("; healed %d times in a row, each undone soon after: something on the cluster keeps "+
+				"undoing it (an HPA, an operator?)", h.Streak)
+		}
+		e := resourceEntry(r.Key, instance, why)
+		e.Kind, e.By, e.Heals = KindHeal, h.By, h.Count
+		out = append(out, e)
+	}
+	return out
 }
 
 func resourceEntry(k status.ResourceKey, instance, reason string) Entry {

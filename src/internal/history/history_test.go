@@ -433,3 +433,49 @@ func BenchmarkRecordOneChangeIn1000(b *testing.B) {
 		}
 	}
 }
+
+func TestDiffRecordsSyncHealsAndAdoptions(t *testing.T) {
+	synced := res(cm, "Applied", "Present", "Ready", "")
+	synced.SyncStatus = "Synced"
+	var cur cursor
+	for _, e := range diff(cursor{}, snapshot("Instantiated", true, synced), t0) {
+		cur.apply(&e)
+	}
+	missing := res(cm, "Applied", "NotPresent", "NotPresent", "not found in the cluster")
+	missing.SyncStatus = "Missing"
+	got := diff(cur, snapshot("Instantiated", false, missing), t0.Add(time.Minute))
+	if len(got) != 2 || got[1].Kind != KindResource || got[1].From.SyncStatus != "Synced" || got[1].To.SyncStatus != "Missing" {
+		t.Fatalf("Synced to Missing: %+v", got)
+	}
+	for _, e := range got {
+		cur.apply(&e)
+	}
+	healed := synced
+	healed.Heal = &status.Heal{Count: 1, By: "sync", Was: "Missing", Streak: 1}
+	healed.AdoptedFrom = "no Argus deployment (written by kubectl-create)"
+	got = diff(cur, snapshot("Instantiated", true, healed), t0.Add(2*time.Minute))
+	kinds := []string{}
+	for _, e := range got {
+		kinds = append(kinds, e.Kind)
+		cur.apply(&e)
+	}
+	if strings.Join(kinds, ",") != "status,resource,adopt,heal" {
+		t.Fatalf("after a heal: %v", kinds)
+	}
+	heal := got[3]
+	if heal.By != "sync" || heal.Heals != 1 || heal.Reason != "re-applied by sync: it was Missing" || heal.Resource.Name != "sink-configmap" {
+		t.Fatalf("heal entry: %+v", heal)
+	}
+	if got[2].AdoptedFrom != healed.AdoptedFrom || !strings.Contains(got[2].Reason, "kubectl-create") {
+		t.Fatalf("adopt entry: %+v", got[2])
+	}
+	// Recorded once: the same state again is nothing new.
+	if again := diff(cur, snapshot("Instantiated", true, healed), t0.Add(3*time.Minute)); len(again) != 0 {
+		t.Fatalf("recorded twice: %+v", again)
+	}
+	healed.Heal = &status.Heal{Count: 4, By: "self-heal", Was: "OutOfSync", Streak: status.FlappingStreak}
+	got = diff(cur, snapshot("Instantiated", true, healed), t0.Add(4*time.Minute))
+	if len(got) != 1 || got[0].Kind != KindHeal || !strings.Contains(got[0].Reason, "keeps undoing it") {
+		t.Fatalf("a heal undone again and again: %+v", got)
+	}
+}

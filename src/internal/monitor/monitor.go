@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
+	"github.com/argus-mc/argus/src/internal/syncstate"
 )
 
 const (
@@ -713,11 +714,16 @@ func objectIndex(obj any) ([]string, error) {
 }
 
 // stripForCache drops what the monitor never reports before an object is
-// cached: managed fields, and a Secret's data.
+// cached: managed fields, and a Secret's data. What the orchestrator needs
+// of the managed fields — the hash of the fields Argus applies — is
+// computed first and kept beside the object (hashKey).
 func stripForCache(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return obj, nil
+	}
+	if h := syncstate.Hash(u.Object); h != "" {
+		u.Object[hashKey] = h
 	}
 	u.SetManagedFields(nil)
 	if u.GetKind() == "Secret" && u.GroupVersionKind().Group == "" {

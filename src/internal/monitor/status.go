@@ -14,6 +14,17 @@ import (
 
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
+// hashKey holds, in a cached object, the hash of the fields Argus's
+// server-side apply manages (syncstate.Hash), computed before the managed
+// fields were stripped. No Kubernetes object has such a top-level field;
+// it is never reported as part of the object.
+const hashKey = "argus.io/managed-fields-hash"
+
+func hashOf(o *unstructured.Unstructured) string {
+	h, _ := o.Object[hashKey].(string)
+	return h
+}
+
 // Trim levels, applied in order until the status fits (SPEC section 2).
 const (
 	trimNone         = iota
@@ -74,6 +85,7 @@ func objectKey(o *unstructured.Unstructured) string {
 func statusAt(objs []*unstructured.Unstructured, unwatched []v1alpha1.KindCondition, generation int64, level int) (v1alpha1.ResourceBundleStateStatus, error) {
 	st := v1alpha1.ResourceBundleStateStatus{
 		ObservedGeneration: generation,
+		FieldsHashed:       true,
 		Trimmed:            level > trimNone,
 		UnwatchedKinds:     append([]v1alpha1.KindCondition{}, unwatched...),
 	}
@@ -113,7 +125,7 @@ func statusAt(objs []*unstructured.Unstructured, unwatched []v1alpha1.KindCondit
 			st.ResourceStatuses = append(st.ResourceStatuses, v1alpha1.CustomResourceStatus{
 				Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind,
 				Name: o.GetName(), Namespace: o.GetNamespace(),
-				Object: obj, ReadyStatus: string(res.Status), Reason: res.Reason,
+				Object: obj, ReadyStatus: string(res.Status), Reason: res.Reason, ManagedFieldsHash: hashOf(o),
 			})
 			continue
 		}
@@ -139,7 +151,9 @@ func statusAt(objs []*unstructured.Unstructured, unwatched []v1alpha1.KindCondit
 func trimObject(o *unstructured.Unstructured, level int) map[string]any {
 	out := make(map[string]any, len(o.Object))
 	for k, v := range o.Object {
-		out[k] = v
+		if k != hashKey {
+			out[k] = v
+		}
 	}
 	meta, _ := o.Object["metadata"].(map[string]any)
 	m := make(map[string]any, len(meta))
@@ -210,7 +224,7 @@ func typedEntry(o *unstructured.Unstructured, level int, res health.Result) (v1a
 	parts := trimObject(o, level)
 	e := v1alpha1.ResourceStatus{
 		APIVersion: o.GetAPIVersion(), Kind: o.GetKind(),
-		ReadyStatus: string(res.Status), Reason: res.Reason,
+		ReadyStatus: string(res.Status), Reason: res.Reason, ManagedFieldsHash: hashOf(o),
 	}
 	var err error
 	if e.Metadata, err = rawJSON(parts["metadata"]); err != nil {

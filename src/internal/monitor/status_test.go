@@ -180,3 +180,38 @@ func TestSecretsLoseTheAnnotationThatCopiesTheirData(t *testing.T) {
 		t.Fatalf("a ConfigMap lost its annotation untrimmed: %s", data)
 	}
 }
+
+// The hash of the fields Argus applies is taken before the cache strips the
+// managed fields, and reported per entry without ever being part of the
+// object.
+func TestEntriesCarryTheHashOfArgusFields(t *testing.T) {
+	argus := []any{map[string]any{"manager": "argus", "operation": "Apply", "apiVersion": "v1",
+		"fieldsV1": map[string]any{"f:data": map[string]any{"f:k": map[string]any{}}}}}
+	cm := obj("v1", "ConfigMap", "cm", map[string]any{"data": map[string]any{"k": "v"}})
+	cm.Object["metadata"].(map[string]any)["managedFields"] = argus
+	widget := obj("example.com/v1", "Widget", "w", map[string]any{"data": map[string]any{"k": "v"}})
+	widget.Object["metadata"].(map[string]any)["managedFields"] = []any{map[string]any{"manager": "argus", "operation": "Apply",
+		"apiVersion": "example.com/v1", "fieldsV1": map[string]any{"f:data": map[string]any{"f:k": map[string]any{}}}}}
+	var cached []*unstructured.Unstructured
+	for _, o := range []*unstructured.Unstructured{cm, widget, readyPod("p")} {
+		c, err := stripForCache(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached = append(cached, c.(*unstructured.Unstructured))
+	}
+	st, err := buildStatus(cached, nil, 1, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.FieldsHashed || len(st.ConfigMapStatuses[0].ManagedFieldsHash) != 32 || len(st.ResourceStatuses[0].ManagedFieldsHash) != 32 {
+		t.Fatalf("hashed=%v configmap %q widget %q", st.FieldsHashed, st.ConfigMapStatuses[0].ManagedFieldsHash, st.ResourceStatuses[0].ManagedFieldsHash)
+	}
+	if st.PodStatuses[0].ManagedFieldsHash != "" {
+		t.Fatalf("a pod Argus never applied has hash %q", st.PodStatuses[0].ManagedFieldsHash)
+	}
+	data, _ := json.Marshal(st)
+	if strings.Contains(string(data), hashKey) || strings.Contains(string(data), "managedFields\"") {
+		t.Fatalf("the cache's hash key or managed fields leaked into the status: %s", data)
+	}
+}

@@ -97,6 +97,9 @@ type Options struct {
 	// HistoryLimit is how many history entries each DIG and v1 instance
 	// keeps (older ones are deleted); 0 means 1000.
 	HistoryLimit int
+	// SelfHealDelay is how long a resource stays drifted before self-heal
+	// re-applies it, and the first step of its backoff; 0 means 2s.
+	SelfHealDelay time.Duration
 	// RevisionLimit is how many revisions each DIG keeps for rollback
 	// (older ones, and the manifests only they refer to, are deleted); 0
 	// means 20.

@@ -8,6 +8,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/deploy"
+	"github.com/argus-mc/argus/src/internal/heal"
 	"github.com/argus-mc/argus/src/internal/history"
 	"github.com/argus-mc/argus/src/internal/logicalcloud"
 	"github.com/argus-mc/argus/src/internal/notify"
@@ -33,6 +34,7 @@ type work struct {
 	renderer    *render.Pool
 	clouds      *logicalcloud.Service
 	deployer    *deploy.Service
+	healer      *heal.Controller
 	watchers    *watcher.Manager
 	reader      *status.Reader
 	notifier    *notify.Manager
@@ -74,6 +76,10 @@ func (a *App) buildWork(ctx context.Context, life *lifecycle, st *stores, ls *li
 	// Rendered manifests are not kept per context: the most recently used
 	// ones are, up to a bound, and the others read from etcd when needed.
 	w.manifests = appcontext.NewManifests(w.contexts, a.opts.ManifestCacheSize)
+	// The status reader answers queries from the cache; the deployer and
+	// self-heal also read drift through it.
+	w.reader = &status.Reader{Catalog: st.catalog, Contexts: w.contexts, Cache: w.cache, SilentAfter: a.opts.MonitorSilentAfter,
+		Clusters: w.clusters, Mirror: w.mirror, Manifests: w.manifests}
 	if err := a.buildDeploy(life, st, w); err != nil {
 		return nil, err
 	}
@@ -134,12 +140,23 @@ func (a *App) buildDeploy(life *lifecycle, st *stores, w *work) error {
 	life.onStop("logical clouds", func() error { w.clouds.Close(); return nil })
 	w.deployer, err = deploy.New(deploy.Options{Catalog: st.catalog, Contexts: w.contexts, Rsync: w.dispatcher, Renderer: w.renderer,
 		CreateWait: a.opts.V1CreateWait, CreateAsync: a.opts.V1CreateAsync, RevisionLimit: a.opts.RevisionLimit, Locks: st.replicas,
-		Logger: a.log.WithField("component", "deploy")})
-	return err
+		Drift: w.reader, Logger: a.log.WithField("component", "deploy")})
+	if err != nil {
+		return err
+	}
+	// Self-heal runs where the group's rsync actions do: on its owner.
+	w.healer, err = heal.New(heal.Options{Contexts: w.cache, Drift: w.reader, Healer: w.deployer, Owner: w.kinds.groups,
+		Delay: a.opts.SelfHealDelay, Logger: a.log.WithField("component", "self-heal")})
+	if err != nil {
+		return err
+	}
+	w.cache.OnChange(w.healer.Changed)
+	w.kinds.groups.Handle(ownership.HandlerFuncs{Acquire: w.healer.Acquired})
+	return nil
 }
 
 // buildWatchers builds the cluster watchers (on the replica holding each
-// cluster's claim) and the status reader.
+// cluster's claim).
 func (a *App) buildWatchers(st *stores, w *work) error {
 	var err error
 	w.watchers, err = watcher.New(watcher.Options{Store: w.contexts, Clusters: w.clusters, SilentAfter: a.opts.MonitorSilentAfter,
@@ -148,8 +165,6 @@ func (a *App) buildWatchers(st *stores, w *work) error {
 		return err
 	}
 	w.kinds.clusters.Handle(w.watchers)
-	w.reader = &status.Reader{Catalog: st.catalog, Contexts: w.contexts, Cache: w.cache, SilentAfter: a.opts.MonitorSilentAfter,
-		Clusters: w.clusters, Mirror: w.mirror, Manifests: w.manifests}
 	return nil
 }
 
@@ -192,6 +207,7 @@ func (a *App) runWork(life *lifecycle, st *stores, w *work) {
 	}
 	life.add("history recorder", w.recorder.Run, nil)
 	life.add("rsync dispatcher", w.dispatcher.Run, nil)
+	life.add("self-heal", w.healer.Run, nil)
 	life.add("group owner", func(ctx context.Context) error {
 		gs, err := w.cache.Groups(ctx)
 		for _, g := range gs {

@@ -27,21 +27,6 @@ func TestMaxConnections(t *testing.T) {
 		}
 	}
 }
-
-func TestRaiseNoFile(t *testing.T) {
-	soft, err := RaiseNoFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if soft == 0 {
-		t.Skip("no RLIMIT_NOFILE here")
-	}
-	again, err := RaiseNoFile()
-	if err != nil || again != soft {
-		t.Fatalf("second raise: %d %v, want %d", again, err, soft)
-	}
-}
-
 func TestMaxDeliveries(t *testing.T) {
 	for _, c := range []struct {
 		requested, listeners int

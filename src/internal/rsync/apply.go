@@ -19,6 +19,7 @@ import (
 	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/cluster"
+	"github.com/argus-mc/argus/src/internal/syncstate"
 )
 
 // apply applies a context's resources: every placement at once, each
@@ -42,7 +43,7 @@ func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.
 			return err
 		}
 	}
-	rec := newRecorder(e.opts.Store, c, names, log)
+	rec := newRecorder(e.ctx, e.opts.Store, c, names, log, finalFlushTimeout)
 	mode := c.Meta.FieldValidation
 	if mode == "" {
 		mode = e.opts.FieldValidation
@@ -117,6 +118,8 @@ type placementApply struct {
 	// clusterPassed is closed once every placement on the cluster made its
 	// first pass.
 	clusterPassed <-chan struct{}
+	// heal is the sync request a sync action carries out (nil otherwise).
+	heal *appcontext.HealRequest
 }
 
 // outcome is one attempt's result for one resource.
@@ -124,6 +127,9 @@ type outcome struct {
 	class    class
 	err      error
 	warnings []string
+	// fields is the hash of the fields Argus manages on the object the
+	// apply returned; adopted names who owned it before, when adopted.
+	fields, adopted string
 }
 
 func (pa *placementApply) run(ctx context.Context) {
@@ -261,8 +267,8 @@ func (pa *placementApply) applyAll(ctx context.Context, todo, removed []appconte
 func (pa *placementApply) deleteRemoved(ctx context.Context, removed []appcontext.Resource) {
 	for i := len(removed) - 1; i >= 0; i-- {
 		r := removed[i]
-		if st, err := pa.e.deleteWithRetry(ctx, pa.c, pa.p, r); ctx.Err() == nil {
-			pa.rec.record(pa.p, r.Key(), appcontext.ResourceStatus{Status: st, Error: reason(classify(ctx, err), err)})
+		if st, _ := pa.e.deleteWithRetry(ctx, pa.c, pa.p, r); ctx.Err() == nil {
+			pa.rec.record(pa.p, r.Key(), st)
 		}
 	}
 }
@@ -323,10 +329,7 @@ func (pa *placementApply) pass(ctx context.Context, todo []appcontext.Resource, 
 		for i, r := range try {
 			o := outcomes[i]
 			classes[r.Key()] = o.class
-			st := appcontext.ResourceStatus{Status: o.class.status(), Error: reason(o.class, o.err), Warnings: o.warnings}
-			if o.class == done && r.ManifestRef != nil {
-				st.Manifest = r.ManifestRef.SHA256
-			}
+			st := pa.statusAfter(r, o)
 			if o.class == transient {
 				st.Attempts = attempt
 			}
@@ -344,6 +347,29 @@ func (pa *placementApply) pass(ctx context.Context, todo []appcontext.Resource, 
 		}
 	}
 	return next
+}
+
+// statusAfter is a resource's status after an attempt: what the attempt
+// says, with what the resource keeps across applies (its heals, who it was
+// adopted from) and, for a heal carried out, one heal more.
+func (pa *placementApply) statusAfter(r appcontext.Resource, o outcome) appcontext.ResourceStatus {
+	prev := pa.p.StatusOf(r.Key())
+	st := appcontext.ResourceStatus{Status: o.class.status(), Error: reason(o.class, o.err), Warnings: o.warnings,
+		Heal: prev.Heal, Adopted: prev.Adopted}
+	if o.class != done {
+		return st
+	}
+	if r.ManifestRef != nil {
+		st.Manifest = r.ManifestRef.SHA256
+	}
+	st.Fields = o.fields
+	if o.adopted != "" {
+		st.Adopted = o.adopted
+	}
+	if pa.heal != nil {
+		st.Heal = prev.Heal.Next(pa.heal.By, pa.targetOf(r.Key()).Was, time.Now().UTC())
+	}
+	return st
 }
 
 // needsChanges: something on this placement waits for the cluster's API.
@@ -387,19 +413,27 @@ func (pa *placementApply) applyOne(ctx context.Context, r appcontext.Resource, l
 		return outcome{class: permanent, err: fmt.Errorf("decode manifest: %w", err)}
 	}
 	decorate(obj, labels)
+	setAnnotation(obj, v1alpha1.AnnotationOwner, pa.c.Meta.Group)
 	cs := pa.e.cluster(pa.p.Cluster)
-	ri, err := pa.e.resourceFor(cs, client, r.GVK, obj, pa.c.Meta.Namespace)
+	t, err := pa.e.target(cs, client, r.GVK, obj, pa.c.Meta.Namespace)
 	if err != nil {
 		return outcome{class: classify(ctx, err), err: err}
+	}
+	var adopted string
+	if pa.needsOwnerCheck(pa.p.StatusOf(r.Key())) {
+		if adopted, err = pa.checkOwner(ctx, cs, t, obj); err != nil {
+			return outcome{class: classify(ctx, err), err: err}
+		}
 	}
 	wctx, warnings := cluster.WithWarnings(ctx)
 	// Up to three tries: a missing namespace is created and a field the
 	// schema lacks pruned, in whichever order the API server reports them.
 	var dropped []string
+	var applied *unstructured.Unstructured
 	nsCreated, pruned := false, false
 tries:
 	for {
-		err = pa.e.patch(wctx, cs, ri, obj, pa.mode)
+		applied, err = pa.e.patch(wctx, cs, t.ri, obj, pa.mode)
 		switch {
 		case apierrors.IsNotFound(err) && obj.GetNamespace() != "" && missingNamespace(err, obj.GetNamespace()):
 			if nsCreated { // created, but not yet visible to the API server's admission
@@ -408,7 +442,7 @@ tries:
 			}
 			// Create the namespace, as helm --create-namespace would, and try again.
 			nsCreated = true
-			if nerr := pa.e.ensureNamespace(ctx, cs, client, obj.GetNamespace()); nerr != nil {
+			if nerr := pa.e.ensureNamespace(ctx, cs, client, obj.GetNamespace(), pa.c.Meta.Group); nerr != nil {
 				c := classify(ctx, nerr)
 				if c == permanent {
 					nerr, c = errNamespaceUnusable{ns: obj.GetNamespace(), cause: nerr}, waiting
@@ -435,7 +469,19 @@ tries:
 		}
 	}
 	ws = append(ws, warnings.List()...)
-	return outcome{class: classify(ctx, err), err: err, warnings: ws}
+	o := outcome{class: classify(ctx, err), err: err, warnings: ws}
+	if o.class != done {
+		return o
+	}
+	o.fields = syncstate.Hash(applied.Object)
+	if adopted != "" {
+		o.adopted = adopted
+		pa.log.WithFields(logrus.Fields{"resource": r.Key(), "from": adopted}).Info("adopted an existing object")
+		if aerr := pa.e.consumeAdopt(ctx, cs, t, obj.GetName()); aerr != nil {
+			pa.log.WithError(aerr).WithField("resource", r.Key()).Warn("cannot remove the adoption annotation")
+		}
+	}
+	return o
 }
 
 // checkSchema prunes the fields the cluster's schema lacks from obj. It
@@ -463,27 +509,28 @@ func (pa *placementApply) checkSchema(ctx context.Context, cs *clusterState, cli
 	return dropped, nil
 }
 
-// patch server-side applies obj, holding one of the cluster's request slots.
-func (e *Engine) patch(ctx context.Context, cs *clusterState, ri dynamic.ResourceInterface, obj *unstructured.Unstructured, mode string) error {
+// patch server-side applies obj, holding one of the cluster's request
+// slots, and returns the object as the API server answered.
+func (e *Engine) patch(ctx context.Context, cs *clusterState, ri dynamic.ResourceInterface, obj *unstructured.Unstructured, mode string) (*unstructured.Unstructured, error) {
 	data, err := obj.MarshalJSON()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	release, ok := cs.acquireKind(ctx, obj.GroupVersionKind().GroupKind())
 	if !ok {
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	defer release()
 	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
 	defer cancel()
 	start := time.Now()
-	_, err = ri.Patch(rctx, obj.GetName(), types.ApplyPatchType, data,
+	out, err := ri.Patch(rctx, obj.GetName(), types.ApplyPatchType, data,
 		metav1.PatchOptions{FieldManager: fieldManager, Force: ptrTrue(), FieldValidation: mode})
 	if e.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 		e.log.WithFields(logrus.Fields{"kind": obj.GetKind(), "name": obj.GetName(), "namespace": obj.GetNamespace(),
 			"ms": time.Since(start).Milliseconds(), "error": err}).Debug("server-side apply")
 	}
-	return err
+	return out, err
 }
 
 // missingNamespace reports a 404 about the object's namespace, not the object.
@@ -496,36 +543,58 @@ func missingNamespace(err error, ns string) bool {
 	return d == nil || (d.Kind == "namespaces" && d.Name == ns)
 }
 
-// resourceFor maps the kind (from the cluster's cached discovery) and
-// picks the namespace: a namespaced object without one goes to the
-// context's. A kind the cluster does not serve is errNotServed: the
-// resource waits for it. Discovery is fetched again for a kind it lacks,
-// at most once a second per cluster.
+// resourceFor is target's dynamic client for the object.
 func (e *Engine) resourceFor(cs *clusterState, client *cluster.Client, gvk schema.GroupVersionKind, obj *unstructured.Unstructured, defaultNS string) (dynamic.ResourceInterface, error) {
+	t, err := e.target(cs, client, gvk, obj, defaultNS)
+	return t.ri, err
+}
+
+// target is where an object goes on a cluster.
+type target struct {
+	client    *cluster.Client
+	ri        dynamic.ResourceInterface
+	gvr       schema.GroupVersionResource
+	namespace string // "" for a cluster-scoped kind
+}
+
+// target maps the kind (from the cluster's cached discovery) and picks the
+// namespace: a namespaced object without one goes to the context's. A
+// kind the cluster does not serve is errNotServed: the resource waits for
+// it. Discovery is fetched again for a kind it lacks, at most once a
+// second per cluster.
+func (e *Engine) target(cs *clusterState, client *cluster.Client, gvk schema.GroupVersionKind, obj *unstructured.Unstructured, defaultNS string) (target, error) {
 	mapping, err := client.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if meta.IsNoMatchError(err) && cs.mayRefresh(client) {
 		client.Mapper.Reset()
 		mapping, err = client.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	}
 	if meta.IsNoMatchError(err) {
-		return nil, errNotServed{kind: gvk.GroupVersion().String() + " " + gvk.Kind}
+		return target{}, errNotServed{kind: gvk.GroupVersion().String() + " " + gvk.Kind}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("discover %s: %w", gvk.Kind, err)
+		return target{}, fmt.Errorf("discover %s: %w", gvk.Kind, err)
 	}
+	t := target{client: client, gvr: mapping.Resource}
 	if mapping.Scope.Name() != meta.RESTScopeNameNamespace {
 		obj.SetNamespace("")
-		return client.Dynamic.Resource(mapping.Resource), nil
+		t.ri = client.Dynamic.Resource(mapping.Resource)
+		return t, nil
 	}
 	if obj.GetNamespace() == "" {
 		obj.SetNamespace(defaultNS)
 	}
-	return client.Dynamic.Resource(mapping.Resource).Namespace(obj.GetNamespace()), nil
+	t.namespace = obj.GetNamespace()
+	t.ri = client.Dynamic.Resource(mapping.Resource).Namespace(t.namespace)
+	return t, nil
 }
 
-func (e *Engine) ensureNamespace(ctx context.Context, cs *clusterState, client *cluster.Client, ns string) error {
-	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}
-	return e.patch(ctx, cs, client.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}), obj, FieldValidationStrict)
+// ensureNamespace creates a namespace an object needs, as helm
+// --create-namespace does, owned by the group that needed it.
+func (e *Engine) ensureNamespace(ctx context.Context, cs *clusterState, client *cluster.Client, ns, owner string) error {
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace",
+		"metadata": map[string]any{"name": ns, "annotations": map[string]any{v1alpha1.AnnotationOwner: owner}}}}
+	_, err := e.patch(ctx, cs, client.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}), obj, FieldValidationStrict)
+	return err
 }
 
 // waves groups resources into what must exist before the next group is
@@ -646,13 +715,13 @@ func (pa *placementApply) putBundle(ctx context.Context, client *cluster.Client,
 		var ri dynamic.ResourceInterface
 		ri, err = pa.e.resourceFor(cs, client, v1alpha1.GVK(), rbs, ns)
 		if err == nil {
-			err = pa.e.patch(ctx, cs, ri, rbs, FieldValidationStrict)
+			_, err = pa.e.patch(ctx, cs, ri, rbs, FieldValidationStrict)
 		}
 		if apierrors.IsNotFound(err) && missingNamespace(err, ns) && !nsCreated {
 			// The bundle goes with the app's namespace, which the app's own
 			// resources may not have created yet.
 			nsCreated = true
-			if nerr := pa.e.ensureNamespace(ctx, cs, client, ns); nerr != nil {
+			if nerr := pa.e.ensureNamespace(ctx, cs, client, ns, pa.c.Meta.Group); nerr != nil {
 				return nerr
 			}
 			continue

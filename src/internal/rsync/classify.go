@@ -81,6 +81,10 @@ func classify(ctx context.Context, err error) class {
 	}
 	var notServed errNotServed
 	var nsUnusable errNamespaceUnusable
+	var owned errOwned
+	if errors.As(err, &owned) {
+		return permanent
+	}
 	switch {
 	case errors.As(err, &notServed), meta.IsNoMatchError(err), errors.As(err, &nsUnusable),
 		apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):

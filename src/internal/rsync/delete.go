@@ -31,7 +31,7 @@ func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error
 			return err
 		}
 	}
-	rec := newRecorder(e.opts.Store, c, deleteNames, log)
+	rec := newRecorder(e.ctx, e.opts.Store, c, deleteNames, log, finalFlushTimeout)
 	gone := make(map[*appcontext.Placement]chan struct{}, len(c.Placements))
 	for _, p := range c.Placements {
 		gone[p] = make(chan struct{})
@@ -116,7 +116,7 @@ func (pa *placementApply) deleteWaves(ctx context.Context, rs []appcontext.Resou
 				if err != nil {
 					pa.log.WithError(err).WithField("resource", r.Key()).Warn("cannot delete")
 				}
-				pa.rec.record(pa.p, r.Key(), appcontext.ResourceStatus{Status: st, Error: reason(classify(ctx, err), err)})
+				pa.rec.record(pa.p, r.Key(), st)
 			}()
 		}
 		wg.Wait()
@@ -124,57 +124,77 @@ func (pa *placementApply) deleteWaves(ctx context.Context, rs []appcontext.Resou
 }
 
 // deleteWithRetry deletes one resource, retrying transient errors with
-// backoff until it is Deleted or Failed, or ctx ends.
-func (e *Engine) deleteWithRetry(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, r appcontext.Resource) (string, error) {
+// backoff, and returns its status: Deleted (with a warning when the object
+// was another's and stayed) or Failed; or ctx ended.
+func (e *Engine) deleteWithRetry(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, r appcontext.Resource) (appcontext.ResourceStatus, error) {
 	for attempt := 1; ; attempt++ {
-		cl, err := e.deleteOne(ctx, c, p, r)
+		cl, owner, err := e.deleteOne(ctx, c, p, r)
 		if cl != transient || ctx.Err() != nil {
-			if cl == done {
-				return appcontext.RsyncDeleted, nil
+			switch {
+			case cl == done && owner != "":
+				return appcontext.ResourceStatus{Status: appcontext.RsyncDeleted, Warnings: []string{"left in place: owned by " + owner}}, nil
+			case cl == done:
+				return appcontext.ResourceStatus{Status: appcontext.RsyncDeleted}, nil
 			}
-			return appcontext.RsyncFailed, err
+			return appcontext.ResourceStatus{Status: appcontext.RsyncFailed, Error: reason(classify(ctx, err), err)}, err
 		}
 		if !e.sleep(ctx, attempt) {
-			return appcontext.RsyncFailed, ctx.Err()
+			return appcontext.ResourceStatus{Status: appcontext.RsyncFailed, Error: reason(transient, ctx.Err())}, ctx.Err()
 		}
 	}
 }
 
-func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, r appcontext.Resource) (class, error) {
+// deleteOne deletes one resource. Of a deployment intent group or an
+// instance, only an object it owns is deleted (and only that object: the
+// delete is conditional on its uid); another's is left in place and its
+// owner returned.
+func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, r appcontext.Resource) (class, string, error) {
 	client, err := e.clientFor(ctx, c, p.Cluster)
 	if err != nil {
 		err = fmt.Errorf("cluster %s: %w", p.Cluster, err)
-		return classify(ctx, err), err
+		return classify(ctx, err), "", err
 	}
 	manifest, err := e.opts.Manifests.Get(ctx, c.Meta.ID, r)
 	if err != nil {
-		return transient, err
+		return transient, "", err
 	}
 	obj := &unstructured.Unstructured{}
 	if err := obj.UnmarshalJSON(manifest); err != nil {
-		return permanent, fmt.Errorf("decode manifest: %w", err)
+		return permanent, "", fmt.Errorf("decode manifest: %w", err)
 	}
 	cs := e.cluster(p.Cluster)
-	ri, err := e.resourceFor(cs, client, r.GVK, obj, c.Meta.Namespace)
+	t, err := e.target(cs, client, r.GVK, obj, c.Meta.Namespace)
 	var notServed errNotServed
 	if errors.As(err, &notServed) {
-		return done, nil // the kind is gone, and so is the object
+		return done, "", nil // the kind is gone, and so is the object
 	}
 	if err != nil {
-		return classify(ctx, err), err
+		return classify(ctx, err), "", err
+	}
+	opts := metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)}
+	if guarded(c.Meta) {
+		uid, owner, err := e.deletable(ctx, cs, t, c, obj.GetName())
+		switch {
+		case err != nil:
+			return classify(ctx, err), "", err
+		case owner != "":
+			return done, owner, nil
+		case uid == "":
+			return done, "", nil // gone already
+		}
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
 	}
 	if !cs.acquire(ctx) {
-		return transient, ctx.Err()
+		return transient, "", ctx.Err()
 	}
 	defer cs.release()
-	policy := metav1.DeletePropagationBackground
 	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
 	defer cancel()
-	err = ri.Delete(rctx, obj.GetName(), metav1.DeleteOptions{PropagationPolicy: &policy})
+	err = t.ri.Delete(rctx, obj.GetName(), opts)
 	if err == nil || apierrors.IsNotFound(err) {
-		return done, nil
+		return done, "", nil
 	}
-	return classify(ctx, err), err
+	return classify(ctx, err), "", err
 }
 
 // deleteBundle deletes the app's ResourceBundleState, retrying while the

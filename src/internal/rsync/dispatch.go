@@ -381,7 +381,7 @@ func (d *Dispatcher) handle(r record) {
 		return
 	}
 	kind := r.Value.Action
-	if kind != actionApply && kind != actionUpdate && kind != actionDelete {
+	if kind != actionApply && kind != actionUpdate && kind != actionDelete && kind != actionSync {
 		d.log.WithFields(logrus.Fields{"group": group, "context": id, "action": kind}).Warn("skipping an unknown rsync action")
 		return
 	}

@@ -13,9 +13,10 @@ import (
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/syncstate"
 )
 
-const fieldManager = "argus"
+const fieldManager = syncstate.FieldManager
 
 // Clusters gives rsync a client per cluster, and per cluster and logical
 // cloud for contexts deployed in one.
@@ -235,6 +236,8 @@ func (e *Engine) start(group, kind, id string, preempt bool) *run {
 			err = e.apply(ctx, id, kind == actionUpdate, log, quiet)
 		case actionDelete:
 			err = e.delete(ctx, id, log)
+		case actionSync:
+			err = e.heal(ctx, id, log, quiet)
 		}
 		log = log.WithField("ms", time.Since(start).Milliseconds())
 		switch {

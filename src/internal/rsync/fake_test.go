@@ -154,4 +154,5 @@ const daemonSetSchema = `{"openapi": "3.0.0", "info": {"title": "apps", "version
   "io.k8s.api.core.v1.Container": {"type": "object", "properties": {"name": {"type": "string"}, "image": {"type": "string"}}},
   "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta": {"type": "object", "properties": {
       "name": {"type": "string"}, "namespace": {"type": "string"},
-      "labels": {"type": "object", "additionalProperties": {"type": "string"}}}}}}}`
+      "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+      "annotations": {"type": "object", "additionalProperties": {"type": "string"}}}}}}}`

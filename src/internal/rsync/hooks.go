@@ -192,8 +192,8 @@ func (pa *placementApply) runHook(ctx context.Context, event string, r appcontex
 	}
 	log.Info("hook succeeded")
 	if r.Hook.Deletes(appcontext.HookSucceeded) {
-		st, err := pa.e.deleteWithRetry(ctx, pa.c, pa.p, r)
-		pa.rec.record(pa.p, r.Key(), appcontext.ResourceStatus{Status: st, Error: reason(classify(ctx, err), err)})
+		st, _ := pa.e.deleteWithRetry(ctx, pa.c, pa.p, r)
+		pa.rec.record(pa.p, r.Key(), st)
 	}
 	return nil
 }

@@ -69,6 +69,16 @@ func decorate(obj *unstructured.Unstructured, labels map[string]string) {
 	}
 }
 
+// setAnnotation sets one annotation on obj's metadata.
+func setAnnotation(obj *unstructured.Unstructured, key, value string) {
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[key] = value
+	obj.SetAnnotations(ann)
+}
+
 func setLabels(obj map[string]any, labels map[string]string, path ...string) {
 	existing, _, _ := unstructured.NestedStringMap(obj, path...)
 	if existing == nil {

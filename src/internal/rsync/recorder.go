@@ -36,9 +36,23 @@ type recorder struct {
 	seq, flushed uint64
 	flushedCh    chan struct{}
 	wake         chan struct{}
-	stopped      chan struct{}
 	finished     chan struct{}
+
+	// proc ends when the process stops (the engine's context); ending
+	// also ends when finish is called. Once ending is done, failed writes
+	// are retried only until finalWait has passed, and not at all once
+	// the process stops: finish, and any shutdown waiting on it, never
+	// waits longer on a store that refuses writes.
+	proc      context.Context
+	ending    context.Context
+	end       context.CancelFunc
+	finalWait time.Duration
+	deadline  time.Time // set by run when ending is done; read by finish after finished
 }
+
+// finalFlushTimeout bounds the writes of an action's last statuses, every
+// attempt together, once the action finished or the process stops.
+const finalFlushTimeout = 30 * time.Second
 
 // resState is a resource's latest status, with what the context's status
 // needs to say about it.
@@ -59,10 +73,13 @@ var (
 	deleteNames = statusNames{appcontext.Terminating, appcontext.Terminated, appcontext.TerminateFailed}
 )
 
-func newRecorder(store *appcontext.Store, c *appcontext.Context, names statusNames, log *logrus.Entry) *recorder {
+// newRecorder starts a recorder for context c; proc ends when the process
+// stops, finalWait bounds the last writes (see recorder.finalWait).
+func newRecorder(proc context.Context, store *appcontext.Store, c *appcontext.Context, names statusNames, log *logrus.Entry, finalWait time.Duration) *recorder {
 	r := &recorder{store: store, id: c.Meta.ID, log: log, names: names,
 		pending: map[string]appcontext.StatusUpdate{}, current: map[string]resState{}, flushedCh: make(chan struct{}),
-		wake: make(chan struct{}, 1), stopped: make(chan struct{}), finished: make(chan struct{})}
+		wake: make(chan struct{}, 1), finished: make(chan struct{}), proc: proc, finalWait: finalWait}
+	r.ending, r.end = context.WithCancel(proc)
 	for _, p := range c.Placements {
 		for _, res := range p.Resources {
 			st := p.StatusOf(res.Key())
@@ -143,56 +160,73 @@ func (r *recorder) finish(cancelled bool) {
 		r.passDone = true
 	}
 	r.mu.Unlock()
-	close(r.stopped)
+	r.end()
 	<-r.finished
 	if cancelled {
 		return // who cancelled says what the context's status is
 	}
 	st := r.derive(true)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), r.deadline)
 	defer cancel()
 	if err := r.store.SetStatus(ctx, r.id, st); err != nil {
 		r.log.WithError(err).Error("cannot record the context's status")
 	}
 }
 
-// run writes batches until finish; a failed write is retried.
+// run writes batches until finish.
 func (r *recorder) run() {
 	defer close(r.finished)
 	for {
-		stopping := false
 		select {
 		case <-r.wake:
-		case <-r.stopped:
+		case <-r.ending.Done():
 		}
-		select {
-		case <-r.stopped:
-			stopping = true
-		default:
+		stopping := r.ending.Err() != nil
+		if stopping {
+			r.deadline = time.Now().Add(r.finalWait)
 		}
-		for attempt := 1; ; attempt++ {
-			err := r.flush(stopping)
-			if err == nil {
-				break
-			}
-			r.log.WithError(err).WithField("attempt", attempt).Warn("cannot record rsync statuses; retrying")
-			if attempt >= 10 && stopping {
-				r.log.Error("giving up recording rsync statuses")
-				return
-			}
-			if !backoff.Sleep(context.Background(), backoff.Backoff{Base: 200 * time.Millisecond, Step: 200 * time.Millisecond, Max: 5 * time.Second}.Delay(attempt)) {
-				return
-			}
-		}
+		r.flushRetrying(stopping)
 		if stopping {
 			return
 		}
 	}
 }
 
+// flushRetrying writes what is pending until a write succeeds. A failed
+// write is retried with backoff while the action runs; the wait ends early
+// when the action finishes or the process stops, and the next attempt is
+// then the final flush. Once stopping, every attempt shares the deadline
+// and none follows the deadline or the process's stop.
+func (r *recorder) flushRetrying(stopping bool) {
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(r.ending, 30*time.Second) // a write in flight at finish gives way to the final flush
+		if stopping {
+			ctx, cancel = context.WithDeadline(context.Background(), r.deadline)
+		}
+		err := r.flush(ctx, stopping)
+		cancel()
+		if err == nil {
+			return
+		}
+		r.log.WithError(err).WithField("attempt", attempt).Warn("cannot record rsync statuses; retrying")
+		if stopping && (r.proc.Err() != nil || !time.Now().Before(r.deadline)) {
+			r.log.Error("giving up recording rsync statuses")
+			return
+		}
+		wait := backoff.Backoff{Base: 200 * time.Millisecond, Step: 200 * time.Millisecond, Max: 5 * time.Second}.Delay(attempt)
+		if stopping {
+			backoff.Sleep(r.proc, min(wait, time.Until(r.deadline)))
+			continue
+		}
+		if !backoff.Sleep(r.ending, wait) {
+			return // run makes the final flush
+		}
+	}
+}
+
 // flush writes the pending statuses, and the derived context status when
 // it changed (not while stopping: finish writes the final one).
-func (r *recorder) flush(stopping bool) error {
+func (r *recorder) flush(ctx context.Context, stopping bool) error {
 	r.mu.Lock()
 	upTo := r.seq
 	updates := make([]appcontext.StatusUpdate, 0, len(r.pending))
@@ -212,8 +246,6 @@ func (r *recorder) flush(stopping bool) error {
 		r.markFlushed(upTo)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	if err := r.store.SetResourceStatuses(ctx, r.id, updates, ctxStatus); err != nil {
 		r.mu.Lock()
 		for _, u := range updates { // put back unless something newer came

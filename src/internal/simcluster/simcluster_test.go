@@ -116,7 +116,10 @@ func TestDeploymentBecomesReady(t *testing.T) {
 				got, err := cs.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{})
 				return err == nil && got.Status.ReadyReplicas == 3, err
 			})
-			t.Logf("%s: Deployment with 3 replicas ready after %s (target < 10s)", c.Name, took.Round(time.Millisecond))
+			t.Logf("%s: Deployment with 3 replicas ready after %s (target < 10s; fails over 50s)", c.Name, took.Round(time.Millisecond))
+			if took > 50*time.Second { // 5× the target: CI headroom; docs/benchmarks.md keeps the 10 s
+				t.Errorf("%s: Deployment with 3 replicas ready after %s, want under 10s", c.Name, took)
+			}
 		})
 	}
 }

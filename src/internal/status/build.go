@@ -2,6 +2,7 @@ package status
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/health"
+	"github.com/argus-mc/argus/src/internal/syncstate"
 )
 
 // Cluster presence of a resource (SPEC section 4).
@@ -73,6 +75,10 @@ type Response struct {
 	Status          string `json:"status,omitempty"`
 	DeployedStatus  string `json:"deployedStatus,omitempty"`
 	ReadyStatusEMCO string `json:"readyStatus,omitempty"`
+	// SyncCounts counts the resources by sync state (desired against live:
+	// Synced, OutOfSync, Missing, Unknown); always present, pods never
+	// counted (nothing desired of them).
+	SyncCounts map[string]int `json:"syncCounts"`
 	// StatusMessage and StatusReasons say what went wrong (or what rsync
 	// still waits for): "1 of 9 resources failed, 1 waiting", and the first
 	// resources' reasons.
@@ -138,6 +144,14 @@ type Resource struct {
 	Reason          string `json:"reason,omitempty"`
 	DeployedStatus  string `json:"deployedStatus,omitempty"`
 	ReadyStatusEMCO string `json:"readyStatus,omitempty"`
+	// SyncStatus is desired against live (Synced, OutOfSync, Missing,
+	// Unknown), SyncReason why it is not Synced; pods have none.
+	SyncStatus string `json:"syncStatus,omitempty"`
+	SyncReason string `json:"syncReason,omitempty"`
+	// Heal says how often sync or self-heal re-applied it; AdoptedFrom who
+	// held the object before rsync adopted it.
+	Heal        *Heal  `json:"heal,omitempty"`
+	AdoptedFrom string `json:"adoptedFrom,omitempty"`
 	// RsyncStatusEMCO and ClusterStatusEMCO are EMCO's camelCase spelling
 	// of rsync-status (type=rsync) and cluster-status (type=cluster).
 	RsyncStatusEMCO   string `json:"rsyncStatus,omitempty"`
@@ -152,6 +166,16 @@ type Resource struct {
 	// entry (immutable once received) or the rendered manifest.
 	entry    *appcontext.BundleEntry
 	manifest *appcontext.Resource
+}
+
+// Heal is a resource's heal record as answers show it.
+type Heal struct {
+	Count int    `json:"count"`
+	Last  string `json:"last"`
+	By    string `json:"by"`
+	Was   string `json:"was"`
+	// Streak counts the heals in a row each undone soon after.
+	Streak int `json:"streak,omitempty"`
 }
 
 // Input is everything a status answer is computed from.
@@ -190,6 +214,7 @@ func Build(in Input, q Query) Response {
 		resp.EMCOHeader.CompositeApp, resp.EMCOHeader.Version, resp.EMCOHeader.CompositeProfile = in.Header.CompositeApp, in.Header.Version, in.Header.CompositeProfile
 	}
 	byType := map[string]int{}
+	resp.SyncCounts = map[string]int{}
 	ready := map[string]int{}
 	presence := map[string]int{}
 	emcoReady := map[string]int{}
@@ -206,7 +231,7 @@ func Build(in Input, q Query) Response {
 				continue
 			}
 			c := buildCluster(in, q, p)
-			if len(c.Resources) == 0 && len(q.Resources) > 0 {
+			if len(c.Resources) == 0 && len(q.Resources)+len(q.Sync) > 0 {
 				continue
 			}
 			a := apps[p.App]
@@ -226,6 +251,9 @@ func Build(in Input, q Query) Response {
 				for _, r := range c.Resources {
 					if r.DeployedStatus != "" {
 						byType[r.DeployedStatus]++
+					}
+					if r.SyncStatus != "" {
+						resp.SyncCounts[r.SyncStatus]++
 					}
 					if q.Type == TypeCluster {
 						emcoReady[r.ReadyStatusEMCO]++
@@ -357,6 +385,13 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 		if res.Namespace == "" && namespaced(r.GVK.Kind) {
 			res.Namespace = in.Context.Meta.Namespace
 		}
+		e, found := lookup(index, r.GVK.Group, r.GVK.Kind, res.Namespace, r.Name)
+		if r.Hook == nil { // a Helm hook runs at its events: nothing desired of it stays
+			syncOf(&res, rs, bundle, e, found, unknownWhy, r.GVK.Group, r.GVK.Kind)
+		}
+		if len(q.Sync) > 0 && !match(q.Sync, res.SyncStatus) {
+			continue
+		}
 		if q.Type == TypeRsync {
 			// EMCO's status=deployed: no readiness, so no bundle lookups;
 			// why rsync could not apply it, and what the API server warned of.
@@ -372,7 +407,6 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			c.Resources = append(c.Resources, res)
 			continue
 		}
-		e, found := lookup(index, r.GVK.Group, r.GVK.Kind, res.Namespace, r.Name)
 		if found {
 			res.Namespace = e.Namespace // the cluster's word on scope
 		}
@@ -403,7 +437,7 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 		statuses = append(statuses, health.Status(res.ReadyStatus))
 		c.Resources = append(c.Resources, res)
 	}
-	if q.Type == TypeCluster && unknownWhy == "" && bundle != nil {
+	if q.Type == TypeCluster && unknownWhy == "" && bundle != nil && len(q.Sync) == 0 {
 		// The pods of the app's workloads appear as resources of their own.
 		for _, e := range podEntries(index) {
 			if !matchResource(q.Resources, "Pod", e.Name) || ownPods[e.Namespace+"/"+e.Name] {
@@ -423,6 +457,30 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 	}
 	return c
 }
+
+// syncOf decides a resource's sync state from what rsync applied and what
+// the bundle reports (syncstate.Decide), with its heal record.
+func syncOf(res *Resource, rs appcontext.ResourceStatus, bundle *v1alpha1.ResourceBundleStateStatus, e *appcontext.BundleEntry,
+	found bool, unknownWhy, group, kind string) {
+	in := syncstate.Input{RsyncStatus: rs.Status, RsyncReason: rs.Error, AppliedHash: rs.Fields, Believable: unknownWhy == "", Why: unknownWhy,
+		Unwatched: unwatched(bundle, group, kind), Reports: bundle != nil && bundle.FieldsHashed, Found: found}
+	if found {
+		in.LiveHash = e.Hash
+	}
+	res.SyncStatus, res.SyncReason = syncstate.Decide(in)
+	res.AdoptedFrom = rs.Adopted
+	if h := rs.Heal; h != nil {
+		res.Heal = &Heal{Count: h.Count, Last: h.Last.UTC().Format(time.RFC3339), By: h.By, Was: h.Was, Streak: h.Streak}
+		if h.Streak >= FlappingStreak && syncstate.Drifted(rs.Status, res.SyncStatus) {
+			res.SyncReason = fmt.Sprintf("%s; re-applied %d times in a row, changed again each time: something on the cluster keeps undoing it "+
+				"(an HPA, an operator?), so self-heal backs off", res.SyncReason, h.Streak)
+		}
+	}
+}
+
+// FlappingStreak is how many heals in a row, each undone soon after, make
+// a resource's reason say that something keeps undoing it.
+const FlappingStreak = 3
 
 // clusterUnknown fills the cluster's connectivity and monitor and says why
 // its resources are Unknown, or "" when the cluster can be believed.
@@ -622,3 +680,43 @@ func matchResource(filter []string, kind, name string) bool {
 }
 
 func boolPtr(b bool) *bool { return &b }
+
+// Drift lists the resources of in's context that drifted — Applied, but
+// OutOfSync or Missing on a cluster that can be believed — among those q's
+// app, cluster and resource filters pass; and, as Unknown, those applied
+// by an Argus that did not record the fields it manages (a sync records
+// them; self-heal leaves them alone).
+func Drift(in Input, q Query) []appcontext.Drifted {
+	var out []appcontext.Drifted
+	if in.Context == nil {
+		return nil
+	}
+	for _, p := range in.Context.Placements {
+		if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) || left(p) {
+			continue
+		}
+		bundle, index := bundleOf(p)
+		var scratch Cluster
+		why := clusterUnknown(in, p, bundle, &scratch)
+		for _, r := range p.Resources {
+			rs := p.StatusOf(r.Key())
+			if r.Removed || r.Hook != nil || !matchResource(q.Resources, r.GVK.Kind, r.Name) {
+				continue
+			}
+			ns := r.Namespace
+			if ns == "" && namespaced(r.GVK.Kind) {
+				ns = in.Context.Meta.Namespace
+			}
+			e, found := lookup(index, r.GVK.Group, r.GVK.Kind, ns, r.Name)
+			var res Resource
+			syncOf(&res, rs, bundle, e, found, why, r.GVK.Group, r.GVK.Kind)
+			unrecorded := rs.Status == appcontext.RsyncApplied && rs.Fields == "" && found && why == ""
+			if !syncstate.Drifted(rs.Status, res.SyncStatus) && !unrecorded {
+				continue
+			}
+			out = append(out, appcontext.Drifted{HealTarget: appcontext.HealTarget{App: p.App, Cluster: p.Cluster, Key: r.Key(),
+				GVK: r.GVK, Name: r.Name, Namespace: ns, Was: res.SyncStatus, Reason: res.SyncReason}, Heal: rs.Heal, Applied: rs.Updated})
+		}
+	}
+	return out
+}

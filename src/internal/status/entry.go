@@ -18,7 +18,8 @@ type Entry struct {
 }
 
 // Digest hashes what makes a resource "modified" (SPEC section 8): its
-// readiness and reason, its rsync and cluster status, and its object's
+// readiness and reason, its rsync status (with its sync state and heal
+// count) and cluster status, and its object's
 // .status, canonicalised so key order and formatting do not count. Metadata
 // — resourceVersion, managedFields — is never part of it.
 func Digest(readyStatus, reason, rsyncStatus, clusterStatus string, status json.RawMessage) string {

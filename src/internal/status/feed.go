@@ -8,6 +8,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/health"
+	"github.com/argus-mc/argus/src/internal/syncstate"
 )
 
 // Entries flattens a context's status into notification entries, one per
@@ -39,10 +40,15 @@ func entry(app string, c Cluster, r Resource) Entry {
 		Group: r.GVK.Group, Version: r.GVK.Version, Kind: r.GVK.Kind, Namespace: r.Namespace, Name: r.Name}
 	p := key.Payload()
 	for k, v := range map[string]string{"rsync-status": r.RsyncStatus, "cluster-status": r.ClusterStatus,
-		"ready-status": r.ReadyStatus, "reason": r.Reason} {
+		"ready-status": r.ReadyStatus, "reason": r.Reason, "syncStatus": r.SyncStatus, "syncReason": r.SyncReason,
+		"adoptedFrom": r.AdoptedFrom} {
 		if v != "" {
 			p[k] = v
 		}
+	}
+	heals := 0
+	if r.Heal != nil {
+		p["heal"], heals = r.Heal, r.Heal.Count
 	}
 	var objStatus json.RawMessage
 	if len(r.Detail) > 0 {
@@ -54,8 +60,14 @@ func entry(app string, c Cluster, r Resource) Entry {
 			objStatus = obj.Status
 		}
 	}
-	return Entry{Key: key.String(), Payload: p,
-		Digest: Digest(r.ReadyStatus, r.Reason, r.RsyncStatus, r.ClusterStatus, objStatus)}
+	// A change of sync state, and each heal, is a change for subscribers
+	// (a Synced resource never healed digests as it did before sync states
+	// existed, so none seems modified after an upgrade).
+	rsync := r.RsyncStatus
+	if (r.SyncStatus != "" && r.SyncStatus != syncstate.Synced) || heals > 0 {
+		rsync += "|" + r.SyncStatus + "|" + strconv.Itoa(heals)
+	}
+	return Entry{Key: key.String(), Payload: p, Digest: Digest(r.ReadyStatus, r.Reason, rsync, r.ClusterStatus, objStatus)}
 }
 
 // InstanceFeed is a v1 instance's entries and whether it is ready, as

@@ -62,3 +62,31 @@ func entryByKey(l []Entry, key string) Entry {
 	}
 	return Entry{}
 }
+
+// A sync change is a change for subscribers, and so is each heal; a Synced
+// resource never healed digests as before sync states existed.
+func TestEntriesChangeWithSyncAndHeals(t *testing.T) {
+	key := "sink|cp|edge01||v1|Service|default|fw0-sink"
+	in := fixture()
+	svc := entryByKey(Entries(in, Query{}), key)
+	if svc.Payload["syncStatus"] != "OutOfSync" || svc.Payload["heal"] == nil {
+		t.Fatalf("the drifted service's entry: %v", svc.Payload)
+	}
+	p := in.Context.Placements[1]
+	k := p.Resources[1].Key()
+	st := p.Statuses[k]
+	st.Heal = &appcontext.Heal{Count: 2, Streak: 2, By: appcontext.HealBySelfHeal, Was: "OutOfSync"}
+	p.Statuses[k] = st
+	if e := entryByKey(Entries(in, Query{}), key); e.Digest == svc.Digest {
+		t.Fatal("a heal left the digest alone")
+	}
+	dep := entryByKey(Entries(fixture(), Query{}), "sink|cp|edge01|apps|v1|Deployment|default|fw0-sink")
+	r := Build(fixture(), Query{Type: TypeCluster, Output: OutputDetail}).Apps[1].Clusters[0].Resources[0]
+	var obj struct {
+		Status json.RawMessage `json:"status"`
+	}
+	_ = json.Unmarshal(r.Detail, &obj)
+	if dep.Payload["syncStatus"] != "Synced" || dep.Digest != Digest(r.ReadyStatus, r.Reason, appcontext.RsyncApplied, r.ClusterStatus, obj.Status) {
+		t.Fatalf("a Synced resource's digest is not what it was before sync states: %v", dep.Payload)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/health"
+	"github.com/argus-mc/argus/src/internal/syncstate"
 )
 
 // Overview is every deployment intent group and v1 instance with a summary
@@ -56,6 +57,8 @@ type Summary struct {
 	// NotReadyCount says how many there are.
 	NotReady      []NotReady `json:"not-ready"`
 	NotReadyCount int        `json:"not-ready-count"`
+	// SyncCounts counts the resources by sync state (desired against live).
+	SyncCounts map[string]int `json:"sync-counts"`
 }
 
 // MaxNotReady bounds the not-ready resources one Summary lists.
@@ -78,6 +81,8 @@ type ClusterSummary struct {
 	ReadyCount      int    `json:"ready-count"`
 	Connectivity    string `json:"connectivity,omitempty"`
 	Monitor         string `json:"monitor,omitempty"`
+	// Drifted counts its resources OutOfSync or Missing.
+	Drifted int `json:"drifted,omitempty"`
 }
 
 // NotReady is one resource that is not Ready, and why.
@@ -177,7 +182,7 @@ func (r *Reader) instanceSummary(ctx context.Context, id, release string, req ca
 // overview summarises every subject at once). A context not (or no
 // longer) stored leaves the summary without one.
 func (r *Reader) summarise(ctx context.Context, header Header, st catalog.DIGState, id string, s *Summary) error {
-	s.ReadyCounts, s.Apps, s.NotReady = map[string]int{}, []AppSummary{}, []NotReady{}
+	s.ReadyCounts, s.Apps, s.NotReady, s.SyncCounts = map[string]int{}, []AppSummary{}, []NotReady{}, map[string]int{}
 	if id == "" {
 		return nil
 	}
@@ -227,6 +232,12 @@ func (s *Summary) summariseCluster(app string, c Cluster) ClusterSummary {
 	for _, res := range c.Resources {
 		cs.Total++
 		s.ReadyCounts[res.ReadyStatus]++
+		if res.SyncStatus != "" {
+			s.SyncCounts[res.SyncStatus]++
+		}
+		if syncstate.Drifted(res.RsyncStatus, res.SyncStatus) { // buildCluster keeps the rsync status
+			cs.Drifted++
+		}
 		worst = health.Aggregate(worst, health.Status(res.ReadyStatus))
 		if res.ReadyStatus == string(health.Ready) {
 			cs.ReadyCount++

@@ -7,6 +7,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/syncstate"
 )
 
 // Types and outputs of a query.
@@ -27,6 +28,8 @@ type Query struct {
 	Apps      []string
 	Clusters  []appcontext.ClusterRef
 	Resources []string // a name, or Kind/name
+	// Sync keeps the resources in these sync states (pods have none).
+	Sync []string
 	// Instance is set by ?instance=<id>; ListInstances by a bare ?instance.
 	Instance      string
 	ListInstances bool
@@ -49,7 +52,7 @@ const (
 // error naming the allowed ones.
 func ParseQuery(v url.Values) (Query, error) {
 	q := Query{Type: TypeRsync, Output: OutputAll}
-	for _, name := range []string{"type", "status", "output", "app", "cluster", "resource", "instance"} {
+	for _, name := range []string{"type", "status", "output", "app", "cluster", "resource", "instance", "sync"} {
 		if len(v[name]) > MaxFilterValues {
 			return q, errdefs.Invalid("%s has %d values; at most %d are allowed", name, len(v[name]), MaxFilterValues)
 		}
@@ -95,6 +98,12 @@ func ParseQuery(v url.Values) (Query, error) {
 		q.Clusters = append(q.Clusters, ref)
 	}
 	q.Resources = nonEmpty(v["resource"])
+	for _, st := range nonEmpty(v["sync"]) {
+		if !syncstate.Valid(st) {
+			return q, errdefs.Invalid("sync %q is not one of %s", st, strings.Join(syncstate.States, ", "))
+		}
+		q.Sync = append(q.Sync, st)
+	}
 	_, q.ListApps = v["apps"]
 	_, q.ListClusters = v["clusters"]
 	_, q.ListResources = v["resources"]
@@ -127,5 +136,6 @@ func (q Query) Matches(app string, cluster appcontext.ClusterRef, kind, name str
 	return match(q.Apps, app) && matchCluster(q.Clusters, cluster) && matchResource(q.Resources, kind, name)
 }
 
-// Filtered reports whether any of the app, cluster and resource filters is set.
-func (q Query) Filtered() bool { return len(q.Apps)+len(q.Clusters)+len(q.Resources) > 0 }
+// Filtered reports whether any of the app, cluster, resource and sync
+// filters is set.
+func (q Query) Filtered() bool { return len(q.Apps)+len(q.Clusters)+len(q.Resources)+len(q.Sync) > 0 }

@@ -253,15 +253,20 @@ type InstanceStatus struct {
 	Ready           bool                    `json:"ready"`
 	ResourceCount   int                     `json:"resourceCount"`
 	ResourcesStatus []ResourceStatus        `json:"resourcesStatus"`
+	// SyncCounts (an Argus addition) counts the resources by sync state.
+	SyncCounts map[string]int `json:"syncCounts,omitempty"`
 }
 
-// ResourceStatus is one resource of an instance.
+// ResourceStatus is one resource of an instance. SyncStatus and
+// SyncReason are Argus additions (pods have none).
 type ResourceStatus struct {
 	Name        string          `json:"name"`
 	GVK         GVK             `json:"GVK"`
 	Status      json.RawMessage `json:"status"`
 	ReadyStatus string          `json:"ready-status"`
 	Reason      string          `json:"reason,omitempty"`
+	SyncStatus  string          `json:"syncStatus,omitempty"`
+	SyncReason  string          `json:"syncReason,omitempty"`
 }
 
 // instance reads a v1 instance and calls f with its input (from the cache
@@ -286,7 +291,11 @@ func (r *Reader) Instance(ctx context.Context, id string) (InstanceStatus, error
 	out := InstanceStatus{ResourcesStatus: []ResourceStatus{}}
 	var statuses []health.Status
 	spec, err := r.instance(ctx, id, func(in Input) {
-		for _, a := range Build(in, Query{Type: TypeCluster, Output: OutputDetail}).Apps {
+		resp := Build(in, Query{Type: TypeCluster, Output: OutputDetail})
+		if in.Context != nil {
+			out.SyncCounts = resp.SyncCounts
+		}
+		for _, a := range resp.Apps {
 			for _, c := range a.Clusters {
 				for _, res := range c.Resources {
 					obj := res.Detail
@@ -294,7 +303,7 @@ func (r *Reader) Instance(ctx context.Context, id string) (InstanceStatus, error
 						obj = json.RawMessage(`{}`)
 					}
 					out.ResourcesStatus = append(out.ResourcesStatus, ResourceStatus{Name: res.Name, GVK: res.GVK, Status: obj,
-						ReadyStatus: res.ReadyStatus, Reason: res.Reason})
+						ReadyStatus: res.ReadyStatus, Reason: res.Reason, SyncStatus: res.SyncStatus, SyncReason: res.SyncReason})
 					statuses = append(statuses, health.Status(res.ReadyStatus))
 				}
 			}
@@ -307,4 +316,17 @@ func (r *Reader) Instance(ctx context.Context, id string) (InstanceStatus, error
 	out.ResourceCount = len(out.ResourcesStatus)
 	out.Ready = allReady(statuses)
 	return out, nil
+}
+
+// Drifted lists what drifted in a context (see Drift), filtered by the
+// app, cluster and resource values of filter; an unknown context is
+// ErrNotFound.
+func (r *Reader) Drifted(ctx context.Context, id string, filter url.Values) ([]appcontext.Drifted, error) {
+	q, err := ParseQuery(url.Values{"app": filter["app"], "cluster": filter["cluster"], "resource": filter["resource"]})
+	if err != nil {
+		return nil, err
+	}
+	var out []appcontext.Drifted
+	err = r.withInput(ctx, Header{}, catalog.DIGState{}, id, func(in Input) { out = Drift(in, q) })
+	return out, err
 }

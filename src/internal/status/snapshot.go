@@ -26,6 +26,12 @@ type ResourceState struct {
 	Key                                     ResourceKey
 	RsyncStatus, ClusterStatus, ReadyStatus string
 	Reason                                  string
+	// SyncStatus is desired against live; SyncReason why not Synced.
+	SyncStatus, SyncReason string
+	// Heal is its heal record (nil before the first), AdoptedFrom who held
+	// it before rsync adopted it.
+	Heal        *Heal
+	AdoptedFrom string
 }
 
 // Snapshot answers for a change-routing group ("dig:<p>/<ca>/<v>/<dig>" or
@@ -68,7 +74,8 @@ func snapshotOf(in Input) Snapshot {
 				out.Resources = append(out.Resources, ResourceState{
 					Key: ResourceKey{App: a.Name, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
 						Group: res.GVK.Group, Version: res.GVK.Version, Kind: res.GVK.Kind, Namespace: res.Namespace, Name: res.Name},
-					RsyncStatus: res.RsyncStatus, ClusterStatus: res.ClusterStatus, ReadyStatus: res.ReadyStatus, Reason: res.Reason})
+					RsyncStatus: res.RsyncStatus, ClusterStatus: res.ClusterStatus, ReadyStatus: res.ReadyStatus, Reason: res.Reason,
+					SyncStatus: res.SyncStatus, SyncReason: res.SyncReason, Heal: res.Heal, AdoptedFrom: res.AdoptedFrom})
 			}
 		}
 	}

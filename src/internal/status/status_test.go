@@ -41,13 +41,19 @@ func fixture() Input {
 	applied := func(rs []appcontext.Resource) map[string]appcontext.ResourceStatus {
 		m := map[string]appcontext.ResourceStatus{}
 		for _, r := range rs {
-			m[r.Key()] = appcontext.ResourceStatus{Status: appcontext.RsyncApplied}
+			m[r.Key()] = appcontext.ResourceStatus{Status: appcontext.RsyncApplied, Fields: "h-" + r.Name}
 		}
 		return m
 	}
-	bundle := `{"ready":false,"resourceCount":4,"reason":"pod fw0-sink-1: containers not ready: sink","trimmed":false,"observedGeneration":1,"unwatchedKinds":[],
-	 "deploymentStatuses":[{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"fw0-sink","namespace":"default"},"spec":{"replicas":2},"status":{"readyReplicas":1},"readyStatus":"Pending","reason":"1 of 2 replicas ready"}],
-	 "serviceStatuses":[{"apiVersion":"v1","kind":"Service","metadata":{"name":"fw0-sink","namespace":"default"},"readyStatus":"Ready"}],
+	// The Deployment is as applied, the Service drifted (healed once
+	// before), the ConfigMap is gone.
+	sinkStatuses := applied(sinkRes)
+	svc := sinkStatuses[sinkRes[1].Key()]
+	svc.Heal = &appcontext.Heal{Count: 1, Streak: 1, Last: now.Add(-time.Minute), By: appcontext.HealBySelfHeal, Was: "OutOfSync"}
+	sinkStatuses[sinkRes[1].Key()] = svc
+	bundle := `{"ready":false,"resourceCount":4,"reason":"pod fw0-sink-1: containers not ready: sink","trimmed":false,"observedGeneration":1,"fieldsHashed":true,"unwatchedKinds":[],
+	 "deploymentStatuses":[{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"fw0-sink","namespace":"default"},"spec":{"replicas":2},"status":{"readyReplicas":1},"readyStatus":"Pending","reason":"1 of 2 replicas ready","managedFieldsHash":"h-fw0-sink"}],
+	 "serviceStatuses":[{"apiVersion":"v1","kind":"Service","metadata":{"name":"fw0-sink","namespace":"default"},"readyStatus":"Ready","managedFieldsHash":"changed"}],
 	 "podStatuses":[{"apiVersion":"v1","kind":"Pod","metadata":{"name":"fw0-sink-0","namespace":"default"},"status":{"phase":"Running"},"readyStatus":"Ready"},
 	                {"apiVersion":"v1","kind":"Pod","metadata":{"name":"fw0-sink-1","namespace":"default"},"status":{"phase":"Running"},"readyStatus":"Pending","reason":"containers not ready: sink"}]}`
 	dbRes := []appcontext.Resource{res("apps", "v1", "StatefulSet", "db")}
@@ -59,7 +65,7 @@ func fixture() Input {
 			Status: appcontext.Status{Status: appcontext.Instantiated},
 			Placements: []*appcontext.Placement{
 				{App: "db", Cluster: edge1, Resources: dbRes, Statuses: applied(dbRes)},
-				{App: "sink", Cluster: edge1, Resources: sinkRes, Statuses: applied(sinkRes),
+				{App: "sink", Cluster: edge1, Resources: sinkRes, Statuses: sinkStatuses,
 					Bundle: &appcontext.BundleSnapshot{ResourceVersion: "7", Status: json.RawMessage(bundle)}},
 				{App: "sink", Cluster: edge2, Resources: sinkRes, Statuses: map[string]appcontext.ResourceStatus{
 					sinkRes[0].Key(): {Status: appcontext.RsyncRetrying}}},
@@ -316,4 +322,83 @@ func FuzzParseQuery(f *testing.F) {
 			t.Fatalf("%q: instance %q", raw, q.Instance)
 		}
 	})
+}
+
+func TestSyncStatesCountsAndFilter(t *testing.T) {
+	r := Build(fixture(), Query{Type: TypeRsync, Output: OutputAll})
+	if b, _ := json.Marshal(r.SyncCounts); string(b) != `{"Missing":1,"OutOfSync":4,"Synced":1,"Unknown":1}` {
+		t.Fatalf("syncCounts %s", b)
+	}
+	q, err := ParseQuery(mustQuery("sync=Missing&sync=Synced&output=all&type=cluster"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = Build(fixture(), q)
+	var got []string
+	for _, a := range r.Apps {
+		for _, c := range a.Clusters {
+			for _, res := range c.Resources {
+				got = append(got, c.Cluster+"/"+res.GVK.Kind+"/"+res.SyncStatus)
+			}
+		}
+	}
+	if strings.Join(got, ",") != "edge01/Deployment/Synced,edge01/ConfigMap/Missing" {
+		t.Fatalf("filtered: %v", got)
+	}
+	if b, _ := json.Marshal(r.SyncCounts); string(b) != `{"Missing":1,"Synced":1}` || r.ClusterStatus["Present"] != 1 {
+		t.Fatalf("counts follow the filter: sync %s cluster %v", b, r.ClusterStatus)
+	}
+	if _, err := ParseQuery(mustQuery("sync=Drifting")); err == nil || !strings.Contains(err.Error(), "Synced, OutOfSync, Missing, Unknown") {
+		t.Fatalf("an unknown sync state: %v", err)
+	}
+	// A resource undone again and again says so.
+	in := fixture()
+	p := in.Context.Placements[1]
+	key := p.Resources[1].Key()
+	st := p.Statuses[key]
+	st.Heal = &appcontext.Heal{Count: 5, Streak: FlappingStreak, Last: now, By: appcontext.HealBySelfHeal, Was: "OutOfSync"}
+	p.Statuses[key] = st
+	svc := Build(in, Query{Type: TypeRsync, Output: OutputAll}).Apps[1].Clusters[0].Resources[1]
+	if svc.SyncStatus != "OutOfSync" || !strings.Contains(svc.SyncReason, "keeps undoing it") || svc.Heal.Count != 5 {
+		t.Fatalf("a flapping resource: %+v", svc)
+	}
+}
+
+func TestDriftListsWhatASyncReapplies(t *testing.T) {
+	in := fixture()
+	var got []string
+	for _, d := range Drift(in, Query{}) {
+		got = append(got, d.App+"/"+d.Cluster.Name+"/"+d.Key+"="+d.Was)
+	}
+	// edge02 is unreachable (its resources are not even applied), db has
+	// no bundle yet: neither can have drifted as far as anyone knows.
+	if strings.Join(got, ",") != "sink/edge01/Service/default/fw0-sink=OutOfSync,sink/edge01/ConfigMap/default/fw0-sink-config=Missing" {
+		t.Fatalf("drift: %v", got)
+	}
+	if d := Drift(in, Query{Resources: []string{"ConfigMap/fw0-sink-config"}}); len(d) != 1 || d[0].Namespace != "default" || d[0].Reason == "" {
+		t.Fatalf("narrowed: %+v", d)
+	}
+	// Applied by an Argus that recorded no fields: a sync may record them.
+	p := in.Context.Placements[1]
+	st := p.Statuses[p.Resources[0].Key()]
+	st.Fields = ""
+	p.Statuses[p.Resources[0].Key()] = st
+	if d := Drift(in, Query{Resources: []string{"Deployment/fw0-sink"}}); len(d) != 1 || d[0].Was != "Unknown" {
+		t.Fatalf("unrecorded: %+v", d)
+	}
+}
+
+func TestHooksHaveNoSyncState(t *testing.T) {
+	in := fixture()
+	p := in.Context.Placements[1]
+	p.Resources[2].Hook = &appcontext.Hook{} // the ConfigMap, Missing otherwise
+	r := Build(in, Query{Type: TypeRsync, Output: OutputAll})
+	if cm := r.Apps[1].Clusters[0].Resources[2]; cm.SyncStatus != "" || r.SyncCounts["Missing"] != 0 {
+		t.Fatalf("a hook's sync state: %+v, counts %v", cm, r.SyncCounts)
+	}
+	for _, d := range Drift(in, Query{}) {
+		if d.Name == "fw0-sink-config" {
+			t.Fatal("a hook listed as drifted")
+		}
+	}
 }

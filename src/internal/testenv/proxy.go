@@ -1,10 +1,10 @@
 package testenv
 
 import (
-	"io"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,11 +14,16 @@ import (
 
 // Proxy forwards loopback TCP connections to one address until the test
 // cuts it: Cut closes every connection and refuses new ones (a partition
-// between a client and its server), Heal lets them through again.
+// between a client and its server), Stall keeps them open but forwards
+// nothing (a partition that drops packets: a request waits for its
+// deadline), Heal lets them through again.
 type Proxy struct {
 	ln     net.Listener
 	target string
 	wg     sync.WaitGroup
+
+	stalled   atomic.Bool
+	swallowed atomic.Int64 // bytes clients sent while stalled
 
 	mu    sync.Mutex
 	cut   bool
@@ -57,8 +62,17 @@ func (p *Proxy) Cut() {
 	}
 }
 
+// Stall forwards nothing more, either way, until Heal; connections stay
+// open and new ones are accepted.
+func (p *Proxy) Stall() { p.stalled.Store(true) }
+
+// Swallowed is how many bytes clients sent while the proxy was stalled: a
+// request is in flight once it grows.
+func (p *Proxy) Swallowed() int64 { return p.swallowed.Load() }
+
 // Heal lets connections through again.
 func (p *Proxy) Heal() {
+	p.stalled.Store(false)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
@@ -87,15 +101,32 @@ func (p *Proxy) accept() {
 		p.conns[in], p.conns[out] = true, true
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(in, out)
-		go p.pipe(out, in)
+		go p.pipe(out, in, true)
+		go p.pipe(in, out, false)
 	}
 }
 
-// pipe copies one direction; when it ends, both ends close.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies one direction (fromClient: the client's), dropping what
+// arrives while stalled; when it ends, both ends close.
+func (p *Proxy) pipe(dst, src net.Conn, fromClient bool) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		switch {
+		case n > 0 && p.stalled.Load():
+			if fromClient {
+				p.swallowed.Add(int64(n))
+			}
+		case n > 0:
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				err = werr
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()

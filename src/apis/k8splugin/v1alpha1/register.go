@@ -26,6 +26,17 @@ const (
 	LabelRBInstanceID = "k8splugin.io/rb-instance-id"
 )
 
+// Annotations of ownership. rsync puts AnnotationOwner on every object it
+// applies: the deployment intent group ("dig:<project>/<composite app>/
+// <version>/<dig>") or v1 instance ("instance:<id>") it belongs to, and
+// never applies over an object another one owns, or one it did not create,
+// unless the deployment asks to adopt (spec.syncPolicy.adopt) and the
+// object allows it with AnnotationAdopt: "true" (removed once adopted).
+const (
+	AnnotationOwner = "argus.io/owner"
+	AnnotationAdopt = "argus.io/adopt"
+)
+
 // GV is k8splugin.io/v1alpha1.
 func GV() schema.GroupVersion { return schema.GroupVersion{Group: Group, Version: Version} }
 

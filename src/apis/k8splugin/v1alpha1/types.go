@@ -57,6 +57,9 @@ type ResourceBundleStateStatus struct {
 	Trimmed bool `json:"trimmed"`
 	// ObservedGeneration is the spec generation this status reflects.
 	ObservedGeneration int64 `json:"observedGeneration"`
+	// FieldsHashed says the entries carry managedFieldsHash: an entry
+	// without one is an object no longer holding any field Argus applied.
+	FieldsHashed bool `json:"fieldsHashed"`
 	// UnwatchedKinds are kinds of spec.kinds (or configured extra kinds) the
 	// monitor cannot watch, with the reason; their objects count as Unknown.
 	// +nullable
@@ -126,6 +129,11 @@ type ResourceStatus struct {
 	ReadyStatus string `json:"readyStatus"`
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// ManagedFieldsHash hashes the object's values at the fields Argus's
+	// server-side apply manages (the set included); the orchestrator
+	// compares it with what its apply left to tell drift.
+	// +optional
+	ManagedFieldsHash string `json:"managedFieldsHash,omitempty"`
 }
 
 // CustomResourceStatus is one object of any other kind.
@@ -145,6 +153,11 @@ type CustomResourceStatus struct {
 	ReadyStatus string `json:"readyStatus"`
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// ManagedFieldsHash hashes the object's values at the fields Argus's
+	// server-side apply manages (the set included); the orchestrator
+	// compares it with what its apply left to tell drift.
+	// +optional
+	ManagedFieldsHash string `json:"managedFieldsHash,omitempty"`
 }
 
 // KindCondition says why a kind cannot be watched.

@@ -116,6 +116,7 @@ const TONE = {
   Pending: 'warn', NotPresent: 'warn', Retrying: 'warn', Silent: 'warn', Terminating: 'warn', Instantiating: 'warn', Updating: 'warn',
   Waiting: 'warn', Created: 'unk', Terminated: 'unk', Deleted: 'unk',
   Failed: 'bad', Unreachable: 'bad', InstantiateFailed: 'bad', TerminateFailed: 'bad', UpdateFailed: 'bad',
+  Synced: 'ok', OutOfSync: 'warn', Missing: 'bad',
 };
 
 function tone(s) { return TONE[s] || 'unk'; }
@@ -128,6 +129,16 @@ function readyBadge(ready, readyStatus) {
   if (ready) return badge('Ready', 'ok');
   if (!readyStatus) return badge('no context', 'unk');
   return badge(readyStatus === 'Ready' ? 'Pending' : readyStatus);
+}
+
+// syncBadge sums up sync counts: how many drifted (OutOfSync or Missing),
+// or Synced when all are.
+function syncBadge(counts) {
+  const c = counts || {};
+  const drifted = (c.OutOfSync || 0) + (c.Missing || 0);
+  if (drifted) return badge(drifted + ' drifted', c.Missing ? 'bad' : 'warn');
+  if (c.Synced && Object.keys(c).length === 1) return badge('Synced');
+  return badge(Object.keys(c).length ? 'Unknown' : '—', 'unk');
 }
 
 function when(t) {
@@ -217,7 +228,7 @@ function viewOverview() {
 function renderOverview(o) {
   const rows = [...o.deploymentIntentGroups, ...o.instances];
   const table = h('table', { id: 'overview' },
-    h('thead', {}, h('tr', {}, ['Kind', 'Name', 'State', 'Ready', 'Ready / total', 'Apps × clusters', 'Not ready'].map((c) => h('th', {}, c)))),
+    h('thead', {}, h('tr', {}, ['Kind', 'Name', 'State', 'Ready', 'Sync', 'Ready / total', 'Apps × clusters', 'Not ready'].map((c) => h('th', {}, c)))),
     h('tbody', {}, rows.map(overviewRow)));
   const counts = rows.reduce((n, s) => { n[s.ready ? 'ready' : 'not']++; return n; }, { ready: 0, not: 0 });
   render(
@@ -246,6 +257,7 @@ function overviewRow(s) {
     h('td', {}, s.state ? h('span', { title: 'lifecycle state' }, badge(s.state)) : '', ' ',
       s.status ? h('span', { title: 'context status' }, badge(s.status)) : ''),
     h('td', { class: 'ready' }, readyBadge(s.ready, s['ready-status'])),
+    h('td', { class: 'sync' }, syncBadge(s['sync-counts'])),
     h('td', {}, s['ready-count'] + ' / ' + s.total),
     h('td', {}, chips),
     h('td', {}, notReady));
@@ -293,6 +305,7 @@ async function loadInstance(page) {
       status: sum.status, state: null, ready: st.ready,
       apps: [{ name: sum['rb-name'] || 'app', ready: st.ready, clusters: [{ ...cluster, ready: st.ready,
         resources: st.resourcesStatus.map((r) => ({ GVK: r.GVK, name: r.name, 'ready-status': r['ready-status'], reason: r.reason,
+          syncStatus: r.syncStatus, syncReason: r.syncReason,
           'cluster-status': r['ready-status'] === 'NotPresent' ? 'NotPresent' : (r['ready-status'] === 'Unknown' ? 'Unknown' : 'Present') })) }] }],
     };
     renderSubject(page);
@@ -347,6 +360,10 @@ function renderSubject(page) {
     h('span', {}, 'state ', last ? badge(last) : badge('Created')),
     h('span', {}, 'status ', badge(st.status || 'none')),
     h('span', { id: 'subject-ready' }, 'ready ', readyBadge(st.ready, aggregate(resources.map((x) => x.r['ready-status'])))),
+    h('span', { id: 'subject-sync' }, 'sync ', syncBadge(resources.reduce((n, x) => {
+      if (x.r.syncStatus) n[x.r.syncStatus] = (n[x.r.syncStatus] || 0) + 1;
+      return n;
+    }, {}))),
     h('span', {}, ready + ' of ' + resources.length + ' resources Ready'));
   // apps × clusters grid
   const cols = [...clusters].sort();
@@ -392,16 +409,17 @@ function renderResources(page) {
     (!f.ready || (f.ready === 'not' ? r['ready-status'] !== 'Ready' : r['ready-status'] === f.ready)) &&
     (!f.text || (r.GVK.Kind + '/' + r.name).toLowerCase().includes(f.text)));
   const table = h('table', { id: 'resource-table' },
-    h('thead', {}, h('tr', {}, ['App', 'Cluster', 'Kind', 'Name', 'rsync', 'Cluster status', 'Ready', 'Reason'].map((c) => h('th', {}, c)))),
+    h('thead', {}, h('tr', {}, ['App', 'Cluster', 'Kind', 'Name', 'rsync', 'Cluster status', 'Ready', 'Sync', 'Reason'].map((c) => h('th', {}, c)))),
     h('tbody', {}, rows.map(({ app, cluster, r }) => {
       const rsync = r.deployedStatus || r['rsync-status'] || '';
       return h('tr', { 'data-app': app, 'data-cluster': cluster, 'data-kind': r.GVK.Kind, 'data-name': r.name,
-        'data-cluster-status': r['cluster-status'], 'data-ready-status': r['ready-status'] },
+        'data-cluster-status': r['cluster-status'], 'data-ready-status': r['ready-status'], 'data-sync-status': r.syncStatus || null },
         h('td', {}, app), h('td', {}, cluster), h('td', {}, r.GVK.Kind), h('td', {}, r.name),
         h('td', { class: 'rsync-status' }, rsync ? badge(rsync) : '—'),
         h('td', { class: 'cluster-status' }, badge(r['cluster-status'])),
         h('td', { class: 'ready-status' }, badge(r['ready-status'])),
-        h('td', {}, r.reason || ''));
+        h('td', { class: 'sync-status', title: r.syncReason || '' }, r.syncStatus ? badge(r.syncStatus) : '—'),
+        h('td', {}, [r.reason, r.syncReason].filter(Boolean).join('; ')));
     })));
   page.dom.resources.replaceChildren(table, h('p', { class: 'muted' }, rows.length + ' of ' + (page.resources || []).length + ' resources shown.'));
 }
@@ -411,8 +429,12 @@ function describeEntry(e) {
     if (!s) return '—';
     if (e.kind === 'action') return s.state;
     if (e.kind === 'status') return (s.status || '') + (s.ready ? ', ready' : ', not ready');
-    return [s['rsync-status'], s['cluster-status'], s['ready-status']].filter(Boolean).join(' / ');
+    return [s['rsync-status'], s['cluster-status'], s['ready-status'], s['sync-status']].filter(Boolean).join(' / ');
   };
+  if (e.kind === 'heal' || e.kind === 'adopt') {
+    const where = e.resource.GVK.Kind + '/' + e.resource.name + ' (' + e.app + ' on ' + e['cluster-provider'] + '+' + e.cluster + ')';
+    return h('span', {}, badge(e.kind === 'heal' ? 'healed' : 'adopted', 'ok'), ' ', where, e.reason ? h('span', { class: 'muted' }, ' — ' + e.reason) : '');
+  }
   let what;
   if (e.kind === 'resource') what = e.resource.GVK.Kind + '/' + e.resource.name + ' (' + e.app + ' on ' + e['cluster-provider'] + '+' + e.cluster + ')';
   else if (e.kind === 'action') what = 'action';
