@@ -130,6 +130,14 @@ func TestEtcdRequestLimit(t *testing.T) {
 	}
 }
 
+// bigConfigMap is a ConfigMap resource whose manifest holds size bytes of data.
+func bigConfigMap(name string, size int) Resource {
+	obj := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name},
+		"data": map[string]any{"blob": strings.Repeat(name[:1], size)}}
+	data, _ := json.Marshal(obj)
+	return Resource{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: name, Namespace: "default", Manifest: data}
+}
+
 // An app of 5 MB of manifests, one of them larger than etcd's request
 // limit, is stored and read back whole, through Get and through the cache;
 // the same manifest on two clusters is stored once.
@@ -144,17 +152,11 @@ func TestLargeManifests(t *testing.T) {
 	go func() { done <- cache.Run(cctx) }()
 	defer func() { stop(); <-done }()
 
-	cm := func(name string, size int) Resource {
-		obj := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name},
-			"data": map[string]any{"blob": strings.Repeat(name[:1], size)}}
-		data, _ := json.Marshal(obj)
-		return Resource{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: name, Namespace: "default", Manifest: data}
-	}
 	var rs []Resource
 	for i := range 4 {
-		rs = append(rs, cm(fmt.Sprintf("c%d", i), 900_000))
+		rs = append(rs, bigConfigMap(fmt.Sprintf("c%d", i), 900_000))
 	}
-	rs = append(rs, cm("huge", 2_000_000)) // > 1.5 MiB: chunked
+	rs = append(rs, bigConfigMap("huge", 2_000_000)) // > 1.5 MiB: chunked
 	id := NewID()
 	meta := Meta{ID: id, Kind: "dig", Group: "g/" + id, StatusID: id, Namespace: "default", Created: time.Now().UTC()}
 	placements := []*Placement{
@@ -224,7 +226,7 @@ func TestLargeManifests(t *testing.T) {
 	}
 
 	// An update rewrites only new manifests and keeps reading whole.
-	rs2 := append([]Resource{cm("d0", 10)}, rs...)
+	rs2 := append([]Resource{bigConfigMap("d0", 10)}, rs...)
 	if err := s.Replace(ctx, id, []*Placement{{App: "big", Cluster: ClusterRef{"cp", "c1"}, Resources: rs2}}, nil, Status{Status: Updating}); err != nil {
 		t.Fatal(err)
 	}
