@@ -8,6 +8,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/health"
+	"github.com/argus-mc/argus/src/internal/syncstate"
 )
 
 // manifestsByName serves manifests the way the orchestrator's cache of
@@ -82,17 +83,34 @@ func TestWriteJSONIsTheAnswerMarshalled(t *testing.T) {
 func TestSummaryCountsWhatTheAnswerShows(t *testing.T) {
 	in := fixture()
 	resp := Build(in, Query{Type: TypeCluster, Output: OutputAll})
-	s := Summary{ReadyCounts: map[string]int{}, Apps: []AppSummary{}, NotReady: []NotReady{}}
+	s := Summary{ReadyCounts: map[string]int{}, Apps: []AppSummary{}, NotReady: []NotReady{}, SyncCounts: map[string]int{}}
 	summaryOf(in, &s)
 	var statuses []health.Status
-	total := 0
-	for _, a := range resp.Apps {
+	total, drifted := 0, 0
+	withRsync := in
+	withRsync.withRsync = true
+	for _, a := range Build(withRsync, Query{Type: TypeCluster, Output: OutputAll}).Apps {
 		for _, c := range a.Clusters {
 			for _, r := range c.Resources {
 				statuses = append(statuses, health.Status(r.ReadyStatus))
 				total++
+				if syncstate.Drifted(r.RsyncStatus, r.SyncStatus) {
+					drifted++
+				}
 			}
 		}
+	}
+	summarised := 0
+	for _, a := range s.Apps {
+		for _, c := range a.Clusters {
+			summarised += c.Drifted
+		}
+	}
+	if drifted == 0 {
+		t.Fatal("the fixture drifts nowhere: the drift count is not checked")
+	}
+	if summarised != drifted {
+		t.Errorf("drifted: %d summarised, %d in the answer", summarised, drifted)
 	}
 	if s.Total != total || s.ReadyStatus != string(health.Aggregate(statuses...)) || s.Ready != *resp.Ready || len(s.Apps) != len(resp.Apps) {
 		t.Fatalf("summary %+v; answer: %d resources, aggregate %s, ready %v, %d apps", s, total, health.Aggregate(statuses...), *resp.Ready, len(resp.Apps))
@@ -100,6 +118,11 @@ func TestSummaryCountsWhatTheAnswerShows(t *testing.T) {
 	for k, n := range resp.ReadyStatus {
 		if s.ReadyCounts[k] != n {
 			t.Errorf("ready count %s: %d, want %d", k, s.ReadyCounts[k], n)
+		}
+	}
+	for k, n := range resp.SyncCounts {
+		if s.SyncCounts[k] != n {
+			t.Errorf("sync count %s: %d, want %d", k, s.SyncCounts[k], n)
 		}
 	}
 	for i, a := range resp.Apps {
