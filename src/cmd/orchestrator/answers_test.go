@@ -64,7 +64,7 @@ func TestSlowReadersOfLargeAnswers(t *testing.T) {
 		}
 		time.Sleep(time.Second) //nolint:forbidigo // polling with a deadline
 	}
-	t.Logf("the ?output=detail answer is %.1f MB; the orchestrator's Go heap in use: %d MiB", float64(full)/1e6, heapInUse(t, p)>>20)
+	t.Logf("the ?output=detail answer is %.1f MB; the orchestrator's Go heap in use: %d MiB", float64(full)/1e6, metric(t, p, "go_memstats_heap_inuse_bytes")>>20)
 	before := rss(t, p)
 	served := requestsServed(t, p)
 
@@ -227,12 +227,12 @@ func rss(t *testing.T, p *proc) int64 {
 // rssOf reads a process's VmRSS, in bytes.
 func rssOf(pid int) (int64, error) { return procStatus(pid, "VmRSS") }
 
-// heapInUse reads go_memstats_heap_inuse_bytes from /metrics.
-func heapInUse(t *testing.T, p *proc) int64 {
+// metric reads an unlabelled gauge or counter from /metrics (0 when absent).
+func metric(t *testing.T, p *proc, name string) int64 {
 	t.Helper()
 	_, body := call(t, "GET", "http://"+p.addr+"/metrics", "")
 	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			f, _ := strconv.ParseFloat(v, 64)
 			return int64(f)
 		}

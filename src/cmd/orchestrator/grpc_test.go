@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -36,18 +35,7 @@ func TestSilentGRPCConnectionsAreClosed(t *testing.T) {
 	for i := range 16 {
 		w := make(chan *testenv.CloseWatch, 1)
 		cc, err := grpc.NewClient("passthrough:///"+p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
-				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", a)
-				if err != nil {
-					return nil, err
-				}
-				cw := testenv.WatchClose(c)
-				select {
-				case w <- cw:
-				default:
-				}
-				return cw, nil
-			}))
+			grpc.WithContextDialer(testenv.WatchingDialer(w)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -229,13 +229,13 @@ func TestSmallRequestsPassTrickledUploads(t *testing.T) {
 	}
 	// Wait until the uploads hold what they may.
 	deadline := time.Now().Add(30 * time.Second)
-	for reserved(t, p) < 3*(16<<20) {
+	for metric(t, p, "argus_http_body_bytes_reserved") < 3*(16<<20) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the uploads reserved %d bytes after 30s", reserved(t, p))
+			t.Fatalf("the uploads reserved %d bytes after 30s", metric(t, p, "argus_http_body_bytes_reserved"))
 		}
 		time.Sleep(50 * time.Millisecond) //nolint:forbidigo // polling with a deadline
 	}
-	t.Logf("the trickled uploads hold %d MiB of the body budget", reserved(t, p)>>20)
+	t.Logf("the trickled uploads hold %d MiB of the body budget", metric(t, p, "argus_http_body_bytes_reserved")>>20)
 	other := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: (&net.Dialer{
 		LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
 	defer other.CloseIdleConnections()
@@ -252,17 +252,4 @@ func TestSmallRequestsPassTrickledUploads(t *testing.T) {
 	if resp.StatusCode != http.StatusCreated || took > time.Second {
 		t.Fatalf("a 40-byte POST beside the trickled uploads: %d after %s, want 201 within 1s", resp.StatusCode, took)
 	}
-}
-
-// reserved reads argus_http_body_bytes_reserved from /metrics.
-func reserved(t *testing.T, p *proc) int64 {
-	t.Helper()
-	_, body := call(t, "GET", "http://"+p.addr+"/metrics", "")
-	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, "argus_http_body_bytes_reserved "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return int64(f)
-		}
-	}
-	return 0
 }

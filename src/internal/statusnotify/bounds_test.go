@@ -36,18 +36,7 @@ func dialWatched(t *testing.T, addr string) (*grpc.ClientConn, *testenv.CloseWat
 	t.Helper()
 	conns := make(chan *testenv.CloseWatch, 1)
 	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
-			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", a)
-			if err != nil {
-				return nil, err
-			}
-			w := testenv.WatchClose(c)
-			select {
-			case conns <- w:
-			default:
-			}
-			return w, nil
-		}))
+		grpc.WithContextDialer(testenv.WatchingDialer(conns)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"net"
 	"sync"
 )
@@ -26,3 +27,20 @@ func (c *CloseWatch) Read(p []byte) (int, error) {
 
 // Closed is closed once the server closed the connection.
 func (c *CloseWatch) Closed() <-chan struct{} { return c.closed }
+
+// WatchingDialer is a gRPC context dialer whose connections are watched:
+// the first it dials is sent on first (later ones are not).
+func WatchingDialer(first chan<- *CloseWatch) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		w := WatchClose(c)
+		select {
+		case first <- w:
+		default:
+		}
+		return w, nil
+	}
+}
