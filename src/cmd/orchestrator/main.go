@@ -17,10 +17,12 @@ import (
 	"github.com/argus-mc/argus/src/internal/api"
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/archive"
+	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/config"
 	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/logicalcloud"
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/render"
@@ -38,6 +40,7 @@ type settings struct {
 	allow     config.StringList
 	deny      config.StringList
 	tenants   config.StringList
+	reserved  config.StringList
 	logFormat string
 	logLevel  string
 	config    string
@@ -55,6 +58,17 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.opts.MongoURI, "mongo-uri", "", "MongoDB connection URI; empty starts an embedded FerretDB under --data-dir")
 	fs.StringVar(&s.opts.MongoDatabase, "mongo-database", "argus", "MongoDB database name")
 	fs.StringVar(&s.opts.EtcdPrefix, "etcd-prefix", etcdstore.DefaultPrefix, "prefix of every etcd key Argus writes")
+	fs.DurationVar(&s.opts.LogicalClouds.CertTTL, "logical-cloud-cert-ttl", logicalcloud.DefaultCertTTL, "lifetime asked for a standard logical cloud's user certificate (the CSR's expirationSeconds; at least 10m, clusters may cap it); the cloud's owner renews it two thirds into its life, and terminate stops that")
+	fs.DurationVar(&s.opts.LogicalClouds.IssueTimeout, "logical-cloud-issue-timeout", 5*time.Minute, "how long a cluster may take to issue a standard logical cloud's first user certificate before the cloud fails (is the cluster's kube-apiserver-client signer configured?)")
+	fs.Var(&s.reserved, "logical-cloud-reserved-users", "comma-separated user name prefixes no standard logical cloud may use (400), beside Kubernetes' own system:, which is always refused: the clusters' admin names, an authenticator's prefix such as oidc:")
+	s.opts.Etcd.QuotaBytes = etcdstore.DefaultQuotaBytes
+	fs.Var(config.Size{Value: &s.opts.Etcd.QuotaBytes}, "etcd-quota-bytes", "backend quota of the embedded etcd: past it etcd raises its NOSPACE alarm and refuses writes (the API then serves reads only and /readyz says why); with --etcd-endpoints, the external etcd's quota, which sizes --catalog-max-bytes")
+	fs.DurationVar(&s.opts.Etcd.CompactionRetention, "etcd-compaction-retention", etcdstore.DefaultCompactionRetention, "history the embedded etcd keeps: it compacts every period to the revision of one period ago")
+	fs.DurationVar(&s.opts.Etcd.MaintainInterval, "etcd-maintain-interval", etcdstore.DefaultMaintainInterval, "how often the orchestrator looks at etcd: it compacts all history past half the quota, defragments a file more than twice its data, and disarms the NOSPACE alarm once there is room (embedded etcd only; an external one is only reported)")
+	s.opts.CatalogLimits = catalog.Limits{MaxObjectBytes: catalog.DefaultMaxObjectBytes, MaxProjectBytes: catalog.DefaultMaxProjectBytes}
+	fs.Var(config.Size{Value: &s.opts.CatalogLimits.MaxObjectBytes}, "catalog-max-object-bytes", "largest document one catalogue object may store (metadata with its description, and spec: labels, intents, kv-pairs, override values …); larger is refused with 413; uploaded files are bounded by the archive and body limits")
+	fs.Var(config.Size{Value: &s.opts.CatalogLimits.MaxProjectBytes}, "catalog-max-project-bytes", "most one project may store, its objects' documents and uploaded files together (the objects outside projects share one such allowance); a write past it is refused with 413")
+	fs.Var(config.Size{Value: &s.opts.CatalogLimits.MaxTotalBytes}, "catalog-max-bytes", "most the whole catalogue's documents may hold (they are copied into etcd); a write past it is refused with 413; 0 is a quarter of --etcd-quota-bytes")
 	fs.StringVar(&s.opts.AuthTokenFile, "auth-token-file", "", "file of API bearer tokens, one a line ('#' comments); re-read when it changes; empty leaves the API open (/healthz, /readyz and /v1/healthcheck are always open)")
 	fs.StringVar(&s.opts.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) for HTTPS, with --tls-key-file; re-read when it changes; empty serves plain HTTP")
 	fs.StringVar(&s.opts.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
@@ -149,6 +163,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	s.opts.CallbackAllow = s.allow
 	s.opts.CallbackDeny = s.deny
+	s.opts.LogicalClouds.ReservedUsers = s.reserved
 	if len(s.tenants) > 0 {
 		s.opts.AAI.Tenants = map[string]string{}
 		for _, pair := range s.tenants {

@@ -121,6 +121,15 @@ func TestKubeconfigUploadsAreChecked(t *testing.T) {
 	if code, msg := f.post(t, "/v2/cluster-providers/cp1/clusters", ct, body); code != 400 || !strings.Contains(msg, "proxy-url") {
 		t.Errorf("proxy-url: %d %q", code, msg)
 	}
+	// A server that is no https or http URL would fail only when used
+	// (500 then): refused at upload, never dialled.
+	for i, server := range []string{"file:///etc/kubernetes/admin.conf", "unix:///var/run/docker.sock"} {
+		kc := strings.Replace(proxied, "'https://127.0.0.1:1', proxy-url: 'http://127.0.0.1:2'", "'"+server+"'", 1)
+		ct, body = multipartBody(t, [2]string{"metadata", fmt.Sprintf(`{"metadata":{"name":"s%d"}}`, i)}, [2]string{"file", kc})
+		if code, msg := f.post(t, "/v2/cluster-providers/cp1/clusters", ct, body); code != 400 || !strings.Contains(msg, "clusters[0].cluster.server") {
+			t.Errorf("server %s: %d %q", server, code, msg)
+		}
+	}
 }
 
 // A body trickled slower than the server's read timeout ends in 408, and

@@ -66,8 +66,12 @@ type Options struct {
 	// Tokens, when set, requires a valid bearer token on every route but
 	// /healthz and /readyz; nil leaves the API open.
 	Tokens TokenChecker
-	// Checks run by /readyz, by name ("etcd", "mongo").
+	// Checks run by /readyz, by name ("etcd", "mongo"); a failed check's
+	// reason is shown only when its error is marked with ShowReason.
 	Checks map[string]Check
+	// Writable, when set, says whether the stores take writes now; while
+	// it returns an error every change is answered 503 with it.
+	Writable func() error
 	// Logger for access and error logs; nil discards.
 	Logger *logrus.Entry
 	// Registerer receives the HTTP metrics; Gatherer serves /metrics. Nil
@@ -175,7 +179,7 @@ func New(opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.observe(s.recovery(s.authenticate(s.consistent(s.router)))), nil
+	return s.observe(s.recovery(s.authenticate(s.readOnly(s.consistent(s.router))))), nil
 }
 
 // newServer builds the server with its routes registered.
@@ -306,7 +310,7 @@ func (s *server) failedChecks(ctx context.Context) []string {
 		cancel()
 		if err != nil {
 			loggerFrom(ctx).WithError(err).WithField("check", n).Warn("readiness check failed")
-			failed = append(failed, n)
+			failed = append(failed, reasonOf(n, err))
 		}
 	}
 	return failed

@@ -180,6 +180,14 @@ type Resource struct {
 	Order int `json:"order"`
 	// Removed marks a resource an update no longer renders: rsync deletes it.
 	Removed bool `json:"removed,omitempty"`
+	// Exclusive marks an object the placement must own: rsync creates it
+	// and never takes over one that exists unless that one is the group's
+	// (its argus.io/owner annotation names the group, or it carries this
+	// context's label), never deletes another's, and applies nothing of
+	// the placement after it while it is not applied. A logical cloud's
+	// namespace is one: its roles must never land in a namespace someone
+	// else made, nor its terminate delete one.
+	Exclusive bool `json:"exclusive,omitempty"`
 	// Hook, when set, makes the resource a Helm hook: rsync applies it
 	// only at its events, not with the app's resources.
 	Hook *Hook `json:"hook,omitempty"`

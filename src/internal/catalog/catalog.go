@@ -26,11 +26,16 @@ type Catalog struct {
 	// older than it belong to no live process (see takeOver).
 	mu          sync.Mutex
 	staleBefore time.Time
-	// idx, once useIndex ran, serves reads; nil reads MongoDB alone.
-	idx *index
+	// indexAt is the index the catalogue keeps (nil: none); idx, once it
+	// is reconciled, serves reads; nil reads MongoDB alone.
+	indexAt, idx *index
 	// owner signs this process's markers (see Owner); nil judges them by
 	// staleBefore alone.
 	owner *Owner
+	// limits bound callers' writes (see Limits); usage, kept by
+	// TrackUsage, is what they are checked against.
+	limits Limits
+	usage  usage
 }
 
 // Options configures Open; DB is required.
@@ -51,6 +56,14 @@ type Options struct {
 	// after the repair; nil reads MongoDB alone.
 	Index       *clientv3.Client
 	IndexPrefix string
+	// DeferIndex, when it says an error bringing the index up to date is
+	// passing (etcd out of space takes no writes), makes Open return the
+	// catalogue reading MongoDB meanwhile, with Opened.IndexDeferred;
+	// Reindex tries again. Nil fails Open.
+	DeferIndex func(error) bool
+	// Limits bound what callers may store (see Limits); project and total
+	// limits apply once TrackUsage follows the index.
+	Limits Limits
 }
 
 // Opened is what Open found to repair.
@@ -58,11 +71,14 @@ type Opened struct {
 	Recovered Recovered
 	// IndexFixed counts the index entries brought up to date.
 	IndexFixed int
+	// IndexDeferred is why the index was not brought up to date (see
+	// Options.DeferIndex); nil when it was, or there is none.
+	IndexDeferred error
 }
 
 // Open returns the catalogue ready to use: its collections prepared
 // (unique key indexes), its markers signed by Owner, what killed writers
-// left repaired and its index reconciled, in that order.
+// left repaired, its limits set and its index reconciled, in that order.
 func Open(ctx context.Context, opts Options) (*Catalog, Opened, error) {
 	var out Opened
 	if opts.DB == nil {
@@ -83,12 +99,17 @@ func Open(ctx context.Context, opts Options) (*Catalog, Opened, error) {
 			return nil, out, fmt.Errorf("catalog: repair: %w", err)
 		}
 	}
+	c.setLimits(opts.Limits)
 	if opts.Index != nil {
 		fixed, err := c.useIndex(ctx, opts.Index, opts.IndexPrefix)
-		if err != nil {
+		switch {
+		case err == nil:
+			out.IndexFixed = fixed.Fixed
+		case opts.DeferIndex != nil && opts.DeferIndex(err):
+			out.IndexDeferred = err
+		default:
 			return nil, out, fmt.Errorf("catalog: index: %w", err)
 		}
-		out.IndexFixed = fixed.Fixed
 	}
 	return c, out, nil
 }
@@ -284,6 +305,9 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 		}
 	}
 	doc := r.document(key, obj)
+	if err := r.checkWrite(key, doc, nil, int64(len(content))); err != nil {
+		return err
+	}
 	var intent time.Time
 	if content != nil {
 		// Millisecond precision, as stored, so the intent matches itself.
@@ -417,6 +441,9 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 		return false, err
 	}
 	set := append(r.filter(key), bson.E{Key: "metadata", Value: obj.Metadata}, bson.E{Key: "spec", Value: obj.Spec})
+	if err := r.checkWrite(key, set, prev, -1); err != nil {
+		return false, err
+	}
 	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}}, options.Update().SetUpsert(true))
 	if mongo.IsDuplicateKeyError(err) {
 		// Two concurrent upserts of a new key (the loser sees the winner's
@@ -448,6 +475,9 @@ func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) error
 		return err
 	}
 	set := bson.D{{Key: "metadata", Value: obj.Metadata}, {Key: "spec", Value: obj.Spec}}
+	if err := r.checkObject(key, r.document(key, obj)); err != nil {
+		return err
+	}
 	res, err := r.coll.UpdateOne(ctx, append(r.visible(key), notDeleting), bson.D{{Key: "$set", Value: set}})
 	if err != nil {
 		return fmt.Errorf("replace %s: %w", r.kind.describe(key), err)

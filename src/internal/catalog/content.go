@@ -61,6 +61,11 @@ func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) erro
 	if err != nil {
 		return err
 	}
+	if prev != nil {
+		if err := r.checkGrowth(key, int64(len(prev)), prev, int64(len(data)), r.cat.getLimits()); err != nil {
+			return err
+		}
+	}
 	gen := time.Now().UTC().Truncate(time.Millisecond)
 	if err := r.writeContent(ctx, key, gen, data); err != nil {
 		_ = r.dropContent(context.WithoutCancel(ctx), key, gen)

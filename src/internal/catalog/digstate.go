@@ -314,6 +314,31 @@ func (c *Catalog) unlockStale(ctx context.Context) (int, error) {
 	return len(docs), nil
 }
 
+// EachState calls f with every lifecycle and its group (a DIG's, a
+// logical cloud's, a cluster's network intents'); used at start-up to
+// repair what a killed process left.
+func (c *Catalog) EachState(ctx context.Context, f func(group string, st DIGState) error) error {
+	cur, err := c.digStates().Find(ctx, bson.D{})
+	if err != nil {
+		return fmt.Errorf("list lifecycles: %w", err)
+	}
+	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	for cur.Next(ctx) {
+		var st DIGState
+		if err := cur.Decode(&st); err != nil {
+			return fmt.Errorf("list lifecycles: %w", err)
+		}
+		group, _ := cur.Current.Lookup("group").StringValueOK()
+		if err := f(group, st); err != nil {
+			return err
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("list lifecycles: %w", err)
+	}
+	return nil
+}
+
 // DeleteDIGState removes a DIG's state with the DIG.
 func (c *Catalog) DeleteDIGState(ctx context.Context, key Key) error {
 	return c.DeleteState(ctx, DIGGroup(key))

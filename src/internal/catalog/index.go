@@ -52,7 +52,16 @@ const indexSep = " "
 // prefix (see index), after reconciling it with MongoDB. It runs after
 // repair: what that repaired is then in the index too.
 func (c *Catalog) useIndex(ctx context.Context, cli *clientv3.Client, prefix string) (Reconciled, error) {
-	idx := &index{cli: cli, prefix: etcdstore.Prefix(prefix) + "/catalog/"}
+	idx := newIndex(cli, prefix)
+	c.mu.Lock()
+	c.indexAt = idx
+	c.mu.Unlock()
+	return c.reconcileIndex(ctx, idx)
+}
+
+// reconcileIndex brings idx up to date with MongoDB, then reads through
+// it.
+func (c *Catalog) reconcileIndex(ctx context.Context, idx *index) (Reconciled, error) {
 	var out Reconciled
 	for _, k := range append(slices.Clone(c.kinds), lifecycles) {
 		n, err := c.reconcile(ctx, idx, k)
@@ -65,6 +74,28 @@ func (c *Catalog) useIndex(ctx context.Context, cli *clientv3.Client, prefix str
 	c.idx = idx
 	c.mu.Unlock()
 	return out, nil
+}
+
+// Reindex reconciles the index Open put off (Options.DeferIndex) and
+// reads through it from then on; once the catalogue reads its index (or
+// has none) it does nothing.
+func (c *Catalog) Reindex(ctx context.Context) (Reconciled, error) {
+	c.mu.Lock()
+	at, done := c.indexAt, c.idx != nil
+	c.mu.Unlock()
+	if done || at == nil {
+		return Reconciled{}, nil
+	}
+	return c.reconcileIndex(ctx, at)
+}
+
+// Indexed reports whether the catalogue reads its index: false while the
+// index Open put off waits for Reindex.
+func (c *Catalog) Indexed() bool { return c.index() != nil }
+
+// newIndex is the index kept under prefix (see etcdstore.Prefix).
+func newIndex(cli *clientv3.Client, prefix string) *index {
+	return &index{cli: cli, prefix: etcdstore.Prefix(prefix) + "/catalog/"}
 }
 
 // Reconciled counts the index entries useIndex repaired.
@@ -174,6 +205,9 @@ func (c *Catalog) write(ctx context.Context, x *index, k *Kind, key Key, rev int
 		op = clientv3.OpPut(ek, string(doc))
 	}
 	if done, err := x.commit(ctx, k, key, rev, op); done || err != nil {
+		if done {
+			c.noteUsage(ek, k, key, doc)
+		}
 		return err
 	}
 	return c.refresh(ctx, x, k, key)
@@ -201,18 +235,21 @@ func (c *Catalog) refresh(ctx context.Context, x *index, k *Kind, key Key) error
 		}
 		raw, err := c.db.Collection(k.Collection).FindOne(ctx, append(keyFilter(k, key), notPending)).Raw()
 		op := clientv3.OpDelete(ek)
+		var doc []byte
 		switch {
 		case errors.Is(err, mongo.ErrNoDocuments):
 		case err != nil:
 			return fmt.Errorf("refresh the index entry of %s: %w", k.describe(key), err)
 		default:
-			doc, err := entry(raw)
-			if err != nil {
+			if doc, err = entry(raw); err != nil {
 				return err
 			}
 			op = clientv3.OpPut(ek, string(doc))
 		}
 		if done, err := x.commit(ctx, k, key, rev, op); done || err != nil {
+			if done {
+				c.noteUsage(ek, k, key, doc)
+			}
 			return err
 		}
 	}

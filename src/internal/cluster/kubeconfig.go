@@ -91,10 +91,8 @@ func CheckKubeconfig(cfg *clientcmdv1.Config, opts KubeconfigOptions) error {
 		if c.Cluster.ProxyURL != "" && !opts.AllowProxy {
 			return errdefs.Invalid("kubeconfig: %s.proxy-url is not allowed: a proxy hides where requests go (the orchestrator's --kubeconfig-allow-proxy allows it)", path)
 		}
-		if s := c.Cluster.Server; s != "" {
-			if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.Scheme != "https" && u.Scheme != "http" && u.Host != "" {
-				return errdefs.Invalid("kubeconfig: %s.server must be an https or http URL, not %q", path, u.Scheme)
-			}
+		if s := c.Cluster.Server; s != "" && !serverURL(s) {
+			return errdefs.Invalid("kubeconfig: %s.server %q is not an https or http URL with a host (nor a host:port)", path, s)
 		}
 	}
 	for i, u := range cfg.AuthInfos {
@@ -116,6 +114,19 @@ func CheckKubeconfig(cfg *clientcmdv1.Config, opts KubeconfigOptions) error {
 	// Contexts only name clusters, users and a namespace: nothing in them
 	// reaches a file. They are decoded, so a malformed one is refused above.
 	return nil
+}
+
+// serverURL reports whether a cluster's server is an https or http URL
+// with a host, or a bare host[:port], which client-go dials over https.
+// Any other scheme (file://, unix://, a URL without a host) would have
+// client-go dial something else than a cluster's API server, or fail
+// only when first used.
+func serverURL(s string) bool {
+	if u, err := url.Parse(s); err == nil && (u.Scheme == "https" || u.Scheme == "http") {
+		return u.Host != "" && u.Opaque == ""
+	}
+	u, err := url.Parse("https://" + s)
+	return err == nil && u.Host == s
 }
 
 func refused(path, field string, why map[string]string) error {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -76,6 +77,10 @@ func TestParseKubeconfigRefusesFilesAndCommands(t *testing.T) {
 		"certificate-authority": {"    certificate-authority: /etc/hosts\n", "", KubeconfigOptions{}, "clusters[0].cluster.certificate-authority"},
 		"proxy-url":             {"    proxy-url: http://10.0.0.1:3128\n", "", KubeconfigOptions{}, "clusters[0].cluster.proxy-url"},
 		"server scheme":         {"    server: ftp://10.0.0.1/\n", "", KubeconfigOptions{}, "clusters[0].cluster.server"},
+		"server file":           {"    server: file:///etc/kubernetes/admin.conf\n", "", KubeconfigOptions{}, "clusters[0].cluster.server"},
+		"server unix":           {"    server: unix:///var/run/docker.sock\n", "", KubeconfigOptions{}, "clusters[0].cluster.server"},
+		"server unix path":      {"    server: unix:/var/run/docker.sock\n", "", KubeconfigOptions{}, "clusters[0].cluster.server"},
+		"server without host":   {"    server: https:///api\n", "", KubeconfigOptions{}, "clusters[0].cluster.server"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			data := kubeconfig(c.cluster, c.user)
@@ -102,6 +107,17 @@ func TestParseKubeconfigChecksEveryEntry(t *testing.T) {
 	_, err := ParseKubeconfig([]byte(data), KubeconfigOptions{})
 	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "users[1].user.exec") {
 		t.Fatalf("err = %v, want users[1].user.exec named", err)
+	}
+}
+
+// A bare host:port is what client-go dials over https: accepted, as
+// before; so are http and https URLs with a path.
+func TestParseKubeconfigServerForms(t *testing.T) {
+	for _, server := range []string{"10.0.0.1:6443", "api.example:443", "https://api.example/prefix", "http://127.0.0.1:8080", "[::1]:6443"} {
+		data := strings.Replace(kubeconfig("", ""), "server: https://127.0.0.1:6443", "server: "+strconv.Quote(server), 1)
+		if _, err := ParseKubeconfig([]byte(data), KubeconfigOptions{}); err != nil {
+			t.Errorf("server %s: %v", server, err)
+		}
 	}
 }
 

@@ -222,11 +222,49 @@ func (s *Service) Instantiate(ctx context.Context, dig catalog.Key) (string, err
 		return "", fmt.Errorf("record context: %w", err)
 	}
 	storeMS := time.Since(start).Milliseconds()
+	if err := s.clustersAlive(ctx, placements); err != nil {
+		return "", s.abandon(ctx, dig, id, err)
+	}
 	s.opts.Rsync.Instantiate(meta.Group, id)
 	s.record(ctx, id, newRevision(1, appcontext.RevisionInstantiate, pl, obj.Spec.FieldValidation), since)
 	s.log.WithFields(logrus.Fields{"dig": strings.Join(dig, "/"), "context": id, "placements": len(placements),
 		"plan_ms": planMS, "store_ms": storeMS}).Info("instantiating")
 	return id, nil
+}
+
+// clustersAlive checks, once the context exists, that no cluster it
+// places on was deleted meanwhile (rendering takes a while). A cluster's
+// delete marks it first and then looks for live contexts on it, so either
+// that look finds this context (409 for the delete) or this check finds
+// the mark (and the instantiate gives up).
+func (s *Service) clustersAlive(ctx context.Context, placements []*appcontext.Placement) error {
+	clusters := catalog.For[catalog.Empty](s.opts.Catalog, catalog.Clusters)
+	seen := map[appcontext.ClusterRef]bool{}
+	for _, p := range placements {
+		if seen[p.Cluster] {
+			continue
+		}
+		seen[p.Cluster] = true
+		if err := clusters.Alive(ctx, catalog.Key{p.Cluster.Provider, p.Cluster.Name}); err != nil {
+			if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrConflict) {
+				return errdefs.Conflict("cluster %s was deleted while the deployment intent group was being instantiated", p.Cluster)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// abandon ends an instantiation refused once its context existed: the
+// context is Terminated with the reason, before rsync touched anything,
+// and the DIG with it, so it can be instantiated again.
+func (s *Service) abandon(ctx context.Context, dig catalog.Key, id string, cause error) error {
+	bg := context.WithoutCancel(ctx)
+	err := s.opts.Contexts.SetStatus(bg, id, appcontext.Status{Status: appcontext.Terminated, Error: cause.Error(), Updated: s.opts.Now()})
+	if _, terr := s.opts.Catalog.TransitionDIG(bg, dig, []string{catalog.StateInstantiated}, s.action(catalog.StateTerminated, id), ""); terr != nil {
+		err = errors.Join(err, terr)
+	}
+	return errors.Join(fmt.Errorf("%w; nothing was deployed and the deployment intent group is Terminated", cause), err)
 }
 
 // Update re-renders the DIG and applies the difference to its current

@@ -150,6 +150,12 @@ func (s *Service) SetSyncPolicy(ctx context.Context, dig catalog.Key, spec catal
 	if err != nil || state.ContextID == "" || state.Current == catalog.StateTerminated {
 		return err
 	}
+	want := PolicyOf(spec)
+	// A PUT that leaves the policy as it is must not wait behind an
+	// action holding the group's lock: look before locking.
+	if c, err := s.opts.Contexts.Get(ctx, state.ContextID); err != nil || c.Meta.SyncPolicy == want {
+		return err
+	}
 	unlock, err := s.lockInstance(ctx, Group(dig))
 	if err != nil {
 		return err
@@ -159,7 +165,6 @@ func (s *Service) SetSyncPolicy(ctx context.Context, dig catalog.Key, spec catal
 	if err != nil {
 		return err
 	}
-	want := PolicyOf(spec)
 	if c.Meta.SyncPolicy == want {
 		return nil
 	}

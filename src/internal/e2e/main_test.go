@@ -147,9 +147,12 @@ func (o *orch) call(method, path string, body any) (int, string) {
 		r = bytes.NewReader(data)
 	}
 	req, _ := http.NewRequest(method, o.base+path, r)
-	resp, err := http.DefaultClient.Do(req)
+	// Bounded, so a call that never answers fails the test with its
+	// name instead of hanging the package until go test's timeout.
+	client := &http.Client{Timeout: 3 * time.Minute}
+	resp, err := client.Do(req)
 	if err != nil {
-		o.t.Fatal(err)
+		o.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)

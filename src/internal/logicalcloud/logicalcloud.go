@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
+	certv1 "k8s.io/api/certificates/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/clientcmd"
@@ -64,6 +66,9 @@ func Validate(spec *catalog.LogicalCloudSpec) error {
 	if len(spec.User.UserName) > 64 || strings.ContainsAny(spec.User.UserName, "/\x00") {
 		return errdefs.Invalid("spec.user.userName %q is not a usable user name", spec.User.UserName)
 	}
+	if err := CheckUser(spec.User.UserName, nil); err != nil {
+		return err
+	}
 	if spec.User.Type != "" && !strings.EqualFold(spec.User.Type, "certificate") {
 		return errdefs.Invalid("spec.user.type %q is not supported: only certificate", spec.User.Type)
 	}
@@ -73,6 +78,29 @@ func Validate(spec *catalog.LogicalCloudSpec) error {
 		}
 		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
 			return errdefs.Invalid("label %q value %q: %s", k, v, strings.Join(errs, "; "))
+		}
+	}
+	return nil
+}
+
+// ReservedPrefix is the user name prefix Kubernetes keeps for its own
+// identities (system:kube-controller-manager, system:node:…,
+// system:serviceaccount:…, system:anonymous); a cloud's certificate for
+// such a name would act as them.
+const ReservedPrefix = "system:"
+
+// DefaultCertTTL is the lifetime asked for a cloud's user certificates.
+const DefaultCertTTL = 8 * time.Hour
+
+// CheckUser refuses a user name no cloud may have: one under Kubernetes'
+// ReservedPrefix or under a prefix the operator reserves (the clusters'
+// own admin names, an authenticator's prefix such as "oidc:"), compared
+// without case.
+func CheckUser(name string, reserved []string) error {
+	lower := strings.ToLower(name)
+	for _, p := range append([]string{ReservedPrefix}, reserved...) {
+		if p != "" && strings.HasPrefix(lower, strings.ToLower(p)) {
+			return errdefs.Invalid("spec.user.userName %q is reserved (prefix %q): a certificate for it would act as the clusters' own identities", name, p)
 		}
 	}
 	return nil
@@ -133,13 +161,28 @@ func DecodeSecrets(data []byte) (Secrets, error) {
 // CSRName is the name of the cloud user's CertificateSigningRequest.
 func CSRName(cloud, namespace string) string { return cloud + "-" + namespace + "-user-csr" }
 
+// Cloud is what a standard cloud's resources are rendered from.
+type Cloud struct {
+	Name   string
+	Spec   catalog.LogicalCloudSpec
+	Perms  []catalog.Object[catalog.UserPermissionSpec]
+	Quotas []catalog.Object[catalog.ClusterQuotaSpec]
+	// CSR is the user's certificate request (PEM); CertTTL the lifetime
+	// asked for its certificate (the CSR's expirationSeconds; clusters
+	// never issue less than 10 minutes, and may cap it).
+	CSR     []byte
+	CertTTL time.Duration
+}
+
 // Resources renders what a standard cloud puts on each cluster, in apply
-// order: its Namespace, the user's CertificateSigningRequest, a
+// order: its Namespace (Exclusive to the cloud: rsync creates it, with
+// the cloud's group as its argus.io/owner), the user's
+// CertificateSigningRequest (client auth only, for CertTTL), a
 // ResourceQuota per cluster quota, and a Role (ClusterRole without a
 // namespace) with its binding to the user per user permission. Names
 // follow EMCO's.
-func Resources(cloud string, spec catalog.LogicalCloudSpec, perms []catalog.Object[catalog.UserPermissionSpec],
-	quotas []catalog.Object[catalog.ClusterQuotaSpec], csrPEM []byte) ([]*unstructured.Unstructured, error) {
+func Resources(c Cloud) ([]*unstructured.Unstructured, error) {
+	cloud, spec, perms, quotas := c.Name, c.Spec, c.Perms, c.Quotas
 	ns := spec.Namespace
 	primary := false
 	for _, p := range perms {
@@ -158,11 +201,7 @@ func Resources(cloud string, spec catalog.LogicalCloudSpec, perms []catalog.Obje
 	}
 	out := []*unstructured.Unstructured{
 		object("v1", "Namespace", nsMeta, nil),
-		object("certificates.k8s.io/v1", "CertificateSigningRequest", map[string]any{"name": CSRName(cloud, ns)}, map[string]any{"spec": map[string]any{
-			"request":    base64.StdEncoding.EncodeToString(csrPEM),
-			"signerName": "kubernetes.io/kube-apiserver-client",
-			"usages":     []any{"digital signature", "key encipherment", "client auth"},
-		}}),
+		CSRObject(CSRName(cloud, ns), c.CSR, c.CertTTL),
 	}
 	for _, q := range quotas {
 		hard := map[string]any{}
@@ -188,6 +227,21 @@ func Resources(cloud string, spec catalog.LogicalCloudSpec, perms []catalog.Obje
 		}))
 	}
 	return append(out, bindings...), nil
+}
+
+// CSRObject is a CertificateSigningRequest of the user's request to the
+// clusters' client signer: client auth only (the certificate cannot serve
+// TLS nor sign), for ttl.
+func CSRObject(name string, csrPEM []byte, ttl time.Duration) *unstructured.Unstructured {
+	spec := map[string]any{
+		"request":    base64.StdEncoding.EncodeToString(csrPEM),
+		"signerName": certv1.KubeAPIServerClientSignerName,
+		"usages":     []any{string(certv1.UsageClientAuth)},
+	}
+	if ttl > 0 {
+		spec["expirationSeconds"] = int64(ttl / time.Second)
+	}
+	return object("certificates.k8s.io/v1", "CertificateSigningRequest", map[string]any{"name": name}, map[string]any{"spec": spec})
 }
 
 func object(apiVersion, kind string, meta map[string]any, rest map[string]any) *unstructured.Unstructured {

@@ -1,9 +1,12 @@
 package logicalcloud
 
 import (
+	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/clientcmd"
@@ -35,6 +38,10 @@ func TestValidate(t *testing.T) {
 		"no namespace":             {func(s *catalog.LogicalCloudSpec) { s.Namespace = "" }, false},
 		"no user":                  {func(s *catalog.LogicalCloudSpec) { s.User.UserName = "" }, false},
 		"token users":              {func(s *catalog.LogicalCloudSpec) { s.User.Type = "token" }, false},
+		"system user":              {func(s *catalog.LogicalCloudSpec) { s.User.UserName = "system:kube-controller-manager" }, false},
+		"system user, any case":    {func(s *catalog.LogicalCloudSpec) { s.User.UserName = "System:Node:n1" }, false},
+		"service account":          {func(s *catalog.LogicalCloudSpec) { s.User.UserName = "system:serviceaccount:kube-system:default" }, false},
+		"system in the middle":     {func(s *catalog.LogicalCloudSpec) { s.User.UserName = "team-system:a" }, true},
 		"bad label":                {func(s *catalog.LogicalCloudSpec) { s.Labels = catalog.StringMap{"a b": "c"} }, false},
 	}
 	for name, c := range cases {
@@ -59,7 +66,8 @@ func TestResources(t *testing.T) {
 		t.Fatalf("CSR for %q", sec.CSRUser())
 	}
 	quotas := []catalog.Object[catalog.ClusterQuotaSpec]{{Metadata: catalog.Metadata{Name: "q1"}, Spec: catalog.StringMap{"limits.cpu": "2", "pods": "10"}}}
-	objs, err := Resources("lc1", std(), []catalog.Object[catalog.UserPermissionSpec]{perm("p1", "ns1"), perm("p2", "")}, quotas, sec.CSR)
+	objs, err := Resources(Cloud{Name: "lc1", Spec: std(), Perms: []catalog.Object[catalog.UserPermissionSpec]{perm("p1", "ns1"), perm("p2", "")},
+		Quotas: quotas, CSR: sec.CSR, CertTTL: 2 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +87,15 @@ func TestResources(t *testing.T) {
 	if pem, _ := base64.StdEncoding.DecodeString(req); string(pem) != string(sec.CSR) {
 		t.Error("the CSR does not carry the cloud's request")
 	}
+	// A client certificate and nothing more, for a short while.
+	usages, _, _ := unstructured.NestedStringSlice(objs[1].Object, "spec", "usages")
+	exp, _, _ := unstructured.NestedInt64(objs[1].Object, "spec", "expirationSeconds")
+	if strings.Join(usages, ",") != "client auth" || exp != 7200 {
+		t.Errorf("CSR usages %v, expirationSeconds %d; want [client auth] and 7200", usages, exp)
+	}
+	if csr, _ := x509.ParseCertificateRequest(mustPEM(t, sec.CSR)); len(csr.Subject.Organization) != 0 {
+		t.Errorf("the request names groups %v: the signer would put the user in them", csr.Subject.Organization)
+	}
 	if hard, _, _ := unstructured.NestedStringMap(objs[2].Object, "spec", "hard"); hard["limits.cpu"] != "2" {
 		t.Errorf("quota %v", hard)
 	}
@@ -87,12 +104,32 @@ func TestResources(t *testing.T) {
 	if subj[0].(map[string]any)["name"] != "user-1" || ref["name"] != "lc1-role0" || ref["kind"] != "Role" {
 		t.Errorf("binding %v %v", subj, ref)
 	}
-	if _, err := Resources("lc1", std(), []catalog.Object[catalog.UserPermissionSpec]{perm("p2", "")}, nil, sec.CSR); err == nil {
+	if _, err := Resources(Cloud{Name: "lc1", Spec: std(), Perms: []catalog.Object[catalog.UserPermissionSpec]{perm("p2", "")}, CSR: sec.CSR}); err == nil {
 		t.Error("a cloud without a permission for its namespace was rendered")
 	}
 	enc, _ := sec.Encode()
 	if back, err := DecodeSecrets(enc); err != nil || string(back.Key) != string(sec.Key) {
 		t.Errorf("secrets round trip: %v", err)
+	}
+}
+
+func mustPEM(t *testing.T, data []byte) []byte {
+	t.Helper()
+	b, _ := pem.Decode(data)
+	if b == nil {
+		t.Fatal("no PEM block")
+	}
+	return b.Bytes
+}
+
+// Operators reserve more prefixes: the clusters' own admin names, an
+// authenticator's prefix.
+func TestCheckUserReserved(t *testing.T) {
+	reserved := []string{"oidc:", "kubernetes-admin"}
+	for name, ok := range map[string]bool{"oidc:alice": false, "OIDC:bob": false, "kubernetes-admin": false, "alice": true, "system:x": false} {
+		if err := CheckUser(name, reserved); (err == nil) != ok {
+			t.Errorf("CheckUser(%q) = %v, want ok %v", name, err, ok)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"go.mongodb.org/mongo-driver/bson"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
@@ -35,22 +36,37 @@ type ServiceOptions struct {
 	// Clients reach the clusters whose signers issue standard clouds'
 	// users' certificates; nil leaves only admin clouds available.
 	Clients Clients
-	Logger  *logrus.Entry
-	Now     func() time.Time
+	// Owns reports whether this replica owns a group: a cloud's
+	// certificates are issued and renewed by the owner of its
+	// "lc:<project>/<cloud>" group alone (Keeper). Required with Clients.
+	Owns func(group string) bool
+	// CertTTL is the lifetime asked for a user's certificates (the CSR's
+	// expirationSeconds; clusters may cap it); 0 means DefaultCertTTL.
+	CertTTL time.Duration
+	// ReservedUsers are user name prefixes no cloud may have, beside
+	// Kubernetes' own system: (CheckUser).
+	ReservedUsers []string
+	// Issuer tunes the issuance (timeout, backoff, renewal); its Clients
+	// and Store are the Keeper's.
+	Issuer IssuerOptions
+	Logger *logrus.Entry
+	Now    func() time.Time
 }
 
 // Service runs logical cloud lifecycle actions (EMCO's dcm: instantiate,
-// update, terminate, stop) and guards the changes to a cloud. A standard
-// cloud's resources go to its clusters through rsync, like a DIG's, and
-// its Issuer gets the user's certificate from each of them, which the
-// service records on the cluster reference (SetCertificate).
+// update, terminate, stop) and guards the changes to a cloud (user names:
+// never reserved, never another cloud's). A standard cloud's resources go
+// to its clusters through rsync, like a DIG's, and its Keeper, on the
+// replica owning the cloud, gets the user's certificate from each of them
+// and keeps it renewed.
 type Service struct {
 	opts   ServiceOptions
 	log    *logrus.Entry
-	issuer *Issuer // nil without Clients
+	keeper *Keeper // nil without Clients
 }
 
-// NewService returns a Service; Close stops its certificate requests.
+// NewService returns a Service; its Keeper (with Clients) does the
+// certificate work once it runs.
 func NewService(opts ServiceOptions) (*Service, error) {
 	if opts.Catalog == nil || opts.Contexts == nil || opts.Rsync == nil {
 		return nil, errors.New("logicalcloud: Catalog, Contexts and Rsync are required")
@@ -61,26 +77,26 @@ func NewService(opts ServiceOptions) (*Service, error) {
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return time.Now().UTC() }
 	}
+	if opts.CertTTL == 0 {
+		opts.CertTTL = DefaultCertTTL
+	}
 	s := &Service{opts: opts, log: opts.Logger}
 	if opts.Clients != nil {
-		issuer, err := NewIssuer(IssuerOptions{Clients: opts.Clients, Store: s, Logger: opts.Logger.WithField("component", "issuer")})
+		k, err := newKeeper(keeperOptions{Catalog: opts.Catalog, Contexts: opts.Contexts.Get, Touch: opts.Contexts.Touch,
+			Clients: opts.Clients, Issuer: opts.Issuer, Owns: opts.Owns, CertTTL: opts.CertTTL,
+			Logger: opts.Logger.WithField("component", "keeper")})
 		if err != nil {
 			return nil, err
 		}
-		s.issuer = issuer
+		s.keeper = k
 	}
 	return s, nil
 }
 
-// Close cancels the certificate requests in progress and waits for them;
-// a replica that takes a cloud over asks again (ResumeCloud).
-func (s *Service) Close() {
-	if s.issuer != nil {
-		s.issuer.Close()
-	}
-}
-
-var _ CertStore = (*Service)(nil)
+// Keeper is the certificate work of standard clouds, nil without Clients:
+// its owner runs it and tells it of changed contexts and of the groups
+// this replica acquires and releases.
+func (s *Service) Keeper() *Keeper { return s.keeper }
 
 func (s *Service) action(state, contextID string) catalog.StateAction {
 	return catalog.StateAction{State: state, ContextID: contextID, TimeStamp: s.opts.Now()}
@@ -121,11 +137,16 @@ func (s *Service) InstantiateCloud(ctx context.Context, key catalog.Key) (string
 	if s.opts.Rsync.Busy(cloudGroup(key)) {
 		return "", errdefs.Conflict("%s is still being terminated; try again when it is done", cloudSubject(key))
 	}
-	refs, placements, secrets, err := s.planCloud(ctx, key, lc)
+	refs, placements, err := s.planCloud(ctx, key, lc)
 	if err != nil {
 		return "", err
 	}
 	id := appcontext.NewID()
+	if Standard(lc.Spec) {
+		if err := s.userFree(ctx, key, lc.Spec.User.UserName); err != nil {
+			return "", err
+		}
+	}
 	if _, err := s.opts.Catalog.Transition(ctx, cloudGroup(key), cloudSubject(key), from, s.action(catalog.StateInstantiated, id), id); err != nil {
 		return "", err
 	}
@@ -135,15 +156,16 @@ func (s *Service) InstantiateCloud(ctx context.Context, key catalog.Key) (string
 	if !Standard(lc.Spec) {
 		status.Status = appcontext.Instantiated // the clusters as they are: nothing to apply
 	}
-	if err := s.clearCertificates(ctx, key, refs); err != nil {
+	if err := ForgetCertificates(ctx, s.opts.Catalog, key, refs); err != nil {
 		return "", err
 	}
 	if err := s.opts.Contexts.Create(ctx, meta, status, placements); err != nil {
 		return "", fmt.Errorf("record context: %w", err)
 	}
 	if Standard(lc.Spec) {
+		// The cloud's owner has the certificates issued as it sees the
+		// context (Keeper).
 		s.opts.Rsync.Instantiate(meta.Group, id)
-		s.issue(key, lc.Spec, refs, secrets)
 	}
 	s.log.WithFields(logrus.Fields{"logicalCloud": strings.Join(key, "/"), "context": id, "level": lc.Spec.Level}).Info("instantiating logical cloud")
 	return id, nil
@@ -152,45 +174,46 @@ func (s *Service) InstantiateCloud(ctx context.Context, key catalog.Key) (string
 // planCloud checks a cloud's cluster references and, for a standard
 // cloud, renders its resources on each of them.
 func (s *Service) planCloud(ctx context.Context, key catalog.Key, lc catalog.Object[catalog.LogicalCloudSpec]) (
-	[]catalog.Object[catalog.ClusterReferenceSpec], []*appcontext.Placement, Secrets, error) {
+	[]catalog.Object[catalog.ClusterReferenceSpec], []*appcontext.Placement, error) {
 	cat := s.opts.Catalog
 	refs, err := catalog.For[catalog.ClusterReferenceSpec](cat, catalog.ClusterReferences).List(ctx, key)
 	if err != nil {
-		return nil, nil, Secrets{}, err
+		return nil, nil, err
 	}
 	if len(refs) == 0 {
-		return nil, nil, Secrets{}, errdefs.Invalid("%s has no cluster references", cloudSubject(key))
+		return nil, nil, errdefs.Invalid("%s has no cluster references", cloudSubject(key))
 	}
 	for _, r := range refs {
 		if _, err := catalog.For[catalog.Empty](cat, catalog.Clusters).Get(ctx, catalog.Key{r.Spec.ClusterProvider, r.Spec.Cluster}); err != nil {
 			if errors.Is(err, errdefs.ErrNotFound) {
-				return nil, nil, Secrets{}, errdefs.Invalid("cluster reference %q names cluster %s+%s, which does not exist",
+				return nil, nil, errdefs.Invalid("cluster reference %q names cluster %s+%s, which does not exist",
 					r.Metadata.Name, r.Spec.ClusterProvider, r.Spec.Cluster)
 			}
-			return nil, nil, Secrets{}, err
+			return nil, nil, err
 		}
 	}
 	if !Standard(lc.Spec) {
-		return refs, nil, Secrets{}, nil
+		return refs, nil, nil
 	}
-	if s.issuer == nil {
-		return nil, nil, Secrets{}, errdefs.Unavailable(nil, "standard logical clouds are not available: no certificate issuer is configured")
+	if s.keeper == nil {
+		return nil, nil, errdefs.Unavailable(nil, "standard logical clouds are not available: no certificate issuer is configured")
 	}
 	perms, err := catalog.For[catalog.UserPermissionSpec](cat, catalog.UserPermissions).List(ctx, key)
 	if err != nil {
-		return nil, nil, Secrets{}, err
+		return nil, nil, err
 	}
 	quotas, err := catalog.For[catalog.ClusterQuotaSpec](cat, catalog.ClusterQuotas).List(ctx, key)
 	if err != nil {
-		return nil, nil, Secrets{}, err
+		return nil, nil, err
 	}
 	secrets, err := s.cloudSecrets(ctx, key, lc.Spec.User.UserName)
 	if err != nil {
-		return nil, nil, Secrets{}, err
+		return nil, nil, err
 	}
-	objs, err := Resources(key[1], lc.Spec, perms, quotas, secrets.CSR)
+	objs, err := Resources(Cloud{Name: key[1], Spec: lc.Spec, Perms: perms, Quotas: quotas,
+		CSR: secrets.CSR, CertTTL: s.opts.CertTTL})
 	if err != nil {
-		return nil, nil, Secrets{}, err
+		return nil, nil, err
 	}
 	var placements []*appcontext.Placement
 	for _, r := range refs {
@@ -198,14 +221,17 @@ func (s *Service) planCloud(ctx context.Context, key catalog.Key, lc catalog.Obj
 		for _, o := range objs {
 			manifest, err := json.Marshal(o.Object)
 			if err != nil {
-				return nil, nil, Secrets{}, err
+				return nil, nil, err
 			}
-			rs = append(rs, appcontext.Resource{GVK: o.GroupVersionKind(), Name: o.GetName(), Namespace: o.GetNamespace(), Manifest: manifest})
+			// The namespace is the cloud's alone: never one that exists
+			// already (docs/security.md), and its roles wait for it.
+			rs = append(rs, appcontext.Resource{GVK: o.GroupVersionKind(), Name: o.GetName(), Namespace: o.GetNamespace(), Manifest: manifest,
+				Exclusive: o.GetKind() == "Namespace"})
 		}
 		placements = append(placements, &appcontext.Placement{App: App,
 			Cluster: appcontext.ClusterRef{Provider: r.Spec.ClusterProvider, Name: r.Spec.Cluster}, Resources: rs})
 	}
-	return refs, placements, secrets, nil
+	return refs, placements, nil
 }
 
 // cloudSecrets returns the cloud's user key and request, made on first use
@@ -236,56 +262,6 @@ func (s *Service) cloudSecrets(ctx context.Context, key catalog.Key, user string
 	return sec, clouds.PutContent(ctx, key, enc)
 }
 
-// issue asks every cluster of a standard cloud for its user's certificate.
-func (s *Service) issue(key catalog.Key, spec catalog.LogicalCloudSpec, refs []catalog.Object[catalog.ClusterReferenceSpec], sec Secrets) {
-	for _, r := range refs {
-		if r.Spec.Certificate != "" {
-			continue
-		}
-		s.issuer.Issue(Request{Project: key[0], Cloud: key[1], Reference: r.Metadata.Name,
-			Cluster: appcontext.ClusterRef{Provider: r.Spec.ClusterProvider, Name: r.Spec.Cluster},
-			CSRName: CSRName(key[1], spec.Namespace), CSR: sec.CSR})
-	}
-}
-
-// clearCertificates forgets what clusters issued before: a new
-// instantiation issues anew.
-func (s *Service) clearCertificates(ctx context.Context, key catalog.Key, refs []catalog.Object[catalog.ClusterReferenceSpec]) error {
-	res := catalog.For[catalog.ClusterReferenceSpec](s.opts.Catalog, catalog.ClusterReferences)
-	for _, r := range refs {
-		if r.Spec.Certificate == "" && r.Spec.CertificateError == "" {
-			continue
-		}
-		r.Spec.Certificate, r.Spec.CertificateError = "", ""
-		if err := res.Replace(ctx, append(append(catalog.Key{}, key...), r.Metadata.Name), r); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			return err
-		}
-	}
-	return nil
-}
-
-// SetCertificate records what a cluster issued for a cloud's user (its
-// Issuer's CertStore).
-func (s *Service) SetCertificate(ctx context.Context, req Request, certificate, failure string) error {
-	res := catalog.For[catalog.ClusterReferenceSpec](s.opts.Catalog, catalog.ClusterReferences)
-	key := catalog.Key{req.Project, req.Cloud, req.Reference}
-	r, err := res.Get(ctx, key)
-	if err != nil {
-		return err
-	}
-	r.Spec.Certificate, r.Spec.CertificateError = certificate, failure
-	if err := res.Replace(ctx, key, r); err != nil {
-		return err
-	}
-	// The cloud's deployed status follows its certificates: its watchers
-	// (emcoctl watch, subscriptions) are told through its context.
-	st, err := s.opts.Catalog.GetState(ctx, cloudGroup(catalog.Key{req.Project, req.Cloud}))
-	if err != nil || st.ContextID == "" {
-		return err
-	}
-	return s.opts.Contexts.Touch(ctx, st.ContextID)
-}
-
 // TerminateCloud removes a logical cloud from its clusters. A cloud that a
 // deployed DIG still uses is refused.
 func (s *Service) TerminateCloud(ctx context.Context, key catalog.Key) error {
@@ -305,14 +281,14 @@ func (s *Service) TerminateCloud(ctx context.Context, key catalog.Key) error {
 	if err != nil {
 		return err
 	}
-	if s.issuer != nil {
-		s.issuer.Cancel(key[0], key[1])
-	}
+	// The owner stops the issuance and clears again what it may still
+	// store meanwhile (Keeper); this makes the kubeconfigs
+	// go at once.
 	refs, err := catalog.For[catalog.ClusterReferenceSpec](s.opts.Catalog, catalog.ClusterReferences).List(ctx, key)
 	if err != nil {
 		return err
 	}
-	if err := s.clearCertificates(ctx, key, refs); err != nil {
+	if err := ForgetCertificates(ctx, s.opts.Catalog, key, refs); err != nil {
 		return err
 	}
 	if !Standard(lc.Spec) {
@@ -367,7 +343,7 @@ func (s *Service) UpdateCloud(ctx context.Context, key catalog.Key) error {
 	if s.opts.Rsync.Busy(cloudGroup(key)) {
 		return errdefs.Conflict("an action on %s is still in progress; try again when it is done", cloudSubject(key))
 	}
-	refs, placements, secrets, err := s.planCloud(ctx, key, lc)
+	_, placements, err := s.planCloud(ctx, key, lc)
 	if err != nil {
 		return err
 	}
@@ -384,12 +360,13 @@ func (s *Service) UpdateCloud(ctx context.Context, key catalog.Key) error {
 	if !Standard(lc.Spec) {
 		return nil // nothing on the clusters
 	}
+	// New clusters get their certificates from the owner, which sees the
+	// context change (Keeper).
 	s.opts.Rsync.Stop(cloudGroup(key)) // the plan is merged with a settled context
 	if err := s.opts.Contexts.ReplaceForUpdate(ctx, old.Meta.ID, placements, nil); err != nil {
 		return err
 	}
 	s.opts.Rsync.Update(cloudGroup(key), old.Meta.ID)
-	s.issue(key, lc.Spec, refs, secrets)
 	return nil
 }
 
@@ -412,9 +389,6 @@ func (s *Service) StopCloud(ctx context.Context, key catalog.Key) error {
 	if _, err := s.opts.Catalog.Transition(ctx, cloudGroup(key), cloudSubject(key), []string{catalog.StateInstantiated, catalog.StateUpdated, catalog.StateTerminated},
 		s.action(next, st.ContextID), ""); err != nil {
 		return err
-	}
-	if s.issuer != nil {
-		s.issuer.Cancel(key[0], key[1])
 	}
 	if !s.opts.Rsync.Stop(cloudGroup(key)) {
 		return nil
@@ -452,9 +426,36 @@ func (s *Service) CloudChangeable(ctx context.Context, key catalog.Key) error {
 	return nil
 }
 
-// CloudSpecChangeable refuses changing a cloud's level, namespace or user
-// while it is on its clusters.
+// userFree refuses a user name another standard cloud (of any project)
+// has: one user, one cloud, or a cloud's certificate would act as
+// another's user. Checked when a cloud is written and again when it is
+// instantiated, so two clouds written at once with one name both stay
+// uninstantiable until one goes.
+func (s *Service) userFree(ctx context.Context, key catalog.Key, user string) error {
+	n, err := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).CountWhere(ctx, bson.M{
+		"spec.user.userName": user, "spec.level": bson.M{"$ne": catalog.LevelAdmin},
+		"$or": bson.A{bson.M{"project": bson.M{"$ne": key[0]}}, bson.M{"logicalcloud": bson.M{"$ne": key[1]}}}})
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		return errdefs.Conflict("user name %q belongs to another logical cloud: each standard cloud needs a user of its own", user)
+	}
+	return nil
+}
+
+// CloudSpecChangeable refuses a cloud's user when it is reserved or
+// another cloud's, and changing its level, namespace or user while it is
+// on its clusters.
 func (s *Service) CloudSpecChangeable(ctx context.Context, key catalog.Key, next catalog.LogicalCloudSpec) error {
+	if Standard(next) {
+		if err := CheckUser(next.User.UserName, s.opts.ReservedUsers); err != nil {
+			return err
+		}
+		if err := s.userFree(ctx, key, next.User.UserName); err != nil {
+			return err
+		}
+	}
 	lc, err := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).Get(ctx, key)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil
@@ -480,52 +481,4 @@ func (s *Service) CloudSpecChangeable(ctx context.Context, key catalog.Key, next
 // cluster.
 func (s *Service) Kubeconfig(ctx context.Context, project, cloud, reference string) ([]byte, error) {
 	return Source{Catalog: s.opts.Catalog}.ForReference(ctx, project, cloud, reference)
-}
-
-// ResumeCloud resumes the certificate requests of one logical cloud, named
-// by its rsync group: what a replica that takes the group over does.
-func (s *Service) ResumeCloud(ctx context.Context, group string) error {
-	g, _ := catalog.ParseGroup(group)
-	if s.issuer == nil || g.Kind != catalog.GroupLogicalCloud {
-		return nil
-	}
-	key := g.Key
-	lc, err := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).Get(ctx, key)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	return s.resumeCloud(ctx, key, lc)
-}
-
-func (s *Service) resumeCloud(ctx context.Context, key catalog.Key, lc catalog.Object[catalog.LogicalCloudSpec]) error {
-	if !Standard(lc.Spec) {
-		return nil
-	}
-	st, err := s.CloudStatus(ctx, key)
-	if err != nil {
-		return err
-	}
-	if st.ContextStatus == "" || st.ContextStatus == appcontext.Terminated || st.ContextStatus == appcontext.Terminating ||
-		(st.Lifecycle.Current != catalog.StateInstantiated && st.Lifecycle.Current != catalog.StateUpdated) {
-		return nil
-	}
-	data, err := catalog.For[catalog.LogicalCloudSpec](s.opts.Catalog, catalog.LogicalClouds).GetContent(ctx, key)
-	if err != nil {
-		return err
-	}
-	sec, err := DecodeSecrets(data)
-	if err != nil {
-		return err
-	}
-	var pending []catalog.Object[catalog.ClusterReferenceSpec]
-	for _, r := range st.References {
-		if r.Spec.Certificate == "" && r.Spec.CertificateError == "" {
-			pending = append(pending, r)
-		}
-	}
-	s.issue(key, lc.Spec, pending, sec)
-	return nil
 }

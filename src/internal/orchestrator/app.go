@@ -17,6 +17,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/api"
 	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/authn"
+	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/reload"
@@ -42,6 +43,13 @@ type Options struct {
 	MongoDatabase string
 	// EtcdPrefix prefixes every etcd key; "" means etcdstore.DefaultPrefix.
 	EtcdPrefix string
+	// Etcd keeps etcd writable: the embedded server's quota and
+	// compaction, and the maintenance loop (see docs/operations.md).
+	Etcd EtcdOptions
+	// CatalogLimits bound what callers may store; zero fields are the
+	// defaults (catalog.DefaultMaxObjectBytes, DefaultMaxProjectBytes, and
+	// a quarter of the etcd quota for MaxTotalBytes).
+	CatalogLimits catalog.Limits
 	// MonitorSilentAfter is how long a monitor's Lease may stay unrenewed
 	// before the monitor is Silent; 0 means 30s.
 	MonitorSilentAfter time.Duration
@@ -128,6 +136,8 @@ type Options struct {
 	// and status answers load the others from etcd when they need them);
 	// 0 means appcontext.DefaultManifestCacheSize.
 	ManifestCacheSize int64
+	// LogicalClouds configures standard logical clouds' users.
+	LogicalClouds LogicalCloudOptions
 	// Logger; nil discards.
 	Logger *logrus.Logger
 	// Registry for metrics; nil means a fresh one with Go and process collectors.
@@ -204,6 +214,44 @@ type NotifyOptions struct {
 	MaxDeliveries, MaxDeliveriesPerHost int
 }
 
+// EtcdOptions keeps etcd writable.
+type EtcdOptions struct {
+	// QuotaBytes is the embedded etcd's backend quota; 0 means etcd's 2
+	// GiB. With an external etcd it only sizes the default catalogue limit.
+	QuotaBytes int64
+	// CompactionRetention is the history the embedded etcd keeps; 0 means
+	// 5m.
+	CompactionRetention time.Duration
+	// MaintainInterval is how often the maintenance loop looks at etcd
+	// (compaction past half the quota, defragmentation, the NOSPACE
+	// alarm); 0 means 5s.
+	MaintainInterval time.Duration
+}
+
+// LogicalCloudOptions configures standard logical clouds' users.
+type LogicalCloudOptions struct {
+	// CertTTL is the lifetime asked for each user certificate (the CSR's
+	// expirationSeconds; clusters may cap it); at least 10m, 0 means 8h.
+	// The cloud's owner renews it two thirds into its life.
+	CertTTL time.Duration
+	// ReservedUsers are user name prefixes no cloud may have, beside
+	// Kubernetes' own system:.
+	ReservedUsers []string
+	// IssueTimeout is how long a cluster may take to issue a cloud's first
+	// certificate before the cloud fails; 0 means 5m.
+	IssueTimeout time.Duration
+	// RenewAfter, for tests, renews certificates this long after they
+	// were issued (or a new owner took them over) instead.
+	RenewAfter time.Duration
+}
+
+func (o LogicalCloudOptions) renewAfter() func(notBefore, notAfter time.Time) time.Time {
+	if o.RenewAfter == 0 {
+		return nil
+	}
+	return func(time.Time, time.Time) time.Time { return time.Now().Add(o.RenewAfter) }
+}
+
 // AAIOptions configures the AAI sink.
 type AAIOptions struct {
 	// URL is AAI's versioned base URL, e.g. https://aai:8443/aai/v24.
@@ -272,6 +320,9 @@ func New(opts Options) (*App, error) {
 	}
 	if opts.LeaseTTL < 0 {
 		return nil, errors.New("orchestrator: --lease-ttl cannot be negative")
+	}
+	if t := opts.LogicalClouds.CertTTL; t != 0 && t < 10*time.Minute {
+		return nil, errors.New("orchestrator: --logical-cloud-cert-ttl must be at least 10m, the least a cluster issues")
 	}
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = 10 * time.Second

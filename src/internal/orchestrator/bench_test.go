@@ -39,3 +39,23 @@ func BenchmarkStartToReady(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms-to-ready")
 }
+
+// BenchmarkRefusedLargeDescriptions PUTs a project with a description of
+// about a MiB b.N times (-benchtime 2500x for issue 23's run): every one is
+// refused by the object limit, and etcd does not grow.
+func BenchmarkRefusedLargeDescriptions(b *testing.B) {
+	r := onSharedStores(b, nil)
+	if code, body := r.call(b, "POST", "/v2/projects", `{"metadata":{"name":"p1"}}`); code != 201 {
+		b.Fatalf("create: %d %s", code, body)
+	}
+	big := describe("p1", 1<<20-200)
+	before := dbSize(b)
+	refused := 0
+	for b.Loop() {
+		if code, _ := r.call(b, "PUT", "/v2/projects/p1", big); code == 413 {
+			refused++
+		}
+	}
+	b.ReportMetric(float64(refused), "refused")
+	b.ReportMetric(float64(dbSize(b)-before), "etcd-growth-bytes")
+}

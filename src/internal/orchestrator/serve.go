@@ -26,9 +26,16 @@ import (
 // before the API serves, so none is missing from it; and the replica
 // registers first, so what the API starts is signed with its lease (a
 // replica whose id another process still holds waits for that lease to
-// go). ok is false when ctx ended first.
+// go). While etcd is out of space no lease can be granted: the replica
+// serves reads, refuses changes (the write gate, apiOptions) and registers
+// once space is freed. ok is false when ctx ended first.
 func (a *App) awaitWork(ctx context.Context, st *stores, w *work) (ok bool, err error) {
-	for _, ready := range []<-chan struct{}{w.notifier.Ready(), st.replicas.Ready()} {
+	readies := []<-chan struct{}{w.notifier.Ready(), st.replicas.Ready()}
+	if err := st.etcd.NoSpace(); err != nil {
+		a.log.WithError(err).Error("serving reads only until etcd has space again")
+		readies = readies[:1]
+	}
+	for _, ready := range readies {
 		select {
 		case <-ready:
 		case <-w.notifierRun.exited:
@@ -146,6 +153,18 @@ func (a *App) apiOptions(ls *listeners, st *stores, w *work) api.Options {
 				}
 				return nil
 			},
+			"etcd-space": func(context.Context) error { return api.ShowReason(st.etcd.NoSpace()) },
+		},
+		// Nothing is half written while etcd refuses writes, and nothing
+		// is started before this replica holds a lease to sign it with.
+		Writable: func() error {
+			if err := st.etcd.NoSpace(); err != nil {
+				return err
+			}
+			if st.replicas.Lease() == 0 || !st.catalog.Indexed() {
+				return errdefs.Unavailable(nil, "replica %s is not registered yet", a.opts.ReplicaID)
+			}
+			return nil
 		},
 		ArchiveLimits:          a.opts.Archive,
 		Archives:               w.renderer,

@@ -89,9 +89,10 @@ func (a *App) buildWork(ctx context.Context, life *lifecycle, st *stores, ls *li
 	if err := a.buildNotifications(st, ls, w); err != nil {
 		return nil, err
 	}
-	if err := a.buildHistory(ctx, st, w); err != nil {
+	if err := a.buildHistory(st, w); err != nil {
 		return nil, err
 	}
+	a.repairLifecycles(ctx, st, w)
 	a.runWork(life, st, w)
 	return w, nil
 }
@@ -132,12 +133,9 @@ func (a *App) buildDeploy(life *lifecycle, st *stores, w *work) error {
 		MemoryLimit: a.opts.Render.MemoryLimit, MaxOutput: a.opts.Render.MaxOutput, MaxRenders: a.opts.Render.MaxRequests,
 		Limits: a.opts.Archive, Metrics: renderMetrics, Logger: a.log.WithField("component", "render")})
 	life.onStop("render pool", func() error { w.renderer.Close(); return nil })
-	w.clouds, err = logicalcloud.NewService(logicalcloud.ServiceOptions{Catalog: st.catalog, Contexts: w.contexts,
-		Rsync: w.dispatcher, Clients: w.clusters, Logger: a.log.WithField("component", "logicalcloud")})
-	if err != nil {
+	if err := a.buildClouds(st, w); err != nil {
 		return err
 	}
-	life.onStop("logical clouds", func() error { w.clouds.Close(); return nil })
 	w.deployer, err = deploy.New(deploy.Options{Catalog: st.catalog, Contexts: w.contexts, Rsync: w.dispatcher, Renderer: w.renderer,
 		CreateWait: a.opts.V1CreateWait, CreateAsync: a.opts.V1CreateAsync, RevisionLimit: a.opts.RevisionLimit, Locks: st.replicas,
 		Drift: w.reader, Logger: a.log.WithField("component", "deploy")})
@@ -155,6 +153,39 @@ func (a *App) buildDeploy(life *lifecycle, st *stores, w *work) error {
 	return nil
 }
 
+// buildClouds builds the logical clouds. A standard cloud's certificates
+// are issued and renewed by its Keeper on the cloud's owner alone, which
+// learns of the cloud's changes from the cache and stops with the cloud's
+// terminate or hand-over (its Released runs before the claim goes).
+func (a *App) buildClouds(st *stores, w *work) error {
+	lc := a.opts.LogicalClouds
+	var err error
+	w.clouds, err = logicalcloud.NewService(logicalcloud.ServiceOptions{Catalog: st.catalog, Contexts: w.contexts,
+		Rsync: w.dispatcher, Clients: w.clusters, Owns: w.kinds.groups.Owns, CertTTL: lc.CertTTL, ReservedUsers: lc.ReservedUsers,
+		Issuer: logicalcloud.IssuerOptions{Timeout: lc.IssueTimeout, RenewAfter: lc.renewAfter()},
+		Logger: a.log.WithField("component", "logicalcloud")})
+	if err != nil {
+		return err
+	}
+	if keeper := w.clouds.Keeper(); keeper != nil {
+		w.cache.OnChange(keeper.Changed)
+		w.kinds.groups.Handle(keeper)
+	}
+	return nil
+}
+
+// repairLifecycles gives an instantiate killed between its lifecycle write
+// and its context write (a DIG or logical cloud Instantiated with nothing
+// behind it) a failed context saying so; read-only etcd leaves that to the
+// next start.
+func (a *App) repairLifecycles(ctx context.Context, st *stores, w *work) {
+	if n, err := w.deployer.RepairLifecycles(ctx, st.repairBefore); err != nil {
+		a.log.WithError(err).Warn("cannot repair the lifecycles an unclean stop left")
+	} else if n > 0 {
+		a.log.WithField("lifecycles", n).Warn("repaired lifecycles whose context an unclean stop lost")
+	}
+}
+
 // buildWatchers builds the cluster watchers (on the replica holding each
 // cluster's claim).
 func (a *App) buildWatchers(st *stores, w *work) error {
@@ -169,10 +200,8 @@ func (a *App) buildWatchers(st *stores, w *work) error {
 }
 
 // buildHistory builds the history store and its recorder: a group's
-// history is recorded by the replica that owns the group. A logical
-// cloud's owner also asks again for the certificates its predecessor was
-// waiting for.
-func (a *App) buildHistory(ctx context.Context, st *stores, w *work) error {
+// history is recorded by the replica that owns the group.
+func (a *App) buildHistory(st *stores, w *work) error {
 	w.histories = history.NewStore(history.StoreOptions{Client: st.etcd.Client, Prefix: a.opts.EtcdPrefix, Limit: a.opts.HistoryLimit})
 	var err error
 	w.recorder, err = history.NewRecorder(history.RecorderOptions{Store: w.histories, Source: w.reader, Groups: w.cache.Groups,
@@ -182,11 +211,6 @@ func (a *App) buildHistory(ctx context.Context, st *stores, w *work) error {
 	}
 	w.cache.OnChange(w.recorder.Changed)
 	w.kinds.groups.Handle(ownership.HandlerFuncs{Acquire: func(g string) { w.recorder.Changed([]string{g}) }})
-	w.kinds.groups.Handle(ownership.HandlerFuncs{Acquire: func(g string) {
-		if err := w.clouds.ResumeCloud(ctx, g); err != nil {
-			a.log.WithError(err).WithField("group", g).Warn("cannot resume a logical cloud's certificate requests")
-		}
-	}})
 	return nil
 }
 
@@ -208,6 +232,9 @@ func (a *App) runWork(life *lifecycle, st *stores, w *work) {
 	life.add("history recorder", w.recorder.Run, nil)
 	life.add("rsync dispatcher", w.dispatcher.Run, nil)
 	life.add("self-heal", w.healer.Run, nil)
+	if keeper := w.clouds.Keeper(); keeper != nil {
+		life.add("logical clouds", keeper.Run, nil)
+	}
 	life.add("group owner", func(ctx context.Context) error {
 		gs, err := w.cache.Groups(ctx)
 		for _, g := range gs {

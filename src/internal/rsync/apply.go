@@ -299,6 +299,8 @@ func (pa *placementApply) pass(ctx context.Context, todo []appcontext.Resource, 
 	p := pa.p
 	var next []appcontext.Resource
 	var down *appcontext.ResourceStatus
+	var blocked *appcontext.ResourceStatus // an Exclusive object of an earlier wave not applied
+	var blockedClass class
 	for _, wave := range waves(todo) {
 		var try []appcontext.Resource
 		for _, r := range wave {
@@ -306,6 +308,10 @@ func (pa *placementApply) pass(ctx context.Context, todo []appcontext.Resource, 
 			case down != nil:
 				classes[r.Key()] = transient
 				pa.rec.record(p, r.Key(), *down)
+				next = append(next, r)
+			case blocked != nil:
+				classes[r.Key()] = blockedClass
+				pa.rec.record(p, r.Key(), *blocked)
 				next = append(next, r)
 			case skipFailed && classes[r.Key()] == permanent:
 				next = append(next, r)
@@ -336,6 +342,11 @@ func (pa *placementApply) pass(ctx context.Context, todo []appcontext.Resource, 
 			pa.rec.record(p, r.Key(), st)
 			if o.class == done {
 				continue
+			}
+			if r.Exclusive && blocked == nil {
+				blocked = &appcontext.ResourceStatus{Status: st.Status, Attempts: st.Attempts,
+					Error: fmt.Sprintf("not applied while %s is not: %s", r.Key(), st.Error)}
+				blockedClass = o.class
 			}
 			next = append(next, r)
 			if o.class == transient && unreachable(o.err) && down == nil {
@@ -420,7 +431,12 @@ func (pa *placementApply) applyOne(ctx context.Context, r appcontext.Resource, l
 		return outcome{class: classify(ctx, err), err: err}
 	}
 	var adopted string
-	if pa.needsOwnerCheck(pa.p.StatusOf(r.Key())) {
+	switch {
+	case r.Exclusive:
+		if err := pa.claim(ctx, cs, t, obj); err != nil {
+			return outcome{class: classify(ctx, err), err: err}
+		}
+	case pa.needsOwnerCheck(pa.p.StatusOf(r.Key())):
 		if adopted, err = pa.checkOwner(ctx, cs, t, obj); err != nil {
 			return outcome{class: classify(ctx, err), err: err}
 		}
@@ -442,7 +458,7 @@ tries:
 			}
 			// Create the namespace, as helm --create-namespace would, and try again.
 			nsCreated = true
-			if nerr := pa.e.ensureNamespace(ctx, cs, client, obj.GetNamespace(), pa.c.Meta.Group); nerr != nil {
+			if nerr := pa.ensureNamespace(ctx, cs, client, obj.GetNamespace(), labels); nerr != nil {
 				c := classify(ctx, nerr)
 				if c == permanent {
 					nerr, c = errNamespaceUnusable{ns: obj.GetNamespace(), cause: nerr}, waiting
@@ -586,6 +602,27 @@ func (e *Engine) target(cs *clusterState, client *cluster.Client, gvk schema.Gro
 	t.namespace = obj.GetNamespace()
 	t.ri = client.Dynamic.Resource(mapping.Resource).Namespace(t.namespace)
 	return t, nil
+}
+
+// ensureNamespace creates a namespace an object of the placement needs:
+// the placement's own Exclusive Namespace when it has one (gone since it
+// was applied: it comes back as the placement's, claimed), otherwise one
+// owned by the group (Engine.ensureNamespace).
+func (pa *placementApply) ensureNamespace(ctx context.Context, cs *clusterState, client *cluster.Client, ns string, labels map[string]string) error {
+	for _, r := range pa.p.Resources {
+		if !r.Exclusive || r.GVK.Kind != "Namespace" || r.GVK.Group != "" || r.Name != ns {
+			continue
+		}
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(r.Manifest); err != nil {
+			return err
+		}
+		decorate(obj, labels)
+		setAnnotation(obj, v1alpha1.AnnotationOwner, pa.c.Meta.Group)
+		nsGVR := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+		return pa.claim(ctx, cs, target{client: client, ri: client.Dynamic.Resource(nsGVR), gvr: nsGVR}, obj)
+	}
+	return pa.e.ensureNamespace(ctx, cs, client, ns, pa.c.Meta.Group)
 }
 
 // ensureNamespace creates a namespace an object needs, as helm

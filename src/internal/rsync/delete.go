@@ -145,9 +145,9 @@ func (e *Engine) deleteWithRetry(ctx context.Context, c *appcontext.Context, p *
 }
 
 // deleteOne deletes one resource. Of a deployment intent group or an
-// instance, only an object it owns is deleted (and only that object: the
-// delete is conditional on its uid); another's is left in place and its
-// owner returned.
+// instance, and an Exclusive object of any group, only an object the
+// group owns is deleted (and only that object: the delete is conditional
+// on its uid); another's is left in place and its owner returned.
 func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, r appcontext.Resource) (class, string, error) {
 	client, err := e.clientFor(ctx, c, p.Cluster)
 	if err != nil {
@@ -172,7 +172,10 @@ func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcon
 		return classify(ctx, err), "", err
 	}
 	opts := metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)}
-	if guarded(c.Meta) {
+	// Only the object the group owns, and only that very one (one made
+	// since is left alone): for guarded groups, and for an Exclusive
+	// object, which the group never took over (see claim).
+	if guarded(c.Meta) || r.Exclusive {
 		uid, owner, err := e.deletable(ctx, cs, t, c, obj.GetName())
 		switch {
 		case err != nil:

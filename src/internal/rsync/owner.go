@@ -2,6 +2,7 @@ package rsync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -17,10 +18,16 @@ import (
 
 // errOwned is an object rsync may not apply over: it belongs to another
 // deployment, or to nothing Argus knows. Permanent: tried again by the
-// next update (or sync), when the owner may have let go of it.
-type errOwned struct{ owner, group string }
+// next update (or sync), when the owner may have let go of it. exclusive
+// names an Exclusive object ("Namespace \"x\""), which is never adopted:
+// only its owner annotation hands it over.
+type errOwned struct{ owner, group, exclusive string }
 
 func (e errOwned) Error() string {
+	if e.exclusive != "" {
+		return fmt.Sprintf("%s exists on the cluster and was not created by this deployment: it is owned by %s and never taken over "+
+			"(annotating it %s=%s hands it over, to be deleted with it)", e.exclusive, e.owner, v1alpha1.AnnotationOwner, e.group)
+	}
 	policy := "spec.syncPolicy.adopt"
 	if strings.HasPrefix(e.group, "instance:") {
 		policy = "sync-policy.adopt"
@@ -97,9 +104,10 @@ func DescribeGroup(group string) string {
 }
 
 // guarded reports whether rsync checks who owns an object before applying
-// over it: for deployment intent groups and v1 instances. Logical clouds
-// and a cluster's network intents take their namespace and networks over,
-// as EMCO's dcm and ncm do.
+// over it: for deployment intent groups and v1 instances. A cluster's
+// network intents take their networks over, as EMCO's ncm does; a logical
+// cloud's objects live in its namespace, which is Exclusive (claim): never
+// taken over, so nothing of the cloud lands in another's.
 func guarded(meta appcontext.Meta) bool {
 	return strings.HasPrefix(meta.Group, "dig:") || strings.HasPrefix(meta.Group, "instance:")
 }
@@ -153,6 +161,41 @@ func (pa *placementApply) checkOwner(ctx context.Context, cs *clusterState, t ta
 		return v.owner, nil
 	}
 	return "", errOwned{owner: v.owner, group: pa.c.Meta.Group}
+}
+
+// claim creates an Exclusive object, or makes sure the one that exists is
+// the group's (judge: its owner annotation or its status context's label;
+// never adopted). Create is what makes it race-free: of two claimants (or
+// a claimant and a person) only one creates. The apply that follows sets
+// the object's fields.
+func (pa *placementApply) claim(ctx context.Context, cs *clusterState, t target, obj *unstructured.Unstructured) error {
+	err := pa.e.create(ctx, cs, t, obj)
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	live, err := pa.e.liveMeta(ctx, cs, t, obj.GetName())
+	if err != nil {
+		return err
+	}
+	if live == nil { // deleted since: the next attempt creates it
+		return apierrors.NewConflict(t.gvr.GroupResource(), obj.GetName(), errors.New("deleted while it was claimed"))
+	}
+	if v := judge(live, pa.c.Meta); !v.ours {
+		return errOwned{owner: v.owner, group: pa.c.Meta.Group, exclusive: fmt.Sprintf("%s %q", obj.GetKind(), obj.GetName())}
+	}
+	return nil
+}
+
+// create creates obj as rsync's field manager.
+func (e *Engine) create(ctx context.Context, cs *clusterState, t target, obj *unstructured.Unstructured) error {
+	if !cs.acquire(ctx) {
+		return ctx.Err()
+	}
+	defer cs.release()
+	rctx, cancel := context.WithTimeout(ctx, e.opts.RequestTimeout)
+	defer cancel()
+	_, err := t.ri.Create(rctx, obj, metav1.CreateOptions{FieldManager: fieldManager})
+	return err
 }
 
 // needsOwnerCheck: rsync reads the object before applying it unless the

@@ -34,8 +34,14 @@ type Options struct {
 	DialTimeout time.Duration
 	// StartTimeout bounds the embedded server's start; 0 means 60s.
 	StartTimeout time.Duration
-	// CompactionRetention for the embedded server ("periodic" mode); "" means 1h.
-	CompactionRetention string
+	// CompactionRetention is how much history the embedded server keeps:
+	// it compacts every retention period to the revision of one period
+	// ago ("periodic" mode); 0 means DefaultCompactionRetention.
+	CompactionRetention time.Duration
+	// QuotaBytes is the embedded server's backend quota: past it etcd
+	// raises its NOSPACE alarm and refuses writes (see Maintain); 0 means
+	// DefaultQuotaBytes.
+	QuotaBytes int64
 	// Logger receives the store's own messages; nil discards them.
 	Logger *logrus.Entry
 }
@@ -57,6 +63,11 @@ type Store struct {
 
 	failMu  sync.Mutex
 	failure error // set once the embedded server has failed
+
+	// quota is the embedded server's backend quota (0 when external).
+	quota int64
+	// space is the last maintenance pass's verdict on the NOSPACE alarm.
+	space spaceState
 }
 
 // ErrServerFailed marks an embedded server that stopped on its own: it
@@ -90,6 +101,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			return nil, err
 		}
 		st.server = srv
+		st.quota = srv.Config().QuotaBackendBytes
 		st.watched = make(chan struct{})
 		go st.watch(opts.Logger)
 		for _, u := range srv.Config().AdvertiseClientUrls {
@@ -243,8 +255,12 @@ func startEmbedded(ctx context.Context, opts Options, log *zap.Logger) (*embed.E
 		timeout = 60 * time.Second
 	}
 	retention := opts.CompactionRetention
-	if retention == "" {
-		retention = "1h"
+	if retention <= 0 {
+		retention = DefaultCompactionRetention
+	}
+	quota := opts.QuotaBytes
+	if quota <= 0 {
+		quota = DefaultQuotaBytes
 	}
 	// A port picked free can be taken before etcd binds it; try a few times.
 	var lastErr error
@@ -271,7 +287,8 @@ func startEmbedded(ctx context.Context, opts Options, log *zap.Logger) (*embed.E
 		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
 		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 		cfg.AutoCompactionMode = "periodic"
-		cfg.AutoCompactionRetention = retention
+		cfg.AutoCompactionRetention = retention.String()
+		cfg.QuotaBackendBytes = quota
 
 		srv, err := embed.StartEtcd(cfg)
 		if err != nil {

@@ -3,11 +3,14 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 )
@@ -108,5 +111,71 @@ func TestEmbeddedFatalIsReportedNotFatal(t *testing.T) {
 	err = st.Ping(ctx)
 	if !errors.Is(err, ErrServerFailed) || !strings.Contains(err.Error(), "failed to purge wal file: too many open files") {
 		t.Fatalf("Ping = %v", err)
+	}
+}
+
+// fill writes values of size under distinct keys (live data) or one key
+// (history) until etcd refuses with NOSPACE; it returns how many went in.
+func fill(ctx context.Context, t *testing.T, st *Store, prefix string, size int, distinct bool) int {
+	t.Helper()
+	val := strings.Repeat("x", size)
+	for i := 0; i < 10000; i++ {
+		key := prefix
+		if distinct {
+			key = fmt.Sprintf("%s/%05d", prefix, i)
+		}
+		if _, err := st.Client.Put(ctx, key, val); err != nil {
+			if !errors.Is(err, rpctypes.ErrNoSpace) {
+				t.Fatalf("put %d: %v", i, err)
+			}
+			return i
+		}
+	}
+	t.Fatal("etcd never ran out of space")
+	return 0
+}
+
+// Out of space with history only, maintenance compacts, defragments and
+// disarms the alarm; out of space with live data, the alarm stays and
+// NoSpace says so until the data is deleted. Reads work throughout.
+func TestMaintainRecoversFromNoSpace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const quota = 16 << 20
+	st, err := Open(ctx, Options{DataDir: t.TempDir(), QuotaBytes: quota})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	writable := 0
+	opts := MaintainOptions{Writable: func(context.Context) { writable++ }}
+
+	n := fill(ctx, t, st, "/history", 256<<10, false)
+	st.MaintainOnce(ctx, opts)
+	if err := st.NoSpace(); err != nil || writable != 1 {
+		t.Fatalf("after %d overwrites: NoSpace = %v, writable passes %d", n, err, writable)
+	}
+	if _, err := st.Client.Put(ctx, "/after", "ok"); err != nil {
+		t.Fatalf("write after maintenance: %v", err)
+	}
+	t.Logf("history of %d overwrites of 256 KiB (quota %d MiB) compacted, defragmented and disarmed", n, quota>>20)
+
+	n = fill(ctx, t, st, "/live", 256<<10, true)
+	st.MaintainOnce(ctx, opts)
+	if err := st.NoSpace(); !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), "--etcd-quota-bytes") {
+		t.Fatalf("with %d live values: NoSpace = %v", n, err)
+	}
+	if _, err := st.Client.Get(ctx, "/after"); err != nil {
+		t.Fatalf("read under NOSPACE: %v", err)
+	}
+	if _, err := st.Client.Delete(ctx, "/live/", clientv3.WithPrefix()); err != nil {
+		t.Fatalf("delete under NOSPACE: %v", err)
+	}
+	st.MaintainOnce(ctx, opts)
+	if err := st.NoSpace(); err != nil || writable != 2 {
+		t.Fatalf("after deleting the live data: NoSpace = %v, writable passes %d", err, writable)
+	}
+	if _, err := st.Client.Put(ctx, "/after", "again"); err != nil {
+		t.Fatalf("write after recovery: %v", err)
 	}
 }
