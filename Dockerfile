@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 #
-# One image holds both Argus binaries, so a release is one artifact and the
-# orchestrator and monitor can never be built from different sources.
+# One image holds the three Argus binaries, so a release is one artifact and
+# the orchestrator, the monitor and the argus command-line client can never
+# be built from different sources.
 #
 #   docker build -t argus:latest .
 #
@@ -14,7 +15,11 @@
 #   docker run --entrypoint /usr/local/bin/monitor \
 #     -v $HOME/.kube/config:/kubeconfig:ro argus:latest --kubeconfig /kubeconfig
 #
-# Both binaries are static (CGO_ENABLED=0; the embedded FerretDB uses a
+#   # argus, the command-line client (docs/cli.md)
+#   docker run --rm -e ARGUS_SERVER=http://argus:9015 --entrypoint /usr/local/bin/argus \
+#     argus:latest wait demo/shop/v1/shop --for ready --timeout 5m
+#
+# The binaries are static (CGO_ENABLED=0; the embedded FerretDB uses a
 # pure-Go SQLite), so the final image needs no libc and no shell.
 
 ARG GO_VERSION=1.26
@@ -34,7 +39,7 @@ COPY src/ src/
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags "-s -w" -o /out/bin/ ./src/cmd/orchestrator ./src/cmd/monitor
+    go build -trimpath -ldflags "-s -w" -o /out/bin/ ./src/cmd/orchestrator ./src/cmd/monitor ./src/cmd/argus
 # The final image has no shell to mkdir with, so the data directory is made
 # here and copied with the non-root owner.
 RUN mkdir -p /out/data
@@ -43,12 +48,12 @@ FROM gcr.io/distroless/static-debian12:nonroot
 ARG VERSION=dev
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="argus" \
-      org.opencontainers.image.description="Argus multi-cluster application status: orchestrator and monitor" \
+      org.opencontainers.image.description="Argus multi-cluster application status: orchestrator, monitor and the argus client" \
       org.opencontainers.image.source="https://github.com/argus-mc/argus" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}"
-COPY --from=build /out/bin/orchestrator /out/bin/monitor /usr/local/bin/
+COPY --from=build /out/bin/orchestrator /out/bin/monitor /out/bin/argus /usr/local/bin/
 # Embedded mode keeps etcd and FerretDB data here (data-dir/etcd,
 # data-dir/ferretdb); mount a volume on it to keep the data. Unused when both
 # external stores are configured. The monitor has no --data-dir flag, so the

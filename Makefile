@@ -20,11 +20,13 @@ FUZZTIME   ?= 60s
 
 all: build
 
-# The web console (src/internal/console) is embedded in the orchestrator.
+# The web console (src/internal/console) is embedded in the orchestrator;
+# bin/argus is the command-line client (docs/cli.md).
 build:
 	$(GO) build -o $(BIN)/orchestrator ./src/cmd/orchestrator
 	$(GO) build -o $(BIN)/monitor ./src/cmd/monitor
 	$(GO) build -o $(BIN)/simcluster ./src/cmd/simcluster
+	$(GO) build -o $(BIN)/argus ./src/cmd/argus
 
 # Builds kube-apiserver, kube-controller-manager, kube-scheduler (v1.34.4) and
 # kwok (v0.8.0) for the simulated clusters, once: about 10 minutes cold on 2
@@ -45,9 +47,11 @@ run: build
 # Builds everything, starts two simulated clusters with a monitor each and
 # the orchestrator, onboards the sample app (scripts/demo/app), shows its
 # status and a notification, and stays up until Ctrl-C. DEMO_EXIT=1 checks
-# every step and exits; docs/demo.md lists the other settings.
+# every step and exits; docs/demo.md lists the other settings. The recipe
+# execs the script, so make's SIGTERM reaches it; it watches make for the
+# rest (docs/demo.md#stopping-it).
 demo:
-	@MAKE="$(MAKE)" ./scripts/demo/demo.sh
+	@MAKE="$(MAKE)" exec ./scripts/demo/demo.sh
 
 # The console's browser tests drive headless Chromium from the distribution's
 # packages: installed here when missing, as root with apt. Elsewhere they
@@ -99,6 +103,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzApply -fuzztime $(FUZZTIME) ./src/internal/gac
 	$(GO) test -run '^$$' -fuzz FuzzRollbackBody -fuzztime $(FUZZTIME) ./src/internal/api
 	$(GO) test -run '^$$' -fuzz FuzzHash -fuzztime $(FUZZTIME) ./src/internal/syncstate
+	$(GO) test -run '^$$' -fuzz FuzzReadEvents -fuzztime $(FUZZTIME) ./src/internal/client
 
 lint: $(GOLANGCI) generate
 	@git diff --exit-code -- src/apis deployments/kubernetes/monitor || { echo "generated files were stale; commit the regenerated ones"; exit 1; }

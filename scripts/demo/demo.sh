@@ -127,13 +127,15 @@ start() {
     proc=$((${#pids[@]} - 1))
 }
 
-# stop_procs INDEX...: SIGTERM to each group, then SIGKILL to what is left
-# after 20 s, then reap.
+# stop_procs GRACE INDEX...: SIGTERM to each group, then SIGKILL to what is
+# left after GRACE seconds, then reap.
 stop_procs() {
-    local i deadline=$((SECONDS + 20))
+    local i grace=$1
+    shift
+    local deadline=$((SECONDS + grace))
     for i in "$@"; do kill -TERM -- "-${pids[i]}" 2>/dev/null || true; done
     for i in "$@"; do
-        while kill -0 "${pids[i]}" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+        while kill -0 "${pids[i]}" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
         if kill -0 "${pids[i]}" 2>/dev/null; then
             echo "demo: ${names[i]} did not stop in time; killing it" >&2
             kill -KILL -- "-${pids[i]}" 2>/dev/null || true
@@ -145,18 +147,27 @@ stop_procs() {
 cleanup() {
     local code=$?
     trap - EXIT
-    trap '' INT TERM # a second Ctrl-C must not leave processes behind
-    if [ "$serving" = 1 ] && { [ "$code" = 130 ] || [ "$code" = 143 ]; }; then
-        code=0 # Ctrl-C is how the running demo is meant to end
-    fi
-    case $code in
-    0) ;;
-    130 | 143) echo; echo "demo: interrupted at step [$step_no/$total_steps] $step_name" ;;
-    *) if [ "$reported" = 0 ]; then
+    trap '' INT TERM HUP # a second Ctrl-C must not leave processes behind
+    local signalled=0
+    case $code in 129 | 130 | 143) signalled=1 ;; esac
+    if [ "$signalled" = 1 ]; then
+        echo
+        if [ -s "${stop_reason:-}" ]; then echo "demo: stopping: $(cat "$stop_reason")"; fi
+        if [ "$serving" = 1 ]; then
+            code=0 # a signal is how the running demo is meant to end
+        else
+            echo "demo: interrupted at step [$step_no/$total_steps] $step_name"
+        fi
+    elif [ "$code" != 0 ] && [ "$reported" = 0 ]; then
         # A command failed under set -e; its own message is above.
         echo "demo: FAILED at step [$step_no/$total_steps] $step_name (exit $code; see the messages above)" >&2
-    fi ;;
-    esac
+    fi
+    if [ -n "${watcher_pid:-}" ]; then kill -TERM "$watcher_pid" 2>/dev/null || true; fi
+    if [ -n "${stop_reason:-}" ]; then rm -f "$stop_reason"; fi
+    if [ -n "${fg_pid:-}" ]; then
+        kill -TERM -- "-$fg_pid" 2>/dev/null || true
+        wait "$fg_pid" 2>/dev/null || true
+    fi
     if [ -n "${build_pid:-}" ]; then
         kill -TERM "$build_pid" 2>/dev/null || true
         wait "$build_pid" 2>/dev/null || true
@@ -168,8 +179,9 @@ cleanup() {
         # The clusters (index 0) go last, so nothing watching them complains.
         local rest=()
         for ((i = ${#pids[@]} - 1; i >= 1; i--)); do rest+=("$i"); done
-        if [ ${#rest[@]} -gt 0 ]; then stop_procs "${rest[@]}"; fi
-        stop_procs 0
+        # Graces of 4 s then 3 s keep the whole stop under 10 s.
+        if [ ${#rest[@]} -gt 0 ]; then stop_procs 4 "${rest[@]}"; fi
+        stop_procs 3 0
         echo "demo: stopped everything in $((SECONDS - began))s; logs are kept in $logs"
     fi
     exit "$code"
@@ -177,6 +189,78 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# nap SECONDS: sleep, but let a signal's trap run at once (bash runs a trap
+# only after the foreground command ends; it interrupts a wait).
+nap() {
+    sleep "$1" &
+    wait $! || true
+}
+
+# How the demo stops. A Ctrl-C in its terminal reaches every process of
+# the foreground job, this script included. A signal sent to make's pid
+# alone (setsid make demo & ... kill -TERM $!) does not: GNU make passes
+# SIGTERM on to its recipe (this script: the Makefile execs it), but on
+# SIGINT, SIGHUP or SIGQUIT it only resets its handler and waits for the
+# recipe, and a parent killed outright tells nobody. So a watcher follows
+# the parent: when it is gone, or when make has dropped a handler for a
+# fatal signal it had, the demo stops as if it had been signalled itself.
+parent=$PPID
+# ppid_of PID: the parent of PID, from /proc (the fields after the
+# command). Each /proc file is read whole at once: read piecemeal, a
+# file that changes meanwhile can come out garbled.
+ppid_of() {
+    local stat
+    stat=$(<"/proc/$1/stat") || return 1
+    stat=${stat##*) }
+    set -- $stat
+    echo "$2"
+}
+# caught PID: the mask of signals PID has handlers for.
+caught() {
+    local status
+    status=$(<"/proc/$1/status") || return 1
+    [[ $status =~ SigCgt:[[:space:]]*([0-9a-f]+) ]] || return 1
+    echo "0x${BASH_REMATCH[1]}"
+}
+# parent_state: why the demo should stop, or nothing (also when /proc
+# cannot be read just now: that is no reason). A parent that exits hands
+# its children to another at once, zombie or not.
+parent_state() {
+    local ppid now
+    ppid=$(ppid_of $$ 2>/dev/null) || return 0
+    if [ "$ppid" != "$parent" ]; then
+        echo "its parent ($comm, pid $parent) is gone"
+    elif now=$(caught "$parent" 2>/dev/null) && [ $((had & ~now)) -ne 0 ]; then
+        echo "$comm (pid $parent) was told to stop"
+    fi
+}
+watch_parent() {
+    # SIGHUP, SIGINT, SIGQUIT and SIGTERM are bits 0, 1, 2 and 14.
+    local fatal=$((0x4007)) why=""
+    had=0 comm=""
+    read -r comm <"/proc/$parent/comm" 2>/dev/null || true
+    case $comm in
+    make | gmake) had=$(($(caught "$parent" 2>/dev/null || echo 0) & fatal)) ;;
+    esac
+    # Twice in a row, half a second apart, before it counts.
+    while :; do
+        sleep 0.5
+        why=$(parent_state)
+        [ -n "$why" ] || continue
+        sleep 0.5
+        why=$(parent_state)
+        [ -z "$why" ] || break
+    done
+    echo "$why" >"$stop_reason"
+    kill -TERM $$ 2>/dev/null || true
+}
+stop_reason=$(mktemp)
+if [ "$parent" -gt 1 ] && [ -r "/proc/$parent/status" ]; then
+    watch_parent </dev/null >/dev/null 2>&1 &
+    watcher_pid=$!
+fi
 
 # wait_until SECONDS WHAT PROC COMMAND...: polls COMMAND until it succeeds;
 # fails the step when process PROC (an index, or -1) exits or time is up.
@@ -192,7 +276,7 @@ wait_until() {
         if [ $SECONDS -ge $deadline ]; then
             fail "$what: not so after ${limit}s" "$log"
         fi
-        sleep 0.25
+        nap 0.25
     done
 }
 
@@ -207,6 +291,15 @@ status() { curl -sf --max-time 10 "$dig/status?$1"; }
 field() { "$sc" json "$1"; }
 
 summary_ready() { [ "$(status 'type=cluster&output=summary' | field ready)" = "$1" ]; }
+
+# how_to_stop: the ways to end the demo, printed when it starts and when it
+# is up.
+how_to_stop() {
+    local by="this script (pid $$)"
+    if [ "$(cat "/proc/$parent/comm" 2>/dev/null)" = make ]; then by="make (pid $parent) or this script (pid $$)"; fi
+    echo "To stop: Ctrl-C, or kill -TERM (or -INT) $by: every process the demo started"
+    echo "stops within 10 s and ports $DEMO_PORT, $DEMO_MONITOR_PORT, $((DEMO_MONITOR_PORT + 1)) and $DEMO_RECEIVER_PORT are freed; logs stay in $logs."
+}
 
 # ---- 1: build ---------------------------------------------------------------
 
@@ -230,17 +323,32 @@ if [ ! -x "${ARGUS_CACHE_DIR:-$HOME/.cache/argus}/k8s-v1.34.4/bin/kube-apiserver
     echo "  first run: building kube-apiserver, kube-controller-manager and kube-scheduler (Kubernetes v1.34.4)"
     echo "  and kwok v0.8.0 for the simulated clusters: about 10 minutes on 2 cores, once (cached in ~/.cache/argus)"
 fi
-echo "  building bin/orchestrator (with the web console), bin/monitor, bin/simcluster; log $logs/build.log"
+how_to_stop | sed 's/^/  /'
+echo "  building bin/orchestrator (with the web console), bin/monitor, bin/simcluster, bin/argus; log $logs/build.log"
 # The build runs in the background so that a long one can report progress.
 "$MAKE" --no-print-directory build sim >"$logs/build.log" 2>&1 &
 build_pid=$!
 last_report=$SECONDS
+# building: what the build is at, from its log: the Kubernetes build's
+# progress lines ("sim: ..."), else the Go binary being compiled.
+building() {
+    local line
+    line=$(grep -E '^(sim: |[^ ]*go build -o )' "$logs/build.log" 2>/dev/null | tail -n 1) || true
+    case $line in
+    sim:*) echo "$line" ;;
+    *"go build -o "*)
+        line=${line#*go build -o }
+        echo "compiling ${line%% *} (Go; a first build compiles every dependency, a few minutes on 2 cores)"
+        ;;
+    *) echo "starting make build sim" ;;
+    esac
+}
 while kill -0 "$build_pid" 2>/dev/null; do
     if [ $((SECONDS - last_report)) -ge 30 ]; then
         last_report=$SECONDS
-        printf '  ... still building (%ss): %s\n' "$((SECONDS - step_began))" "$(grep -E '^sim: ' "$logs/build.log" | tail -n 1 || true)"
+        printf '  ... still building (%ss): %s\n' "$((SECONDS - step_began))" "$(building)"
     fi
-    sleep 1
+    nap 1
 done
 wait "$build_pid" || { build_pid=""; fail "make build sim failed" "$logs/build.log"; }
 build_pid=""
@@ -300,7 +408,13 @@ done_step "orchestrator ready on embedded etcd and FerretDB"
 step "onboarding the sample app through the v2 API (scripts/demo/onboard.sh)" "onboard"
 onboard_args=()
 for c in "${clusters[@]}"; do onboard_args+=("$c=$DEMO_DIR/clusters/$c/kubeconfig"); done
-if ! ARGUS_URL=$argus PROVIDER=$provider scripts/demo/onboard.sh "${onboard_args[@]}" >"$logs/onboard.log" 2>&1; then
+# In a group of its own and waited for, so a signal stops the demo at once.
+ARGUS_URL=$argus PROVIDER=$provider setsid scripts/demo/onboard.sh "${onboard_args[@]}" >"$logs/onboard.log" 2>&1 </dev/null &
+fg_pid=$!
+onboarded=0
+wait "$fg_pid" && onboarded=1
+fg_pid=""
+if [ "$onboarded" = 0 ]; then
     cat "$logs/onboard.log" >&2
     fail "onboarding (the failing call is named above)" "${plogs[orchestrator]}"
 fi
@@ -325,7 +439,7 @@ until summary_ready true 2>/dev/null; do
     if [ $SECONDS -ge $deadline ]; then
         fail "the app is not ready after ${DEMO_TIMEOUT}s (last ready-status: ${last:-none})" "${plogs[orchestrator]}"
     fi
-    sleep 0.5
+    nap 0.5
 done
 ready_count=$(status 'type=cluster&output=summary' | field ready-status.Ready)
 if [ "$ready_count" != "$expected_resources" ]; then
@@ -454,7 +568,7 @@ The demo is running (ready in ${SECONDS}s). Open the web console at $argus/
   tail -f $notifications
 
 Logs: $logs (clusters: $DEMO_DIR/clusters/<cluster>/*.log)
-Ctrl-C stops everything.
+$(how_to_stop)
 EOF
 
 # Wait for Ctrl-C (the INT trap exits, and cleanup runs) or for a process to

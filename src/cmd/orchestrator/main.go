@@ -70,6 +70,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.Var(config.Size{Value: &s.opts.CatalogLimits.MaxProjectBytes}, "catalog-max-project-bytes", "most one project may store, its objects' documents and uploaded files together (the objects outside projects share one such allowance); a write past it is refused with 413")
 	fs.Var(config.Size{Value: &s.opts.CatalogLimits.MaxTotalBytes}, "catalog-max-bytes", "most the whole catalogue's documents may hold (they are copied into etcd); a write past it is refused with 413; 0 is a quarter of --etcd-quota-bytes")
 	fs.StringVar(&s.opts.AuthTokenFile, "auth-token-file", "", "file of API bearer tokens, one a line ('#' comments); re-read when it changes; empty leaves the API open (/healthz, /readyz and /v1/healthcheck are always open)")
+	fs.StringVar(&s.opts.AuthReadTokenFile, "auth-read-token-file", "", "file of API bearer tokens that may only read (GET and HEAD: status, watch streams, lists, history; anything else is 403), same format as --auth-token-file; the web console hides its actions for them")
 	fs.StringVar(&s.opts.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) for HTTPS, with --tls-key-file; re-read when it changes; empty serves plain HTTP")
 	fs.StringVar(&s.opts.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	fs.DurationVar(&s.opts.ShutdownTimeout, "shutdown-timeout", 4*time.Second, "how long SIGTERM waits for in-flight requests")

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
@@ -29,9 +30,10 @@ func isOpenPath(path string) bool {
 
 // authenticate refuses requests without a valid bearer token. It runs before
 // routing, so without a token even an unknown path or a wrong method answers
-// 401 and the API's shape stays private.
+// 401 and the API's shape stays private. A read-only token passes for GET
+// and HEAD and is refused anything else with 403.
 func (s *server) authenticate(next http.Handler) http.Handler {
-	if s.opts.Tokens == nil {
+	if s.opts.Tokens == nil && s.opts.ReadTokens == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -40,8 +42,17 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		token, found := bearerToken(r.Header.Get("Authorization"))
-		if found && s.opts.Tokens.Valid(token) {
+		if found && s.opts.Tokens != nil && s.opts.Tokens.Valid(token) {
 			next.ServeHTTP(w, r)
+			return
+		}
+		if found && s.opts.ReadTokens != nil && s.opts.ReadTokens.Valid(token) {
+			if r.Method == http.MethodGet || r.Method == http.MethodHead {
+				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyReadOnly, true)))
+				return
+			}
+			s.nameRoute(r)
+			writeError(w, r, errdefs.Forbidden("this token may only read (GET and HEAD); %s needs a token of --auth-token-file", r.Method))
 			return
 		}
 		s.nameRoute(r)
@@ -56,6 +67,31 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 		loggerFrom(r.Context()).WithField("token_sent", found).Debug("request not authenticated")
 		writeError(w, r, err)
 	})
+}
+
+// Access is GET /v2/access: what the caller's credentials allow, so a
+// client (the console) offers only the actions it may take.
+type Access struct {
+	// Auth is "token" when the API needs a bearer token, "none" when it is
+	// open.
+	Auth string `json:"auth"`
+	// Write is true when the caller may change things (POST, PUT, DELETE).
+	Write bool `json:"write"`
+}
+
+// accessRoute serves GET /v2/access.
+func (s *server) accessRoute(r *mux.Router) {
+	r.HandleFunc("/v2/access", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		a := Access{Auth: "none", Write: true}
+		if s.opts.Tokens != nil || s.opts.ReadTokens != nil {
+			a.Auth = "token"
+		}
+		if ro, _ := r.Context().Value(keyReadOnly).(bool); ro {
+			a.Write = false
+		}
+		writeJSON(w, http.StatusOK, a)
+		return nil
+	})).Methods(http.MethodGet)
 }
 
 // bearerToken takes the token out of an Authorization header; the scheme is

@@ -116,3 +116,49 @@ func TestBearerToken(t *testing.T) {
 		}
 	}
 }
+
+// A read-only token reads everything and writes nothing (403); GET
+// /v2/access tells a client which kind of token it holds.
+func TestReadOnlyTokens(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{"write": "writer\n", "read": "reader\n"}
+	checkers := map[string]*authn.TokenFile{}
+	for name, content := range files {
+		path := filepath.Join(dir, name)
+		testcert.WriteFile(t, path, []byte(content))
+		tf, err := authn.NewTokenFile(authn.Options{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkers[name] = tf
+	}
+	f := newFixtureWith(t, func(o *Options) { o.Tokens, o.ReadTokens = checkers["write"], checkers["read"] })
+	cases := []struct {
+		method, path, token string
+		code                int
+		body                string
+	}{
+		{"GET", "/v2/projects", "reader", 200, ""},
+		{"HEAD", "/v2/projects", "reader", 405, ""}, // past authentication: the route serves GET only
+		{"GET", "/v2/access", "reader", 200, `"write":false`},
+		{"GET", "/v2/access", "writer", 200, `"write":true`},
+		{"POST", "/v2/projects", "reader", 403, "may only read"},
+		{"DELETE", "/v2/projects/p", "reader", 403, "may only read"},
+		{"POST", "/v2/projects", "nobody", 401, ""},
+		{"GET", "/v2/access", "", 401, ""},
+	}
+	for _, c := range cases {
+		auth := ""
+		if c.token != "" {
+			auth = "Bearer " + c.token
+		}
+		code, body, _ := f.doAuth(t, c.method, c.path, auth)
+		if code != c.code || !strings.Contains(body, c.body) {
+			t.Errorf("%s %s with %q: %d %q, want %d %q", c.method, c.path, c.token, code, body, c.code, c.body)
+		}
+	}
+	open := newFixtureWith(t, func(*Options) {})
+	if code, body, _ := open.doAuth(t, "GET", "/v2/access", ""); code != 200 || strings.TrimSpace(body) != `{"auth":"none","write":true}` {
+		t.Errorf("open API: %d %s", code, body)
+	}
+}

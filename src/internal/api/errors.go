@@ -25,6 +25,8 @@ func statusFor(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, errdefs.ErrUnauthorized):
 		return http.StatusUnauthorized
+	case errors.Is(err, errdefs.ErrForbidden):
+		return http.StatusForbidden
 	case errors.Is(err, errdefs.ErrTimedOut):
 		return http.StatusRequestTimeout
 	case errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, context.DeadlineExceeded),

@@ -23,6 +23,7 @@ const (
 	keyLogger
 	keyRoute
 	keyArrived // when the request's headers were read
+	keyReadOnly
 )
 
 // RequestIDHeader carries the request id in and out.

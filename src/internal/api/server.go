@@ -66,6 +66,9 @@ type Options struct {
 	// Tokens, when set, requires a valid bearer token on every route but
 	// /healthz and /readyz; nil leaves the API open.
 	Tokens TokenChecker
+	// ReadTokens, when set, are bearer tokens that may only read: GET and
+	// HEAD (status, streams, lists), never a write (403).
+	ReadTokens TokenChecker
 	// Checks run by /readyz, by name ("etcd", "mongo"); a failed check's
 	// reason is shown only when its error is marked with ShowReason.
 	Checks map[string]Check
@@ -277,6 +280,7 @@ func (s *server) routes() {
 	s.historyRoutes(r)
 	s.subscriptionRoutes(r)
 	s.overviewRoutes(r)
+	s.accessRoute(r)
 	s.consoleRoutes(r)
 	s.systemRoutes(r)
 	s.v2Routes(r)

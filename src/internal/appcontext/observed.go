@@ -8,6 +8,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 )
@@ -41,9 +43,32 @@ type BundleEntry struct {
 	Hash string
 	// Labels of the object (for v1 queries).
 	Labels map[string]string
+	// Owner is the object's controller (metadata.ownerReferences), if any.
+	Owner OwnerRef
 	// Typed or Custom is the entry itself.
 	Typed  *v1alpha1.ResourceStatus
 	Custom *v1alpha1.CustomResourceStatus
+}
+
+// OwnerRef names an object's controlling owner: a Pod's ReplicaSet, a
+// ReplicaSet's Deployment.
+type OwnerRef struct{ Group, Version, Kind, Name string }
+
+// ownerOf is the controller among an object's owner references, or the
+// first of them when none says it is.
+func ownerOf(refs []metav1.OwnerReference) OwnerRef {
+	if len(refs) == 0 {
+		return OwnerRef{}
+	}
+	pick := refs[0]
+	for _, r := range refs {
+		if r.Controller != nil && *r.Controller {
+			pick = r
+			break
+		}
+	}
+	gv, _ := schema.ParseGroupVersion(pick.APIVersion)
+	return OwnerRef{Group: gv.Group, Version: gv.Version, Kind: pick.Kind, Name: pick.Name}
 }
 
 // EntryRef identifies a bundle entry; a struct, so lookups allocate nothing.
@@ -61,9 +86,10 @@ func IndexBundle(st *v1alpha1.ResourceBundleStateStatus) map[EntryRef]*BundleEnt
 		for i := range list {
 			e := &list[i]
 			var meta struct {
-				Name      string            `json:"name"`
-				Namespace string            `json:"namespace"`
-				Labels    map[string]string `json:"labels"`
+				Name      string                  `json:"name"`
+				Namespace string                  `json:"namespace"`
+				Labels    map[string]string       `json:"labels"`
+				Owners    []metav1.OwnerReference `json:"ownerReferences"`
 			}
 			_ = json.Unmarshal(e.Metadata.Raw, &meta)
 			group, _, found := strings.Cut(e.APIVersion, "/")
@@ -71,7 +97,8 @@ func IndexBundle(st *v1alpha1.ResourceBundleStateStatus) map[EntryRef]*BundleEnt
 				group = ""
 			}
 			out[EntryRef{group, e.Kind, meta.Namespace, meta.Name}] = &BundleEntry{Group: group, Kind: e.Kind, Name: meta.Name,
-				Namespace: meta.Namespace, ReadyStatus: e.ReadyStatus, Reason: e.Reason, Labels: meta.Labels, Typed: e, Hash: e.ManagedFieldsHash}
+				Namespace: meta.Namespace, ReadyStatus: e.ReadyStatus, Reason: e.Reason, Labels: meta.Labels, Typed: e, Hash: e.ManagedFieldsHash,
+				Owner: ownerOf(meta.Owners)}
 		}
 	}
 	for i := range st.ResourceStatuses {

@@ -139,7 +139,7 @@ func loadImage(t *testing.T) image {
 			continue
 		}
 		built = true
-		for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w"`, "./src/cmd/orchestrator", "./src/cmd/monitor",
+		for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w"`, "./src/cmd/orchestrator", "./src/cmd/monitor", "./src/cmd/argus",
 			"--mount=type=cache,target=/go/pkg/mod", "--mount=type=cache,target=/root/.cache/go-build"} {
 			if !strings.Contains(run.args, want) {
 				t.Errorf("line %d: the go build step lacks %s", run.line, want)
@@ -191,7 +191,7 @@ func loadImage(t *testing.T) image {
 		// Numeric, so Kubernetes' runAsNonRoot can verify it without /etc/passwd.
 		t.Errorf("final USER %q, want a numeric non-zero uid", img.user)
 	}
-	for _, bin := range []string{"/usr/local/bin/orchestrator", "/usr/local/bin/monitor"} {
+	for _, bin := range []string{"/usr/local/bin/orchestrator", "/usr/local/bin/monitor", "/usr/local/bin/argus"} {
 		if !img.binaries[bin] {
 			t.Errorf("final image lacks %s (has %v)", bin, img.binaries)
 		}

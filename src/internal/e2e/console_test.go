@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -227,8 +229,12 @@ func TestConsoleAsksForTheToken(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("console-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	readers := filepath.Join(t.TempDir(), "readers")
+	if err := os.WriteFile(readers, []byte("console-reader\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	o := startOrchestrator(t, testenv.UniqueName("consoleauth"), "/"+testenv.UniqueName("consoleauth"),
-		func(opts *orchestrator.Options) { opts.AuthTokenFile = tokens })
+		func(opts *orchestrator.Options) { opts.AuthTokenFile, opts.AuthReadTokenFile = tokens, readers })
 	if err := chromedp.Do(ctx, chromedp.Navigate(o.base+"/")); err != nil {
 		t.Fatal(err)
 	}
@@ -252,6 +258,47 @@ func TestConsoleAsksForTheToken(t *testing.T) {
 	}
 	if stored, err := chromedp.Run(ctx, chromedp.Evaluate[string](`sessionStorage.getItem("argus-api-token") || ""`)); err != nil || stored != "console-secret" {
 		t.Fatalf("token kept in the session: %q %v", stored, err)
+	}
+	checkActionsNeedAWriteToken(t, ctx, o)
+}
+
+// checkActionsNeedAWriteToken: a DIG's drill-down offers its actions to a
+// token that may write, and says read-only, with none, to a read token.
+func checkActionsNeedAWriteToken(t *testing.T, ctx context.Context, o *orch) {
+	t.Helper()
+	for _, c := range []struct {
+		path string
+		body map[string]any
+	}{
+		{"/v2/projects", meta("p1")},
+		{"/v2/projects/p1/composite-apps", obj("ca", map[string]any{"compositeAppVersion": "v1"})},
+		{caPath + "/composite-profiles", meta("cpf")},
+		{caPath + "/deployment-intent-groups", obj("dig1", map[string]any{"compositeProfile": "cpf", "version": "r1"})},
+	} {
+		data, _ := json.Marshal(c.body)
+		req, _ := http.NewRequest("POST", o.base+c.path, bytes.NewReader(data))
+		req.Header.Set("Authorization", "Bearer console-secret")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 201 {
+			t.Fatalf("POST %s: %v %v", c.path, resp, err)
+		}
+		resp.Body.Close()
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(o.base+"/#/dig/p1/ca/v1/dig1")); err != nil {
+		t.Fatal(err)
+	}
+	see(t, ctx, 30*time.Second, "the actions for a token that may write", "#actions #action-terminate")
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#forget-token"))); err != nil {
+		t.Fatal(err)
+	}
+	see(t, ctx, 30*time.Second, "the token dialog again", "#login #token")
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#token"), "console-reader"), chromedp.Click(chromedp.CSS("#login-submit"))); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(wctx, chromedp.Poll[bool](`(document.querySelector("#actions") || {}).textContent === "read-only"`)); err != nil {
+		t.Fatalf("a read token's drill-down: actions %q (%v)", text(t, ctx, "#actions"), err)
 	}
 }
 

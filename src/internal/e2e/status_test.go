@@ -24,10 +24,18 @@ type monitors struct {
 	t       testing.TB
 	set     *simcluster.Set
 	running map[string]func()
+	// renew is the Lease renewal interval; 0 is the monitor's default.
+	renew time.Duration
 }
 
 func startMonitors(t testing.TB, set *simcluster.Set) *monitors {
-	m := &monitors{t: t, set: set, running: map[string]func(){}}
+	return startMonitorsRenewing(t, set, 0)
+}
+
+// startMonitorsRenewing starts monitors whose Leases renew every renew, so
+// a test can see one go silent within seconds.
+func startMonitorsRenewing(t testing.TB, set *simcluster.Set, renew time.Duration) *monitors {
+	m := &monitors{t: t, set: set, running: map[string]func(){}, renew: renew}
 	for _, c := range set.Clusters {
 		m.start(c.Name)
 	}
@@ -40,7 +48,7 @@ func startMonitors(t testing.TB, set *simcluster.Set) *monitors {
 }
 
 func (m *monitors) start(cluster string) {
-	mon, err := monitor.New(monitor.Options{Config: m.set.Cluster(cluster).RESTConfig(), Registerer: prometheus.NewRegistry()})
+	mon, err := monitor.New(monitor.Options{Config: m.set.Cluster(cluster).RESTConfig(), Registerer: prometheus.NewRegistry(), RenewInterval: m.renew})
 	if err != nil {
 		m.t.Fatal(err)
 	}

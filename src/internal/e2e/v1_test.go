@@ -64,6 +64,7 @@ func TestV1InstanceLifecycle(t *testing.T) {
 	if podName == "" {
 		t.Fatal("the instance's pod, labelled with its deployment id, never ran")
 	}
+	checkArgusInstance(t, o, inst.ID, podName)
 	cm, err := cs.CoreV1().ConfigMaps("v1test").Get(ctx, "fw-config", metav1.GetOptions{})
 	if err != nil || cm.Data["message"] != "from-v1-profile" {
 		t.Fatalf("profile values: %v %v", cm, err)

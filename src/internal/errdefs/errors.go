@@ -14,6 +14,7 @@ var (
 	ErrUnprocessable = errors.New("unprocessable")
 	ErrTooLarge      = errors.New("too large")
 	ErrUnauthorized  = errors.New("unauthorized")
+	ErrForbidden     = errors.New("forbidden")
 	ErrUnavailable   = errors.New("unavailable")
 	ErrTimedOut      = errors.New("timed out")
 	// ErrFailed is an operation that was carried out and failed where it
@@ -74,6 +75,9 @@ func TooLarge(format string, args ...any) error { return newf(ErrTooLarge, nil, 
 func Unauthorized(format string, args ...any) error {
 	return newf(ErrUnauthorized, nil, format, args...)
 }
+
+// Forbidden reports credentials that are valid but may not do this.
+func Forbidden(format string, args ...any) error { return newf(ErrForbidden, nil, format, args...) }
 
 // Unavailable reports a dependency (a store, a cluster) that cannot be reached now.
 func Unavailable(cause error, format string, args ...any) error {

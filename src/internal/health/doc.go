@@ -10,6 +10,9 @@
 //
 // Aggregate combines statuses: any Failed → Failed; else any Unknown →
 // Unknown; else any Terminating, Pending or NotPresent → Pending; else Ready.
+// Workload carries a workload's pods up to it: a Pending Deployment,
+// StatefulSet, DaemonSet, ReplicaSet or Job with a Failed pod is Failed,
+// with the pod's reason (the status engine, which sees both, applies it).
 //
 //	r := health.Evaluate(obj) // health.Result{Status: health.Pending, Reason: "1 of 2 replicas ready"}
 package health

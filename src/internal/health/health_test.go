@@ -101,3 +101,44 @@ func TestSummarize(t *testing.T) {
 		t.Fatalf("all ready: %q", got)
 	}
 }
+
+type workloadCase struct {
+	Name string `json:"name"`
+	Own  struct {
+		Status Status `json:"status"`
+		Reason string `json:"reason"`
+	} `json:"own"`
+	Pods []struct {
+		Name   string `json:"name"`
+		Status Status `json:"status"`
+		Reason string `json:"reason"`
+	} `json:"pods"`
+	Want struct {
+		Status Status `json:"status"`
+		Reason string `json:"reason"`
+	} `json:"want"`
+}
+
+func TestWorkloadFixtures(t *testing.T) {
+	data, err := os.ReadFile("testdata/workload.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []workloadCase
+	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		var pods []Item
+		for _, p := range tc.Pods {
+			pods = append(pods, Item{Kind: "Pod", Name: p.Name, Result: Result{p.Status, p.Reason}})
+		}
+		got := Workload(Result{tc.Own.Status, tc.Own.Reason}, pods)
+		if got.Status != tc.Want.Status || got.Reason != tc.Want.Reason {
+			t.Errorf("%s: %+v, want %+v", tc.Name, got, tc.Want)
+		}
+	}
+	if len(cases) < 5 {
+		t.Fatalf("only %d cases", len(cases))
+	}
+}

@@ -304,7 +304,9 @@ func TestChunksAndLimit(t *testing.T) {
 	rec := newRecorder(t, store, src, &now)
 	var rs []status.ResourceState
 	for i := range 250 {
-		rs = append(rs, res(key("a", "c", "ConfigMap", fmt.Sprintf("cm%03d", i)), "Pending", "Unknown", "Unknown", ""))
+		r := res(key("a", "c", "ConfigMap", fmt.Sprintf("cm%03d", i)), "Pending", "Unknown", "Unknown", "")
+		r.Since = t0.Add(-time.Minute) // queued long ago: nothing settles (settle.go)
+		rs = append(rs, r)
 	}
 	src.set(g, snapshot("Instantiating", false, rs...))
 	if err := rec.Record(ctx, g); err != nil {

@@ -78,6 +78,9 @@ type Recorder struct {
 	// queue exists while Run runs; changes before that are covered by
 	// Run's catch-up, which lists every group after the queue exists.
 	queue workqueue.TypedRateLimitingInterface[string]
+	// seen is when each new resource still settling (settle) was first
+	// seen, by group and resource key.
+	seen map[string]map[string]time.Time
 }
 
 // NewRecorder returns a Recorder; Run starts it.
@@ -97,7 +100,7 @@ func NewRecorder(opts RecorderOptions) (*Recorder, error) {
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return time.Now().UTC() }
 	}
-	r := &Recorder{opts: opts, log: opts.Logger, resync: make(chan struct{}, 1),
+	r := &Recorder{opts: opts, log: opts.Logger, resync: make(chan struct{}, 1), seen: map[string]map[string]time.Time{},
 		entries: prometheus.NewCounter(prometheus.CounterOpts{Name: "argus_history_entries_total",
 			Help: "History entries recorded by this process."}),
 		errs: prometheus.NewCounter(prometheus.CounterOpts{Name: "argus_history_errors_total",
@@ -198,7 +201,8 @@ func (r *Recorder) next(ctx context.Context, queue workqueue.TypedRateLimitingIn
 		queue.Forget(group) // handed to another replica meanwhile
 		return true
 	}
-	if err := r.Record(ctx, group); err != nil {
+	again, err := r.record(ctx, group)
+	if err != nil {
 		if ctx.Err() == nil {
 			r.errs.Inc()
 			r.log.WithError(err).WithField("group", group).Warn("cannot record history; retrying")
@@ -207,39 +211,70 @@ func (r *Recorder) next(ctx context.Context, queue workqueue.TypedRateLimitingIn
 		return true
 	}
 	queue.Forget(group)
+	if !again.IsZero() {
+		// Resources still settling after their apply: record them when
+		// their window closes, if nothing else comes first.
+		queue.AddAfter(group, again.Sub(r.opts.Now())+10*time.Millisecond)
+	}
 	return true
 }
 
 // Record diffs a group's current state against its cursor and appends
 // the transitions. A subject that is gone has its history dropped.
 func (r *Recorder) Record(ctx context.Context, group string) error {
+	_, err := r.record(ctx, group)
+	return err
+}
+
+// record is Record, and says when to record the group again for the
+// resources it held back while they settle (zero: none).
+func (r *Recorder) record(ctx context.Context, group string) (time.Time, error) {
 	for attempt := 0; ; attempt++ {
 		cur, rev, err := r.opts.Store.load(ctx, group)
 		if err != nil {
-			return err
+			return time.Time{}, err
 		}
 		snap, err := r.opts.Source.Snapshot(ctx, group)
 		if errors.Is(err, errdefs.ErrNotFound) {
+			r.setSeen(group, nil)
 			if rev == 0 {
-				return nil
+				return time.Time{}, nil
 			}
-			return r.opts.Store.Delete(ctx, group)
+			return time.Time{}, r.opts.Store.Delete(ctx, group)
 		}
 		if err != nil {
-			return fmt.Errorf("snapshot %s: %w", group, err)
+			return time.Time{}, fmt.Errorf("snapshot %s: %w", group, err)
 		}
-		entries := diff(cur, snap, r.opts.Now())
+		now := r.opts.Now()
+		r.mu.Lock()
+		seen := r.seen[group]
+		r.mu.Unlock()
+		settled, held, again := settle(cur, snap, now, seen)
+		entries := diff(cur, settled, now)
 		if len(entries) == 0 {
-			return nil
+			r.setSeen(group, held)
+			return again, nil
 		}
 		_, written, err := r.opts.Store.append(ctx, group, cur, rev, entries)
 		if errors.Is(err, errMoved) && attempt < 3 {
 			continue // another writer came first: diff against what it wrote
 		}
 		if err != nil {
-			return err
+			return time.Time{}, err
 		}
+		r.setSeen(group, held)
 		r.entries.Add(float64(len(written)))
-		return nil
+		return again, nil
 	}
+}
+
+// setSeen keeps a group's first sightings of resources still settling.
+func (r *Recorder) setSeen(group string, held map[string]time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(held) == 0 {
+		delete(r.seen, group)
+		return
+	}
+	r.seen[group] = held
 }

@@ -89,6 +89,10 @@ type Options struct {
 	// AuthTokenFile names the API bearer token file (one token a line, '#'
 	// comments); "" leaves the API open. /healthz, /readyz and /v1/healthcheck are always open.
 	AuthTokenFile string
+	// AuthReadTokenFile names a file of bearer tokens that may only read
+	// (GET and HEAD: status, streams, lists; the console hides its
+	// actions); same format.
+	AuthReadTokenFile string
 	// TLSCertFile and TLSKeyFile, both or neither, make the API serve HTTPS
 	// (TLS 1.2 or later); "" serves plain HTTP.
 	TLSCertFile, TLSKeyFile string
@@ -287,7 +291,9 @@ type App struct {
 	// tokens and cert are loaded by New, so a bad file is a configuration
 	// error found before any store is opened; nil when not configured.
 	tokens *authn.TokenFile
-	cert   *reload.Certificate
+	// readTokens may only read (GET, HEAD).
+	readTokens *authn.TokenFile
+	cert       *reload.Certificate
 
 	mu       sync.Mutex
 	addr     net.Addr
@@ -360,6 +366,14 @@ func New(opts Options) (*App, error) {
 			return nil, fmt.Errorf("orchestrator: --auth-token-file: %w", err)
 		}
 		a.tokens = tokens
+	}
+	if opts.AuthReadTokenFile != "" {
+		tokens, err := authn.NewTokenFile(authn.Options{Path: opts.AuthReadTokenFile, Interval: opts.FileCheckInterval,
+			Logger: a.log.WithField("component", "authn")})
+		if err != nil {
+			return nil, fmt.Errorf("orchestrator: --auth-read-token-file: %w", err)
+		}
+		a.readTokens = tokens
 	}
 	if opts.TLSCertFile != "" {
 		cert, err := reload.NewCertificate(reload.CertificateOptions{CertFile: opts.TLSCertFile, KeyFile: opts.TLSKeyFile,

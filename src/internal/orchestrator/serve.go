@@ -190,6 +190,9 @@ func (a *App) apiOptions(ls *listeners, st *stores, w *work) api.Options {
 	if a.tokens != nil { // never a typed nil in the interface
 		opts.Tokens = a.tokens
 	}
+	if a.readTokens != nil {
+		opts.ReadTokens = a.readTokens
+	}
 	return opts
 }
 

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"github.com/argus-mc/argus/src/internal/authn"
 	"net"
 
 	"golang.org/x/net/netutil"
@@ -40,8 +41,8 @@ func (a *App) serveStatusNotify(life *lifecycle, ls *listeners, w *work) error {
 	ln := netutil.LimitListener(ls.grpc, grpcConns(ls.maxConns))
 	opts := statusnotify.Options{Status: w.reader, Changes: w.notifier, Logger: a.log.WithField("component", "statusnotify"),
 		MaxStreams: maxStreams(a.opts.HTTP.MaxStreams, ls.maxConns)}
-	if a.tokens != nil { // never a typed nil in the interface
-		opts.Tokens = a.tokens
+	if a.tokens != nil || a.readTokens != nil { // the service only reads: read-only tokens pass too
+		opts.Tokens = anyToken{a.tokens, a.readTokens}
 	}
 	svc, err := statusnotify.New(opts)
 	if err != nil {
@@ -73,3 +74,16 @@ func (a *App) GRPCAddr() net.Addr {
 // grpcConns is the gRPC port's connection cap: a quarter of the API's, at
 // least 16.
 func grpcConns(maxConns int) int { return max(16, maxConns/4) }
+
+// anyToken accepts a token of any of its files (nil ones skipped).
+type anyToken []*authn.TokenFile
+
+// Valid reports a token of one of the files.
+func (t anyToken) Valid(token string) bool {
+	for _, f := range t {
+		if f != nil && f.Valid(token) {
+			return true
+		}
+	}
+	return false
+}

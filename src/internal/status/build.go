@@ -156,6 +156,9 @@ type Resource struct {
 	// of rsync-status (type=rsync) and cluster-status (type=cluster).
 	RsyncStatusEMCO   string `json:"rsyncStatus,omitempty"`
 	ClusterStatusEMCO string `json:"clusterStatus,omitempty"`
+	// Owners are the objects controlling it, nearest first (a Pod's
+	// ReplicaSet, then its Deployment), from the bundle (type=cluster).
+	Owners []Owner `json:"owners,omitempty"`
 	// Warnings are the API server's about an applied object (type=rsync).
 	Warnings []string        `json:"warnings,omitempty"`
 	Detail   json.RawMessage `json:"detail,omitempty"`
@@ -166,6 +169,8 @@ type Resource struct {
 	// entry (immutable once received) or the rendered manifest.
 	entry    *appcontext.BundleEntry
 	manifest *appcontext.Resource
+	// since is when rsync last set its status (for history snapshots).
+	since time.Time
 }
 
 // Heal is a resource's heal record as answers show it.
@@ -381,7 +386,7 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			continue
 		}
 		res := Resource{GVK: GVK{r.GVK.Group, r.GVK.Version, r.GVK.Kind}, Name: r.Name, Namespace: r.Namespace,
-			RsyncStatus: rs.Status, DeployedStatus: rs.Status}
+			RsyncStatus: rs.Status, DeployedStatus: rs.Status, since: rs.Updated}
 		if res.Namespace == "" && namespaced(r.GVK.Kind) {
 			res.Namespace = in.Context.Meta.Namespace
 		}
@@ -450,6 +455,13 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			}
 			statuses = append(statuses, health.Status(res.ReadyStatus))
 			c.Resources = append(c.Resources, res)
+		}
+	}
+	if q.Type == TypeCluster && index != nil && unknownWhy == "" {
+		linkOwners(c.Resources, index)
+		statuses = statuses[:0]
+		for _, r := range c.Resources {
+			statuses = append(statuses, health.Status(r.fine))
 		}
 	}
 	if q.Type == TypeCluster {

@@ -221,6 +221,7 @@ func summaryOf(in Input, s *Summary) {
 	if s.Total > 0 {
 		s.ReadyStatus = string(worst)
 	}
+	s.NotReady = worstFirst(s.NotReady, MaxNotReady) // the worst are kept
 }
 
 // summariseCluster counts one app's resources on one cluster into s and
@@ -244,10 +245,8 @@ func (s *Summary) summariseCluster(app string, c Cluster) ClusterSummary {
 			continue
 		}
 		s.NotReadyCount++
-		if len(s.NotReady) < MaxNotReady {
-			s.NotReady = append(s.NotReady, NotReady{App: app, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
-				GVK: res.GVK, Name: res.Name, ClusterStatus: res.ClusterStatus, ReadyStatus: res.ReadyStatus, Reason: res.Reason})
-		}
+		s.NotReady = append(s.NotReady, NotReady{App: app, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
+			GVK: res.GVK, Name: res.Name, ClusterStatus: res.ClusterStatus, ReadyStatus: res.ReadyStatus, Reason: res.Reason})
 	}
 	if cs.Total > 0 {
 		cs.ReadyStatus = string(worst)
@@ -356,3 +355,25 @@ func (r *Reader) ClusterOverview(ctx context.Context, replica string, owners Wat
 }
 
 func isNotFound(err error) bool { return errors.Is(err, errdefs.ErrNotFound) }
+
+// worstFirst keeps the max worst of what is not Ready: Failed, then
+// NotPresent, then Pending and Terminating, then Unknown (a Pending
+// Deployment never hides its Failed pod), each in answer order.
+func worstFirst(l []NotReady, max int) []NotReady {
+	rank := func(s string) int {
+		switch health.Status(s) {
+		case health.Failed:
+			return 0
+		case health.NotPresent:
+			return 1
+		case health.Pending, health.Terminating:
+			return 2
+		}
+		return 3
+	}
+	sort.SliceStable(l, func(i, j int) bool { return rank(l[i].ReadyStatus) < rank(l[j].ReadyStatus) })
+	if len(l) > max {
+		l = l[:max]
+	}
+	return l
+}

@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"time"
 
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
@@ -32,6 +33,9 @@ type ResourceState struct {
 	// it before rsync adopted it.
 	Heal        *Heal
 	AdoptedFrom string
+	// Since is when rsync last set the resource's status (queued it,
+	// applied it); zero for pods, which rsync does not apply.
+	Since time.Time
 }
 
 // Snapshot answers for a change-routing group ("dig:<p>/<ca>/<v>/<dig>" or
@@ -75,7 +79,7 @@ func snapshotOf(in Input) Snapshot {
 					Key: ResourceKey{App: a.Name, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
 						Group: res.GVK.Group, Version: res.GVK.Version, Kind: res.GVK.Kind, Namespace: res.Namespace, Name: res.Name},
 					RsyncStatus: res.RsyncStatus, ClusterStatus: res.ClusterStatus, ReadyStatus: res.ReadyStatus, Reason: res.Reason,
-					SyncStatus: res.SyncStatus, SyncReason: res.SyncReason, Heal: res.Heal, AdoptedFrom: res.AdoptedFrom})
+					SyncStatus: res.SyncStatus, SyncReason: res.SyncReason, Heal: res.Heal, AdoptedFrom: res.AdoptedFrom, Since: res.since})
 			}
 		}
 	}
