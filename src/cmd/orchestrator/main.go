@@ -23,6 +23,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/deploy"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/logicalcloud"
+	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/render"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
@@ -87,6 +88,18 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.DurationVar(&s.opts.HTTP.IdleTimeout, "idle-timeout", 2*time.Minute, "how long an idle kept-alive connection stays open")
 	s.opts.HTTP.MaxBodyMemory = api.DefaultMaxBodyMemory
 	fs.Var(config.Size{Value: &s.opts.HTTP.MaxBodyMemory}, "max-body-memory", "request body bytes all requests together may hold while they are read and checked (each reserves its Content-Length, or its limit); a body that does not fit waits up to 10s, then gets 503 with Retry-After")
+	fs.Var(config.Size{Value: &s.opts.HTTP.MaxBodyMemoryPerCaller}, "max-body-memory-per-caller", "most of --max-body-memory one caller (a bearer token, or a remote address) may hold, unless it holds nothing; 0 is a quarter of it. An eighth of --max-body-memory is kept for bodies up to 1Mi, so small requests pass beside large ones")
+	s.opts.HTTP.MinBodyRate = api.DefaultMinBodyRate
+	fs.Var(config.Size{Value: &s.opts.HTTP.MinBodyRate}, "min-body-rate", "slowest a request body may arrive, in bytes a second on average once 10s have passed; slower is cut with 408, so a trickled upload cannot hold its part of --max-body-memory for the whole --read-timeout; 0 turns it off")
+	s.opts.HTTP.MaxAnswerMemory = api.DefaultMaxAnswerMemory
+	fs.Var(config.Size{Value: &s.opts.HTTP.MaxAnswerMemory}, "max-answer-memory", "answer bytes all requests together may hold while clients read them (an answer marshalled whole, or the buffer of a status answer, which is written as it is encoded); an answer that does not fit waits up to 10s, then the request gets 503 (or its connection is cut, once the answer began); one larger than this is refused with 413 naming how to narrow it")
+	fs.DurationVar(&s.opts.HTTP.AnswerWriteTimeout, "answer-write-timeout", api.DefaultAnswerWriteTimeout, "how long one write of an answer (at most 64Ki) may block before the connection is cut: a client that stopped reading loses its answer and gives its memory back; --write-timeout still bounds the whole answer")
+	fs.IntVar(&s.opts.Notify.MaxSubscriptions, "max-subscriptions", notify.DefaultMaxSubscriptions, "most status subscriptions there may be, in all (409 beyond)")
+	fs.IntVar(&s.opts.Notify.MaxSubscriptionsPerSubject, "max-subscriptions-per-subject", notify.DefaultMaxPerSubject, "most status subscriptions one deployment intent group or instance may have (409 beyond)")
+	fs.IntVar(&s.opts.Notify.MaxDeliveries, "max-deliveries", 0, "cap on callback deliveries in flight (each holds a connection, a file descriptor), more wait their turn; 0 is a quarter of the descriptors the API and gRPC connection caps leave (at most 1024); a value over half of them is lowered")
+	fs.IntVar(&s.opts.Notify.MaxDeliveriesPerHost, "max-deliveries-per-host", 0, "cap on callback deliveries in flight to one receiver host, so one that does not answer cannot hold every slot; 0 is a quarter of --max-deliveries")
+	s.opts.ManifestCacheSize = appcontext.DefaultManifestCacheSize
+	fs.Var(config.Size{Value: &s.opts.ManifestCacheSize}, "manifest-cache-size", "rendered manifests kept in memory, the most recently used (rsync applying them, status answers with output=detail); the others are read from etcd when needed")
 	fs.IntVar(&s.opts.HTTP.MaxStreams, "max-watch-streams", 0, "cap on ?watch=true streams open at once (status and overview), more get 503 with Retry-After; 0 is half of the connection cap, so streams never hold every connection")
 	fs.DurationVar(&s.opts.HTTP.StreamWriteTimeout, "watch-write-timeout", 30*time.Second, "how long one write of a ?watch=true stream may block before the stream is closed (a client that stopped reading)")
 	fs.IntVar(&s.opts.HTTP.MaxJSONDepth, "max-json-depth", api.DefaultMaxJSONDepth, "deepest nesting of arrays and objects a JSON body may have (400 beyond)")
@@ -150,6 +163,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 2
 	}
 	s.opts.EtcdEndpoints = s.endpoints
+	if s.opts.HTTP.MinBodyRate == 0 {
+		s.opts.HTTP.MinBodyRate = -1 // the flag's 0 is off; the option's is the default
+	}
 	s.opts.CallbackAllow = s.allow
 	s.opts.CallbackDeny = s.deny
 	s.opts.LogicalClouds.ReservedUsers = s.reserved

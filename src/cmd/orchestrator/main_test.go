@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,12 +35,13 @@ func TestMain(m *testing.M) {
 }
 
 type proc struct {
-	cmd    *exec.Cmd
-	addr   string
-	log    *procLog
-	exited chan struct{} // closed when the process has exited
-	exitAt time.Time     // when, read after exited
-	err    error         // how (cmd.Wait), read after exited
+	cmd      *exec.Cmd
+	addr     string
+	grpcAddr string // the gRPC status notification port, when --grpc-listen is set
+	log      *procLog
+	exited   chan struct{} // closed when the process has exited
+	exitAt   time.Time     // when, read after exited
+	err      error         // how (cmd.Wait), read after exited
 }
 
 // procLog is a child's stderr, read as it streams: every line counted and
@@ -121,7 +123,7 @@ func startProc(t *testing.T, env []string, watch []string, args ...string) *proc
 		p.exitAt = time.Now()
 		close(p.exited)
 	}()
-	addr := make(chan string, 1)
+	addr, grpcAddr := make(chan string, 1), make(chan string, 1)
 	go func() {
 		defer close(p.log.drained)
 		defer r.Close()
@@ -133,6 +135,12 @@ func startProc(t *testing.T, env []string, watch []string, args ...string) *proc
 			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "orchestrator serving" {
 				select {
 				case addr <- entry.Addr:
+				default:
+				}
+			}
+			if entry.Msg == "gRPC status notifications serving" {
+				select {
+				case grpcAddr <- entry.Addr:
 				default:
 				}
 			}
@@ -158,6 +166,13 @@ func startProc(t *testing.T, env []string, watch []string, args ...string) *proc
 		t.Fatalf("orchestrator exited before serving: %v; log: %s", p.err, p.log)
 	case <-time.After(60 * time.Second):
 		t.Fatalf("orchestrator did not serve within 60s; log: %s", p.log)
+	}
+	if slices.Contains(args, "--grpc-listen") { // its line may come before or after the API's
+		select {
+		case p.grpcAddr = <-grpcAddr:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the gRPC port did not serve within 60s; log: %s", p.log)
+		}
 	}
 	return p
 }

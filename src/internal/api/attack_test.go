@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/argus-mc/argus/src/internal/console"
 	"github.com/argus-mc/argus/src/internal/gac"
@@ -186,40 +185,72 @@ func bareServer(t testing.TB, opts Options) *server {
 	}
 	opts.MaxBodyMemory = cmp.Or(opts.MaxBodyMemory, DefaultMaxBodyMemory)
 	opts.BodyWait = cmp.Or(opts.BodyWait, DefaultBodyWait)
-	return &server{opts: opts, metrics: m, bodies: semaphore.NewWeighted(opts.MaxBodyMemory)}
+	opts.MaxJSONBody = cmp.Or(opts.MaxJSONBody, DefaultMaxJSONBody)
+	return &server{opts: opts, metrics: m, bodies: newBodyBudget(opts.MaxBodyMemory, opts.MaxBodyMemoryPerCaller, opts.MaxJSONBody)}
 }
 
 // TestBodiesShareAMemoryBudget: request bodies are held while they are
 // checked, so together they draw on one budget; a request that does not
-// fit waits, then gets 503 with Retry-After, and small ones pass beside a
-// large one. Before, every connection could hold 64 MiB.
+// fit waits, then gets 503 with Retry-After. Small bodies pass beside the
+// large ones of the same caller (part of the budget is theirs), and a
+// caller holding its share waits while others pass. Before, every
+// connection could hold 64 MiB.
 func TestBodiesShareAMemoryBudget(t *testing.T) {
-	f := newFixtureWith(t, func(o *Options) { o.MaxBodyMemory, o.BodyWait = 2<<20, 300*time.Millisecond })
+	f := newFixtureWith(t, func(o *Options) { o.MaxBodyMemory, o.BodyWait = 8<<20, 300*time.Millisecond })
 	f.do(t, "POST", "/v2/cluster-providers", `{"metadata":{"name":"cp"}}`)
+	addr := strings.TrimPrefix(f.srv.URL, "http://")
 	// A cluster upload that declares 2,000,000 bytes and sends a few.
-	conn, err := net.Dial("tcp", strings.TrimPrefix(f.srv.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v2/cluster-providers/cp/clusters HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 2000000\r\n\r\n--b\r\n")
+	conn := declareUpload(t, addr, "/v2/cluster-providers/cp/clusters", 2000000)
 	waitFor(t, func() bool {
 		_, body, _ := f.do(t, "GET", "/metrics", "")
 		return strings.Contains(body, "argus_http_body_bytes_reserved 2e+06")
 	})
-	if code, body, _ := f.do(t, "POST", "/v2/projects", `{"metadata":{"name":"small"}}`); code != 201 {
-		t.Fatalf("a small body beside the large one: %d %s", code, body)
-	}
 	big := `{"metadata":{"name":"big","description":"` + strings.Repeat("x", 200<<10) + `"}}`
-	code, body, h := f.do(t, "POST", "/v2/projects", big)
-	if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || !strings.Contains(body, "memory budget") {
-		t.Fatalf("a body that does not fit: %d %q %v", code, body, h)
+	for _, name := range []string{"small", "big"} {
+		body := `{"metadata":{"name":"small"}}`
+		if name == "big" {
+			body = big
+		}
+		if code, got, _ := f.do(t, "POST", "/v2/projects", body); code != 201 {
+			t.Fatalf("a %s JSON body beside the large upload: %d %.200s", name, code, got)
+		}
+	}
+	// The same caller's second large upload does not fit its share.
+	second := declareUpload(t, addr, "/v2/cluster-providers/cp/clusters", 2000000)
+	code, resp := answerOf(t, second)
+	if code != http.StatusServiceUnavailable || resp.Get("Retry-After") == "" {
+		t.Fatalf("a second large upload of the same caller: %d %v", code, resp)
 	}
 	_ = conn.Close() // the large upload ends; its reservation goes back
 	waitFor(t, func() bool {
-		code, _, _ := f.do(t, "POST", "/v2/projects", big)
-		return code == 201
+		_, body, _ := f.do(t, "GET", "/metrics", "")
+		return strings.Contains(body, "argus_http_body_bytes_reserved 0")
 	})
+}
+
+// declareUpload sends the headers of a multipart upload declaring n bytes,
+// and a few of them.
+func declareUpload(t *testing.T, addr, path string, n int) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: %d\r\n\r\n--b\r\n", path, n)
+	return conn
+}
+
+// answerOf reads the status and headers the server answered on conn.
+func answerOf(t *testing.T, conn net.Conn) (int, http.Header) {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, resp.Header
 }
 
 // TestUploadPartsAreReadUnderTheirKindsLimit: a file part is refused as
@@ -321,3 +352,87 @@ func TestOverviewStreamsShareTheWork(t *testing.T) {
 		t.Fatalf("one change sent to %d streams computed %d overviews", streams, n)
 	}
 }
+
+// Each caller (a token here) holds at most its share of the budget: while
+// one caller's uploads hold theirs, another caller's upload passes, and
+// the first caller's next one waits.
+func TestBodyBudgetSharesPerCaller(t *testing.T) {
+	f := newFixtureWith(t, func(o *Options) {
+		o.MaxBodyMemory, o.BodyWait, o.Tokens = 8<<20, 300*time.Millisecond, tokenSet{"a": true, "b": true}
+	})
+	addr := strings.TrimPrefix(f.srv.URL, "http://")
+	upload := func(token string) net.Conn {
+		t.Helper()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		fmt.Fprintf(conn, "POST /v2/cluster-providers/cp/clusters HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
+			"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 2000000\r\n\r\n--b\r\n", token)
+		return conn
+	}
+	reserved := func(want string) {
+		t.Helper()
+		waitFor(t, func() bool {
+			_, body, _ := f.send(t, "GET", "/metrics", nil, map[string]string{"Authorization": "Bearer a"})
+			return strings.Contains(body, "argus_http_body_bytes_reserved "+want)
+		})
+	}
+	upload("a")
+	reserved("2e+06")
+	upload("b") // another caller: passes beside a's
+	reserved("4e+06")
+	if code, h := answerOf(t, upload("a")); code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" {
+		t.Fatalf("a's second upload beyond its share: %d %v", code, h)
+	}
+}
+
+// A body that arrives slower than the minimum rate, once the grace has
+// passed, is cut with 408 and its reservation goes back; before, it held
+// both for the whole read timeout.
+func TestTrickledBodiesAreCutByTheMinimumRate(t *testing.T) {
+	f := newFixtureWith(t, func(o *Options) { o.MinBodyRate, o.BodyRateGrace = 1<<10, 500*time.Millisecond })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(f.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	fmt.Fprintf(conn, "POST /v2/projects HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+	stop := make(chan struct{})
+	trickled := make(chan struct{})
+	defer func() { close(stop); <-trickled }()
+	go func() { // a byte a second, until the server cuts the connection
+		defer close(trickled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Second):
+			}
+			if _, err := conn.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}()
+	code, _ := answerOf(t, conn)
+	if code != http.StatusRequestTimeout {
+		t.Fatalf("a trickled body: %d, want 408", code)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("cut after %s", took)
+	}
+	waitFor(t, func() bool {
+		_, body, _ := f.do(t, "GET", "/metrics", "")
+		return strings.Contains(body, "argus_http_body_bytes_reserved 0")
+	})
+	// A body sent at once is unaffected, on the same server.
+	if code, body, _ := f.do(t, "POST", "/v2/projects", `{"metadata":{"name":"fast"}}`); code != 201 {
+		t.Fatalf("a prompt body: %d %s", code, body)
+	}
+}
+
+type tokenSet map[string]bool
+
+func (t tokenSet) Valid(token string) bool { return t[token] }

@@ -68,17 +68,11 @@ func readError(err error, what string) error {
 	switch {
 	case errors.As(err, &maxBytes):
 		return errdefs.TooLarge("%s is larger than %d bytes", what, maxBytes.Limit)
+	case errors.Is(err, errBodyTooSlow):
+		return errdefs.TimedOut(nil, "%s arrived slower than the server's minimum body rate", what)
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return errdefs.TimedOut(nil, "%s did not arrive within the server's read timeout", what)
 	default:
 		return errdefs.Invalid("cannot read the %s: %v", what, err)
 	}
-}
-
-// writeJSON answers with v as JSON.
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	_ = enc.Encode(v) // the client went away; nothing useful to do
 }

@@ -70,7 +70,8 @@ func (s *server) historyRoutes(r *mux.Router) {
 				return err
 			}
 			l, err := s.opts.History.List(r.Context(), c.subject(r).Group(), f)
-			return answer(w, historyAnswer{History: l}, err)
+			narrowWith(w, "the entries since a time, or of some resources (?since=, ?app=, ?cluster=, ?resource=)")
+			return answer(w, r, historyAnswer{History: l}, err)
 		})).Methods(http.MethodGet)
 	}
 }
@@ -124,11 +125,11 @@ func (s *server) overviewRoutes(r *mux.Router) {
 			return s.streamOverview(w, r)
 		}
 		o, err := s.opts.Overview.Overview(r.Context())
-		return answer(w, o, err)
+		return answer(w, r, o, err)
 	})).Methods(http.MethodGet)
 	r.HandleFunc("/v2/overview/clusters", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		o, err := s.opts.Overview.ClusterOverview(r.Context())
-		return answer(w, o, err)
+		return answer(w, r, o, err)
 	})).Methods(http.MethodGet)
 }
 
@@ -159,7 +160,7 @@ func (s *server) streamOverview(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sw := s.startStream(w)
+	sw := s.startStream(w, r)
 	if err := sw.event(0, "overview", first); err != nil {
 		return nil
 	}

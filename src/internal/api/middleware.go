@@ -22,6 +22,7 @@ const (
 	keyRequestID ctxKey = iota
 	keyLogger
 	keyRoute
+	keyArrived // when the request's headers were read
 	keyReadOnly
 )
 
@@ -55,10 +56,11 @@ type routeHolder struct{ template string }
 
 // metrics are the HTTP server's Prometheus series.
 type metrics struct {
-	requests  *prometheus.CounterVec
-	duration  *prometheus.HistogramVec
-	streams   prometheus.Gauge
-	bodyBytes prometheus.Gauge
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	streams     prometheus.Gauge
+	bodyBytes   prometheus.Gauge
+	answerBytes prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -81,7 +83,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Namespace: "argus", Subsystem: "http", Name: "body_bytes_reserved",
 		Help: "Request body bytes reserved by requests being read and checked; at --max-body-memory more wait, then get 503.",
 	})
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.streams, m.bodyBytes} {
+	m.answerBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "argus", Subsystem: "http", Name: "answer_bytes_reserved",
+		Help: "Answer bytes reserved by answers being written to their clients; at --max-answer-memory more wait, then get 503 or are cut.",
+	})
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.streams, m.bodyBytes, m.answerBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -114,10 +120,13 @@ func (s *server) observe(next http.Handler) http.Handler {
 		ctx := context.WithValue(r.Context(), keyRequestID, id)
 		ctx = context.WithValue(ctx, keyLogger, log)
 		ctx = context.WithValue(ctx, keyRoute, route)
+		ctx = context.WithValue(ctx, keyArrived, time.Now())
 		r = r.WithContext(ctx)
 		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBody)
 
-		m := httpsnoop.CaptureMetrics(next, w, r)
+		aw := s.newAnswerWriter(w, r)
+		m := httpsnoop.CaptureMetrics(next, aw, r)
+		aw.finish()
 
 		tmpl := route.template
 		if tmpl == "" {

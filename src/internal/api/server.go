@@ -97,6 +97,31 @@ type Options struct {
 	// before it is answered 503; 0 means DefaultBodyWait.
 	MaxBodyMemory int64
 	BodyWait      time.Duration
+	// MaxBodyMemoryPerCaller bounds what one caller (a bearer token, or a
+	// remote address) may hold of the budget's general part, unless it
+	// holds nothing; 0 means a quarter of it.
+	MaxBodyMemoryPerCaller int64
+	// MinBodyRate is the slowest, in bytes a second, a request body may
+	// arrive on average once BodyRateGrace has passed; slower is cut with
+	// 408. 0 means DefaultMinBodyRate; negative turns it off.
+	MinBodyRate int64
+	// BodyRateGrace is how long a body may take before its rate counts;
+	// 0 means DefaultBodyRateGrace.
+	BodyRateGrace time.Duration
+	// ReadTimeout is the server's read timeout, which the minimum body
+	// rate never extends; 0 means none.
+	ReadTimeout time.Duration
+	// MaxAnswerMemory bounds the answer bytes all requests together hold
+	// while they are written (a whole answer, or the buffer of one
+	// encoded as it is written); 0 means DefaultMaxAnswerMemory. An answer
+	// larger than it is refused with 413.
+	MaxAnswerMemory int64
+	// AnswerWriteTimeout bounds each write of an answer: a client that
+	// reads nothing for this long is cut off; 0 means
+	// DefaultAnswerWriteTimeout. WriteTimeout, the server's, bounds the
+	// whole answer still; 0 means none.
+	AnswerWriteTimeout time.Duration
+	WriteTimeout       time.Duration
 	// MaxStreams bounds the ?watch=true streams open at once (status and
 	// overview); one more is 503 with Retry-After. A stream holds its
 	// connection for as long as the client likes, so without a bound one
@@ -148,7 +173,8 @@ type server struct {
 	metrics *metrics
 	router  *mux.Router
 	streams atomic.Int64 // watch streams open
-	bodies  *semaphore.Weighted
+	bodies  *bodyBudget
+	answers *semaphore.Weighted
 	// overviews is shared by the overview streams; nil without Overview
 	// and Changes.
 	overviews *sharedOverview
@@ -193,6 +219,18 @@ func newServer(opts Options) (*server, error) {
 	if opts.BodyWait <= 0 {
 		opts.BodyWait = DefaultBodyWait
 	}
+	if opts.MaxAnswerMemory <= 0 {
+		opts.MaxAnswerMemory = DefaultMaxAnswerMemory
+	}
+	if opts.AnswerWriteTimeout <= 0 {
+		opts.AnswerWriteTimeout = DefaultAnswerWriteTimeout
+	}
+	if opts.MinBodyRate == 0 {
+		opts.MinBodyRate = DefaultMinBodyRate
+	}
+	if opts.BodyRateGrace <= 0 {
+		opts.BodyRateGrace = DefaultBodyRateGrace
+	}
 	if opts.MaxStreams <= 0 {
 		opts.MaxStreams = DefaultMaxStreams
 	}
@@ -215,7 +253,8 @@ func newServer(opts Options) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
-	s := &server{opts: opts, metrics: m, router: mux.NewRouter(), bodies: semaphore.NewWeighted(opts.MaxBodyMemory)}
+	s := &server{opts: opts, metrics: m, router: mux.NewRouter(), bodies: newBodyBudget(opts.MaxBodyMemory, opts.MaxBodyMemoryPerCaller, opts.MaxJSONBody),
+		answers: semaphore.NewWeighted(opts.MaxAnswerMemory)}
 	if opts.Overview != nil && opts.Changes != nil {
 		s.overviews = newSharedOverview(opts.Overview, opts.Changes)
 	}

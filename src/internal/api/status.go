@@ -32,16 +32,16 @@ func (s *server) statusRoutes(r *mux.Router) {
 			})
 		}
 		resp, err := s.opts.Status.DIG(r.Context(), varsKey(r, vDIG), r.URL.Query())
-		return answer(w, resp, err)
+		return answer(w, r, resp, err)
 	})).Methods(http.MethodGet)
 	r.HandleFunc(pCluster+"/status", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		v := mux.Vars(r)
 		resp, err := s.opts.Status.Cluster(r.Context(), v["clusterProvider"], v["cluster"], r.URL.Query())
-		return answer(w, resp, err)
+		return answer(w, r, resp, err)
 	})).Methods(http.MethodGet)
 	r.HandleFunc(pLC+"/status", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		resp, err := s.opts.Status.LogicalCloud(r.Context(), varsKey(r, vLC), r.URL.Query())
-		return answer(w, resp, err)
+		return answer(w, r, resp, err)
 	})).Methods(http.MethodGet)
 	r.HandleFunc("/v1/instance/{instanceID}/status", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		if watchRequested(r) {
@@ -50,21 +50,27 @@ func (s *server) statusRoutes(r *mux.Router) {
 			})
 		}
 		resp, err := s.opts.Status.Instance(r.Context(), mux.Vars(r)["instanceID"])
-		return answer(w, resp, err)
+		narrowWith(w, "the objects of one kind, name or labels (GET /v1/instance/{id}/query?ApiVersion=&Kind=&Name=&Labels=)")
+		return answer(w, r, resp, err)
 	})).Methods(http.MethodGet)
 	r.HandleFunc("/v1/instance/{instanceID}/query", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		resp, err := s.opts.Status.Query(r.Context(), mux.Vars(r)["instanceID"], r.URL.Query())
-		return answer(w, resp, err)
+		return answer(w, r, resp, err)
 	})).Methods(http.MethodGet)
 	r.HandleFunc("/v1/query", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		resp, err := s.opts.Status.RegionQuery(r.Context(), r.URL.Query())
-		return answer(w, resp, err)
+		return answer(w, r, resp, err)
 	})).Methods(http.MethodGet)
 }
 
-func answer(w http.ResponseWriter, resp any, err error) error {
+// answer writes a status answer: as it is encoded when it can be.
+func answer(w http.ResponseWriter, r *http.Request, resp any, err error) error {
 	if err != nil {
 		return err
+	}
+	if st, ok := resp.(streamer); ok {
+		writeStream(w, r, st)
+		return nil
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil

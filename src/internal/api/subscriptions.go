@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -70,11 +71,11 @@ func (s *server) subscriptionRoutes(r *mux.Router) {
 		})).Methods(http.MethodPost)
 		r.HandleFunc(c.collection, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 			l, err := s.opts.Subscriptions.List(r.Context(), subject(r))
-			return answer(w, l, err)
+			return answer(w, r, l, err)
 		})).Methods(http.MethodGet)
 		r.HandleFunc(item, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 			v, err := s.opts.Subscriptions.Get(r.Context(), subject(r), mux.Vars(r)["subscriptionName"])
-			return answer(w, v, err)
+			return answer(w, r, v, err)
 		})).Methods(http.MethodGet)
 		r.HandleFunc(item, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 			var sub notify.Subscription
@@ -178,7 +179,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, subj notify.Subj
 	if follow != nil {
 		followed = follow.C()
 	}
-	sw := s.startStream(w)
+	sw := s.startStream(w, r)
 	if err := sw.event(seq, "snapshot", snap); err != nil {
 		return nil // the client went away
 	}
@@ -244,6 +245,7 @@ func (s *server) openStream(w http.ResponseWriter) (release func(), err error) {
 // streamWriter writes Server-Sent Events, each write with its own
 // deadline.
 type streamWriter struct {
+	ctx     context.Context
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
@@ -254,7 +256,10 @@ type streamWriter struct {
 // requests: it has its own heartbeat, and each write its own deadline, so
 // a client that stops reading is cut off all the same. (Recorders in tests
 // support neither; the errors say so, nothing more.)
-func (s *server) startStream(w http.ResponseWriter) *streamWriter {
+func (s *server) startStream(w http.ResponseWriter, r *http.Request) *streamWriter {
+	if a := answerWriterOf(w); a != nil {
+		a.passThrough()
+	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	h := w.Header()
@@ -263,11 +268,14 @@ func (s *server) startStream(w http.ResponseWriter) *streamWriter {
 	h.Set("X-Accel-Buffering", "no") // proxies must not hold events back
 	_ = rc.SetWriteDeadline(time.Now().Add(s.opts.StreamWriteTimeout))
 	w.WriteHeader(http.StatusOK)
-	return &streamWriter{w: w, rc: rc, timeout: s.opts.StreamWriteTimeout}
+	return &streamWriter{ctx: r.Context(), w: w, rc: rc, timeout: s.opts.StreamWriteTimeout}
 }
 
 func (sw *streamWriter) event(id int64, event string, v any) error {
 	_ = sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
+	if st, ok := v.(streamer); ok { // a status answer: encoded as it is written
+		return writeStreamedEvent(sw.ctx, sw.w, sw.rc, id, event, st)
+	}
 	return writeEvent(sw.w, sw.rc, id, event, v)
 }
 
@@ -278,6 +286,26 @@ func (sw *streamWriter) comment(text string) error {
 
 func writeComment(w http.ResponseWriter, rc *http.ResponseController, text string) error {
 	if _, err := fmt.Fprintf(w, ": %s\n\n", text); err != nil {
+		return err
+	}
+	return rc.Flush()
+}
+
+// writeStreamedEvent is writeEvent for a status answer, whose JSON is
+// written as it is encoded (one line: it holds no newline).
+func writeStreamedEvent(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, id int64, event string, v streamer) error {
+	if id > 0 {
+		if _, err := fmt.Fprintf(w, "id: %d\n", id); err != nil {
+			return err
+		}
+	}
+	if _, err := fmt.Fprintf(w, "event: %s\ndata: ", event); err != nil {
+		return err
+	}
+	if err := v.WriteJSON(ctx, w); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(w, "\n\n"); err != nil {
 		return err
 	}
 	return rc.Flush()

@@ -96,7 +96,7 @@ func (s *server) connectivityRoutes(r *mux.Router) {
 			return err
 		}
 		v, err := view(r.Context(), o)
-		return answer(w, v, err)
+		return answer(w, r, v, err)
 	})).Methods(http.MethodGet)
 	r.HandleFunc("/v1/connectivity-info/{cloudRegion}", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		region := mux.Vars(r)["cloudRegion"]

@@ -94,7 +94,7 @@ func (s *server) instanceRoutes(r *mux.Router) {
 		id := mux.Vars(r)["instanceID"]
 		if full, _ := strconv.ParseBool(r.URL.Query().Get("full")); full {
 			v, err := inst.GetFullInstance(r.Context(), id)
-			return answer(w, v, err)
+			return answer(w, r, v, err)
 		}
 		return getSpec(w, r, instances, catalog.Key{id})
 	})).Methods(http.MethodGet)
@@ -193,12 +193,12 @@ func (s *server) configRoutes(r *mux.Router, inst Instances) {
 	})).Methods(http.MethodPost)
 	r.HandleFunc(pConfigs, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		l, err := inst.ListConfigs(r.Context(), mux.Vars(r)["instanceID"])
-		return answer(w, l, err)
+		return answer(w, r, l, err)
 	})).Methods(http.MethodGet)
 	r.HandleFunc(pConfig, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		id, name := ids(r)
 		v, err := inst.GetConfig(r.Context(), id, name, "", "")
-		return answer(w, v, err)
+		return answer(w, r, v, err)
 	})).Methods(http.MethodGet)
 	r.HandleFunc(pConfig, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		var c catalog.ConfigContent
@@ -224,7 +224,7 @@ func (s *server) configRoutes(r *mux.Router, inst Instances) {
 	r.HandleFunc(pConfig+"/delete", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		id, name := ids(r)
 		res, err := inst.DeleteConfig(r.Context(), id, name)
-		return answer(w, res, err)
+		return answer(w, r, res, err)
 	})).Methods(http.MethodPost)
 	r.HandleFunc(pConfig+"/rollback", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		var b rollbackBody
@@ -238,7 +238,7 @@ func (s *server) configRoutes(r *mux.Router, inst Instances) {
 		}
 		id, name := ids(r)
 		res, err := inst.RollbackConfig(r.Context(), id, name, version, t.ConfigTag)
-		return answer(w, res, err)
+		return answer(w, r, res, err)
 	})).Methods(http.MethodPost)
 	r.HandleFunc(pConfig+"/tagit", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		var b struct {
@@ -249,26 +249,26 @@ func (s *server) configRoutes(r *mux.Router, inst Instances) {
 		}
 		id, name := ids(r)
 		t, err := inst.TagConfig(r.Context(), id, name, b.TagName)
-		return answer(w, t, err)
+		return answer(w, r, t, err)
 	})).Methods(http.MethodPost)
 	r.HandleFunc(pConfig+"/tag", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		id, name := ids(r)
 		l, err := inst.ConfigTags(r.Context(), id, name)
-		return answer(w, l, err)
+		return answer(w, r, l, err)
 	})).Methods(http.MethodGet)
 	r.HandleFunc(pConfig+"/tag/{tagName}", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		id, name := ids(r)
 		v, err := inst.GetConfig(r.Context(), id, name, "", mux.Vars(r)["tagName"])
-		return answer(w, v, err)
+		return answer(w, r, v, err)
 	})).Methods(http.MethodGet)
 	r.HandleFunc(pConfig+"/version", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		id, name := ids(r)
 		l, err := inst.ConfigVersions(r.Context(), id, name)
-		return answer(w, l, err)
+		return answer(w, r, l, err)
 	})).Methods(http.MethodGet)
 	r.HandleFunc(pConfig+"/version/{configVersion}", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		id, name := ids(r)
 		v, err := inst.GetConfig(r.Context(), id, name, mux.Vars(r)["configVersion"], "")
-		return answer(w, v, err)
+		return answer(w, r, v, err)
 	})).Methods(http.MethodGet)
 }

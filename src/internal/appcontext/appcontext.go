@@ -559,10 +559,22 @@ func (s *Store) SetResourceStatuses(ctx context.Context, id string, updates []St
 // Get reads a whole context in one transaction (meta, status, and a range
 // read of its resources) at a single revision.
 func (s *Store) Get(ctx context.Context, id string) (*Context, error) {
+	return s.get(ctx, id, newBuilder(), s.ctxPrefix(id))
+}
+
+// GetWithoutManifests reads a context as Get does, but not its manifests:
+// each resource has its ManifestRef alone, for Manifests to load when it
+// is needed. What a reader holds then does not grow with what was
+// rendered.
+func (s *Store) GetWithoutManifests(ctx context.Context, id string) (*Context, error) {
+	return s.get(ctx, id, newLeanBuilder(), s.ctxPrefix(id)+"app/")
+}
+
+func (s *Store) get(ctx context.Context, id string, b *builder, ranged string) (*Context, error) {
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(s.metaKey(id)),
 		clientv3.OpGet(s.statusKey(id)),
-		clientv3.OpGet(s.ctxPrefix(id), clientv3.WithPrefix()),
+		clientv3.OpGet(ranged, clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("read context %s: %w", id, err)
@@ -571,7 +583,6 @@ func (s *Store) Get(ctx context.Context, id string) (*Context, error) {
 	if len(metaKVs) == 0 {
 		return nil, errdefs.NotFound("context %s not found", id)
 	}
-	b := newBuilder()
 	if err := b.applyMeta(metaKVs[0].Value); err != nil {
 		return nil, fmt.Errorf("context %s: %w", id, err)
 	}

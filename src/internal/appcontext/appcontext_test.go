@@ -130,6 +130,14 @@ func TestEtcdRequestLimit(t *testing.T) {
 	}
 }
 
+// bigConfigMap is a ConfigMap resource whose manifest holds size bytes of data.
+func bigConfigMap(name string, size int) Resource {
+	obj := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name},
+		"data": map[string]any{"blob": strings.Repeat(name[:1], size)}}
+	data, _ := json.Marshal(obj)
+	return Resource{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: name, Namespace: "default", Manifest: data}
+}
+
 // An app of 5 MB of manifests, one of them larger than etcd's request
 // limit, is stored and read back whole, through Get and through the cache;
 // the same manifest on two clusters is stored once.
@@ -144,17 +152,11 @@ func TestLargeManifests(t *testing.T) {
 	go func() { done <- cache.Run(cctx) }()
 	defer func() { stop(); <-done }()
 
-	cm := func(name string, size int) Resource {
-		obj := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name},
-			"data": map[string]any{"blob": strings.Repeat(name[:1], size)}}
-		data, _ := json.Marshal(obj)
-		return Resource{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Name: name, Namespace: "default", Manifest: data}
-	}
 	var rs []Resource
 	for i := range 4 {
-		rs = append(rs, cm(fmt.Sprintf("c%d", i), 900_000))
+		rs = append(rs, bigConfigMap(fmt.Sprintf("c%d", i), 900_000))
 	}
-	rs = append(rs, cm("huge", 2_000_000)) // > 1.5 MiB: chunked
+	rs = append(rs, bigConfigMap("huge", 2_000_000)) // > 1.5 MiB: chunked
 	id := NewID()
 	meta := Meta{ID: id, Kind: "dig", Group: "g/" + id, StatusID: id, Namespace: "default", Created: time.Now().UTC()}
 	placements := []*Placement{
@@ -164,6 +166,9 @@ func TestLargeManifests(t *testing.T) {
 	if err := s.Create(ctx, meta, Status{Status: Instantiating}, placements); err != nil {
 		t.Fatal(err)
 	}
+	// What the cache and rsync hold are references, loaded through a
+	// cache of 2 MB: the 2 MB manifest is read whenever needed, never kept.
+	manifests := NewManifests(s, 2_000_000)
 	check := func(how string, c *Context) {
 		t.Helper()
 		if c == nil || len(c.Placements) != 2 {
@@ -171,8 +176,15 @@ func TestLargeManifests(t *testing.T) {
 		}
 		for _, p := range c.Placements {
 			for i, r := range p.Resources {
-				if !bytes.Equal(r.Manifest, rs[i].Manifest) {
-					t.Fatalf("%s: %s on %s: manifest of %d bytes, want %d", how, r.Key(), p.Cluster, len(r.Manifest), len(rs[i].Manifest))
+				if how != "Get" && (len(r.Manifest) > 0 || r.ManifestRef == nil) {
+					t.Fatalf("%s holds %s's manifest itself", how, r.Key())
+				}
+				data, err := manifests.Get(ctx, id, r)
+				if err != nil || !bytes.Equal(data, rs[i].Manifest) {
+					t.Fatalf("%s: %s on %s: manifest of %d bytes, want %d (%v)", how, r.Key(), p.Cluster, len(data), len(rs[i].Manifest), err)
+				}
+				if manifests.Size() > 2_000_000 {
+					t.Fatalf("the manifest cache holds %d bytes, more than its bound", manifests.Size())
 				}
 			}
 		}
@@ -182,6 +194,11 @@ func TestLargeManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("Get", got)
+	lean, err := s.GetWithoutManifests(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("GetWithoutManifests", lean)
 	chunks := 0 // each manifest once, though placed on two clusters
 	for _, r := range rs {
 		chunks += (len(r.Manifest) + s.lim.chunk - 1) / s.lim.chunk
@@ -209,7 +226,7 @@ func TestLargeManifests(t *testing.T) {
 	}
 
 	// An update rewrites only new manifests and keeps reading whole.
-	rs2 := append([]Resource{cm("d0", 10)}, rs...)
+	rs2 := append([]Resource{bigConfigMap("d0", 10)}, rs...)
 	if err := s.Replace(ctx, id, []*Placement{{App: "big", Cluster: ClusterRef{"cp", "c1"}, Resources: rs2}}, nil, Status{Status: Updating}); err != nil {
 		t.Fatal(err)
 	}

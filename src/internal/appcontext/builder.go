@@ -19,10 +19,20 @@ type builder struct {
 	// while a resource waits for its blob's chunks.
 	blobs      map[string]*blob
 	unresolved bool
+	// lean builders keep no manifest, only its reference: the cache and
+	// rsync load manifests when they need them (Manifests), so what they
+	// hold does not grow with what was rendered.
+	lean bool
 }
 
 func newBuilder() *builder {
 	return &builder{ctx: &Context{}, byPlacement: map[string]*Placement{}, blobs: map[string]*blob{}}
+}
+
+func newLeanBuilder() *builder {
+	b := newBuilder()
+	b.lean = true
+	return b
 }
 
 // applyMeta and applyStatus decode into a fresh value and then replace
@@ -52,7 +62,9 @@ func (b *builder) applyStatus(v []byte) error {
 // are ignored. Call resolve after a batch of keys.
 func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 	if blobKey, ok := strings.CutPrefix(rest, "blob/"); ok {
-		b.applyBlobKey(blobKey, v, deleted)
+		if !b.lean {
+			b.applyBlobKey(blobKey, v, deleted)
+		}
 		return nil
 	}
 	if rest == "heal" {
@@ -105,7 +117,7 @@ func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 			if err := json.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("resource %s: %w", key, err)
 			}
-			if r.ManifestRef != nil && len(r.Manifest) == 0 {
+			if r.ManifestRef != nil && len(r.Manifest) == 0 && !b.lean {
 				b.unresolved = true
 			}
 			p.putResource(r)

@@ -19,6 +19,8 @@ import (
 // Cache is an in-memory mirror of every context and cluster state, loaded
 // with one range read and then fed by an etcd watch, so status queries cost
 // no etcd reads at all. Readers look at it under a read lock through View.
+// It keeps no rendered manifest, only each resource's reference to it:
+// those are read on demand through Manifests, which bounds what it holds.
 type Cache struct {
 	store *Store
 	log   *logrus.Entry
@@ -34,6 +36,31 @@ type Cache struct {
 	revCh chan struct{}
 	// onChange are told which groups a batch of watch events touched.
 	onChange []func(groups []string)
+	// followers keep state of their own from the keys under a prefix.
+	followers []follower
+}
+
+// Follower keeps state of its own from the etcd keys under a prefix the
+// cache's watch brings anyway (the catalogue's index: catalog.Mirror), so
+// it needs no watch or read of its own. After a gap in the watch it is
+// told only what changed meanwhile, deletions included.
+type Follower interface {
+	// Apply records one key's value or deletion. It runs on the watch
+	// goroutine, under the cache's lock, and must not block.
+	Apply(key string, value []byte, deleted bool)
+}
+
+type follower struct {
+	prefix string
+	f      Follower
+}
+
+// Follow has f follow the keys under prefix (within the cache's own
+// prefix). Register before Run.
+func (c *Cache) Follow(prefix string, f Follower) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.followers = append(c.followers, follower{prefix: prefix, f: f})
 }
 
 // NewCache returns a cache over store's keys; Run fills and follows it.
@@ -165,6 +192,12 @@ func (c *Cache) WaitRevision(ctx context.Context, rev int64) error {
 
 // applyLocked applies one key and returns the groups it may change.
 func (c *Cache) applyLocked(key string, value []byte, deleted bool) []string {
+	for _, fl := range c.followers {
+		if strings.HasPrefix(key, fl.prefix) {
+			fl.f.Apply(key, value, deleted)
+			return nil
+		}
+	}
 	rest := strings.TrimPrefix(key, c.store.prefix+"/")
 	kind, tail, _ := strings.Cut(rest, "/")
 	var err error
@@ -245,7 +278,7 @@ func (c *Cache) onLocked(ref ClusterRef, f func(*Context)) {
 func (c *Cache) builder(id string) *builder {
 	b := c.contexts[id]
 	if b == nil {
-		b = newBuilder()
+		b = newLeanBuilder()
 		c.contexts[id] = b
 	}
 	return b
@@ -254,7 +287,7 @@ func (c *Cache) builder(id string) *builder {
 // View calls f with the context (nil if unknown) and every cluster's state,
 // under the cache's read lock: f must not keep or change them.
 func (c *Cache) View(ctx context.Context, id string, f func(*Context, map[ClusterRef]ClusterState)) error {
-	if err := c.waitLoaded(ctx); err != nil {
+	if err := c.WaitLoaded(ctx); err != nil {
 		return err
 	}
 	c.mu.RLock()
@@ -270,7 +303,7 @@ func (c *Cache) View(ctx context.Context, id string, f func(*Context, map[Cluste
 // LiveOn lists the contexts not yet Terminated that place anything on the
 // cluster, so a cluster still in use is not deleted from under them.
 func (c *Cache) LiveOn(ctx context.Context, ref ClusterRef) ([]string, error) {
-	if err := c.waitLoaded(ctx); err != nil {
+	if err := c.WaitLoaded(ctx); err != nil {
 		return nil, err
 	}
 	c.mu.RLock()
@@ -288,7 +321,7 @@ func (c *Cache) LiveOn(ctx context.Context, ref ClusterRef) ([]string, error) {
 // Groups lists the groups of every context known, once the cache is
 // loaded: what a consumer that keeps state per group catches up on.
 func (c *Cache) Groups(ctx context.Context) ([]string, error) {
-	if err := c.waitLoaded(ctx); err != nil {
+	if err := c.WaitLoaded(ctx); err != nil {
 		return nil, err
 	}
 	c.mu.RLock()
@@ -308,7 +341,7 @@ func (c *Cache) Groups(ctx context.Context) ([]string, error) {
 // Latest is the id of the group's newest context ("" when it has none),
 // once the cache is loaded.
 func (c *Cache) Latest(ctx context.Context, group string) (string, error) {
-	if err := c.waitLoaded(ctx); err != nil {
+	if err := c.WaitLoaded(ctx); err != nil {
 		return "", err
 	}
 	c.mu.RLock()
@@ -328,7 +361,7 @@ func (c *Cache) Latest(ctx context.Context, group string) (string, error) {
 // ClusterStates returns a copy of every cluster state the watchers stored,
 // once the cache is loaded.
 func (c *Cache) ClusterStates(ctx context.Context) (map[ClusterRef]ClusterState, error) {
-	if err := c.waitLoaded(ctx); err != nil {
+	if err := c.WaitLoaded(ctx); err != nil {
 		return nil, err
 	}
 	c.mu.RLock()
@@ -340,8 +373,8 @@ func (c *Cache) ClusterStates(ctx context.Context) (map[ClusterRef]ClusterState,
 	return out, nil
 }
 
-// waitLoaded returns once the cache holds a complete copy, or ctx ends.
-func (c *Cache) waitLoaded(ctx context.Context) error {
+// WaitLoaded returns once the cache holds a complete copy, or ctx ends.
+func (c *Cache) WaitLoaded(ctx context.Context) error {
 	select {
 	case <-c.ready:
 		return nil

@@ -80,8 +80,6 @@ type DIGState struct {
 
 func (c *Catalog) digStates() *mongo.Collection { return c.db.Collection("lifecycle") }
 
-func digFilter(key Key) bson.D { return groupFilter(DIGGroup(key)) }
-
 func groupFilter(group string) bson.D { return bson.D{{Key: "group", Value: group}} }
 
 // keyFilter matches the objects of kind whose key starts with key.
@@ -190,6 +188,7 @@ func (c *Catalog) transition(ctx context.Context, group, subject string, from []
 			if err != nil {
 				return cur, fmt.Errorf("write DIG state: %w", err)
 			}
+			c.mirrorState(ctx, group)
 			return c.GetState(ctx, group)
 		}
 		filter := append(groupFilter(group), bson.E{Key: "current", Value: cur.Current}, bson.E{Key: "actions", Value: bson.D{{Key: "$size", Value: len(cur.Actions)}}})
@@ -198,6 +197,7 @@ func (c *Catalog) transition(ctx context.Context, group, subject string, from []
 			return cur, fmt.Errorf("write DIG state: %w", err)
 		}
 		if res.MatchedCount == 1 {
+			c.mirrorState(ctx, group)
 			return c.GetState(ctx, group)
 		}
 	}
@@ -235,6 +235,7 @@ func (c *Catalog) lockForDelete(ctx context.Context, group, subject string, from
 			} else if err != nil {
 				return fmt.Errorf("lock %s: %w", subject, err)
 			}
+			c.mirrorState(ctx, group)
 			return nil
 		}
 		filter := append(groupFilter(group), bson.E{Key: "current", Value: cur.Current}, bson.E{Key: "actions", Value: bson.D{{Key: "$size", Value: len(cur.Actions)}}})
@@ -244,6 +245,7 @@ func (c *Catalog) lockForDelete(ctx context.Context, group, subject string, from
 			return fmt.Errorf("lock %s: %w", subject, err)
 		}
 		if res.MatchedCount == 1 {
+			c.mirrorState(ctx, group)
 			return nil
 		}
 	}
@@ -259,6 +261,7 @@ func (c *Catalog) UnlockForDelete(ctx context.Context, group string) error {
 		return fmt.Errorf("unlock lifecycle: %w", err)
 	}
 	if res.DeletedCount == 1 {
+		c.mirrorState(ctx, group)
 		return nil
 	}
 	return c.unlock(ctx, group)
@@ -281,6 +284,7 @@ func (c *Catalog) unlock(ctx context.Context, group string) error {
 	if err != nil {
 		return fmt.Errorf("unlock lifecycle: %w", err)
 	}
+	c.mirrorState(ctx, group)
 	return nil
 }
 
@@ -314,6 +318,7 @@ func (c *Catalog) unlockStale(ctx context.Context) (int, error) {
 				if _, err := c.digStates().DeleteOne(ctx, groupFilter(d.Group)); err != nil {
 					return 0, fmt.Errorf("recover lifecycles: %w", err)
 				}
+				c.mirrorState(ctx, d.Group)
 				continue
 			}
 		}
@@ -351,13 +356,15 @@ func (c *Catalog) EachState(ctx context.Context, f func(group string, st DIGStat
 
 // DeleteDIGState removes a DIG's state with the DIG.
 func (c *Catalog) DeleteDIGState(ctx context.Context, key Key) error {
-	_, err := c.digStates().DeleteOne(ctx, digFilter(key))
-	return err
+	return c.DeleteState(ctx, DIGGroup(key))
 }
 
 // DeleteState removes a lifecycle's state with what it belongs to.
 func (c *Catalog) DeleteState(ctx context.Context, group string) error {
 	_, err := c.digStates().DeleteOne(ctx, groupFilter(group))
+	if err == nil {
+		c.mirrorState(ctx, group)
+	}
 	return err
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -62,7 +63,7 @@ func (c *Catalog) useIndex(ctx context.Context, cli *clientv3.Client, prefix str
 // it.
 func (c *Catalog) reconcileIndex(ctx context.Context, idx *index) (Reconciled, error) {
 	var out Reconciled
-	for _, k := range c.kinds {
+	for _, k := range append(slices.Clone(c.kinds), lifecycles) {
 		n, err := c.reconcile(ctx, idx, k)
 		if err != nil {
 			return out, err
@@ -435,4 +436,21 @@ func pageOf[S any](all []Object[S], k *Kind, cont string, limit int) (Page[S], e
 		p.Continue = base64.RawURLEncoding.EncodeToString([]byte(own(all[end-1])))
 	}
 	return p, nil
+}
+
+// Count counts the objects of the kind under parent (a prefix of the key:
+// none counts them all), from the index when there is one.
+func (r *Resource[S]) Count(ctx context.Context, parent Key) (int64, error) {
+	if x := r.cat.index(); x != nil {
+		resp, err := x.cli.Get(ctx, x.children(r.kind, parent), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return 0, errdefs.Unavailable(err, "read the catalogue index")
+		}
+		return resp.Count, nil
+	}
+	n, err := r.coll.CountDocuments(ctx, r.visible(parent))
+	if err != nil {
+		return 0, fmt.Errorf("count %ss: %w", r.kind.Name, err)
+	}
+	return n, nil
 }

@@ -144,3 +144,38 @@ func TestConcurrentWritersConverge(t *testing.T) {
 		t.Fatalf("%d entries, %v", resp.Count, err)
 	}
 }
+
+// Lifecycle writes are mirrored into the index, so a Mirror fed with the
+// index's keys knows every DIG's state without reading MongoDB; a
+// lifecycle deleted with its DIG leaves the index too.
+func TestLifecyclesAreMirrored(t *testing.T) {
+	c, ctx, prefix := indexed(t, Projects, CompositeApps, DeploymentIntentGroups)
+	key := Key{"p", "ca", "v1", "d"}
+	if _, err := c.TransitionDIG(ctx, key, []string{StateCreated}, StateAction{State: StateApproved}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TransitionDIG(ctx, key, []string{StateApproved}, StateAction{State: StateInstantiated, ContextID: "42"}, "42"); err != nil {
+		t.Fatal(err)
+	}
+	mirrored := func() MirroredState {
+		t.Helper()
+		m := NewMirror(prefix)
+		resp, err := env.Etcd.Client.Get(ctx, m.Prefix(), clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range resp.Kvs {
+			m.Apply(string(kv.Key), kv.Value, false)
+		}
+		return m.State(DIGGroup(key))
+	}
+	if st := mirrored(); st != (MirroredState{Current: StateInstantiated, ContextID: "42", StatusContextID: "42"}) {
+		t.Fatalf("mirrored state %+v", st)
+	}
+	if err := c.DeleteDIGState(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if st := mirrored(); st.Current != StateCreated || st.ContextID != "" {
+		t.Fatalf("a deleted lifecycle is still mirrored: %+v", st)
+	}
+}

@@ -58,9 +58,13 @@ func childProcess() (code int, ok bool) {
 		fmt.Fprintln(os.Stderr, "child orchestrator:", err)
 		return 2, true
 	}
+	if c.NoFile > 0 { // a small host, set on this process before anything opens
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: c.NoFile, Max: c.NoFile})
+	}
 	log, _ := logging.New(os.Stderr, "json", "info")
 	app, err := orchestrator.New(orchestrator.Options{Listen: c.Listen, EtcdEndpoints: c.Etcd, MongoURI: c.Mongo,
-		MongoDatabase: c.DB, EtcdPrefix: c.Prefix, Logger: log})
+		MongoDatabase: c.DB, EtcdPrefix: c.Prefix, Logger: log, CallbackAllow: c.CallbackAllow,
+		Notify: orchestrator.NotifyOptions{MaxSubscriptionsPerSubject: c.PerSubject}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child orchestrator:", err)
 		return 2, true
@@ -89,6 +93,11 @@ const (
 type childConfig struct {
 	Listen, Mongo, DB, Prefix string
 	Etcd                      []string
+	// NoFile, when set, is the child's RLIMIT_NOFILE; CallbackAllow and
+	// PerSubject its --callback-allow and --max-subscriptions-per-subject.
+	NoFile        uint64
+	CallbackAllow []string
+	PerSubject    int
 }
 
 // orchProcess is an orchestrator running as a child process.
@@ -101,9 +110,13 @@ type orchProcess struct {
 }
 
 // startProcess starts an orchestrator process on the package's stores.
-func startOrchestratorProcess(t *testing.T, db, prefix string) *orchProcess {
+func startOrchestratorProcess(t *testing.T, db, prefix string, mods ...func(*childConfig)) *orchProcess {
 	t.Helper()
-	cfg, _ := json.Marshal(childConfig{Listen: "127.0.0.1:0", Etcd: stores.EtcdEndpoints(), Mongo: stores.MongoURI(), DB: db, Prefix: prefix})
+	c := childConfig{Listen: "127.0.0.1:0", Etcd: stores.EtcdEndpoints(), Mongo: stores.MongoURI(), DB: db, Prefix: prefix}
+	for _, mod := range mods {
+		mod(&c)
+	}
+	cfg, _ := json.Marshal(c)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(cfg))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the test binary

@@ -133,6 +133,7 @@ func newChaos(t *testing.T) *chaos {
 // cleanup resumes what a failed test left paused and stops what it
 // restarted, before ha-up.sh stops the rest.
 func (c *chaos) cleanup() {
+	defer removeApp(c.t, chaosApp)
 	for _, s := range c.stores {
 		_ = syscall.Kill(s.pid, syscall.SIGCONT)
 	}
@@ -1088,4 +1089,23 @@ func (c *chaos) afterOutage(t *testing.T, refused []string) {
 		time.Sleep(200 * time.Millisecond) // polling with a deadline
 	}
 	r.must(204, "DELETE", "/v2/projects/after-outage", nil)
+}
+
+// removeApp deletes what an app's deployments left on the shared
+// clusters (its objects and bundles in default), for a test whose stack
+// stops without terminating them.
+func removeApp(t *testing.T, app string) {
+	sel := metav1.ListOptions{LabelSelector: "argus.io/app=" + app}
+	for _, cl := range sim.Clusters {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cs := cl.Clientset()
+		if err := cs.CoreV1().ConfigMaps("default").DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
+			t.Logf("%s: remove %s's ConfigMaps: %v", cl.Name, app, err)
+		}
+		if err := cs.RESTClient().Delete().AbsPath("/apis/k8splugin.io/v1alpha1/namespaces/default/resourcebundlestates").
+			Param("labelSelector", sel.LabelSelector).Do(ctx).Error(); err != nil {
+			t.Logf("%s: remove %s's bundles: %v", cl.Name, app, err)
+		}
+		cancel()
+	}
 }

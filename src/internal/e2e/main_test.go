@@ -304,7 +304,11 @@ func checkBundles(t *testing.T, cl *simcluster.Cluster, id string) {
 	_ = json.Unmarshal(rbs, &list)
 	var names []string
 	for _, it := range list.Items {
-		names = append(names, it.Metadata.Name)
+		// The clusters are shared: other tests' bundles are not this
+		// context's concern.
+		if strings.HasSuffix(it.Metadata.Name, "-"+id) {
+			names = append(names, it.Metadata.Name)
+		}
 	}
 	want := fmt.Sprintf("backend-%s,cache-%s,frontend-%s", id, id, id)
 	if strings.Join(names, ",") != want {

@@ -128,6 +128,25 @@ func (h *hook) waitPostFor(d time.Duration, n int, what string, cond func(post) 
 	return post{}
 }
 
+// waitAttempt polls (deadline 60s) for a POST of sequence seq, answered
+// or not, and returns the last such.
+func (h *hook) waitAttempt(seq int64) post {
+	h.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, attempts := h.snapshot()
+		for i := len(attempts) - 1; i >= 0; i-- {
+			if attempts[i].seq == seq {
+				return attempts[i]
+			}
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("no POST of sequence %d within 60s: %d attempts", seq, len(attempts))
+		}
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
+	}
+}
+
 // entry finds a change entry by kind, cluster and name prefix.
 func entry(l []map[string]any, kind, cluster, namePrefix string) map[string]any {
 	for _, e := range l {
@@ -269,13 +288,26 @@ func TestDIGSubscriptions(t *testing.T) {
 	for v = o.subscription(subs + "/fast"); !v.Delivery.Pending && time.Now().Before(deadline); v = o.subscription(subs + "/fast") {
 		time.Sleep(50 * time.Millisecond) // polling with a deadline
 	}
+	if !v.Delivery.Pending {
+		t.Fatalf("no delivery pending 60s after scaling with the receiver failing: %+v", v)
+	}
+	// A payload is frozen at the first change signalled and resent
+	// unchanged until answered; later changes (here, maybe the pod's
+	// deletion) wait for the next sequence. What must survive the restart
+	// is the frozen payload itself: the first delivery after it has the
+	// pending sequence, delivery id and body the refused attempts had.
+	refused := fast.waitAttempt(v.Delivery.Sequence)
 	o.stop()
 	fast.mode.Store("ok")
 	o = startOrchestrator(t, db, prefix, fastRetry)
-	got := fast.waitPost(n, "pending across the restart", func(p post) bool { return entry(p.doc.Changes.Deleted, "Pod", "cluster1", "frontend") != nil })
-	if got.seq != v.Delivery.Sequence {
-		t.Errorf("after the restart sequence %d arrived; %d was pending", got.seq, v.Delivery.Sequence)
+	got := fast.waitPost(n, "pending across the restart", func(post) bool { return true })
+	if got.seq != v.Delivery.Sequence || got.id != refused.id || !bytes.Equal(got.body, refused.body) {
+		t.Errorf("after the restart sequence %d (delivery %s) arrived first; %d (delivery %s) was pending, or its body changed",
+			got.seq, got.id, v.Delivery.Sequence, refused.id)
 	}
+	t.Logf("the payload pending across the restart (sequence %d) carried the pod's deletion: %v", got.seq,
+		entry(got.doc.Changes.Deleted, "Pod", "cluster1", "frontend") != nil)
+	fast.waitPost(n, "the pod's deletion after the restart", func(p post) bool { return entry(p.doc.Changes.Deleted, "Pod", "cluster1", "frontend") != nil })
 	checkSequence(t, fast)
 
 	checkWatchStream(t, o)

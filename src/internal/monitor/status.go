@@ -162,7 +162,9 @@ func trimObject(o *unstructured.Unstructured, level int) map[string]any {
 			m[k] = v
 		}
 	}
-	if level >= trimLastApplied {
+	// A Secret's last-applied-configuration holds its data: never kept.
+	isSecret := o.GetKind() == "Secret" && o.GroupVersionKind().Group == ""
+	if level >= trimLastApplied || isSecret {
 		if ann, ok := m["annotations"].(map[string]any); ok {
 			if _, has := ann[lastAppliedAnnotation]; has {
 				a := make(map[string]any, len(ann))
@@ -176,7 +178,7 @@ func trimObject(o *unstructured.Unstructured, level int) map[string]any {
 		}
 	}
 	out["metadata"] = m
-	if o.GetKind() == "Secret" && o.GroupVersionKind().Group == "" {
+	if isSecret {
 		delete(out, "data")
 		delete(out, "stringData")
 	}

@@ -163,6 +163,24 @@ func BenchmarkBuildStatus1000Pods(b *testing.B) {
 	b.ReportMetric(1000*float64(b.N)/b.Elapsed().Seconds(), "objects/s")
 }
 
+// A Secret's last-applied-configuration annotation holds its data: it is
+// dropped with the data at every trim level, and kept on other kinds
+// until trimming needs the room.
+func TestSecretsLoseTheAnnotationThatCopiesTheirData(t *testing.T) {
+	s := obj("v1", "Secret", "creds", map[string]any{"data": map[string]any{"password": "c2VjcmV0"}})
+	s.Object["metadata"].(map[string]any)["annotations"] = map[string]any{lastAppliedAnnotation: `{"data":{"password":"c2VjcmV0"}}`, "keep": "me"}
+	got := trimObject(s, trimNone)
+	data, _ := json.Marshal(got)
+	if strings.Contains(string(data), "c2VjcmV0") || !strings.Contains(string(data), `"keep":"me"`) {
+		t.Fatalf("trimmed Secret = %s", data)
+	}
+	cm := obj("v1", "ConfigMap", "cm", nil)
+	cm.Object["metadata"].(map[string]any)["annotations"] = map[string]any{lastAppliedAnnotation: "{}"}
+	if data, _ := json.Marshal(trimObject(cm, trimNone)); !strings.Contains(string(data), lastAppliedAnnotation) {
+		t.Fatalf("a ConfigMap lost its annotation untrimmed: %s", data)
+	}
+}
+
 // The hash of the fields Argus applies is taken before the cache strips the
 // managed fields, and reported per entry without ever being part of the
 // object.

@@ -95,6 +95,10 @@ type DelivererOptions struct {
 	// nil means net.DefaultResolver. (Dialing resolves again, and the
 	// address dialed is checked once more.)
 	Resolver Resolver
+	// MaxDeliveries bounds the attempts in flight (each holds a
+	// connection), MaxDeliveriesPerHost those to one receiver host; more
+	// wait. 0 means DefaultMaxDeliveries, and a quarter of it per host.
+	MaxDeliveries, MaxDeliveriesPerHost int
 }
 
 // Resolver looks host names up; *net.Resolver is one.
@@ -108,6 +112,7 @@ type Deliverer struct {
 	timeout  time.Duration
 	policy   *policy
 	resolver Resolver
+	slots    *slots
 }
 
 // NewDeliverer returns a Deliverer whose dialer checks every address it
@@ -125,12 +130,16 @@ func NewDeliverer(opts DelivererOptions) (*Deliverer, error) {
 		return nil, err
 	}
 	dialer := &net.Dialer{Timeout: opts.AttemptTimeout, ControlContext: pol.control}
+	slots := newSlots(opts.MaxDeliveries, opts.MaxDeliveriesPerHost)
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.DialContext = dialer.DialContext
 	transport.Proxy = nil // a proxy would hide the real destination from the policy
 	// Many subscriptions commonly share one receiver (an SO, an inventory):
-	// keep enough connections to it warm that a fan-out does not redial.
-	transport.MaxIdleConnsPerHost = 64
+	// keep enough connections to it warm that a fan-out does not redial,
+	// and no more, idle or not, than the slots allow: each is a descriptor.
+	transport.MaxConnsPerHost = slots.perHost
+	transport.MaxIdleConnsPerHost = min(64, slots.perHost)
+	transport.MaxIdleConns = min(transport.MaxIdleConns, cap(slots.all))
 	return &Deliverer{
 		client: &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error {
 			// Never followed: a redirect could lead to an address the
@@ -140,15 +149,15 @@ func NewDeliverer(opts DelivererOptions) (*Deliverer, error) {
 		timeout:  opts.AttemptTimeout,
 		policy:   pol,
 		resolver: opts.Resolver,
+		slots:    slots,
 	}, nil
 }
 
-// Deliver makes one attempt. It never holds a lock and always drains and
-// closes the response body, whose content is never kept.
+// Deliver makes one attempt, once a delivery slot is free (the wait is
+// not part of the attempt's timeout). It never holds a lock and always
+// drains and closes the response body, whose content is never kept.
 func (d *Deliverer) Deliver(ctx context.Context, del Delivery) Result {
-	ctx, cancel := context.WithTimeout(ctx, d.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, del.URL, bytes.NewReader(del.Body))
+	req, err := http.NewRequest(http.MethodPost, del.URL, bytes.NewReader(del.Body))
 	if err != nil {
 		return Result{Outcome: Failed, Err: err}
 	}
@@ -156,6 +165,14 @@ func (d *Deliverer) Deliver(ctx context.Context, del Delivery) Result {
 	if err != nil {
 		return Result{Outcome: Failed, Err: err} // retrying cannot make it allowed
 	}
+	release, err := d.slots.acquire(ctx, req.URL.Host)
+	if err != nil {
+		return Result{Outcome: Retry, Err: err}
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	req = req.WithContext(ctx)
 	if trusted {
 		req = req.WithContext(context.WithValue(ctx, trustedHostKey{}, true))
 	}

@@ -164,7 +164,18 @@ type ManagerOptions struct {
 	// take it up (a dead owner's successor needs up to the lease TTL);
 	// 0 means 60s.
 	AckWait time.Duration
+	// MaxSubscriptions bounds the subscriptions in all, and
+	// MaxPerSubject those of one DIG or instance; one more is refused with
+	// 409. 0 means DefaultMaxSubscriptions and DefaultMaxPerSubject.
+	MaxSubscriptions, MaxPerSubject int
 }
+
+// Subscription caps unless ManagerOptions says: each subscription costs a
+// worker, a status computation per change of its subject, and deliveries.
+const (
+	DefaultMaxSubscriptions = 10000
+	DefaultMaxPerSubject    = 100
+)
 
 // Manager owns one worker per subscription, routes every change to the
 // workers of the group it touches, and
@@ -179,6 +190,9 @@ type Manager struct {
 	// ops serialises subscription changes, so a worker is never started
 	// and stopped concurrently for one key.
 	ops sync.Mutex
+	// creating serialises the cap check and the store of new
+	// subscriptions on this replica.
+	creating sync.Mutex
 
 	mu        sync.Mutex
 	runCtx    context.Context
@@ -219,6 +233,12 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 	}
 	if opts.AckWait == 0 {
 		opts.AckWait = time.Minute
+	}
+	if opts.MaxSubscriptions <= 0 {
+		opts.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if opts.MaxPerSubject <= 0 {
+		opts.MaxPerSubject = DefaultMaxPerSubject
 	}
 	if opts.CheckQuery == nil {
 		opts.CheckQuery = func(url.Values) error { return nil }
@@ -542,7 +562,7 @@ func (m *Manager) Create(ctx context.Context, subj Subject, sub Subscription) (V
 	}
 	key := m.key(subj, sub.Name)
 	obj := catalog.Object[catalog.SubscriptionSpec]{Metadata: catalog.Metadata{Name: sub.Name}, Spec: sub.SubscriptionSpec}
-	if err := m.resource(subj).Create(ctx, key, obj); err != nil {
+	if err := m.createCapped(ctx, subj, func() error { return m.resource(subj).Create(ctx, key, obj) }); err != nil {
 		return View{}, err
 	}
 	// A state left by an earlier subscription of the same name is not
@@ -583,7 +603,17 @@ func (m *Manager) Put(ctx context.Context, subj Subject, name string, sub Subscr
 		sub.Secret = old.Spec.Secret
 	}
 	obj := catalog.Object[catalog.SubscriptionSpec]{Metadata: catalog.Metadata{Name: sub.Name}, Spec: sub.SubscriptionSpec}
-	created, err := m.resource(subj).Put(ctx, key, obj)
+	var created bool
+	var err error
+	put := func() (err error) {
+		created, err = m.resource(subj).Put(ctx, key, obj)
+		return err
+	}
+	if errors.Is(getErr, errdefs.ErrNotFound) {
+		err = m.createCapped(ctx, subj, put) // a new one counts against the caps
+	} else {
+		err = put()
+	}
 	if err != nil {
 		return View{}, false, err
 	}
@@ -605,6 +635,39 @@ func (m *Manager) Put(ctx context.Context, subj Subject, name string, sub Subscr
 	}
 	v, err := m.Get(ctx, subj, name)
 	return v, created, err
+}
+
+// createCapped runs create, which stores a new subscription of subj,
+// unless that would pass the caps (409 naming the flag).
+func (m *Manager) createCapped(ctx context.Context, subj Subject, create func() error) error {
+	m.creating.Lock()
+	defer m.creating.Unlock()
+	n, err := m.resource(subj).Count(ctx, subj.Key)
+	if err != nil {
+		return err
+	}
+	if n >= int64(m.opts.MaxPerSubject) {
+		return errdefs.Conflict("this %s has %d subscriptions, the most one may have (--max-subscriptions-per-subject); delete one first", subjectName(subj), n)
+	}
+	var total int64
+	for _, s := range []Subject{{Kind: SubjectDIG}, {Kind: SubjectInstance}} {
+		c, err := m.resource(s).Count(ctx, nil)
+		if err != nil {
+			return err
+		}
+		total += c
+	}
+	if total >= int64(m.opts.MaxSubscriptions) {
+		return errdefs.Conflict("there are %d subscriptions, the most the orchestrator takes (--max-subscriptions); delete some first", total)
+	}
+	return create()
+}
+
+func subjectName(s Subject) string {
+	if s.Kind == SubjectInstance {
+		return "instance"
+	}
+	return "deployment intent group"
 }
 
 // Get returns one subscription with its delivery state.

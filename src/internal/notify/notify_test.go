@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -361,4 +362,197 @@ func TestBackoff(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Every IPv6 form that carries an IPv4 address is judged as that address
+// (issue 23): each form of 127.0.0.1 and of 169.254.169.254 is refused for
+// what the IPv4 address is, and each form of 10.1.2.3 is allowed. Nothing
+// is dialed.
+func TestCallbackPolicyJudgesTheIPv4AnIPv6AddressCarries(t *testing.T) {
+	d := deliverer(t, DelivererOptions{})
+	forms := map[string][]string{
+		// mapped, compatible, translated (SIIT), well-known and local-use
+		// NAT64 (every RFC 6052 length within /48), 6to4, Teredo (client)
+		"127.0.0.1": {"::ffff:127.0.0.1", "::127.0.0.1", "::ffff:0:7f00:1", "64:ff9b::7f00:1", "2002:7f00:1::1",
+			"64:ff9b:1:7f00:0:100::", "64:ff9b:1:7f:0:1::", "64:ff9b:1::7f:0:100:0", "64:ff9b:1::7f00:1", "2001:0:4136:e378:8000:63bf:80ff:fffe"},
+		"169.254.169.254": {"::ffff:169.254.169.254", "::169.254.169.254", "::ffff:0:a9fe:a9fe", "64:ff9b::a9fe:a9fe",
+			"2002:a9fe:a9fe::1", "64:ff9b:1:a9fe:a9:fe00::", "64:ff9b:1::a9fe:a9fe"},
+	}
+	want := map[string]string{"127.0.0.1": "127.0.0.1 is a loopback address", "169.254.169.254": "169.254.169.254 is a link-local address"}
+	for v4, list := range forms {
+		for _, form := range list {
+			ip := netip.MustParseAddr(form)
+			if ip.Is4() {
+				t.Fatalf("%s is not an IPv6 form", form)
+			}
+			err := d.policy.checkAddr(ip, 80, false)
+			if !errors.Is(err, ErrNotAllowed) || !strings.Contains(err.Error(), want[v4]) {
+				t.Errorf("%s (%s): %v, want a refusal naming %q", form, v4, err, want[v4])
+			}
+			if err := d.CheckURL(context.Background(), "http://["+form+"]:80/x"); err == nil || !strings.Contains(err.Error(), want[v4]) {
+				t.Errorf("callback to [%s]: %v, want a refusal naming %q", form, err, want[v4])
+			}
+		}
+	}
+	for _, form := range []string{"::ffff:10.1.2.3", "::10.1.2.3", "::ffff:0:a01:203", "64:ff9b::a01:203", "2002:a01:203::1", "64:ff9b:1::a01:203"} {
+		if err := d.policy.checkAddr(netip.MustParseAddr(form), 80, false); err != nil {
+			t.Errorf("%s (10.1.2.3) refused: %v", form, err)
+		}
+	}
+	// IPv6's own loopback and unspecified addresses stay what they are.
+	for form, why := range map[string]string{"::1": "::1 is a loopback address", "::": ":: is an unspecified address"} {
+		if err := d.policy.checkAddr(netip.MustParseAddr(form), 80, false); err == nil || !strings.Contains(err.Error(), why) {
+			t.Errorf("%s: %v, want %q", form, err, why)
+		}
+	}
+}
+
+// A callback host in one of inet_aton's shorthands (127.1, octal, hex,
+// one decimal number) is refused as the address it spells, and never
+// handed to a resolver, which would take it for that address.
+func TestCallbackHostShorthandsNeverReachTheResolver(t *testing.T) {
+	asked := map[string]bool{}
+	opts := DelivererOptions{Resolver: recordingResolver{asked}, Allow: []string{"10.0.0.0/8"}}
+	d, err := NewDeliverer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.client.CloseIdleConnections)
+	for host, want := range map[string]string{
+		"127.1":        "IPv4 address 127.0.0.1 in a shorthand form",
+		"127.0.1":      "IPv4 address 127.0.0.1",
+		"0x7f.1":       "IPv4 address 127.0.0.1",
+		"0177.0.0.1":   "IPv4 address 127.0.0.1",
+		"2130706433":   "IPv4 address 127.0.0.1",
+		"0x7f000001":   "IPv4 address 127.0.0.1",
+		"017700000001": "IPv4 address 127.0.0.1",
+		"10.1":         "IPv4 address 10.0.0.1", // even where the address is allowed: spell it out
+		"1.2.3.4.":     "IPv4 address 1.2.3.4",
+		"08.1.2.3":     "looks like an IPv4 address but is not one",
+		"1.2.3.4.5":    "looks like an IPv4 address but is not one",
+		"256.1":        "looks like an IPv4 address but is not one", // a leading part is one byte
+		"example.123":  "looks like an IPv4 address",
+		"a.0x":         "looks like an IPv4 address",
+	} {
+		err := d.CheckURL(context.Background(), "http://"+host+":8080/x")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want a refusal naming %q", host, err, want)
+		}
+		res := d.Deliver(context.Background(), Delivery{URL: "http://" + host + ":8080/x", ID: "x", Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")})
+		if res.Outcome != Failed || !errors.Is(res.Err, ErrNotAllowed) {
+			t.Errorf("delivery to %s: %+v", host, res)
+		}
+	}
+	if len(asked) > 0 {
+		t.Fatalf("the resolver was asked about %v", asked)
+	}
+	// Names that merely contain digits are names.
+	for _, host := range []string{"123.example", "a1.b2", "0x7f.example", "v6.123abc"} {
+		if _, err := d.policy.checkHost(host); err != nil {
+			t.Errorf("%s refused: %v", host, err)
+		}
+	}
+}
+
+// recordingResolver records the names it is asked about and resolves none.
+type recordingResolver struct{ asked map[string]bool }
+
+func (r recordingResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	r.asked[host] = true
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// The unspecified address (0.0.0.0, ::) with the port of one of the
+// orchestrator's listeners reaches that listener: refused as its own
+// address, even when --callback-allow allows everything.
+func TestUnspecifiedAddressIsTheOrchestratorsOwn(t *testing.T) {
+	d := deliverer(t, DelivererOptions{Allow: []string{"0.0.0.0/0", "::/0"}, Self: SelfAddrs("127.0.0.1:9015", "127.0.0.1:2380")})
+	for _, url := range []string{"http://0.0.0.0:9015/v2/projects", "http://[::]:9015/v2/projects", "http://0.0.0.0:2380/x",
+		"http://[::ffff:0.0.0.0]:9015/x", "http://127.0.0.1:2380/x"} {
+		if err := d.CheckURL(context.Background(), url); err == nil || !strings.Contains(err.Error(), "own address") {
+			t.Errorf("%s: %v, want the orchestrator's own address", url, err)
+		}
+	}
+	if err := d.CheckURL(context.Background(), "http://0.0.0.0:8080/x"); err != nil {
+		t.Errorf("0.0.0.0 on another port, allowed by --callback-allow: %v", err)
+	}
+}
+
+// blackHole accepts connections and never answers; it counts them.
+type blackHole struct {
+	ln    net.Listener
+	conns chan net.Conn
+}
+
+func newBlackHole(t *testing.T) *blackHole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackHole{ln: ln, conns: make(chan net.Conn, 100)}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.conns <- c
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		for {
+			select {
+			case c := <-b.conns:
+				_ = c.Close()
+			default:
+				return
+			}
+		}
+	})
+	return b
+}
+
+// Deliveries in flight are capped, in all and per receiver host: 10
+// attempts at once to a receiver that never answers open at most its
+// share of connections, and a second receiver is still delivered to
+// meanwhile. Before, every attempt held a connection of its own.
+func TestDeliveriesInFlightAreCapped(t *testing.T) {
+	hole := newBlackHole(t)
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(204) }))
+	defer ok.Close()
+	d, err := NewDeliverer(DelivererOptions{Allow: []string{"127.0.0.1"}, AttemptTimeout: 2 * time.Second, MaxDeliveries: 4, MaxDeliveriesPerHost: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.client.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.Deliver(ctx, Delivery{URL: "http://" + hole.ln.Addr().String() + "/", ID: "x", Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")})
+		}()
+	}
+	// Two connections come; the other eight attempts wait for a slot.
+	for range 2 {
+		select {
+		case <-hole.conns:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the first attempts did not connect")
+		}
+	}
+	if res := d.Deliver(ctx, Delivery{URL: ok.URL, ID: "y", Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")}); res.Outcome != Delivered {
+		t.Fatalf("another receiver beside the stuck one: %+v", res)
+	}
+	select {
+	case <-hole.conns:
+		t.Fatal("a third connection to the stuck receiver while two attempts held it")
+	case <-time.After(500 * time.Millisecond):
+	}
+	cancel()
+	wg.Wait()
 }

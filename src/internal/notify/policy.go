@@ -134,9 +134,21 @@ func newPolicy(allow, deny, self []string) (*policy, error) {
 }
 
 // checkHost judges a host name (not an address): refused, trusted (allowed
-// wherever it resolves) or neither (its addresses decide).
+// wherever it resolves) or neither (its addresses decide). A name that is
+// an IPv4 address in one of inet_aton's shorthands (127.1, 0x7f.1,
+// 2130706433, 0177.0.0.1) is refused: a resolver would take it for that
+// address behind the policy's back, so it never reaches one.
 func (p *policy) checkHost(host string) (trusted bool, err error) {
+	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return false, nil // an address: it decides
+	}
 	host = normalHost(host)
+	if numericHost(host) {
+		if ip, ok := parseShorthandIPv4(host); ok {
+			return false, &RefusedError{Reason: fmt.Sprintf("host %s is the IPv4 address %s in a shorthand form; write the address as %s", host, ip, ip)}
+		}
+		return false, &RefusedError{Reason: fmt.Sprintf("host %s looks like an IPv4 address but is not one", host)}
+	}
 	if p.deny.matchHost(host) {
 		return false, &RefusedError{Reason: fmt.Sprintf("host %s is denied by --callback-deny", host)}
 	}
@@ -144,14 +156,38 @@ func (p *policy) checkHost(host string) (trusted bool, err error) {
 }
 
 // checkAddr judges the address a callback goes to. A trusted host's
-// addresses are only kept off the orchestrator itself.
+// addresses are only kept off the orchestrator itself. An IPv6 address
+// that carries an IPv4 address (mapped, compatible, translated, NAT64,
+// 6to4, Teredo) is judged as every IPv4 address it may reach.
 func (p *policy) checkAddr(ip netip.Addr, port uint16, trusted bool) error {
-	ip = viaNAT64(ip.Unmap().WithZone(""))
+	ip = ip.Unmap().WithZone("")
+	carried := carriedIPv4(ip)
+	if len(carried) == 0 {
+		return p.checkOne(ip, port, trusted)
+	}
+	for _, v4 := range carried {
+		if err := p.checkOne(v4, port, trusted); err != nil {
+			var refused *RefusedError
+			if errors.As(err, &refused) {
+				return &RefusedError{Reason: refused.Reason + " (carried by " + ip.String() + ")"}
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// checkOne judges one address that carries no other.
+func (p *policy) checkOne(ip netip.Addr, port uint16, trusted bool) error {
 	for _, s := range p.self {
+		if s.Port() != port {
+			continue
+		}
 		// A listener on the unspecified address answers on every loopback
 		// address, not only the 127.0.0.1 it is listed under: 127.0.0.2
-		// reaches it too.
-		if s.Port() == port && (s.Addr() == ip || s.Addr().IsLoopback() && ip.IsLoopback()) {
+		// reaches it too. And connecting to the unspecified address
+		// (0.0.0.0, ::) reaches this host's listeners.
+		if s.Addr() == ip || s.Addr().IsLoopback() && ip.IsLoopback() || ip.IsUnspecified() {
 			return &RefusedError{Reason: fmt.Sprintf("%s is the orchestrator's own address", netip.AddrPortFrom(ip, port))}
 		}
 	}
@@ -183,17 +219,146 @@ func (p *policy) control(ctx context.Context, _, address string, _ syscall.RawCo
 	return p.checkAddr(ap.Addr(), ap.Port(), trusted)
 }
 
-// nat64 is the well-known NAT64 prefix (RFC 6052): on an IPv6-only network
-// with a NAT64 gateway, 64:ff9b::a9fe:a9fe is 169.254.169.254.
-var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+// IPv6 prefixes whose addresses carry an IPv4 address, and where.
+var (
+	// The well-known NAT64 prefix (RFC 6052): on an IPv6-only network
+	// with a NAT64 gateway, 64:ff9b::a9fe:a9fe is 169.254.169.254.
+	nat64 = netip.MustParsePrefix("64:ff9b::/96")
+	// The local-use NAT64 prefix (RFC 8215): a network may use any
+	// prefix length RFC 6052 allows within it, so each is considered
+	// (but 0.0.0.0/8, which no NAT64 reaches and which is where the
+	// zeros of the other lengths fall).
+	nat64Local = netip.MustParsePrefix("64:ff9b:1::/48")
+	// IPv4-translated addresses (RFC 2765): ::ffff:0:a.b.c.d.
+	translated = netip.MustParsePrefix("::ffff:0:0:0/96")
+	// IPv4-compatible addresses (RFC 4291, deprecated): ::a.b.c.d.
+	compatible = netip.MustParsePrefix("::/96")
+	// 6to4 (RFC 3056): 2002:AABB:CCDD::/48 reaches AA.BB.CC.DD.
+	sixToFour = netip.MustParsePrefix("2002::/16")
+	// Teredo (RFC 4380): the server's address, and the client's
+	// inverted, are in the address.
+	teredo = netip.MustParsePrefix("2001::/32")
+)
 
-// viaNAT64 returns the IPv4 address a NAT64 address reaches, else ip.
-func viaNAT64(ip netip.Addr) netip.Addr {
-	if !nat64.Contains(ip) {
-		return ip
+// rfc6052 is where RFC 6052 puts the IPv4 address for each NAT64 prefix
+// length at or beyond /48: the byte offsets of its four bytes (byte 8, the
+// "u" octet, is skipped).
+var rfc6052 = [][4]int{{6, 7, 9, 10}, {7, 9, 10, 11}, {9, 10, 11, 12}, {12, 13, 14, 15}}
+
+// carriedIPv4 returns the IPv4 addresses an IPv6 address carries or
+// reaches, or nil when it carries none (an IPv4 address, ::, ::1).
+func carriedIPv4(ip netip.Addr) []netip.Addr {
+	if !ip.Is6() {
+		return nil
 	}
 	b := ip.As16()
-	return netip.AddrFrom4([4]byte(b[12:]))
+	at := func(i ...int) netip.Addr { return netip.AddrFrom4([4]byte{b[i[0]], b[i[1]], b[i[2]], b[i[3]]}) }
+	switch {
+	case nat64.Contains(ip), translated.Contains(ip):
+		return []netip.Addr{at(12, 13, 14, 15)}
+	case compatible.Contains(ip):
+		if ip.IsUnspecified() || ip.IsLoopback() {
+			return nil // :: and ::1 are IPv6's own
+		}
+		return []netip.Addr{at(12, 13, 14, 15)}
+	case nat64Local.Contains(ip):
+		var out []netip.Addr
+		for _, o := range rfc6052 {
+			if v4 := at(o[0], o[1], o[2], o[3]); !thisNetwork.Contains(v4) {
+				out = append(out, v4)
+			}
+		}
+		if out == nil {
+			return []netip.Addr{netip.IPv4Unspecified()}
+		}
+		return out
+	case sixToFour.Contains(ip):
+		return []netip.Addr{at(2, 3, 4, 5)}
+	case teredo.Contains(ip):
+		client := [4]byte{^b[12], ^b[13], ^b[14], ^b[15]}
+		return []netip.Addr{at(4, 5, 6, 7), netip.AddrFrom4(client)}
+	}
+	return nil
+}
+
+// numericHost reports a host name a URL parser or resolver would take for
+// an IPv4 address: its last label is a number (decimal, 0-octal or 0x-hex),
+// as the WHATWG URL standard decides.
+func numericHost(host string) bool {
+	labels := strings.Split(host, ".")
+	last := labels[len(labels)-1]
+	if last == "" && len(labels) > 1 {
+		last = labels[len(labels)-2]
+	}
+	if hex, ok := strings.CutPrefix(strings.ToLower(last), "0x"); ok {
+		return strings.Trim(hex, "0123456789abcdef") == ""
+	}
+	return last != "" && strings.Trim(last, "0123456789") == ""
+}
+
+// parseShorthandIPv4 parses the forms inet_aton accepts (a, a.b, a.b.c,
+// a.b.c.d, each part decimal, 0-octal or 0x-hex, the last part filling the
+// remaining bytes).
+func parseShorthandIPv4(host string) (netip.Addr, bool) {
+	parts := strings.Split(strings.TrimSuffix(host, "."), ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	var v uint64
+	for i, part := range parts {
+		n, ok := parseNumber(part)
+		if !ok {
+			return netip.Addr{}, false
+		}
+		if i < len(parts)-1 {
+			if n > 255 {
+				return netip.Addr{}, false
+			}
+			v |= n << (8 * (3 - i))
+			continue
+		}
+		if n >= 1<<(8*(4-i)) {
+			return netip.Addr{}, false
+		}
+		v |= n
+	}
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), true
+}
+
+// parseNumber parses one inet_aton part: decimal, 0-prefixed octal or
+// 0x-prefixed hex, no sign, at most 32 bits.
+func parseNumber(s string) (uint64, bool) {
+	base := 10
+	switch {
+	case len(s) > 2 && (s[:2] == "0x" || s[:2] == "0X"):
+		base, s = 16, s[2:]
+	case len(s) > 1 && s[0] == '0':
+		base, s = 8, s[1:]
+	}
+	if s == "" {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range s {
+		var d uint64
+		switch {
+		case c >= '0' && c <= '9':
+			d = uint64(c - '0')
+		case base == 16 && c >= 'a' && c <= 'f':
+			d = uint64(c-'a') + 10
+		case base == 16 && c >= 'A' && c <= 'F':
+			d = uint64(c-'A') + 10
+		default:
+			return 0, false
+		}
+		if d >= uint64(base) {
+			return 0, false
+		}
+		if n = n*uint64(base) + d; n > 1<<32 {
+			return 0, false
+		}
+	}
+	return n, true
 }
 
 // refusedKind names why the defaults refuse ip, or "" when they allow it.

@@ -136,6 +136,12 @@ type Options struct {
 	Render RenderOptions
 	// Fleet configures pull clusters; zero fields are the defaults.
 	Fleet FleetOptions
+	// Notify bounds subscriptions and callback deliveries.
+	Notify NotifyOptions
+	// ManifestCacheSize bounds the rendered manifests kept in memory (rsync
+	// and status answers load the others from etcd when they need them);
+	// 0 means appcontext.DefaultManifestCacheSize.
+	ManifestCacheSize int64
 	// LogicalClouds configures standard logical clouds' users.
 	LogicalClouds LogicalCloudOptions
 	// Logger; nil discards.
@@ -169,6 +175,18 @@ type HTTPOptions struct {
 	// MaxBodyMemory bounds the request body bytes held at once while they
 	// are read and checked; 0 means api.DefaultMaxBodyMemory.
 	MaxBodyMemory int64
+	// MaxBodyMemoryPerCaller bounds what one caller (a token, or a remote
+	// address) holds of it, unless it holds nothing; 0 means a quarter.
+	MaxBodyMemoryPerCaller int64
+	// MinBodyRate is the slowest a body may arrive (bytes a second, on
+	// average after 10s); 0 means api.DefaultMinBodyRate, negative none.
+	MinBodyRate int64
+	// MaxAnswerMemory bounds the answer bytes held while they are written;
+	// 0 means api.DefaultMaxAnswerMemory.
+	MaxAnswerMemory int64
+	// AnswerWriteTimeout bounds each write of an answer; 0 means
+	// api.DefaultAnswerWriteTimeout.
+	AnswerWriteTimeout time.Duration
 	// MaxJSONDepth bounds the nesting of JSON bodies; 0 means 64.
 	MaxJSONDepth int
 }
@@ -187,6 +205,19 @@ func (h *HTTPOptions) defaults() {
 	if h.MaxJSONDepth == 0 {
 		h.MaxJSONDepth = api.DefaultMaxJSONDepth
 	}
+}
+
+// NotifyOptions bounds what subscriptions may cost (see docs/security.md).
+type NotifyOptions struct {
+	// MaxSubscriptions and MaxSubscriptionsPerSubject cap the
+	// subscriptions, in all and per DIG or instance; 0 means the notify
+	// package's defaults.
+	MaxSubscriptions, MaxSubscriptionsPerSubject int
+	// MaxDeliveries caps the callback attempts in flight (each holds a
+	// descriptor); 0 derives it from the open-file limit left by the
+	// listeners, and a larger value is lowered to keep half of that.
+	// MaxDeliveriesPerHost caps those to one receiver; 0 is a quarter.
+	MaxDeliveries, MaxDeliveriesPerHost int
 }
 
 // EtcdOptions keeps etcd writable.
@@ -285,7 +316,8 @@ func New(opts Options) (*App, error) {
 	}
 	opts.HTTP.defaults()
 	h := opts.HTTP
-	if h.MaxConnections < 0 || h.MaxStreams < 0 || h.MaxBodyMemory < 0 || h.MaxJSONDepth < 0 || min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout) < 0 {
+	if h.MaxConnections < 0 || h.MaxStreams < 0 || h.MaxBodyMemory < 0 || h.MaxAnswerMemory < 0 || h.MaxJSONDepth < 0 ||
+		min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout, h.AnswerWriteTimeout) < 0 {
 		return nil, errors.New("orchestrator: connection limits and timeouts cannot be negative")
 	}
 	if opts.HistoryLimit < 0 {

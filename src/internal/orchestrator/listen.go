@@ -15,6 +15,9 @@ type listeners struct {
 	api, grpc net.Listener // grpc is nil when GRPCListen is off
 	maxConns  int
 	openFiles uint64
+	// deliveries caps the callback deliveries in flight, from what the
+	// listeners leave of the descriptors.
+	deliveries int
 }
 
 // listen is the first phase: the open-file limit, and the ports. Listening
@@ -44,5 +47,21 @@ func (a *App) listen(life *lifecycle) (*listeners, error) {
 	if ls.grpc != nil {
 		life.onStop("gRPC listener", func() error { _ = ls.grpc.Close(); return nil })
 	}
+	ls.deliveries = a.deliveryCap(soft, maxConns)
 	return ls, nil
+}
+
+// deliveryCap is the cap on callback deliveries in flight, drawn from the
+// descriptors the API's and the gRPC port's connection caps leave.
+func (a *App) deliveryCap(soft uint64, maxConns int) int {
+	listeners := maxConns
+	if a.opts.GRPCListen != "" {
+		listeners += grpcConns(maxConns)
+	}
+	n, lowered := rlimit.MaxDeliveries(a.opts.Notify.MaxDeliveries, soft, listeners)
+	if lowered {
+		a.log.WithFields(logrus.Fields{"requested": a.opts.Notify.MaxDeliveries, "max_deliveries": n, "open_files": soft}).
+			Warn("--max-deliveries lowered to keep file descriptors for the stores and clusters")
+	}
+	return n
 }

@@ -20,7 +20,7 @@ import (
 // configured, the AAI sink; both follow the context cache's changes.
 func (a *App) buildNotifications(st *stores, ls *listeners, w *work) error {
 	deliverer, err := notify.NewDeliverer(notify.DelivererOptions{Allow: a.opts.CallbackAllow, Deny: a.opts.CallbackDeny,
-		Self: selfAddrs(st.etcd, st.mongo, ls.api, ls.grpc)})
+		Self: selfAddrs(st.etcd, st.mongo, ls.api, ls.grpc), MaxDeliveries: ls.deliveries, MaxDeliveriesPerHost: a.opts.Notify.MaxDeliveriesPerHost})
 	if err != nil {
 		return fmt.Errorf("orchestrator: callback policy: %w", err)
 	}
@@ -32,6 +32,7 @@ func (a *App) buildNotifications(st *stores, ls *listeners, w *work) error {
 	w.notifier, err = notify.NewManager(notify.ManagerOptions{Catalog: st.catalog, States: states,
 		Deliverer: deliverer, Feeds: w.reader, CheckQuery: status.CheckQuery, Metrics: metrics,
 		Subscriptions: w.kinds.subscriptions, Prefix: a.opts.EtcdPrefix, Lease: st.replicas.Lease,
+		MaxSubscriptions: a.opts.Notify.MaxSubscriptions, MaxPerSubject: a.opts.Notify.MaxSubscriptionsPerSubject,
 		BackoffBase: a.opts.NotifyBackoffBase, Logger: a.log.WithField("component", "notify")})
 	if err != nil {
 		return err
@@ -76,7 +77,7 @@ func selfAddrs(etcd *etcdstore.Store, mongo *mongostore.Store, listeners ...net.
 			listen = append(listen, ln.Addr().String())
 		}
 	}
-	for _, u := range append(etcd.Endpoints(), mongo.EmbeddedURI()) {
+	for _, u := range append(append(etcd.Endpoints(), etcd.PeerEndpoints()...), mongo.EmbeddedURI()) {
 		if p, err := url.Parse(u); err == nil && p.Host != "" {
 			listen = append(listen, p.Host)
 		}

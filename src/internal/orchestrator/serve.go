@@ -101,7 +101,7 @@ func (a *App) serve(ctx context.Context, life *lifecycle, ls *listeners, st *sto
 	a.mu.Unlock()
 	close(a.ready)
 	a.log.WithFields(logrus.Fields{"addr": ls.api.Addr().String(), "tls": a.cert != nil, "auth": a.tokens != nil,
-		"max_connections": ls.maxConns, "open_files": ls.openFiles,
+		"max_connections": ls.maxConns, "max_deliveries": ls.deliveries, "open_files": ls.openFiles,
 		"startup_ms": time.Since(start).Milliseconds()}).Info("orchestrator serving")
 
 	select {
@@ -171,17 +171,23 @@ func (a *App) apiOptions(ls *listeners, st *stores, w *work) api.Options {
 			}
 			return nil
 		},
-		ArchiveLimits:      a.opts.Archive,
-		Archives:           w.renderer,
-		Logger:             a.log.WithField("component", "api"),
-		Registerer:         a.opts.Registry,
-		Gatherer:           a.opts.Registry,
-		Kubeconfig:         w.kubeconfigs,
-		MaxJSONDepth:       a.opts.HTTP.MaxJSONDepth,
-		ListPageSize:       a.opts.ListPageSize,
-		StreamWriteTimeout: a.opts.HTTP.StreamWriteTimeout,
-		MaxStreams:         maxStreams(a.opts.HTTP.MaxStreams, ls.maxConns),
-		MaxBodyMemory:      a.opts.HTTP.MaxBodyMemory,
+		ArchiveLimits:          a.opts.Archive,
+		Archives:               w.renderer,
+		Logger:                 a.log.WithField("component", "api"),
+		Registerer:             a.opts.Registry,
+		Gatherer:               a.opts.Registry,
+		Kubeconfig:             w.kubeconfigs,
+		MaxJSONDepth:           a.opts.HTTP.MaxJSONDepth,
+		ListPageSize:           a.opts.ListPageSize,
+		StreamWriteTimeout:     a.opts.HTTP.StreamWriteTimeout,
+		MaxStreams:             maxStreams(a.opts.HTTP.MaxStreams, ls.maxConns),
+		MaxBodyMemory:          a.opts.HTTP.MaxBodyMemory,
+		MaxBodyMemoryPerCaller: a.opts.HTTP.MaxBodyMemoryPerCaller,
+		MinBodyRate:            a.opts.HTTP.MinBodyRate,
+		ReadTimeout:            a.opts.HTTP.ReadTimeout,
+		MaxAnswerMemory:        a.opts.HTTP.MaxAnswerMemory,
+		AnswerWriteTimeout:     a.opts.HTTP.AnswerWriteTimeout,
+		WriteTimeout:           a.opts.HTTP.WriteTimeout,
 	}
 	if w.sink != nil { // never a typed nil in the slice
 		opts.Forgetters = append(opts.Forgetters, w.sink)

@@ -38,7 +38,7 @@ func (a *App) serveStatusNotify(life *lifecycle, ls *listeners, w *work) error {
 	}
 	// Connections are taken before any token is checked: bounded like the
 	// API's, from the same descriptor budget (a quarter of the API's cap).
-	ln := netutil.LimitListener(ls.grpc, max(16, ls.maxConns/4))
+	ln := netutil.LimitListener(ls.grpc, grpcConns(ls.maxConns))
 	opts := statusnotify.Options{Status: w.reader, Changes: w.notifier, Logger: a.log.WithField("component", "statusnotify"),
 		MaxStreams: maxStreams(a.opts.HTTP.MaxStreams, ls.maxConns)}
 	if a.tokens != nil || a.readTokens != nil { // the service only reads: read-only tokens pass too
@@ -70,6 +70,10 @@ func (a *App) GRPCAddr() net.Addr {
 	defer a.mu.Unlock()
 	return a.grpcAddr
 }
+
+// grpcConns is the gRPC port's connection cap: a quarter of the API's, at
+// least 16.
+func grpcConns(maxConns int) int { return max(16, maxConns/4) }
 
 // anyToken accepts a token of any of its files (nil ones skipped).
 type anyToken []*authn.TokenFile

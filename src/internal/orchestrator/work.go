@@ -26,6 +26,8 @@ type work struct {
 	kinds       kinds
 	contexts    *appcontext.Store
 	cache       *appcontext.Cache
+	mirror      *catalog.Mirror       // the overview's, fed by the cache
+	manifests   *appcontext.Manifests // the rendered manifests in use
 	kubeconfigs cluster.KubeconfigOptions
 	clusters    *cluster.Registry
 	dispatcher  *rsync.Dispatcher
@@ -68,10 +70,17 @@ func (a *App) buildWork(ctx context.Context, life *lifecycle, st *stores, ls *li
 	// The cache is created before rsync, which orders dependent apps by
 	// what it observes.
 	w.cache = appcontext.NewCache(w.contexts, a.log.WithField("component", "cache"))
+	// The overview's DIGs, instances and lifecycles, kept in memory from
+	// the catalogue's index by the cache's watch.
+	w.mirror = catalog.NewMirror(a.opts.EtcdPrefix)
+	w.cache.Follow(w.mirror.Prefix(), w.mirror)
+	// Rendered manifests are not kept per context: the most recently used
+	// ones are, up to a bound, and the others read from etcd when needed.
+	w.manifests = appcontext.NewManifests(w.contexts, a.opts.ManifestCacheSize)
 	// The status reader answers queries from the cache; the deployer and
 	// self-heal also read drift through it.
 	w.reader = &status.Reader{Catalog: st.catalog, Contexts: w.contexts, Cache: w.cache, SilentAfter: a.opts.MonitorSilentAfter,
-		Clusters: w.clusters}
+		Clusters: w.clusters, Mirror: w.mirror, Manifests: w.manifests}
 	if err := a.buildFleet(ctx, life, st, w); err != nil {
 		return nil, err
 	}
@@ -108,7 +117,7 @@ func kubeconfigOf(cat *catalog.Catalog) func(context.Context, appcontext.Cluster
 // logical clouds and the deployer.
 func (a *App) buildDeploy(life *lifecycle, st *stores, w *work) error {
 	engine, err := rsync.New(rsync.Options{Store: w.contexts, Clusters: w.clusters, FieldValidation: a.opts.FieldValidation,
-		Observed: w.cache, Delegate: w.fleet.hub, Logger: a.log.WithField("component", "rsync")})
+		Manifests: w.manifests, Observed: w.cache, Delegate: w.fleet.hub, Logger: a.log.WithField("component", "rsync")})
 	if err != nil {
 		return err
 	}

@@ -27,3 +27,24 @@ func TestMaxConnections(t *testing.T) {
 		}
 	}
 }
+func TestMaxDeliveries(t *testing.T) {
+	for _, c := range []struct {
+		requested, listeners int
+		soft                 uint64
+		want                 int
+		lowered              bool
+	}{
+		{0, 320, 1024, 176, false}, // 1,024 descriptors: API 256, gRPC 64
+		{0, 5120, 1048576, 1024, false},
+		{0, 0, 0, 256, false},
+		{50, 320, 1024, 50, false},
+		{2000, 320, 1024, 352, true},
+		{0, 2000, 1024, 1, false},
+		{7, 0, 0, 7, false},
+	} {
+		got, lowered := MaxDeliveries(c.requested, c.soft, c.listeners)
+		if got != c.want || lowered != c.lowered {
+			t.Errorf("MaxDeliveries(%d, %d, %d) = %d, %v; want %d, %v", c.requested, c.soft, c.listeners, got, lowered, c.want, c.lowered)
+		}
+	}
+}

@@ -28,7 +28,9 @@ import (
 // Retrying and Waiting resources are tried again until then. firstPass is
 // called once every resource was tried.
 func (e *Engine) apply(ctx context.Context, id string, update bool, log *logrus.Entry, firstPass func()) error {
-	c, err := e.store.Get(ctx, id)
+	// Manifests are loaded one at a time when applied (or deleted): an
+	// action that retries for as long as a cluster is down holds none.
+	c, err := e.load(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -417,8 +419,12 @@ func (pa *placementApply) applyOne(ctx context.Context, r appcontext.Resource, l
 		err = fmt.Errorf("cluster %s: %w", pa.p.Cluster, err)
 		return outcome{class: classify(ctx, err), err: err}
 	}
+	manifest, err := pa.e.opts.Manifests.Get(ctx, pa.c.Meta.ID, r)
+	if err != nil {
+		return outcome{class: transient, err: err}
+	}
 	obj := &unstructured.Unstructured{}
-	if err := obj.UnmarshalJSON(r.Manifest); err != nil {
+	if err := obj.UnmarshalJSON(manifest); err != nil {
 		return outcome{class: permanent, err: fmt.Errorf("decode manifest: %w", err)}
 	}
 	decorate(obj, labels)

@@ -20,7 +20,9 @@ import (
 // others depend on goes once they are gone (dependencies in reverse).
 // Helm's delete hooks run around the deletion (hooks.go).
 func (e *Engine) delete(ctx context.Context, id string, log *logrus.Entry) error {
-	c, err := e.store.Get(ctx, id)
+	// Manifests are loaded one at a time when applied (or deleted): an
+	// action that retries for as long as a cluster is down holds none.
+	c, err := e.load(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -156,8 +158,12 @@ func (e *Engine) deleteOne(ctx context.Context, c *appcontext.Context, p *appcon
 		err = fmt.Errorf("cluster %s: %w", p.Cluster, err)
 		return classify(ctx, err), "", err
 	}
+	manifest, err := e.opts.Manifests.Get(ctx, c.Meta.ID, r)
+	if err != nil {
+		return transient, "", err
+	}
 	obj := &unstructured.Unstructured{}
-	if err := obj.UnmarshalJSON(r.Manifest); err != nil {
+	if err := obj.UnmarshalJSON(manifest); err != nil {
 		return permanent, "", fmt.Errorf("decode manifest: %w", err)
 	}
 	cs := e.cluster(p.Cluster)

@@ -60,6 +60,10 @@ type Options struct {
 	// Delegate, when set, hands the placements on pull clusters to their
 	// agents instead of applying them (the fleet hub); it needs Observed.
 	Delegate Delegate
+	// Manifests loads each manifest when its resource is applied or
+	// deleted (an action holds none of them meanwhile); nil makes one of
+	// the default size over Store.
+	Manifests *appcontext.Manifests
 	// ClusterParallelism bounds the requests rsync has in flight to one
 	// cluster, over every action; 0 means 16.
 	ClusterParallelism int
@@ -138,6 +142,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.FieldValidation == "" {
 		opts.FieldValidation = FieldValidationWarn
+	}
+	if opts.Manifests == nil {
+		opts.Manifests = appcontext.NewManifests(opts.Store, 0)
 	}
 	if opts.ClusterParallelism == 0 {
 		opts.ClusterParallelism = 16
@@ -292,3 +299,13 @@ func (e *Engine) sleep(ctx context.Context, attempt int) bool {
 }
 
 func ptrTrue() *bool { b := true; return &b }
+
+// load reads a context for an action: from etcd without its manifests
+// (Manifests loads each when it is needed), or whole from an agent's own
+// copy, which keeps them.
+func (e *Engine) load(ctx context.Context, id string) (*appcontext.Context, error) {
+	if e.opts.Contexts == nil && e.opts.Store != nil {
+		return e.opts.Store.GetWithoutManifests(ctx, id)
+	}
+	return e.store.Get(ctx, id)
+}

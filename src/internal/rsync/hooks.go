@@ -315,8 +315,12 @@ func (e *Engine) deleteAndWait(ctx context.Context, c *appcontext.Context, p *ap
 	if err != nil {
 		return err
 	}
+	manifest, err := e.opts.Manifests.Get(ctx, c.Meta.ID, r)
+	if err != nil {
+		return err
+	}
 	obj := &unstructured.Unstructured{}
-	if err := obj.UnmarshalJSON(r.Manifest); err != nil {
+	if err := obj.UnmarshalJSON(manifest); err != nil {
 		return fmt.Errorf("decode manifest: %w", err)
 	}
 	ri, err := e.resourceFor(e.cluster(p.Cluster), client, r.GVK, obj, c.Meta.Namespace)

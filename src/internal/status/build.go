@@ -98,6 +98,10 @@ type Response struct {
 	// Cluster is the one cluster a cluster status answer is about (EMCO's
 	// ClusterStatusResult).
 	Cluster *Cluster `json:"cluster,omitempty"`
+	// contextID and manifests load the details Build deferred (see
+	// WriteJSON and Resolve).
+	contextID string
+	manifests ManifestSource
 }
 
 // App is one app's resources per cluster.
@@ -161,6 +165,10 @@ type Resource struct {
 	// fine is the ready status while the answer is built, whatever the
 	// type (the seed field is dropped from rsync answers).
 	fine string
+	// entry or manifest is where a deferred Detail comes from: the bundle
+	// entry (immutable once received) or the rendered manifest.
+	entry    *appcontext.BundleEntry
+	manifest *appcontext.Resource
 	// since is when rsync last set its status (for history snapshots).
 	since time.Time
 }
@@ -194,6 +202,10 @@ type Input struct {
 	// withRsync makes a type=cluster answer carry each resource's rsync
 	// status too, for notification entries, which report both views.
 	withRsync bool
+	// deferDetail makes output=detail note where each detail comes from
+	// rather than build it: the answer is then written a resource at a
+	// time (WriteJSON), and only one detail is in memory at once.
+	deferDetail bool
 }
 
 // Build computes the answer to q.
@@ -390,7 +402,12 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			// why rsync could not apply it, and what the API server warned of.
 			res.Reason, res.Warnings = rs.Error, rs.Warnings
 			if q.Output == OutputDetail {
-				res.Detail = json.RawMessage(r.Manifest)
+				if len(r.Manifest) > 0 && !in.deferDetail {
+					res.Detail = json.RawMessage(r.Manifest)
+				} else {
+					// A cached context holds references, not manifests.
+					res.manifest = &r
+				}
 			}
 			c.Resources = append(c.Resources, res)
 			continue
@@ -420,7 +437,7 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 		}
 		res.ReadyStatusEMCO, res.fine = emcoReadiness(res.ReadyStatus), res.ReadyStatus
 		if q.Output == OutputDetail && found && unknownWhy == "" {
-			res.Detail = entryObject(e)
+			res.setDetail(in, e)
 		}
 		statuses = append(statuses, health.Status(res.ReadyStatus))
 		c.Resources = append(c.Resources, res)
@@ -434,7 +451,7 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			res := Resource{GVK: GVK{"", "v1", "Pod"}, Name: e.Name, Namespace: e.Namespace,
 				ClusterStatus: Present, ReadyStatus: e.ReadyStatus, Reason: e.Reason, ReadyStatusEMCO: emcoReadiness(e.ReadyStatus), fine: e.ReadyStatus}
 			if q.Output == OutputDetail {
-				res.Detail = entryObject(e)
+				res.setDetail(in, e)
 			}
 			statuses = append(statuses, health.Status(res.ReadyStatus))
 			c.Resources = append(c.Resources, res)
@@ -574,6 +591,16 @@ func podEntries(index map[appcontext.EntryRef]*appcontext.BundleEntry) []*appcon
 		return out[i].Name < out[j].Name
 	})
 	return out
+}
+
+// setDetail makes the bundle entry's object the resource's detail, or
+// notes where it is when details are deferred.
+func (r *Resource) setDetail(in Input, e *appcontext.BundleEntry) {
+	if in.deferDetail {
+		r.entry = e
+		return
+	}
+	r.Detail = entryObject(e)
 }
 
 // entryObject is the object an entry reports.

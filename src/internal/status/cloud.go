@@ -2,6 +2,8 @@ package status
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/url"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
@@ -50,6 +52,10 @@ func (r *Reader) LogicalCloud(ctx context.Context, key catalog.Key, v url.Values
 	if err := r.withInputE(ctx, header, emco, st.Lifecycle, id, func(in Input) { resp = Build(in, q) }); err != nil {
 		return nil, err
 	}
+	resp.contextID, resp.manifests = id, r.Manifests
+	if err := resp.Resolve(ctx); err != nil { // a cloud has a handful of resources
+		return nil, err
+	}
 	out := CloudResponse{Response: resp}
 	if id == st.Lifecycle.ContextID && st.Deployed != "" {
 		out.Status, out.DeployedStatus = st.Deployed, st.Deployed
@@ -61,4 +67,16 @@ func (r *Reader) LogicalCloud(ctx context.Context, key catalog.Key, v url.Values
 		out.ReadyStatusEMCO, out.Ready = EMCOReady, boolPtr(true)
 	}
 	return out, nil
+}
+
+// WriteJSON writes the answer whole (a cloud has a handful of resources,
+// resolved already); it keeps Response's streaming, which knows nothing of
+// Clusters, from being promoted.
+func (c CloudResponse) WriteJSON(_ context.Context, w io.Writer) error {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	return err
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
@@ -118,4 +120,22 @@ func mustQuery(s string) url.Values {
 		panic(err)
 	}
 	return v
+}
+
+// /v1/query never returns a Secret's data, nor the last-applied
+// annotation that copies it (issue 23); other kinds keep theirs.
+func TestQueryObjectHidesSecretData(t *testing.T) {
+	secret := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret",
+		"metadata": map[string]any{"name": "s", "annotations": map[string]any{lastApplied: `{"data":{"k":"c2VjcmV0"}}`, "keep": "me"},
+			"managedFields": []any{map[string]any{"manager": "kubectl"}}},
+		"data": map[string]any{"k": "c2VjcmV0"}, "stringData": map[string]any{"k": "secret"}}}
+	got := string(queryObject(secret))
+	if strings.Contains(got, "c2VjcmV0") || strings.Contains(got, `"secret"`) || strings.Contains(got, "managedFields") || !strings.Contains(got, `"keep":"me"`) {
+		t.Fatalf("Secret as queried: %s", got)
+	}
+	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "c", "annotations": map[string]any{lastApplied: `{}`}}}}
+	if got := string(queryObject(cm)); !strings.Contains(got, lastApplied) {
+		t.Fatalf("ConfigMap as queried: %s", got)
+	}
 }

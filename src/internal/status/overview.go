@@ -97,20 +97,22 @@ type NotReady struct {
 	Reason          string `json:"reason,omitempty"`
 }
 
-// Overview summarises every DIG and v1 instance. It costs one catalogue
-// listing per kind, one state read per DIG, and no etcd read: the
-// contexts come from the cache.
+// Overview summarises every DIG and v1 instance. With the mirror it costs
+// no store read at all (the DIGs, instances and lifecycles, and the
+// contexts, are in memory); without, one catalogue listing per kind and
+// one state read per DIG.
 func (r *Reader) Overview(ctx context.Context) (Overview, error) {
+	if r.Mirror != nil && r.Cache != nil {
+		return r.mirroredOverview(ctx)
+	}
 	out := Overview{DeploymentIntentGroups: []Summary{}, Instances: []Summary{}}
 	err := catalog.For[catalog.DIGSpec](r.Catalog, catalog.DeploymentIntentGroups).Each(ctx, func(dig catalog.Key, obj catalog.Object[catalog.DIGSpec]) error {
 		st, err := r.Catalog.GetDIGState(ctx, dig)
 		if err != nil {
 			return err
 		}
-		s := Summary{Kind: "dig", Project: dig[0], CompositeApp: dig[1], Version: dig[2], Name: dig[3], State: st.Current,
-			StatusURL: "/v2/projects/" + dig[0] + "/composite-apps/" + dig[1] + "/" + dig[2] + "/deployment-intent-groups/" + dig[3] + "/status"}
-		header := Header{Project: dig[0], CompositeApp: dig[1], Version: dig[2], CompositeProfile: obj.Spec.CompositeProfile, Name: dig[3]}
-		if err := r.summarise(ctx, header, st, st.ContextID, &s); err != nil {
+		s, err := r.digSummary(ctx, dig, obj.Spec.CompositeProfile, st)
+		if err != nil {
 			return err
 		}
 		out.DeploymentIntentGroups = append(out.DeploymentIntentGroups, s)
@@ -120,10 +122,8 @@ func (r *Reader) Overview(ctx context.Context) (Overview, error) {
 		return Overview{}, err
 	}
 	err = catalog.For[catalog.InstanceSpec](r.Catalog, catalog.Instances).Each(ctx, func(key catalog.Key, obj catalog.Object[catalog.InstanceSpec]) error {
-		req := obj.Spec.Request
-		s := Summary{Kind: "instance", ID: key[0], Name: obj.Spec.ReleaseName, RBName: req.RBName, RBVersion: req.RBVersion,
-			ProfileName: req.ProfileName, CloudRegion: req.CloudRegion, StatusURL: "/v1/instance/" + key[0] + "/status"}
-		if err := r.summarise(ctx, Header{Name: key[0]}, catalog.DIGState{}, key[0], &s); err != nil {
+		s, err := r.instanceSummary(ctx, key[0], obj.Spec.ReleaseName, obj.Spec.Request)
+		if err != nil {
 			return err
 		}
 		out.Instances = append(out.Instances, s)
@@ -135,65 +135,125 @@ func (r *Reader) Overview(ctx context.Context) (Overview, error) {
 	return out, nil
 }
 
-// summarise fills s from the context's type=cluster answer. A context not
-// (or no longer) stored leaves the summary without one.
+// mirroredOverview is Overview from memory, once the cache (which feeds
+// the mirror) is loaded.
+func (r *Reader) mirroredOverview(ctx context.Context) (Overview, error) {
+	if err := r.Cache.WaitLoaded(ctx); err != nil {
+		return Overview{}, err
+	}
+	digs, instances := r.Mirror.DIGs(), r.Mirror.Instances()
+	out := Overview{DeploymentIntentGroups: make([]Summary, 0, len(digs)), Instances: make([]Summary, 0, len(instances))}
+	for _, d := range digs {
+		ms := r.Mirror.State(d.Group)
+		st := catalog.DIGState{Current: ms.Current, ContextID: ms.ContextID, StatusContextID: ms.StatusContextID}
+		s, err := r.digSummary(ctx, d.Key, d.CompositeProfile, st)
+		if err != nil {
+			return Overview{}, err
+		}
+		out.DeploymentIntentGroups = append(out.DeploymentIntentGroups, s)
+	}
+	for _, i := range instances {
+		s, err := r.instanceSummary(ctx, i.ID, i.ReleaseName, i.Request)
+		if err != nil {
+			return Overview{}, err
+		}
+		out.Instances = append(out.Instances, s)
+	}
+	return out, nil
+}
+
+// digSummary summarises one DIG in state st.
+func (r *Reader) digSummary(ctx context.Context, dig catalog.Key, profile string, st catalog.DIGState) (Summary, error) {
+	s := Summary{Kind: "dig", Project: dig[0], CompositeApp: dig[1], Version: dig[2], Name: dig[3], State: st.Current,
+		StatusURL: "/v2/projects/" + dig[0] + "/composite-apps/" + dig[1] + "/" + dig[2] + "/deployment-intent-groups/" + dig[3] + "/status"}
+	header := Header{Project: dig[0], CompositeApp: dig[1], Version: dig[2], CompositeProfile: profile, Name: dig[3]}
+	return s, r.summarise(ctx, header, st, st.ContextID, &s)
+}
+
+// instanceSummary summarises one v1 instance.
+func (r *Reader) instanceSummary(ctx context.Context, id, release string, req catalog.InstanceRequest) (Summary, error) {
+	s := Summary{Kind: "instance", ID: id, Name: release, RBName: req.RBName, RBVersion: req.RBVersion,
+		ProfileName: req.ProfileName, CloudRegion: req.CloudRegion, StatusURL: "/v1/instance/" + id + "/status"}
+	return s, r.summarise(ctx, Header{Name: id}, catalog.DIGState{}, id, &s)
+}
+
+// summarise fills s from the context's type=cluster answer, computed
+// placement by placement as Build does, without building the answer (the
+// overview summarises every subject at once). A context not (or no
+// longer) stored leaves the summary without one.
 func (r *Reader) summarise(ctx context.Context, header Header, st catalog.DIGState, id string, s *Summary) error {
 	s.ReadyCounts, s.Apps, s.NotReady, s.SyncCounts = map[string]int{}, []AppSummary{}, []NotReady{}, map[string]int{}
 	if id == "" {
 		return nil
 	}
-	err := r.withInput(ctx, header, st, id, func(in Input) {
-		if in.Context == nil {
-			return
-		}
-		in.withRsync = true // the drift count needs each resource's rsync status
-		resp := Build(in, Query{Type: TypeCluster, Output: OutputAll})
-		s.Instance, s.Status = in.Context.Meta.ID, in.Context.Status.Status
-		s.Ready = resp.Ready != nil && *resp.Ready
-		var all []health.Status
-		for _, a := range resp.Apps {
-			as := AppSummary{Name: a.Name, Ready: a.Ready != nil && *a.Ready}
-			for _, c := range a.Clusters {
-				cs := ClusterSummary{ClusterProvider: c.ClusterProvider, Cluster: c.Cluster, Ready: c.Ready != nil && *c.Ready,
-					Connectivity: c.Connectivity, Monitor: c.Monitor}
-				var statuses []health.Status
-				for _, res := range c.Resources {
-					cs.Total++
-					s.ReadyCounts[res.ReadyStatus]++
-					if res.SyncStatus != "" {
-						s.SyncCounts[res.SyncStatus]++
-					}
-					if syncstate.Drifted(res.RsyncStatus, res.SyncStatus) {
-						cs.Drifted++
-					}
-					statuses = append(statuses, health.Status(res.ReadyStatus))
-					if res.ReadyStatus == string(health.Ready) {
-						cs.ReadyCount++
-						continue
-					}
-					s.NotReadyCount++
-					s.NotReady = append(s.NotReady, NotReady{App: a.Name, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
-						GVK: res.GVK, Name: res.Name, ClusterStatus: res.ClusterStatus, ReadyStatus: res.ReadyStatus, Reason: res.Reason})
-				}
-				if len(statuses) > 0 {
-					cs.ReadyStatus = string(health.Aggregate(statuses...))
-				}
-				all = append(all, statuses...)
-				s.Total += cs.Total
-				s.ReadyCount += cs.ReadyCount
-				as.Clusters = append(as.Clusters, cs)
-			}
-			s.Apps = append(s.Apps, as)
-		}
-		if len(all) > 0 {
-			s.ReadyStatus = string(health.Aggregate(all...))
-		}
-		s.NotReady = worstFirst(s.NotReady, MaxNotReady)
-	})
+	err := r.withInput(ctx, header, st, id, func(in Input) { summaryOf(in, s) })
 	if err != nil && !isNotFound(err) {
 		return err
 	}
 	return nil
+}
+
+// summaryOf fills s from in's context as its type=cluster answer counts it.
+func summaryOf(in Input, s *Summary) {
+	if in.Context == nil {
+		return
+	}
+	s.Instance, s.Status = in.Context.Meta.ID, in.Context.Status.Status
+	q := Query{Type: TypeCluster, Output: OutputSummary}
+	ready, worst := true, health.Ready
+	for _, p := range in.Context.Placements {
+		if left(p) {
+			continue
+		}
+		if n := len(s.Apps); n == 0 || s.Apps[n-1].Name != p.App { // placements are sorted by app
+			s.Apps = append(s.Apps, AppSummary{Name: p.App, Ready: true})
+		}
+		as := &s.Apps[len(s.Apps)-1]
+		cs := s.summariseCluster(p.App, buildCluster(in, q, p))
+		as.Clusters = append(as.Clusters, cs)
+		as.Ready = as.Ready && cs.Ready
+		ready = ready && cs.Ready
+		if cs.Total > 0 { // the worst of every resource is the worst of the clusters'
+			worst = health.Aggregate(worst, health.Status(cs.ReadyStatus))
+		}
+	}
+	s.Ready = ready && len(s.Apps) > 0
+	if s.Total > 0 {
+		s.ReadyStatus = string(worst)
+	}
+	s.NotReady = worstFirst(s.NotReady, MaxNotReady) // the worst are kept
+}
+
+// summariseCluster counts one app's resources on one cluster into s and
+// returns the cluster's summary.
+func (s *Summary) summariseCluster(app string, c Cluster) ClusterSummary {
+	cs := ClusterSummary{ClusterProvider: c.ClusterProvider, Cluster: c.Cluster, Ready: c.Ready != nil && *c.Ready,
+		Connectivity: c.Connectivity, Monitor: c.Monitor}
+	worst := health.Ready
+	for _, res := range c.Resources {
+		cs.Total++
+		s.ReadyCounts[res.ReadyStatus]++
+		if res.SyncStatus != "" {
+			s.SyncCounts[res.SyncStatus]++
+		}
+		if syncstate.Drifted(res.RsyncStatus, res.SyncStatus) { // buildCluster keeps the rsync status
+			cs.Drifted++
+		}
+		worst = health.Aggregate(worst, health.Status(res.ReadyStatus))
+		if res.ReadyStatus == string(health.Ready) {
+			cs.ReadyCount++
+			continue
+		}
+		s.NotReadyCount++
+		s.NotReady = append(s.NotReady, NotReady{App: app, ClusterProvider: c.ClusterProvider, Cluster: c.Cluster,
+			GVK: res.GVK, Name: res.Name, ClusterStatus: res.ClusterStatus, ReadyStatus: res.ReadyStatus, Reason: res.Reason})
+	}
+	if cs.Total > 0 {
+		cs.ReadyStatus = string(worst)
+	}
+	s.Total += cs.Total
+	s.ReadyCount += cs.ReadyCount
+	return cs
 }
 
 // ClusterOverview is every registered cluster (and v1 cloud region) with

@@ -31,6 +31,14 @@ type Reader struct {
 	// Clusters answers the v1 queries, which read the cluster itself as
 	// k8splugin's do; nil leaves them unavailable.
 	Clusters Clusters
+	// Mirror, with Cache, answers the overview from memory: the DIGs,
+	// instances and lifecycles as the catalogue's index has them, fed by
+	// the cache's watch (Cache.Follow). Nil lists them from the catalogue.
+	Mirror *catalog.Mirror
+	// Manifests loads the rendered manifests of type=rsync output=detail
+	// answers (the cache keeps references only); nil leaves those details
+	// out of answers from the cache.
+	Manifests ManifestSource
 }
 
 // base is an Input without a context.
@@ -118,9 +126,15 @@ func pickInstance(st catalog.DIGState, q Query, what string) (string, error) {
 }
 
 // build answers from the cache when it has the context, else from etcd.
+// Details are deferred: WriteJSON (or Resolve) builds them, outside the
+// cache's lock, one at a time.
 func (r *Reader) build(ctx context.Context, header Header, st catalog.DIGState, id string, q Query) (Response, error) {
 	var resp Response
-	err := r.withFilteredInput(ctx, header, st, id, q, func(in Input) { resp = Build(in, q) })
+	err := r.withFilteredInput(ctx, header, st, id, q, func(in Input) {
+		in.deferDetail = true
+		resp = Build(in, q)
+	})
+	resp.contextID, resp.manifests = id, r.Manifests
 	return resp, err
 }
 

@@ -179,14 +179,19 @@ func (r *Reader) list(ctx context.Context, ref appcontext.ClusterRef, q v1Query)
 	return out, nil
 }
 
+// lastApplied is kubectl's (and Helm 2's) copy of an applied object: for a
+// Secret, its data.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
 // queryObject is an object as a query returns it: without managed fields,
-// and a Secret without its data.
+// and a Secret without its data, nor the annotation that copies it.
 func queryObject(o *unstructured.Unstructured) json.RawMessage {
 	c := o.DeepCopy()
 	c.SetManagedFields(nil)
 	if c.GetKind() == "Secret" && c.GroupVersionKind().Group == "" {
 		delete(c.Object, "data")
 		delete(c.Object, "stringData")
+		unstructured.RemoveNestedField(c.Object, "metadata", "annotations", lastApplied)
 	}
 	data, err := json.Marshal(c.Object)
 	if err != nil {

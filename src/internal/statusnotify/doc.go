@@ -13,5 +13,11 @@
 // status, sent as soon as the registration is accepted.
 //
 // When the API requires bearer tokens, so does this service: the token
-// travels as gRPC metadata "authorization: Bearer <token>".
+// travels as gRPC metadata "authorization: Bearer <token>" and is checked
+// on a call's headers, before any message of it is read (a tap handle).
+// Nothing waits on a client without a bound: a call's request message
+// must come within RequestTimeout, each notification must be taken within
+// SendTimeout, and a connection with no call in progress is closed after
+// IdleTimeout. emcoctl watch sends no token (EMCO's service has none), so
+// it works against an orchestrator without --auth-token-file.
 package statusnotify

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/argus-mc/argus/src/apis/statusnotify"
@@ -51,8 +52,24 @@ type Options struct {
 	Tokens TokenChecker
 	// MaxStreams bounds the registrations open at once; 0 means 1024.
 	MaxStreams int
-	Logger     *logrus.Entry
+	// RequestTimeout bounds how long a call may take to send its request
+	// message after its headers; 0 means DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// SendTimeout bounds each notification sent: a client that stops
+	// reading loses its stream; 0 means DefaultSendTimeout.
+	SendTimeout time.Duration
+	// IdleTimeout closes a connection with no call in progress (a client
+	// whose calls were all refused is one); 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	Logger      *logrus.Entry
 }
+
+// Defaults of the bounds on what a connection may hold without progress.
+const (
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultSendTimeout    = 30 * time.Second
+	DefaultIdleTimeout    = 30 * time.Second
+)
 
 // Limits on what a registration may carry: a client id is an identifier,
 // filters are lists a person writes.
@@ -79,45 +96,113 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxStreams == 0 {
 		opts.MaxStreams = 1024
 	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
+	if opts.SendTimeout <= 0 {
+		opts.SendTimeout = DefaultSendTimeout
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
 	if opts.Logger == nil {
 		opts.Logger = logrus.NewEntry(logging.Discard())
 	}
 	return &Server{opts: opts, log: opts.Logger, clients: map[string]context.CancelFunc{}}, nil
 }
 
-// ServerOptions are the options a grpc.Server serving s needs: the bearer
-// token check on every call when tokens are configured.
+// ServerOptions are the options a grpc.Server serving s needs. Whoever
+// can reach the port holds a connection before any call is authenticated,
+// so nothing waits on a client without a bound: the handshake, the token
+// (checked on a call's headers, before its message is read), the request
+// message, each notification sent, and a connection with no call.
 func (s *Server) ServerOptions() []grpc.ServerOption {
-	// Whoever can reach the port holds a connection before any call is
-	// authenticated: bound the handshake, the idle time and the streams.
-	bounds := []grpc.ServerOption{
+	return []grpc.ServerOption{
 		grpc.ConnectionTimeout(10 * time.Second),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.opts.IdleTimeout, Time: time.Minute, Timeout: 20 * time.Second}),
 		grpc.MaxConcurrentStreams(64),
 		grpc.MaxRecvMsgSize(1 << 20),
-	}
-	if s.opts.Tokens == nil {
-		return bounds
-	}
-	return append(bounds,
+		grpc.InTapHandle(s.tap),
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			if err := s.authenticate(ctx); err != nil {
-				return nil, err
-			}
+			guardOf(ctx).received() // a unary call's message is read before its handler runs
 			return h(ctx, req)
 		}),
 		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			if err := s.authenticate(ss.Context()); err != nil {
-				return err
-			}
-			return h(srv, ss)
+			return h(srv, guardedStream{ServerStream: ss, guard: guardOf(ss.Context())})
 		}),
-	)
+	}
+}
+
+// tap runs on a call's headers, before any message of it is read: the
+// token is checked there, and the call's context armed to end it should
+// its request message not come within RequestTimeout.
+func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if s.opts.Tokens != nil {
+		if err := s.authenticate(info.Header); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	g := &guard{cancel: cancel}
+	g.timer = time.AfterFunc(s.opts.RequestTimeout, func() { cancel(errNoRequest) })
+	context.AfterFunc(ctx, func() { g.timer.Stop() })
+	return context.WithValue(ctx, guardKey{}, g), nil
+}
+
+var (
+	errNoRequest = errors.New("no request message in time")
+	errNoReader  = errors.New("the client did not read a notification in time")
+)
+
+// guard can end its call: when the request message does not come in time,
+// or a notification cannot be sent in time.
+type guard struct {
+	timer  *time.Timer
+	cancel context.CancelCauseFunc
+}
+
+type guardKey struct{}
+
+// guardOf returns the call's guard; nil (which does nothing) for a call
+// the tap did not see.
+func guardOf(ctx context.Context) *guard {
+	g, _ := ctx.Value(guardKey{}).(*guard)
+	return g
+}
+
+// received disarms the request deadline.
+func (g *guard) received() {
+	if g != nil {
+		g.timer.Stop()
+	}
+}
+
+// send sends one message, ending the call if it cannot within d.
+func (g *guard) send(d time.Duration, send func() error) error {
+	if g == nil {
+		return send()
+	}
+	t := time.AfterFunc(d, func() { g.cancel(errNoReader) })
+	defer t.Stop()
+	return send()
+}
+
+// guardedStream disarms the request deadline once a message came.
+type guardedStream struct {
+	grpc.ServerStream
+	guard *guard
+}
+
+func (s guardedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	s.guard.received()
+	return nil
 }
 
 // authenticate checks the call's "authorization: Bearer <token>".
-func (s *Server) authenticate(ctx context.Context) error {
-	md, _ := metadata.FromIncomingContext(ctx)
+func (s *Server) authenticate(md metadata.MD) error {
 	for _, v := range md.Get("authorization") {
 		scheme, token, _ := strings.Cut(strings.TrimSpace(v), " ")
 		if strings.EqualFold(scheme, "Bearer") && strings.TrimSpace(token) != "" && s.opts.Tokens.Valid(strings.TrimSpace(token)) {
@@ -267,7 +352,7 @@ func (s *Server) StatusRegister(reg *pb.StatusRegistration, stream grpc.ServerSt
 			if r, ok := responseOf(resp); ok {
 				n := notification(r, ready, reg.GetOutput() == pb.OutputType_ALL, subj)
 				if last == nil || !proto.Equal(last, n) {
-					if err := stream.Send(n); err != nil {
+					if err := guardOf(stream.Context()).send(s.opts.SendTimeout, func() error { return stream.Send(n) }); err != nil {
 						return err
 					}
 					last = n

@@ -143,6 +143,19 @@ func serve(t *testing.T, opts Options) pb.StatusNotifyClient {
 		t.Fatal(err)
 	}
 	ln := bufconn.Listen(1 << 20)
+	serveOn(t, svc, ln)
+	conn, err := grpc.NewClient("passthrough:///bufnet", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return ln.DialContext(ctx) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return pb.NewStatusNotifyClient(conn)
+}
+
+// serveOn serves svc on ln until the test ends.
+func serveOn(t *testing.T, svc *Server, ln net.Listener) {
+	t.Helper()
 	srv := grpc.NewServer(svc.ServerOptions()...)
 	svc.Register(srv)
 	done := make(chan struct{})
@@ -150,17 +163,10 @@ func serve(t *testing.T, opts Options) pb.StatusNotifyClient {
 		defer close(done)
 		_ = srv.Serve(ln)
 	}()
-	conn, err := grpc.NewClient("passthrough:///bufnet", grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return ln.DialContext(ctx) }))
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		_ = conn.Close()
 		srv.Stop()
 		<-done
 	})
-	return pb.NewStatusNotifyClient(conn)
 }
 
 func digReg(client, dig string) *pb.StatusRegistration {

@@ -51,6 +51,7 @@ type Store struct {
 	Client   *clientv3.Client
 	server   *embed.Etcd
 	embedded []string
+	peers    []string
 	// logLevel gates the embedded server's logs; Close raises it so the
 	// errors etcd logs about its own listeners closing stay out of the log.
 	logLevel zap.AtomicLevel
@@ -106,6 +107,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		for _, u := range srv.Config().AdvertiseClientUrls {
 			st.embedded = append(st.embedded, u.String())
 		}
+		for _, u := range srv.Config().ListenPeerUrls {
+			st.peers = append(st.peers, u.String())
+		}
 		endpoints = st.embedded
 		opts.Logger.WithField("endpoints", endpoints).Info("embedded etcd started")
 	}
@@ -131,6 +135,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 
 // Endpoints returns the client URLs of the embedded server (nil when external).
 func (s *Store) Endpoints() []string { return s.embedded }
+
+// PeerEndpoints returns the peer URLs the embedded server listens on (nil
+// when external): they reach this process as much as the client URLs do.
+func (s *Store) PeerEndpoints() []string { return s.peers }
 
 // Ping performs a linearizable read, as `etcdctl endpoint health` does. An
 // embedded server that failed fails it at once, naming why.
