@@ -365,10 +365,13 @@ func restart(b *testing.B, d *deployment, f *Fleet, n int) time.Duration {
 		poll(b, time.Minute, "every agent disconnected", func() bool { return f.Connected() == 0 })
 		d.startProcess()
 	} else {
+		// Agents try the URLs in turn, so the first replica serves them
+		// all: every agent must go to the others.
 		if err := syscall.Kill(d.pids[0], syscall.SIGKILL); err != nil {
 			b.Fatal(err)
 		}
 		d.pids = d.pids[1:]
+		poll(b, time.Minute, "the agents noticed", func() bool { return f.Connected() < n })
 	}
 	poll(b, 5*time.Minute, "every agent connected again", func() bool { return f.Connected() == n })
 	return time.Since(start)
