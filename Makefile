@@ -16,7 +16,7 @@ GOLANGCI := $(CACHE)/tools/golangci-lint-$(GOLANGCI_VERSION)
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 FUZZTIME   ?= 60s
 
-.PHONY: all build run demo sim ha-stores chromium test bench fuzz lint docs generate clean
+.PHONY: all build run demo sim ha-stores chromium test bench bench-fleet fuzz lint docs generate clean
 
 all: build
 
@@ -84,6 +84,19 @@ test: sim ha-stores chromium
 bench: sim
 	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 5x $(PKGS) | tee $(BIN)/bench.txt
+
+# Fleet scale (issue 26): simulated pull clusters (src/internal/fleetsim,
+# real agents on in-memory clusters) against one orchestrator on embedded
+# stores (FLEET_REPLICAS=1) or scripts/ha-up.sh's replicas; one line
+# "fleet: clusters=N replicas=R ..." per size in FLEET_SIZES
+# (comma-separated). docs/benchmarks.md reports the numbers.
+FLEET_SIZES    ?= 1000
+FLEET_REPLICAS ?= 1
+bench-fleet:
+	@mkdir -p $(BIN)
+	@if [ "$(FLEET_REPLICAS)" != 1 ]; then ./scripts/build-ha.sh >/dev/null; fi
+	ARGUS_FLEET_SIZES=$(FLEET_SIZES) ARGUS_FLEET_REPLICAS=$(FLEET_REPLICAS) \
+		$(GO) test -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 60m ./src/internal/fleetsim | tee $(BIN)/bench-fleet.txt
 
 # Every decoder of untrusted input has a fuzz target; the seed corpora run
 # as ordinary tests in `make test`, and each target for FUZZTIME here.

@@ -15,6 +15,12 @@
 //	simcluster receive --listen 127.0.0.1:9018 --out notifications.log
 //	curl -s localhost:9015/v2/... | simcluster json ready-status
 //
+// And the fleet simulator (issue 26, a benchmark tool): N pull clusters in
+// this process, each a real agent on an in-memory cluster, with churn and
+// flapping links (package fleetsim; make bench-fleet drives it itself):
+//
+//	simcluster fleet --orchestrator http://127.0.0.1:9015 --clusters 1000 --churn 10
+//
 // Exit codes: 0 on success (or after a clean stop), 1 when the work failed,
 // 2 for invalid arguments.
 package main
@@ -50,7 +56,8 @@ const usage = `usage:
   simcluster apply --kubeconfig FILE [--timeout D] MANIFEST...
   simcluster pod-state --kubeconfig FILE [--namespace NS] --selector SELECTOR --state not-ready|crashloop|failed|succeeded|ready
   simcluster receive [--listen ADDR] [--out FILE]
-  simcluster json [PATH] < DOCUMENT`
+  simcluster json [PATH] < DOCUMENT
+  simcluster fleet [--orchestrator URLS] [--clusters N] [--churn PER_CLUSTER_PER_MIN] [--flap-every D] [--flap-fraction F]`
 
 // run dispatches to a subcommand and returns the exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -69,6 +76,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return receive(ctx, args[1:], stdout, stderr)
 	case "json":
 		return jsonCmd(args[1:], stdin, stdout, stderr)
+	case "fleet":
+		return fleet(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "simcluster: unknown subcommand %q\n%s\n", args[0], usage)
 	return 2

@@ -98,7 +98,7 @@ func (a *Agent) Connected() bool {
 // orchestrator until ctx ends. It returns an error wrapping ErrRefused
 // when the join or the credential is refused.
 func (a *Agent) Run(ctx context.Context) error {
-	cred, err := a.credential(ctx)
+	cred, joinedAt, err := a.credential(ctx)
 	if err != nil {
 		return err
 	}
@@ -138,13 +138,18 @@ func (a *Agent) Run(ctx context.Context) error {
 			default:
 			}
 			return nil
+		case status.Code(err) == codes.Unauthenticated && time.Since(joinedAt) < freshCredential:
+			// A credential just issued: replicas learn it through their
+			// watch of etcd, which lags behind the join when many agents
+			// join at once. Joining again would spend the token for good.
+			log.WithError(err).Info("the new credential is not known yet; retrying")
 		case status.Code(err) == codes.Unauthenticated && a.opts.JoinToken != "" && !joinedNow:
 			// The cluster was registered anew: a new token may be given.
 			log.WithError(err).Warn("the kept credential was refused; joining again with the join token")
 			if cred, err = a.join(cctx); err != nil {
 				return err
 			}
-			joinedNow = true
+			joinedNow, joinedAt = true, time.Now()
 			continue
 		case status.Code(err) == codes.Unauthenticated, status.Code(err) == codes.PermissionDenied:
 			return fmt.Errorf("%w: %v (the cluster was deleted or joined anew; give the agent a new join token)", ErrRefused, err)
@@ -167,19 +172,26 @@ func (a *Agent) retry() backoff.Backoff {
 	return backoff.Backoff{Base: a.opts.BackoffBase, Max: a.opts.BackoffMax * 4 / 5, Jitter: 0.25}
 }
 
-// credential loads the kept credential, or joins with the token.
-func (a *Agent) credential(ctx context.Context) (Credential, error) {
-	c, err := a.opts.Credentials.Load(ctx)
+// freshCredential is how long a credential just issued may be refused
+// (a replica has not seen it yet) before the agent takes the refusal as
+// final.
+const freshCredential = 30 * time.Second
+
+// credential loads the kept credential, or joins with the token; joined
+// is when it joined (zero for a kept credential).
+func (a *Agent) credential(ctx context.Context) (c Credential, joined time.Time, err error) {
+	kept, err := a.opts.Credentials.Load(ctx)
 	if err != nil {
-		return Credential{}, err
+		return Credential{}, time.Time{}, err
 	}
-	if c != nil {
-		return *c, nil
+	if kept != nil {
+		return *kept, time.Time{}, nil
 	}
 	if a.opts.JoinToken == "" {
-		return Credential{}, fmt.Errorf("%w: no credential is kept and no join token was given", ErrRefused)
+		return Credential{}, time.Time{}, fmt.Errorf("%w: no credential is kept and no join token was given", ErrRefused)
 	}
-	return a.join(ctx)
+	c, err = a.join(ctx)
+	return c, time.Now(), err
 }
 
 // join exchanges the join token at the first orchestrator that answers,

@@ -1,0 +1,378 @@
+package fleetsim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/argus-mc/argus/src/internal/testenv/tgz"
+)
+
+// BenchmarkFleet (make bench-fleet): for each size in ARGUS_FLEET_SIZES
+// (comma-separated; the benchmark is skipped without it) on
+// ARGUS_FLEET_REPLICAS replicas (1: one orchestrator on embedded stores;
+// 3: scripts/ha-up.sh), simulated pull clusters join, a DIG places one app
+// of 5 ConfigMaps on every one, and it prints the line issue 26 names:
+//
+//	fleet: clusters=N replicas=R rss_kib_per_cluster=… cpu_ms_per_min_per_cluster=… reconnect_s=… instantiate_s=…
+//	       status_summary_p50_ms=… status_all_p50_ms=… callback_p50_ms=… callback_p99_ms=… lost=…
+//
+// Memory and CPU are the replicas' own (/proc), idle, less what they
+// used before any cluster joined; churn is 10,000 changes a minute over
+// the fleet for ARGUS_FLEET_CHURN_S (60) seconds; lost counts the changes
+// the simulator made that no callback named within 30 s.
+func BenchmarkFleet(b *testing.B) {
+	sizes := os.Getenv("ARGUS_FLEET_SIZES")
+	if sizes == "" {
+		b.Skip("ARGUS_FLEET_SIZES is not set (make bench-fleet sets it)")
+	}
+	replicas, _ := strconv.Atoi(os.Getenv("ARGUS_FLEET_REPLICAS"))
+	if replicas <= 0 {
+		replicas = 1
+	}
+	churnFor := 60 * time.Second
+	if s, err := strconv.Atoi(os.Getenv("ARGUS_FLEET_CHURN_S")); err == nil && s > 0 {
+		churnFor = time.Duration(s) * time.Second
+	}
+	bin := buildOrchestrator(b, b.TempDir())
+	for b.Loop() {
+		for _, s := range strings.Split(sizes, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n <= 0 {
+				b.Fatalf("ARGUS_FLEET_SIZES: %q", s)
+			}
+			r := runFleet(b, bin, n, replicas, churnFor)
+			fmt.Println(r.line())
+		}
+	}
+}
+
+type fleetResult struct {
+	clusters, replicas               int
+	rssKiB, cpuMs                    float64
+	reconnect, instantiate           time.Duration
+	summaryP50, allP50, cbP50, cbP99 time.Duration
+	changes, lost                    int
+}
+
+func (r fleetResult) line() string {
+	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) }
+	return fmt.Sprintf("fleet: clusters=%d replicas=%d rss_kib_per_cluster=%.1f cpu_ms_per_min_per_cluster=%.2f reconnect_s=%.1f "+
+		"instantiate_s=%.1f status_summary_p50_ms=%s status_all_p50_ms=%s callback_p50_ms=%s callback_p99_ms=%s lost=%d",
+		r.clusters, r.replicas, r.rssKiB, r.cpuMs, r.reconnect.Seconds(), r.instantiate.Seconds(),
+		ms(r.summaryP50), ms(r.allP50), ms(r.cbP50), ms(r.cbP99), r.lost)
+}
+
+const (
+	benchCA  = "/v2/projects/fleet/composite-apps/fleet/v1"
+	benchDIG = benchCA + "/deployment-intent-groups/fleet-dig"
+)
+
+func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration) fleetResult {
+	dir := b.TempDir()
+	var d *deployment
+	if replicas == 1 {
+		d = startSingle(b, bin, dir)
+	} else {
+		d = startHA(b, bin, dir, replicas)
+	}
+	defer d.stop()
+	a := api{tb: b, base: d.urls[0], hc: &http.Client{Timeout: 2 * time.Minute}}
+	res := fleetResult{clusters: n, replicas: replicas}
+	rss0, _ := d.usage()
+
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("c%05d", i)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tokens, err := Register(ctx, RegisterOptions{API: d.urls[0], Provider: "fleet", Clusters: names, Label: "fleet"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := New(Options{Orchestrators: d.urls, Tokens: tokens, Seed: 26})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		_ = f.Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-ran
+	}()
+	took := poll(b, 5*time.Minute, "every agent connected", func() bool { return f.Connected() == n })
+	b.Logf("%d clusters registered and connected (%s to connect)", n, took.Round(time.Millisecond))
+
+	onboardBench(b, a)
+	a.must(202, "POST", benchDIG+"/approve", nil)
+	start := time.Now()
+	a.must(202, "POST", benchDIG+"/instantiate", nil)
+	poll(b, 10*time.Minute, "every resource Applied", func() bool { return applied(a) == 5*n })
+	res.instantiate = time.Since(start)
+	poll(b, 5*time.Minute, "every resource Ready", func() bool { return ready(a) == 5*n })
+
+	// Idle: what the replicas use with every cluster connected and Ready,
+	// after 15 s for what the instantiation left (history, sync state) to
+	// settle.
+	<-time.After(15 * time.Second) // a settling window, not a synchronisation
+	idle := 20 * time.Second
+	stopProfile := profile(b, fmt.Sprintf("idle-%d", n))
+	_, cpu0 := d.usage()
+	t0 := time.Now()
+	<-time.After(idle) // the measuring window, not a synchronisation
+	rss1, cpu1 := d.usage()
+	stopProfile()
+	res.rssKiB = float64(rss1-rss0) / float64(n)
+	res.cpuMs = float64(cpu1-cpu0) / time.Since(t0).Minutes() / float64(n)
+
+	res.summaryP50 = statusP50(a, "type=cluster&output=summary")
+	res.allP50 = statusP50(a, "type=cluster&output=all")
+
+	stopProfile = profile(b, fmt.Sprintf("churn-%d", n))
+	res.cbP50, res.cbP99, res.changes, res.lost = churn(b, a, f, churnFor)
+	stopProfile()
+	if errs := f.Errors(); len(errs) > 0 {
+		b.Fatalf("agents stopped: %v", errs[0])
+	}
+	res.reconnect = restart(b, d, f, n)
+	return res
+}
+
+// profile writes a CPU profile (and a heap profile at its end) of this
+// process to ARGUS_FLEET_PROFILE/<name>.{cpu,heap}.pprof when that is set
+// (the orchestrator then runs in this process).
+func profile(b *testing.B, name string) func() {
+	dir := os.Getenv("ARGUS_FLEET_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name+".cpu.pprof"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	runtime.SetMutexProfileFraction(5)
+	runtime.SetBlockProfileRate(int(time.Millisecond))
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+		for _, p := range []string{"mutex", "block"} {
+			pf, err := os.Create(filepath.Join(dir, name+"."+p+".pprof"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = pprof.Lookup(p).WriteTo(pf, 0)
+			_ = pf.Close()
+		}
+		runtime.SetMutexProfileFraction(0)
+		runtime.SetBlockProfileRate(0)
+		h, err := os.Create(filepath.Join(dir, name+".heap.pprof"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = h.Close() }()
+		if err := pprof.WriteHeapProfile(h); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// onboardBench: one app of 5 ConfigMaps placed on every cluster labelled
+// "fleet".
+func onboardBench(b *testing.B, a api) {
+	tmpl := ""
+	for i := range 5 {
+		tmpl += fmt.Sprintf("---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-%d\ndata:\n  n: \"%d\"\n", i, i)
+	}
+	chart := tgz.FromInside(b, map[string]string{"Chart.yaml": "apiVersion: v2\nname: sim\nversion: 0.1.0\n", "values.yaml": "",
+		"templates/all.yaml": tmpl})
+	profile := tgz.Files(b, map[string]string{"manifest.yaml": "version: v1\ntype:\n  values: override_values.yaml\n", "override_values.yaml": ""})
+	meta := func(name string) map[string]any { return map[string]any{"metadata": map[string]any{"name": name}} }
+	obj := func(name string, spec map[string]any) map[string]any {
+		return map[string]any{"metadata": map[string]any{"name": name}, "spec": spec}
+	}
+	a.must(201, "POST", "/v2/projects", meta("fleet"))
+	a.must(201, "POST", "/v2/projects/fleet/composite-apps", obj("fleet", map[string]any{"compositeAppVersion": "v1"}))
+	a.must(201, "POST", benchCA+"/composite-profiles", meta("fleet-profile"))
+	a.upload(benchCA+"/apps", meta("sim"), chart)
+	a.upload(benchCA+"/composite-profiles/fleet-profile/profiles", obj("sim-profile", map[string]any{"app": "sim"}), profile)
+	a.must(201, "POST", benchCA+"/deployment-intent-groups", obj("fleet-dig", map[string]any{"compositeProfile": "fleet-profile", "version": "r1"}))
+	a.must(201, "POST", benchDIG+"/generic-placement-intents", meta("gpi"))
+	a.must(201, "POST", benchDIG+"/generic-placement-intents/gpi/app-intents", obj("sim-placement", map[string]any{"app": "sim",
+		"intent": map[string]any{"allOf": []any{map[string]any{"clusterProvider": "fleet", "clusterLabel": "fleet"}}}}))
+	a.must(201, "POST", benchDIG+"/intents", obj("intents", map[string]any{"intent": map[string]any{"genericPlacementIntent": "gpi"}}))
+}
+
+func applied(a api) int {
+	var s struct {
+		DeployedCounts map[string]int `json:"deployedCounts"`
+	}
+	_ = json.Unmarshal(a.must(200, "GET", benchDIG+"/status?type=rsync&output=summary", nil), &s)
+	return s.DeployedCounts["Applied"]
+}
+
+func ready(a api) int {
+	var s struct {
+		ReadyCounts map[string]int `json:"readyCounts"`
+	}
+	_ = json.Unmarshal(a.must(200, "GET", benchDIG+"/status?type=cluster&output=summary", nil), &s)
+	return s.ReadyCounts["Ready"]
+}
+
+// statusP50 is the median of 21 status queries.
+func statusP50(a api, q string) time.Duration {
+	var took []time.Duration
+	for range 21 {
+		start := time.Now()
+		a.must(200, "GET", benchDIG+"/status?"+q, nil)
+		took = append(took, time.Since(start))
+	}
+	return percentile(took, 50)
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d[min(len(d)-1, len(d)*p/100)]
+}
+
+// delivery is one resource a callback named as modified.
+type delivery struct {
+	at    time.Time
+	ready string
+}
+
+// churn subscribes to the DIG, makes 10,000 changes a minute over the
+// fleet for d, and matches every change with the first callback naming
+// the resource in its new state.
+func churn(b *testing.B, a api, f *Fleet, d time.Duration) (p50, p99 time.Duration, made, lost int) {
+	var mu sync.Mutex
+	seen := map[string][]delivery{} // by cluster/kind/name
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		at := time.Now()
+		body, _ := io.ReadAll(r.Body)
+		var doc struct {
+			Changes struct {
+				Modified []map[string]any `json:"modified"`
+			} `json:"resource-changes"`
+		}
+		_ = json.Unmarshal(body, &doc)
+		mu.Lock()
+		for _, e := range doc.Changes.Modified {
+			k, ready := entryKey(e)
+			seen[k] = append(seen[k], delivery{at: at, ready: ready})
+		}
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	a.must(201, "POST", benchDIG+"/status/subscriptions", map[string]any{"name": "bench", "callback-url": srv.URL, "type": "cluster"})
+	before := len(f.Changes())
+	f.SetChurn(10000 / float64(len(f.Clusters())))
+	<-time.After(d) // the churn's length, not a synchronisation
+	f.SetChurn(0)
+	changes := f.Changes()[before:]
+	var lat []time.Duration
+	match := func() (int, []time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		missing, lat := 0, lat[:0]
+		for _, c := range changes {
+			got, ok := firstDelivery(seen[changeKey(c)], c)
+			if !ok {
+				missing++
+				continue
+			}
+			lat = append(lat, got.Sub(c.At))
+		}
+		return missing, lat
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		lost, lat = match()
+		if lost == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // polling with a deadline
+	}
+	if len(changes) > 0 && lost == len(changes) {
+		mu.Lock()
+		for k := range seen {
+			b.Logf("a callback named %s; the first change was %s", k, changeKey(changes[0]))
+			break
+		}
+		mu.Unlock()
+	}
+	b.Logf("%d changes in %s, %d delivered", len(changes), d, len(lat))
+	return percentile(lat, 50), percentile(lat, 99), len(changes), lost
+}
+
+func firstDelivery(ds []delivery, c Change) (time.Time, bool) {
+	want := "Ready"
+	if !c.Ready {
+		want = "NotReady"
+	}
+	for _, d := range ds {
+		if !d.at.Before(c.At) && (d.ready == "" || d.ready == want) {
+			return d.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// changeKey and entryKey name a resource alike: cluster/Kind/name.
+func changeKey(c Change) string {
+	parts := strings.SplitN(c.Resource, "/", 3)
+	return c.Cluster + "/" + parts[0] + "/" + parts[len(parts)-1]
+}
+
+func entryKey(e map[string]any) (string, string) {
+	gvk, _ := e["GVK"].(map[string]any)
+	kind, _ := gvk["Kind"].(string)
+	cluster, _ := e["cluster"].(string)
+	name, _ := e["name"].(string)
+	ready, _ := e["readyStatus"].(string)
+	return cluster + "/" + kind + "/" + name, ready
+}
+
+// restart restarts the single replica (or kills the first of several, whose
+// agents go to the others) and returns how long until every agent is
+// connected again.
+func restart(b *testing.B, d *deployment, f *Fleet, n int) time.Duration {
+	start := time.Now()
+	if len(d.pids) == 1 {
+		d.stop()
+		poll(b, time.Minute, "every agent disconnected", func() bool { return f.Connected() == 0 })
+		d.startProcess()
+	} else {
+		// Agents try the URLs in turn, so the first replica serves them
+		// all: every agent must go to the others.
+		if err := syscall.Kill(d.pids[0], syscall.SIGKILL); err != nil {
+			b.Fatal(err)
+		}
+		d.pids = d.pids[1:]
+		poll(b, time.Minute, "the agents noticed", func() bool { return f.Connected() < n })
+	}
+	poll(b, 5*time.Minute, "every agent connected again", func() bool { return f.Connected() == n })
+	return time.Since(start)
+}

@@ -1,0 +1,308 @@
+package fleetsim
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/orchestrator"
+)
+
+// deployment is the orchestrator under benchmark: one process on
+// embedded stores, or scripts/ha-up.sh's replicas on standalone stores.
+type deployment struct {
+	tb       testing.TB
+	bin, dir string
+	port     int
+	urls     []string
+	pids     []int
+	cmd      *exec.Cmd
+	done     chan error
+	// inProcess runs the orchestrator in this process (for profiles:
+	// ARGUS_FLEET_PROFILE); cancel stops it.
+	inProcess bool
+	cancel    context.CancelFunc
+}
+
+// buildOrchestrator builds bin/orchestrator into dir.
+func buildOrchestrator(tb testing.TB, dir string) string {
+	bin := filepath.Join(dir, "orchestrator")
+	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/orchestrator").CombinedOutput()
+	if err != nil {
+		tb.Fatalf("go build orchestrator: %v: %s", err, out)
+	}
+	return bin
+}
+
+var orchestratorFlags = []string{"--callback-allow", "127.0.0.1", "--log-format", "text", "--log-level", "warn"}
+
+// startSingle runs one orchestrator on embedded stores under dir.
+func startSingle(tb testing.TB, bin, dir string) *deployment {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	d := &deployment{tb: tb, bin: bin, dir: dir, port: port, inProcess: os.Getenv("ARGUS_FLEET_PROFILE") != ""}
+	d.startProcess()
+	return d
+}
+
+func (d *deployment) startProcess() {
+	if d.inProcess {
+		d.startInProcess()
+		return
+	}
+	log, err := os.OpenFile(filepath.Join(d.dir, "orchestrator.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		d.tb.Fatal(err)
+	}
+	args := append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", d.port), "--data-dir", filepath.Join(d.dir, "data")}, orchestratorFlags...)
+	d.cmd = exec.Command(d.bin, args...)
+	d.cmd.Stdout, d.cmd.Stderr = log, log
+	if err := d.cmd.Start(); err != nil {
+		d.tb.Fatal(err)
+	}
+	d.done = make(chan error, 1)
+	go func() {
+		d.done <- d.cmd.Wait()
+		_ = log.Close()
+	}()
+	d.urls = []string{fmt.Sprintf("http://127.0.0.1:%d", d.port)}
+	d.pids = []int{d.cmd.Process.Pid}
+	waitReady(d.tb, d.urls[0], d.done)
+}
+
+// startHA runs scripts/ha-up.sh with n replicas of bin.
+func startHA(tb testing.TB, bin, dir string, n int) *deployment {
+	d := &deployment{tb: tb, bin: bin, dir: dir}
+	args := append([]string{"--replicas", strconv.Itoa(n), "--dir", dir, "--"}, orchestratorFlags...)
+	d.cmd = exec.Command("../../../scripts/ha-up.sh", args...)
+	d.cmd.Env = append(os.Environ(), "ARGUS_ORCHESTRATOR="+bin)
+	log, err := os.Create(filepath.Join(dir, "ha-up.log"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d.cmd.Stdout, d.cmd.Stderr = log, log
+	if err := d.cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	d.done = make(chan error, 1)
+	go func() {
+		d.done <- d.cmd.Wait()
+		_ = log.Close()
+	}()
+	poll(tb, 5*time.Minute, "ha-up.sh ready", func() bool {
+		select {
+		case err := <-d.done:
+			d.done <- err
+			tb.Fatalf("ha-up.sh ended: %v (see %s)", err, filepath.Join(dir, "ha-up.log"))
+		default:
+		}
+		_, err := os.Stat(filepath.Join(dir, "ready"))
+		return err == nil
+	})
+	data, err := os.ReadFile(filepath.Join(dir, "replicas"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var url string
+		var pid int
+		if _, err := fmt.Sscan(line, &url, &pid); err != nil {
+			tb.Fatalf("replicas line %q: %v", line, err)
+		}
+		d.urls, d.pids = append(d.urls, url), append(d.pids, pid)
+	}
+	return d
+}
+
+// startInProcess runs the orchestrator in this process, on embedded
+// stores under d.dir, on d.port.
+func (d *deployment) startInProcess() {
+	logFile, err := os.OpenFile(filepath.Join(os.Getenv("ARGUS_FLEET_PROFILE"), "orchestrator.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		d.tb.Fatal(err)
+	}
+	d.tb.Cleanup(func() { _ = logFile.Close() })
+	log, err := logging.New(logFile, "text", "warn")
+	if err != nil {
+		d.tb.Fatal(err)
+	}
+	app, err := orchestrator.New(orchestrator.Options{Listen: fmt.Sprintf("127.0.0.1:%d", d.port), DataDir: filepath.Join(d.dir, "data"),
+		CallbackAllow: []string{"127.0.0.1"}, Logger: log})
+	if err != nil {
+		d.tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel, d.done = cancel, make(chan error, 1)
+	go func() { d.done <- app.Run(ctx) }()
+	select {
+	case <-app.Ready():
+	case err := <-d.done:
+		d.tb.Fatalf("orchestrator stopped: %v", err)
+	}
+	d.urls, d.pids = []string{fmt.Sprintf("http://127.0.0.1:%d", d.port)}, []int{os.Getpid()}
+	d.cmd = nil
+}
+
+// stop ends the deployment (SIGTERM) and waits for it.
+func (d *deployment) stop() {
+	if d.cancel != nil {
+		d.cancel()
+		d.cancel = nil
+		if err := <-d.done; err != nil {
+			d.tb.Errorf("orchestrator: %v", err)
+		}
+		return
+	}
+	if d.cmd == nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(2 * time.Minute):
+		_ = d.cmd.Process.Kill()
+		<-d.done
+	}
+	d.cmd = nil
+}
+
+// usage is the replicas' resident memory (KiB) and CPU time (ms) so far.
+func (d *deployment) usage() (rssKiB, cpuMs int64) {
+	for _, pid := range d.pids {
+		r, c := procUsage(d.tb, pid)
+		rssKiB += r
+		cpuMs += c
+	}
+	return rssKiB, cpuMs
+}
+
+// procUsage reads VmRSS and utime+stime of a process from /proc.
+func procUsage(tb testing.TB, pid int) (rssKiB, cpuMs int64) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			rssKiB, _ = strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// Fields after the command (which may hold spaces): utime and stime
+	// are the 14th and 15th, in clock ticks (100 a second on Linux).
+	rest := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	ut, _ := strconv.ParseInt(rest[11], 10, 64)
+	st, _ := strconv.ParseInt(rest[12], 10, 64)
+	return rssKiB, (ut + st) * 10
+}
+
+func waitReady(tb testing.TB, base string, done chan error) {
+	poll(tb, 3*time.Minute, base+" ready", func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			tb.Fatalf("orchestrator ended: %v", err)
+		default:
+		}
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+}
+
+// poll calls cond every 50 ms until it holds, failing after d.
+func poll(tb testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
+	tb.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > d {
+			tb.Fatalf("%s: not after %s", what, d)
+		}
+		time.Sleep(50 * time.Millisecond) // polling with a deadline
+	}
+	return time.Since(start)
+}
+
+// api calls the orchestrator's REST API.
+type api struct {
+	tb   testing.TB
+	base string
+	hc   *http.Client
+}
+
+func (a api) do(method, path string, body any) (int, []byte) {
+	var r io.Reader
+	if body != nil {
+		data, _ := json.Marshal(body)
+		r = bytes.NewReader(data)
+	}
+	req, _ := http.NewRequestWithContext(context.Background(), method, a.base+path, r)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		a.tb.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
+}
+
+func (a api) must(code int, method, path string, body any) []byte {
+	a.tb.Helper()
+	got, data := a.do(method, path, body)
+	if got != code {
+		a.tb.Fatalf("%s %s: %d, want %d: %.300s", method, path, got, code, data)
+	}
+	return data
+}
+
+func (a api) upload(path string, meta any, file []byte) {
+	a.tb.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	mj, _ := json.Marshal(meta)
+	_ = mw.WriteField("metadata", string(mj))
+	fw, _ := mw.CreateFormFile("file", "file.tgz")
+	_, _ = fw.Write(file)
+	_ = mw.Close()
+	req, _ := http.NewRequest("POST", a.base+path, &buf)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		a.tb.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != 201 {
+		data, _ := io.ReadAll(resp.Body)
+		a.tb.Fatalf("upload %s: %d %s", path, resp.StatusCode, data)
+	}
+}
