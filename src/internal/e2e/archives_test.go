@@ -248,7 +248,7 @@ func (o *orch) streamUpload(path string, meta any, gen func(io.Writer) error) (i
 	req, _ := http.NewRequest("POST", o.base+path, pr)
 	req.Header.Set("Content-Type", mw.FormDataContentType())
 	start := time.Now()
-	resp, err := (&http.Client{Timeout: 3 * time.Minute}).Do(req)
+	resp, err := boundedClient().Do(req)
 	took := time.Since(start)
 	_ = pr.CloseWithError(errors.New("upload over")) // stops the generator if the server answered early
 	if err != nil {
@@ -328,7 +328,7 @@ func TestHostileArchivesAreRefused(t *testing.T) {
 		go func() { _ = pw.CloseWithError(gen(pw)) }()
 		req, _ := http.NewRequest("POST", o.base+"/v1/rb/definition/rb/v1/content", pr)
 		start := time.Now()
-		resp, err := (&http.Client{Timeout: 3 * time.Minute}).Do(req)
+		resp, err := boundedClient().Do(req)
 		took := time.Since(start)
 		_ = pr.CloseWithError(errors.New("upload over"))
 		if err != nil {
@@ -676,7 +676,7 @@ func uploadApps(ctx context.Context, base string, w int, chart []byte, record fu
 		_ = mw.Close()
 		req, _ := http.NewRequestWithContext(ctx, "POST", base+caPath+"/apps", &buf)
 		req.Header.Set("Content-Type", mw.FormDataContentType())
-		resp, err := (&http.Client{Timeout: 3 * time.Minute}).Do(req)
+		resp, err := boundedClient().Do(req)
 		if err != nil {
 			return // the process is gone
 		}

@@ -127,7 +127,7 @@ func (o *orch) uploadFiles(path, part string, meta any, files map[string]string)
 	_ = mw.Close()
 	req, _ := http.NewRequest("POST", o.base+path, &buf)
 	req.Header.Set("Content-Type", mw.FormDataContentType())
-	resp, err := (&http.Client{Timeout: 3 * time.Minute}).Do(req)
+	resp, err := boundedClient().Do(req)
 	if err != nil {
 		o.t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -494,7 +493,7 @@ type updateAnswer struct {
 func updateAsync(r *haReplica) <-chan updateAnswer {
 	ch := make(chan updateAnswer, 1)
 	go func() { // not r.call: a failed call must not end this goroutine unanswered
-		resp, err := (&http.Client{Timeout: 3 * time.Minute}).Post(r.base+digPath+"/update", "application/json", nil)
+		resp, err := boundedClient().Post(r.base+digPath+"/update", "application/json", nil)
 		if err != nil {
 			ch <- updateAnswer{0, err.Error()}
 			return

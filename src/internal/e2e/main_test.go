@@ -134,6 +134,11 @@ func (o *orch) stop() {
 	}
 }
 
+// boundedClient is the client of every call a test makes: bounded, so a
+// call that never answers fails the test with its name instead of hanging
+// the package until go test's timeout.
+func boundedClient() *http.Client { return &http.Client{Timeout: 3 * time.Minute} }
+
 // call sends a JSON (or raw) body and returns status and body.
 func (o *orch) call(method, path string, body any) (int, string) {
 	o.t.Helper()
@@ -147,10 +152,7 @@ func (o *orch) call(method, path string, body any) (int, string) {
 		r = bytes.NewReader(data)
 	}
 	req, _ := http.NewRequest(method, o.base+path, r)
-	// Bounded, so a call that never answers fails the test with its
-	// name instead of hanging the package until go test's timeout.
-	client := &http.Client{Timeout: 3 * time.Minute}
-	resp, err := client.Do(req)
+	resp, err := boundedClient().Do(req)
 	if err != nil {
 		o.t.Fatalf("%s %s: %v", method, path, err)
 	}

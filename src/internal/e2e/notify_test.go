@@ -579,7 +579,7 @@ func (o *orch) watch(t *testing.T, path string) <-chan sse {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", o.base+path, nil)
-	resp, err := (&http.Client{Timeout: 3 * time.Minute}).Do(req)
+	resp, err := boundedClient().Do(req)
 	if err != nil || resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		cancel()
 		t.Fatalf("watch: %v %v", resp, err)
