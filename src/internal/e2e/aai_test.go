@@ -169,12 +169,15 @@ func TestInstanceSubscriptionAndAAI(t *testing.T) {
 		k := aai.kinds()
 		return k["Deployment"] == 1 && k["Service"] == 1 && k["ConfigMap"] == 1 && k["Pod"] == 1, fmt.Sprint(k)
 	})
-	d, _ := aai.find("Deployment", "aw")
-	if d.Group != "apps" || d.Version != "v1" || d.Namespace != "v1aai" || d.ID != aaisink.ID(inst.ID, "aw|_v1|region2|apps|v1|Deployment|v1aai|aw") ||
-		!strings.Contains(strings.Join(d.Labels, ","), "emco/deployment-id="+inst.ID+"-aw") ||
-		!strings.HasPrefix(d.SelfLink, "https://argus.example/v1/instance/"+inst.ID+"/query?") {
-		t.Fatalf("AAI deployment = %+v", d)
-	}
+	// The sink's record follows the live object: its labels may come with
+	// a later update than the first record.
+	waitFor(t, "AAI's Deployment record complete", func() (bool, string) {
+		d, _ := aai.find("Deployment", "aw")
+		ok := d.Group == "apps" && d.Version == "v1" && d.Namespace == "v1aai" && d.ID == aaisink.ID(inst.ID, "aw|_v1|region2|apps|v1|Deployment|v1aai|aw") &&
+			strings.Contains(strings.Join(d.Labels, ","), "emco/deployment-id="+inst.ID+"-aw") &&
+			strings.HasPrefix(d.SelfLink, "https://argus.example/v1/instance/"+inst.ID+"/query?")
+		return ok, fmt.Sprintf("%+v", d)
+	})
 
 	subs := "/v1/instance/" + inst.ID + "/status/subscription"
 	h := newHook(t, "ok")
