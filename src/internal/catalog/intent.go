@@ -385,7 +385,7 @@ func (c *Catalog) undo(ctx context.Context, k *Kind, key Key, ic intentContent) 
 
 // kindOf is the kind stored in collection, nil if none.
 func (c *Catalog) kindOf(collection string) *Kind {
-	for _, k := range c.kinds {
+	for _, k := range append(c.kinds[:len(c.kinds):len(c.kinds)], lifecycles) {
 		if k.Collection == collection {
 			return k
 		}
