@@ -349,6 +349,15 @@ func (r *repairer) repair(ctx context.Context, key string, p *pendingIntent) err
 	if err := r.c.refresh(ctx, r.x, k, p.rec.Key); err != nil {
 		return err
 	}
+	// A delete stopped midway may have removed the children that go with
+	// the object (Cascade) from MongoDB and not yet from the index.
+	for _, child := range r.c.children[k] {
+		if child.Cascade {
+			if _, err := r.c.reconcileUnder(ctx, r.x, child, p.rec.Key); err != nil {
+				return err
+			}
+		}
+	}
 	_, err := r.x.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", p.rev)).Then(clientv3.OpDelete(key)).Commit()
 	if err == nil {
 		r.log.WithFields(logrus.Fields{"object": k.describe(p.rec.Key), "by": p.rec.By, "ended": p.rec.Ended}).Info("repaired what a catalogue write left")

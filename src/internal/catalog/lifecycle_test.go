@@ -100,3 +100,44 @@ func TestLifecycleIntentOfADeadWriterIsRepaired(t *testing.T) {
 		}
 	})
 }
+
+// A delete stopped after it removed the children that go with their
+// parent (Cascade) from MongoDB, before the index: the intent's repair
+// removes their entries too, so no reader gets a child MongoDB lost.
+func TestStoppedDeleteLeavesNoCascadedEntry(t *testing.T) {
+	t.Run("indexed", func(t *testing.T) {
+		subs := &Kind{Name: "test sub", Collection: "testsubs", Parent: Projects, Cascade: true}
+		c, ctx := newCatalogOf(t, Projects, subs)
+		owned(t, c, "writer")
+		if err := For[Empty](c, Projects).Create(ctx, Key{"p"}, project("p")); err != nil {
+			t.Fatal(err)
+		}
+		children := For[Empty](c, subs)
+		for _, n := range []string{"s1", "s2"} {
+			if err := children.Create(ctx, Key{"p", n}, project(n)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		in, err := c.begin(ctx, c.index(), Projects, Key{"p"}, intentContent{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.db.Collection(subs.Collection).DeleteMany(ctx, bson.D{{Key: "project", Value: "p"}}); err != nil {
+			t.Fatal(err)
+		}
+		_ = in.end(errors.New("the store went away")) // what a failed delete does
+		if _, err := children.Get(ctx, Key{"p", "s1"}); err != nil {
+			t.Fatalf("the index lost the child before any repair: %v", err)
+		}
+		runRepairs(t, c)
+		waitIntents(t, c)
+		for _, n := range []string{"s1", "s2"} {
+			if _, err := children.Get(ctx, Key{"p", n}); !errors.Is(err, errdefs.ErrNotFound) {
+				t.Fatalf("child %s after the repair: %v, want not found", n, err)
+			}
+		}
+		if _, err := For[Empty](c, Projects).Get(ctx, Key{"p"}); err != nil {
+			t.Fatalf("the parent MongoDB kept: %v", err)
+		}
+	})
+}
