@@ -172,8 +172,9 @@ func (c *Catalog) Transition(ctx context.Context, group, subject string, from []
 	if err := c.available(); err != nil {
 		return DIGState{}, err
 	}
+	ctx, guarded := c.guard(ctx)
 	st, err := c.transition(ctx, group, subject, from, next, statusID)
-	return st, c.storeError(err)
+	return st, guarded(c.storeError(err))
 }
 
 func (c *Catalog) transition(ctx context.Context, group, subject string, from []string, next StateAction, statusID string) (DIGState, error) {
@@ -239,7 +240,8 @@ func (c *Catalog) LockForDelete(ctx context.Context, group, subject string, from
 	if err := c.available(); err != nil {
 		return err
 	}
-	return c.storeError(c.lockForDelete(ctx, group, subject, from))
+	ctx, guarded := c.guard(ctx)
+	return guarded(c.storeError(c.lockForDelete(ctx, group, subject, from)))
 }
 
 func (c *Catalog) lockForDelete(ctx context.Context, group, subject string, from []string) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 
@@ -60,10 +61,12 @@ type intentRecord struct {
 }
 
 // intentContent is what a write leaves to undo should it stop: Pending,
-// the write-ahead intent the object was inserted with; Gen, a content
-// generation of Chunks chunks being stored.
+// the write-ahead intent the object was inserted with, and ID, the _id of
+// the document a create inserted; Gen, a content generation of Chunks
+// chunks being stored.
 type intentContent struct {
 	Pending *time.Time `json:"pending,omitempty"`
+	ID      string     `json:"id,omitempty"`
 	Gen     *time.Time `json:"gen,omitempty"`
 	Chunks  int        `json:"chunks,omitempty"`
 }
@@ -374,6 +377,13 @@ func (c *Catalog) undo(ctx context.Context, k *Kind, key Key, ic intentContent) 
 		if _, err := coll.DeleteOne(ctx, append(keyFilter(k, key), bson.E{Key: fieldPending, Value: *ic.Pending})); err != nil {
 			return fmt.Errorf("undo the creation of %s: %w", k.describe(key), err)
 		}
+		// Made visible, but the create never wrote the index (that write
+		// removes the intent): it did not answer success, so it goes.
+		if id, err := primitive.ObjectIDFromHex(ic.ID); err == nil {
+			if _, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
+				return fmt.Errorf("undo the creation of %s: %w", k.describe(key), err)
+			}
+		}
 		if ic.Gen == nil {
 			ic.Gen = ic.Pending
 		}
@@ -421,4 +431,22 @@ func (c *Catalog) available() error {
 		return nil
 	}
 	return f()
+}
+
+// guard is the context a write runs under (see Options.Guard), and what
+// finishes its error: one the guard caused (MongoDB stopped answering
+// mid-write) is unavailable, saying so, whatever the heartbeat says by
+// then.
+func (c *Catalog) guard(ctx context.Context) (context.Context, func(error) error) {
+	if c.guardFn == nil {
+		return ctx, func(err error) error { return err }
+	}
+	gctx, cancel := c.guardFn(ctx)
+	return gctx, func(err error) error {
+		defer cancel()
+		if err == nil || errors.Is(err, errdefs.ErrUnavailable) || ctx.Err() != nil || gctx.Err() == nil {
+			return err
+		}
+		return errors.Join(context.Cause(gctx), err)
+	}
 }

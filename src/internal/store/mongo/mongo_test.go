@@ -194,3 +194,50 @@ func TestAvailableFollowsAHungServer(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling with a deadline
 	}
 }
+
+// An operation under Guard in flight when the server hangs fails at the
+// first missed heartbeat, with the reason as its context's cause, not at
+// the operation's own timeout; a guard taken while the server is down
+// ends at once.
+func TestGuardCutsAnOperationInFlight(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	server, err := Open(ctx, Options{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close(ctx)
+	u, err := url.Parse(server.EmbeddedURI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStall(t, u.Host)
+	u.Host = st.ln.Addr().String()
+	client, err := Open(ctx, Options{URI: u.String(), HeartbeatTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close(ctx)
+	gctx, release := client.Guard(ctx)
+	defer release()
+	st.stalled.Store(true)
+	start := time.Now()
+	_, err = client.DB.Collection("t").InsertOne(gctx, bson.M{"x": 1})
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("an insert into a hung server succeeded")
+	}
+	if !errors.Is(context.Cause(gctx), errdefs.ErrUnavailable) {
+		t.Fatalf("the guard's cause = %v, want unavailable (the insert: %v)", context.Cause(gctx), err)
+	}
+	if took > 10*time.Second { // a loose bound: the heartbeats take 0.5 s to 1 s
+		t.Fatalf("the guarded insert took %s", took)
+	}
+	t.Logf("a guarded insert into a hung server failed after %s: %v", took.Round(10*time.Millisecond), err)
+	again, release2 := client.Guard(ctx)
+	defer release2()
+	if !errors.Is(context.Cause(again), errdefs.ErrUnavailable) {
+		t.Fatalf("a guard taken while down: %v", context.Cause(again))
+	}
+	st.stalled.Store(false)
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 
@@ -139,5 +140,41 @@ func TestStoppedDeleteLeavesNoCascadedEntry(t *testing.T) {
 		if _, err := For[Empty](c, Projects).Get(ctx, Key{"p"}); err != nil {
 			t.Fatalf("the parent MongoDB kept: %v", err)
 		}
+	})
+}
+
+// A create that answered an error leaves no object, even one MongoDB
+// carried out in full after the error (it had the requests in hand when
+// it stopped answering): the intent's repair removes the document it
+// names, visible or not.
+func TestFailedCreateLeavesNoObject(t *testing.T) {
+	t.Run("indexed", func(t *testing.T) {
+		c, ctx := newCatalog(t)
+		owned(t, c, "writer")
+		projects := For[Empty](c, Projects)
+		since := time.Now().UTC().Truncate(time.Millisecond)
+		id := primitive.NewObjectID()
+		in, err := c.begin(ctx, c.index(), Projects, Key{"late"}, intentContent{Pending: &since, ID: id.Hex()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Inserted and made visible, but the create saw neither answer.
+		if _, err := c.db.Collection(Projects.Collection).InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "project", Value: "late"},
+			{Key: "metadata", Value: bson.D{{Key: "name", Value: "late"}}}}); err != nil {
+			t.Fatal(err)
+		}
+		_ = in.end(errdefs.Unavailable(nil, "MongoDB does not answer"))
+		runRepairs(t, c)
+		waitIntents(t, c)
+		if _, err := projects.Get(ctx, Key{"late"}); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("the failed create's object after the repair: %v", err)
+		}
+		if n, _ := c.db.Collection(Projects.Collection).CountDocuments(ctx, bson.D{{Key: "project", Value: "late"}}); n != 0 {
+			t.Fatalf("MongoDB keeps %d documents of the failed create", n)
+		}
+		if err := projects.Create(ctx, Key{"late"}, project("late")); err != nil {
+			t.Fatalf("create after the repair: %v", err)
+		}
+		waitIntents(t, c)
 	})
 }
