@@ -315,7 +315,10 @@ func (r *Resource[S]) CreateWithContent(ctx context.Context, key Key, obj Object
 
 func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], content []byte) (err error) {
 	r.checkKey(key)
-	ctx, guarded := r.cat.guard(ctx)
+	ctx, guarded, err := r.cat.guard(ctx)
+	if err != nil {
+		return err
+	}
 	defer func() { err = guarded(err) }()
 	parent := r.kind.ParentKey(key)
 	if err := r.parentAlive(ctx, parent); err != nil {
@@ -478,7 +481,10 @@ func (r *Resource[S]) takeOver(ctx context.Context, key Key) bool {
 // Put creates or replaces an object and reports whether it was created.
 func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created bool, err error) {
 	r.checkKey(key)
-	ctx, guarded := r.cat.guard(ctx)
+	ctx, guarded, err := r.cat.guard(ctx)
+	if err != nil {
+		return false, err
+	}
 	defer func() { err = guarded(err) }()
 	if err := r.parentAlive(ctx, r.kind.ParentKey(key)); err != nil {
 		return false, err
@@ -526,7 +532,10 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 // so a concurrent delete is not undone (NotFound instead).
 func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) (err error) {
 	r.checkKey(key)
-	ctx, guarded := r.cat.guard(ctx)
+	ctx, guarded, err := r.cat.guard(ctx)
+	if err != nil {
+		return err
+	}
 	defer func() { err = guarded(err) }()
 	// $set, not a whole-document replace: the object keeps its content and
 	// markers; a pending object is absent and one being deleted stays so.
@@ -620,7 +629,10 @@ func (r *Resource[S]) List(ctx context.Context, parent Key) ([]Object[S], error)
 // from one aborts the delete and is returned.
 func (r *Resource[S]) Delete(ctx context.Context, key Key, before ...func(context.Context) error) (err error) {
 	r.checkKey(key)
-	ctx, guarded := r.cat.guard(ctx)
+	ctx, guarded, err := r.cat.guard(ctx)
+	if err != nil {
+		return err
+	}
 	defer func() { err = guarded(err) }()
 	// The intent names the content to drop should the delete stop once
 	// the object is gone (see intent).

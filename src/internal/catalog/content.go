@@ -145,7 +145,10 @@ func contentFields(gen time.Time, size int) bson.D {
 // (k8splugin uploads content after creating the object).
 func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) (err error) {
 	r.checkKey(key)
-	ctx, guarded := r.cat.guard(ctx)
+	ctx, guarded, err := r.cat.guard(ctx)
+	if err != nil {
+		return err
+	}
 	defer func() { err = guarded(err) }()
 	if err := r.Alive(ctx, key); err != nil {
 		return err

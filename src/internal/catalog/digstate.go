@@ -169,10 +169,10 @@ func (c *Catalog) TransitionDIG(ctx context.Context, key Key, from []string, nex
 // Transition is TransitionDIG for any lifecycle group; subject names what
 // the group is in a refusal ("the deployment intent group is Created; ...").
 func (c *Catalog) Transition(ctx context.Context, group, subject string, from []string, next StateAction, statusID string) (DIGState, error) {
-	if err := c.available(); err != nil {
+	ctx, guarded, err := c.guard(ctx)
+	if err != nil {
 		return DIGState{}, err
 	}
-	ctx, guarded := c.guard(ctx)
 	st, err := c.transition(ctx, group, subject, from, next, statusID)
 	return st, guarded(c.storeError(err))
 }
@@ -237,10 +237,10 @@ func (c *Catalog) transition(ctx context.Context, group, subject string, from []
 // create runtime state) while its owner is being deleted. UnlockForDelete
 // puts the state back, for a delete that did not happen.
 func (c *Catalog) LockForDelete(ctx context.Context, group, subject string, from []string) error {
-	if err := c.available(); err != nil {
+	ctx, guarded, err := c.guard(ctx)
+	if err != nil {
 		return err
 	}
-	ctx, guarded := c.guard(ctx)
 	return guarded(c.storeError(c.lockForDelete(ctx, group, subject, from)))
 }
 

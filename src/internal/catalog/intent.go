@@ -164,11 +164,12 @@ func (in *intent) end(err error) error {
 // MongoDB found down meanwhile) is unavailable, saying so, whatever
 // operation met it; others are as they are.
 func (c *Catalog) storeError(err error) error {
+	var down storeDown
 	switch {
-	case err == nil || errors.Is(err, errdefs.ErrUnavailable):
+	case err == nil || errors.As(err, &down):
 		return err
 	case mongo.IsNetworkError(err), mongo.IsTimeout(err): // no server to select is a timeout too
-		return errdefs.Unavailable(err, "MongoDB does not answer")
+		return storeDown{errdefs.Unavailable(err, "MongoDB does not answer")}
 	}
 	if down := c.available(); down != nil {
 		return errors.Join(down, err)
@@ -430,23 +431,37 @@ func (c *Catalog) available() error {
 	if f == nil {
 		return nil
 	}
-	return f()
+	if err := f(); err != nil {
+		return storeDown{err}
+	}
+	return nil
 }
+
+// storeDown is an error MongoDB's absence caused (unavailable, saying
+// so); storeError leaves it as it is.
+type storeDown struct{ error }
+
+func (e storeDown) Unwrap() error { return e.error }
 
 // guard is the context a write runs under (see Options.Guard), and what
 // finishes its error: one the guard caused (MongoDB stopped answering
-// mid-write) is unavailable, saying so, whatever the heartbeat says by
-// then.
-func (c *Catalog) guard(ctx context.Context) (context.Context, func(error) error) {
+// mid-write, whatever step met it) is unavailable, saying so. While
+// MongoDB is known down it returns that at once: the write starts
+// nothing.
+func (c *Catalog) guard(ctx context.Context) (context.Context, func(error) error, error) {
+	if err := c.available(); err != nil {
+		return ctx, nil, err
+	}
 	if c.guardFn == nil {
-		return ctx, func(err error) error { return err }
+		return ctx, func(err error) error { return err }, nil
 	}
 	gctx, cancel := c.guardFn(ctx)
 	return gctx, func(err error) error {
 		defer cancel()
-		if err == nil || errors.Is(err, errdefs.ErrUnavailable) || ctx.Err() != nil || gctx.Err() == nil {
+		var down storeDown
+		if err == nil || errors.As(err, &down) || ctx.Err() != nil || gctx.Err() == nil {
 			return err
 		}
-		return errors.Join(context.Cause(gctx), err)
-	}
+		return errors.Join(storeDown{context.Cause(gctx)}, err)
+	}, nil
 }
