@@ -995,6 +995,13 @@ func (c *chaos) storeDown(t *testing.T, outage time.Duration) {
 		}
 	}()
 	var lat []time.Duration
+	type probe struct {
+		took    time.Duration
+		replica string
+		at      time.Duration // into the outage
+	}
+	var slowest probe
+	var others time.Duration // the slowest history or list answer
 	var creates []string
 	var createLat time.Duration
 	client := &http.Client{Timeout: 30 * time.Second}
@@ -1023,9 +1030,15 @@ func (c *chaos) storeDown(t *testing.T, outage time.Duration) {
 	for i := 0; time.Since(stoppedAt) < outage; i++ {
 		for _, r := range c.h.replicas {
 			for _, path := range []string{chaosDIG + "/status?type=cluster", chaosDIG + "/status/history", "/v2/projects", chaosCA + "/apps"} {
+				at := time.Since(stoppedAt)
 				_, took := get(r, path)
 				if strings.Contains(path, "/status?") {
 					lat = append(lat, took)
+					if took > slowest.took {
+						slowest = probe{took: took, replica: r.id, at: at}
+					}
+				} else {
+					others = max(others, took)
 				}
 			}
 		}
@@ -1042,9 +1055,11 @@ func (c *chaos) storeDown(t *testing.T, outage time.Duration) {
 	sendSignal(t, fer.pid, syscall.SIGCONT)
 	resumed = true
 	slices.Sort(lat)
-	t.Logf("FerretDB stopped %s: %d status answers, p50 %s, max %s; %d creates refused, the slowest after %s; answers not 200 by path: %v",
-		outage, len(lat), lat[len(lat)/2].Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond), len(creates),
-		createLat.Round(time.Millisecond), failed)
+	t.Logf("FerretDB stopped %s: %d status answers, p50 %s, p99 %s, max %s (through %s, %s into the outage); history and lists max %s; "+
+		"%d creates refused, the slowest after %s; answers not 200 by path: %v",
+		outage, len(lat), lat[len(lat)/2].Round(time.Microsecond), lat[len(lat)*99/100].Round(time.Microsecond),
+		slowest.took.Round(time.Microsecond), slowest.replica, slowest.at.Round(time.Millisecond), others.Round(time.Microsecond),
+		len(creates), createLat.Round(time.Millisecond), failed)
 	if lat[len(lat)-1] > 500*time.Millisecond {
 		t.Errorf("a status answer took %s during the outage (target 100ms)", lat[len(lat)-1])
 	}
