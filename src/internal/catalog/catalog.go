@@ -335,20 +335,22 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 	if err := r.checkWrite(key, doc, nil, int64(len(content))); err != nil {
 		return err
 	}
-	// Inserted pending (invisible), with an _id of its own that the intent
-	// names, and made visible by a second write: a create that fails, even
-	// one whose insert MongoDB carries out after the error (it stopped
-	// with the request in hand), leaves no object once its intent is
-	// repaired (see undo). Millisecond precision, as stored, so the intent
-	// matches itself.
-	since := time.Now().UTC().Truncate(time.Millisecond)
+	// Under an _id of its own that the intent names: a create that fails
+	// leaves no object once its intent is repaired (see undo), even one
+	// whose insert MongoDB carried out after the error (it stopped with the
+	// request in hand and answered later). One created with content is
+	// inserted pending (invisible) and made visible once the content is
+	// stored. Millisecond precision, as stored, so the intent matches
+	// itself.
 	id := primitive.NewObjectID()
 	doc = append(bson.D{{Key: "_id", Value: id}}, doc...)
-	doc = append(doc, r.cat.markerFields(fieldPending, fieldPendingBy, since)...)
-	ic := intentContent{Pending: &since, ID: id.Hex()}
+	ic := intentContent{ID: id.Hex()}
+	var since time.Time
 	if content != nil {
+		since = time.Now().UTC().Truncate(time.Millisecond)
+		doc = append(doc, r.cat.markerFields(fieldPending, fieldPendingBy, since)...)
 		doc = append(doc, contentFields(since, len(content))...)
-		ic.Chunks = chunkCount(len(content))
+		ic.Pending, ic.Chunks = &since, chunkCount(len(content))
 	}
 	in, err := r.cat.begin(ctx, x, r.kind, key, ic)
 	if err != nil {
@@ -383,16 +385,17 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 }
 
 // complete finishes a create once the object is inserted: the parent is
-// checked again, an object created with content gets it, and it becomes
+// checked again, and an object created with content gets it and becomes
 // visible in one write.
 func (r *Resource[S]) complete(ctx context.Context, key Key, mine bson.D, parent Key, since time.Time, content []byte) error {
 	if err := r.parentAlive(ctx, parent); err != nil {
 		return err
 	}
-	if content != nil {
-		if err := r.writeContent(ctx, key, since, content); err != nil {
-			return err
-		}
+	if content == nil {
+		return nil
+	}
+	if err := r.writeContent(ctx, key, since, content); err != nil {
+		return err
 	}
 	res, err := r.coll.UpdateOne(ctx, append(mine, bson.E{Key: fieldPending, Value: since}), bson.D{
 		{Key: "$unset", Value: bson.D{{Key: fieldPending, Value: ""}, {Key: fieldPendingBy, Value: ""}}}})

@@ -374,16 +374,17 @@ func (r *repairer) repair(ctx context.Context, key string, p *pendingIntent) err
 // content generation the object does not name.
 func (c *Catalog) undo(ctx context.Context, k *Kind, key Key, ic intentContent) error {
 	coll := c.db.Collection(k.Collection)
+	// The document a create inserted, visible or not: the create never
+	// wrote the index (that write removes the intent), so it did not
+	// answer success.
+	if id, err := primitive.ObjectIDFromHex(ic.ID); err == nil {
+		if _, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
+			return fmt.Errorf("undo the creation of %s: %w", k.describe(key), err)
+		}
+	}
 	if ic.Pending != nil {
 		if _, err := coll.DeleteOne(ctx, append(keyFilter(k, key), bson.E{Key: fieldPending, Value: *ic.Pending})); err != nil {
 			return fmt.Errorf("undo the creation of %s: %w", k.describe(key), err)
-		}
-		// Made visible, but the create never wrote the index (that write
-		// removes the intent): it did not answer success, so it goes.
-		if id, err := primitive.ObjectIDFromHex(ic.ID); err == nil {
-			if _, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
-				return fmt.Errorf("undo the creation of %s: %w", k.describe(key), err)
-			}
 		}
 		if ic.Gen == nil {
 			ic.Gen = ic.Pending
