@@ -141,28 +141,37 @@ func (s *stall) pipe(dst, src net.Conn) {
 	}
 }
 
-// A server that hangs is found down within a few heartbeats: Available
-// says so, operations fail within the selection timeout instead of
-// waiting, and it is up again once the server answers.
-func TestAvailableFollowsAHungServer(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+// stalledClient is a client (opts, its URI set) of an embedded server
+// behind a stall the test can hang; both close with the test.
+func stalledClient(t *testing.T, ctx context.Context, opts Options) (*Store, *stall) {
+	t.Helper()
 	server, err := Open(ctx, Options{DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer server.Close(ctx)
+	t.Cleanup(func() { _ = server.Close(context.Background()) })
 	u, err := url.Parse(server.EmbeddedURI())
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := newStall(t, u.Host)
 	u.Host = st.ln.Addr().String()
-	client, err := Open(ctx, Options{URI: u.String(), HeartbeatTimeout: 500 * time.Millisecond, ServerSelectionTimeout: 500 * time.Millisecond})
+	opts.URI = u.String()
+	client, err := Open(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close(ctx)
+	t.Cleanup(func() { _ = client.Close(context.Background()) })
+	return client, st
+}
+
+// A server that hangs is found down within a few heartbeats: Available
+// says so, operations fail within the selection timeout instead of
+// waiting, and it is up again once the server answers.
+func TestAvailableFollowsAHungServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client, st := stalledClient(t, ctx, Options{HeartbeatTimeout: 500 * time.Millisecond, ServerSelectionTimeout: 500 * time.Millisecond})
 	if err := client.Available(); err != nil {
 		t.Fatalf("available before the fault: %v", err)
 	}
@@ -202,22 +211,8 @@ func TestAvailableFollowsAHungServer(t *testing.T) {
 func TestGuardCutsAnOperationInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	server, err := Open(ctx, Options{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close(ctx)
-	u, err := url.Parse(server.EmbeddedURI())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := newStall(t, u.Host)
-	u.Host = st.ln.Addr().String()
-	client, err := Open(ctx, Options{URI: u.String(), HeartbeatTimeout: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close(ctx)
+	client, st := stalledClient(t, ctx, Options{HeartbeatTimeout: 500 * time.Millisecond})
+	var err error
 	gctx, release := client.Guard(ctx)
 	defer release()
 	st.stalled.Store(true)
