@@ -182,8 +182,9 @@ type RepairOptions struct {
 	// Lifetime bounds how long a live writer's intent waits; 0 means 10
 	// minutes.
 	Lifetime time.Duration
-	// Check is how long after its write an intent is first looked at, and
-	// then how often while its writer lives; 0 means 5s.
+	// Check is how long after its write (or its end, for a write that
+	// failed) an intent is first looked at, and then how often while its
+	// writer lives; 0 means 5s.
 	Check  time.Duration
 	Logger *logrus.Entry
 }
@@ -254,7 +255,10 @@ func (r *repairer) apply(b etcdwatch.Batch) {
 		}
 		next := rec.At.Add(r.opts.Check)
 		if rec.Ended {
-			next = time.Time{}
+			// Not at once: a replica whose heartbeat has not missed yet
+			// would send its undo to a MongoDB that holds the write's own
+			// request and may carry it out after the undo.
+			next = time.Now().Add(r.opts.Check)
 		}
 		r.intents[ev.Key] = &pendingIntent{rec: rec, rev: ev.ModRevision, next: next}
 	}
@@ -311,6 +315,14 @@ func (r *repairer) look(ctx context.Context, key string) {
 	p := r.intents[key]
 	r.mu.Unlock()
 	if p == nil {
+		return
+	}
+	if r.c.available() != nil {
+		// Nothing to repair with; and what MongoDB holds of the write
+		// lands once it answers, before this replica hears it does.
+		r.mu.Lock()
+		p.next = time.Now().Add(min(r.opts.Check, time.Second))
+		r.mu.Unlock()
 		return
 	}
 	_, inflight := r.c.inflight.Load(key)
