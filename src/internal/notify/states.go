@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/argus-mc/argus/src/internal/status"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
@@ -167,15 +168,9 @@ const shardsRoot = "delivered/"
 
 func (s *States) shardPrefix(key string) string { return s.prefix + shardsRoot + key + "/" }
 
-// shardOf is the cluster a resource key names (status.ResourceKey:
-// app|provider|cluster|…); keys of another shape share one shard.
-func shardOf(key string) string {
-	f := strings.SplitN(key, "|", 4)
-	if len(f) < 4 || f[1] == "" || f[2] == "" {
-		return "_"
-	}
-	return f[1] + "+" + f[2]
-}
+// shardOf is the cluster a resource key names; keys of another shape
+// share one shard.
+func shardOf(key string) string { return status.KeyCluster(key) }
 
 // Load returns a subscription's state and whether it existed, with its
 // delivered digests, read at one revision.
