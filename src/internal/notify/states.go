@@ -203,6 +203,21 @@ func (s *States) Load(ctx context.Context, key string) (State, bool, error) {
 	return st, true, nil
 }
 
+// LoadView returns a subscription's state without its delivered digests
+// (what a GET shows), and whether it existed.
+func (s *States) LoadView(ctx context.Context, key string) (State, bool, error) {
+	resp, err := s.cli.Get(ctx, s.prefix+key)
+	if err != nil {
+		return State{}, false, fmt.Errorf("load delivery state: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return State{}, false, nil
+	}
+	st, err := decodeState(key, resp.Kvs[0].Value)
+	st.Delivered, st.legacy = nil, false
+	return st, err == nil, err
+}
+
 // decodeState reads a state value, taking an earlier version's layout
 // (every digest inline) as it comes.
 func decodeState(key string, data []byte) (State, error) {
