@@ -72,7 +72,7 @@ func (s *scopedSource) of(in map[string]bool) status.Snapshot {
 // whole-group snapshot, only its cluster's record rewritten, and the
 // group's readiness still follows every cluster.
 func TestChangeOnOneClusterIsRecordedFromIt(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	store := NewStore(StoreOptions{Client: env.Etcd.Client, Prefix: env.EtcdPrefix()})
 	src := &scopedSource{world: map[string]status.ResourceState{}}
 	for _, c := range []string{"c0", "c1", "c2"} {
@@ -82,19 +82,8 @@ func TestChangeOnOneClusterIsRecordedFromIt(t *testing.T) {
 	}
 	const g = "instance:scoped"
 	now := t0
-	rec, err := NewRecorder(RecorderOptions{Store: store, Source: src, Now: func() time.Time { return now },
+	rec := runRecorder(t, RecorderOptions{Store: store, Source: src, Now: func() time.Time { return now },
 		Groups: func(context.Context) ([]string, error) { return []string{g}, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- rec.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
 	listAtLeast(t, store, g, 10) // the catch-up: the status and nine resources
 	revs := func() map[string]int64 {
 		resp, err := env.Etcd.Client.Get(ctx, store.clustersPrefix(g), clientv3.WithPrefix())
@@ -176,6 +165,25 @@ func TestEarlierCursorIsMoved(t *testing.T) {
 	if err != nil || len(cur.Resources) != 2 || cur.Resources[dep.String()].Ready != "NotReady" || cur.Seq != 5 {
 		t.Fatalf("cursor %+v %v", cur, err)
 	}
+}
+
+// runRecorder runs a recorder until the test ends.
+func runRecorder(t *testing.T, opts RecorderOptions) *Recorder {
+	t.Helper()
+	rec, err := NewRecorder(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rec.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return rec
 }
 
 // listAtLeast polls until the group has n entries and returns them.
