@@ -10,7 +10,9 @@ import (
 // same resources, the same placements, and the readiness the history
 // recorder folds from them is the whole snapshot's.
 func TestSnapshotsOfClustersAddUpToTheWhole(t *testing.T) {
-	q := func(cs ...appcontext.ClusterRef) Query { return Query{Type: TypeCluster, Output: OutputAll, Clusters: cs} }
+	q := func(cs ...appcontext.ClusterRef) Query {
+		return Query{Type: TypeCluster, Output: OutputAll, Clusters: cs}
+	}
 	whole := snapshotOf(fixture(), q())
 	if len(whole.Placements) != 3 || len(whole.Resources) == 0 {
 		t.Fatalf("whole snapshot: %d placements, %d resources", len(whole.Placements), len(whole.Resources))
