@@ -365,7 +365,13 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 	p := st.Pending
 	body, err := p.payload()
 	if err != nil {
-		return err
+		// Only a stored payload that is not JSON objects comes here: drop
+		// it, and its changes come again with the next, which takes its
+		// sequence number (no gap).
+		w.log.WithError(err).Error("cannot assemble the pending payload; its changes come with the next")
+		st.Sequence, st.Pending = p.Sequence-1, nil
+		w.setPending(false)
+		return nil
 	}
 	for {
 		res := w.opts.Deliverer.Deliver(ctx, Delivery{URL: w.opts.URL, ID: p.ID, Sequence: p.Sequence,
