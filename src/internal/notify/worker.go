@@ -371,6 +371,7 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 		w.log.WithError(err).Error("cannot assemble the pending payload; its changes come with the next")
 		st.Sequence, st.Pending = p.Sequence-1, nil
 		w.setPending(false)
+		w.Notify()
 		return nil
 	}
 	for {
