@@ -20,6 +20,7 @@ import (
 //
 //	<prefix><key>                        the state (sequence, times, pending payload)
 //	<prefix>delivered/<key>/<shard>      the delivered digests of one cluster
+//	<prefix>frozen/<key>/<seq>/<part>/<n> a large part of the pending payload (frozen.go)
 //
 // One value for the whole state passed etcd's request limit near 5,000
 // resources (a DIG on 1,000 clusters), and every change rewrote all of it.
@@ -72,13 +73,17 @@ type Pending struct {
 	ChangedAt time.Time `json:"changedAt,omitzero"`
 	// Changes is the frozen {"resource-changes": …} part of the payload.
 	Changes json.RawMessage `json:"changes,omitempty"`
-	// Envelope is the rest of the payload (the status answer). etcd keeps
-	// it only up to MaxFrozenEnvelope bytes; a larger one (a big DIG's
-	// output=all answer) stays in the owner's memory, and an owner that
-	// resumes the delivery after a restart or failover takes a fresh one
-	// (see Worker.start): the same changes under the same id and
-	// sequence, with a newer snapshot around them.
+	// Envelope is the rest of the payload (the status answer). Either
+	// part is kept in the state value up to MaxInlinePart bytes; a larger
+	// one (a big DIG's output=all answer, a first delivery of thousands of
+	// resources) is kept compressed under keys of its own (frozen.go),
+	// which its ref names, so a resumed delivery resends the payload
+	// unchanged whatever its size. Load leaves such a part out; the worker
+	// that resumes the delivery reads it back (States.thaw).
 	Envelope json.RawMessage `json:"envelope,omitempty"`
+	// EnvelopeRef and ChangesRef name a part kept under keys of its own.
+	EnvelopeRef *FrozenRef `json:"envelopeRef,omitempty"`
+	ChangesRef  *FrozenRef `json:"changesRef,omitempty"`
 	// Delta are the digests of the resources this payload changes, and
 	// Gone the resources it deletes: the delivered state once it is
 	// answered, less what did not change.
@@ -91,13 +96,17 @@ type Pending struct {
 	Next map[string]string `json:"next,omitempty"`
 }
 
-// MaxFrozenEnvelope bounds the envelope a pending delivery keeps in etcd.
-const MaxFrozenEnvelope = 64 << 10
+// MaxInlinePart bounds a part of a pending payload kept in the state's
+// own value; a larger part has keys of its own.
+const MaxInlinePart = 64 << 10
 
 // payload is the body to POST.
 func (p *Pending) payload() ([]byte, error) {
 	if p.Body != nil {
 		return p.Body, nil
+	}
+	if (p.EnvelopeRef != nil && p.Envelope == nil) || (p.ChangesRef != nil && p.Changes == nil) {
+		return nil, errors.New("notify: a part of the pending payload was not read back")
 	}
 	env := p.Envelope
 	if env == nil {
@@ -235,12 +244,17 @@ func decodeState(key string, data []byte) (State, error) {
 	return st, nil
 }
 
-// encode is the state's own value: an envelope too large to keep is left
-// out, and digests not yet in shards stay inline.
+// encode is the state's own value: parts kept under keys of their own
+// are left out, and digests not yet in shards stay inline.
 func (st State) encode() ([]byte, error) {
-	if p := st.Pending; p != nil && len(p.Envelope) > MaxFrozenEnvelope {
+	if p := st.Pending; p != nil && (p.EnvelopeRef != nil || p.ChangesRef != nil) {
 		cp := *p
-		cp.Envelope = nil
+		if cp.EnvelopeRef != nil {
+			cp.Envelope = nil
+		}
+		if cp.ChangesRef != nil {
+			cp.Changes = nil
+		}
 		st.Pending = &cp
 	}
 	if st.legacy {
@@ -262,11 +276,18 @@ var ErrNotOwner = errors.New("notify: the subscription belongs to another replic
 // every guard holds (the claim that makes this replica the
 // subscription's owner), else ErrNotOwner.
 func (s *States) SaveIf(ctx context.Context, key string, st State, guards ...clientv3.Cmp) error {
+	if err := s.spill(ctx, key, st.Pending, guards); err != nil {
+		return err
+	}
 	data, err := st.encode()
 	if err != nil {
 		return err
 	}
-	return s.commit(ctx, guards, clientv3.OpPut(s.prefix+key, string(data)))
+	ops := []clientv3.Op{clientv3.OpPut(s.prefix+key, string(data))}
+	if !st.Pending.frozen() {
+		ops = append(ops, s.dropFrozen(key))
+	}
+	return s.commit(ctx, guards, ops...)
 }
 
 func (s *States) commit(ctx context.Context, guards []clientv3.Cmp, ops ...clientv3.Op) error {
@@ -293,6 +314,9 @@ const (
 // state last: a process that stops in between leaves its pending payload
 // to be resent (a repeat, never a gap) and applied again.
 func (s *States) saveDelivered(ctx context.Context, key string, st State, touched []string, all bool, guards []clientv3.Cmp) error {
+	if err := s.spill(ctx, key, st.Pending, guards); err != nil {
+		return err
+	}
 	want := map[string]bool{}
 	for _, k := range touched {
 		want[shardOf(k)] = true
@@ -354,12 +378,16 @@ func (s *States) saveDelivered(ctx context.Context, key string, st State, touche
 	if err := add(clientv3.OpPut(s.prefix+key, string(data)), len(data)); err != nil {
 		return err
 	}
+	if !st.Pending.frozen() { // with the state that no longer names them
+		ops = append(ops, s.dropFrozen(key))
+	}
 	return flush()
 }
 
 // Delete removes a subscription's state.
 func (s *States) Delete(ctx context.Context, key string) error {
-	_, err := s.cli.Txn(ctx).Then(clientv3.OpDelete(s.prefix+key), clientv3.OpDelete(s.shardPrefix(key), clientv3.WithPrefix())).Commit()
+	_, err := s.cli.Txn(ctx).Then(clientv3.OpDelete(s.prefix+key), clientv3.OpDelete(s.shardPrefix(key), clientv3.WithPrefix()),
+		s.dropFrozen(key)).Commit()
 	return err
 }
 
@@ -386,7 +414,8 @@ func (s *States) LoadPrefix(ctx context.Context, prefix string) (map[string]Stat
 // DeletePrefix removes the states whose keys start with prefix.
 func (s *States) DeletePrefix(ctx context.Context, prefix string) error {
 	_, err := s.cli.Txn(ctx).Then(clientv3.OpDelete(s.prefix+prefix, clientv3.WithPrefix()),
-		clientv3.OpDelete(s.prefix+shardsRoot+prefix, clientv3.WithPrefix())).Commit()
+		clientv3.OpDelete(s.prefix+shardsRoot+prefix, clientv3.WithPrefix()),
+		clientv3.OpDelete(s.prefix+frozenRoot+prefix, clientv3.WithPrefix())).Commit()
 	if err != nil {
 		return fmt.Errorf("delete delivery states: %w", err)
 	}

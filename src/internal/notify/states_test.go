@@ -1,7 +1,9 @@
 package notify
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
@@ -96,15 +98,27 @@ func TestDeliveryWritesOnlyTheChangedCluster(t *testing.T) {
 	}
 }
 
+// frozenKeys counts the chunks kept for a subscription's pending payload.
+func frozenKeys(t *testing.T, states *States, key string) int64 {
+	t.Helper()
+	resp, err := env.Etcd.Client.Get(context.Background(), states.frozenPrefix(key), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count
+}
+
 // A subject of 6,000 resources (once past etcd's request limit as one
-// value) with an envelope too large to freeze in etcd: changes are
-// delivered, and a payload pending across a restart comes again with its
-// id, sequence and changes, in a fresh envelope.
+// value) whose pending payload is too large for the state's value (an
+// envelope well over MaxInlinePart, changes over 2 MiB): a payload pending
+// across a restart is resent byte for byte, and once answered leaves no
+// chunk behind.
 func TestLargeSubjectSurvivesRestart(t *testing.T) {
 	ctx := context.Background()
 	states := statesFor(t)
 	rcv := newReceiver(t)
-	w := &world{entries: map[string]string{}, envelope: map[string]any{"apps": strings.Repeat("x", MaxFrozenEnvelope+1)}}
+	w := &world{entries: map[string]string{}, pad: map[string]int{},
+		envelope: map[string]any{"apps": hex.EncodeToString(randomBytes(100 << 10))}}
 	for c := range 1200 {
 		for i := range 5 {
 			w.set(resourceKey(fmt.Sprint("c", c), i), "1")
@@ -113,29 +127,89 @@ func TestLargeSubjectSurvivesRestart(t *testing.T) {
 	key := testenv.UniqueName("sub")
 	r := startWorker(t, states, key, w.source, rcv.srv.URL, 0)
 	rcv.answer.Store(503)
-	w.set(resourceKey("c7", 3), "2")
+	for c := range 40 {
+		w.pad[resourceKey(fmt.Sprint("c", c), 3)] = 64 << 10
+		w.set(resourceKey(fmt.Sprint("c", c), 3), "2")
+	}
 	r.w.Notify()
 	first := rcv.next(t)
 	r.stop(t) // the owner goes away with the delivery pending
 	meta, err := env.Etcd.Client.Get(ctx, states.prefix+key)
-	if err != nil || len(meta.Kvs) != 1 || len(meta.Kvs[0].Value) > 4096 {
+	if err != nil || len(meta.Kvs) != 1 || len(meta.Kvs[0].Value) > 8192 {
 		t.Fatalf("the pending state is not compact: %d bytes, %v", len(meta.Kvs[0].Value), err)
 	}
-	w.envelope = map[string]any{"apps": strings.Repeat("y", MaxFrozenEnvelope+1)}
+	if len(first.body) < 2<<20 || frozenKeys(t, states, key) < 4 {
+		t.Fatalf("a %d-byte payload is kept in %d chunks", len(first.body), frozenKeys(t, states, key))
+	}
+	w.envelope = map[string]any{"apps": "newer"}
 	rcv.answer.Store(200)
 	r = startWorker(t, states, key, w.source, rcv.srv.URL, 0)
 	p := rcv.nextDelivered(t)
-	if p.id != first.id || p.sequence != 1 || len(p.changes.Modified) != 1 || p.changes.Modified[0]["name"] != resourceKey("c7", 3) {
-		t.Fatalf("after restart: %+v, want the pending delivery %+v", p, first)
+	if p.id != first.id || p.sequence != 1 || !bytes.Equal(p.body, first.body) {
+		t.Fatalf("after restart: %s #%d (%d bytes), want the pending delivery %s #%d (%d bytes) unchanged",
+			p.id, p.sequence, len(p.body), first.id, first.sequence, len(first.body))
 	}
 	st := waitDelivered(t, states, key)
 	if len(st.Delivered) != 6000 || st.Delivered[resourceKey("c7", 3)] != "2" {
 		t.Fatalf("delivered: %d digests, c7's = %q", len(st.Delivered), st.Delivered[resourceKey("c7", 3)])
 	}
-	w.set(resourceKey("c9", 0), "2")
+	if n := frozenKeys(t, states, key); n != 0 {
+		t.Fatalf("the answered payload left %d chunks", n)
+	}
+	w.set(resourceKey("c999", 0), "2")
 	r.w.Notify()
-	if p := rcv.next(t); p.sequence != 2 || len(p.changes.Modified) != 1 || p.changes.Modified[0]["name"] != resourceKey("c9", 0) {
+	if p := rcv.next(t); p.sequence != 2 || len(p.changes.Modified) != 1 || p.changes.Modified[0]["name"] != resourceKey("c999", 0) {
 		t.Fatalf("next POST = %+v", p)
+	}
+}
+
+// A pending payload whose chunks are missing or corrupt is dropped, not
+// resent and not fatal to the worker: its changes come with the next
+// payload, which takes its sequence number.
+func TestLostFrozenPartDropsPayload(t *testing.T) {
+	ctx := context.Background()
+	states := statesFor(t)
+	for name, spoil := range map[string]func(prefix string) error{
+		"missing": func(prefix string) error {
+			_, err := env.Etcd.Client.Delete(ctx, prefix, clientv3.WithPrefix())
+			return err
+		},
+		"corrupt": func(prefix string) error {
+			_, err := env.Etcd.Client.Put(ctx, prefix+"1/envelope/000000", "\x1f\x8bnot gzip")
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rcv := newReceiver(t)
+			w := &world{entries: map[string]string{"a": "1", "b": "1"},
+				envelope: map[string]any{"apps": hex.EncodeToString(randomBytes(MaxInlinePart))}}
+			key := testenv.UniqueName("sub")
+			r := startWorker(t, states, key, w.source, rcv.srv.URL, 0)
+			rcv.answer.Store(503)
+			w.set("a", "2")
+			r.w.Notify()
+			first := rcv.next(t)
+			r.stop(t)
+			if err := spoil(states.frozenPrefix(key)); err != nil {
+				t.Fatal(err)
+			}
+			rcv.answer.Store(200)
+			r = startWorker(t, states, key, w.source, rcv.srv.URL, 0)
+			p := rcv.nextDelivered(t)
+			if p.id == first.id || p.sequence != 1 || len(p.changes.Modified) != 1 || p.changes.Modified[0]["name"] != "a" {
+				t.Fatalf("after the loss: %s #%d %+v, want a new payload #1 with a's change", p.id, p.sequence, p.changes)
+			}
+			waitDelivered(t, states, key)
+			w.set("b", "2")
+			r.w.Notify()
+			if p := rcv.nextDelivered(t); p.sequence != 2 || len(p.changes.Modified) != 1 || p.changes.Modified[0]["name"] != "b" {
+				t.Fatalf("next POST = %s #%d %+v", p.id, p.sequence, p.changes)
+			}
+			waitDelivered(t, states, key)
+			if n := frozenKeys(t, states, key); n != 0 {
+				t.Fatalf("answered payloads left %d chunks", n)
+			}
+		})
 	}
 }
 

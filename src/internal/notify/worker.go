@@ -207,6 +207,11 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 	if err != nil {
 		return st, err
 	}
+	if err := w.opts.States.thaw(ctx, w.opts.Key, st.Pending); errors.Is(err, errFrozenLost) {
+		w.drop(&st, err)
+	} else if err != nil {
+		return st, err
+	}
 	if found && !st.Rebaseline {
 		if err := w.resume(ctx, &st); err != nil {
 			return st, err
@@ -238,9 +243,9 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 }
 
 // resume completes a state another process left: digests still in an
-// earlier version's layout go to their shards, and a pending payload whose
-// envelope was too large to keep gets a fresh one around its frozen
-// changes (same id and sequence).
+// earlier version's layout go to their shards, and a pending payload an
+// earlier version saved without its envelope (it kept none over 64 KiB)
+// gets a fresh one around its frozen changes (same id and sequence).
 func (w *Worker) resume(ctx context.Context, st *State) error {
 	if st.legacy {
 		if err := w.saveDelivered(ctx, *st, nil, true); err != nil {
@@ -248,7 +253,7 @@ func (w *Worker) resume(ctx context.Context, st *State) error {
 		}
 		st.legacy = false
 	}
-	if p := st.Pending; p != nil && p.Body == nil && p.Envelope == nil {
+	if p := st.Pending; p != nil && p.Body == nil && p.Envelope == nil && p.EnvelopeRef == nil {
 		_, envelope, err := w.opts.Source(ctx)
 		if err != nil {
 			return err
@@ -365,13 +370,7 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 	p := st.Pending
 	body, err := p.payload()
 	if err != nil {
-		// Only a stored payload that is not JSON objects comes here: drop
-		// it, and its changes come again with the next, which takes its
-		// sequence number (no gap).
-		w.log.WithError(err).Error("cannot assemble the pending payload; its changes come with the next")
-		st.Sequence, st.Pending = p.Sequence-1, nil
-		w.setPending(false)
-		w.Notify()
+		w.drop(st, err)
 		return nil
 	}
 	for {
@@ -433,6 +432,17 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// drop gives up a stored pending payload that cannot be assembled (not
+// JSON objects, or a part whose chunks are missing or corrupt): its
+// changes come again with the next, which takes its sequence number (no
+// gap).
+func (w *Worker) drop(st *State, err error) {
+	w.log.WithError(err).Error("cannot assemble the pending payload; its changes come with the next")
+	st.Sequence, st.Pending = st.Pending.Sequence-1, nil
+	w.setPending(false)
+	w.Notify()
 }
 
 func newID() string {

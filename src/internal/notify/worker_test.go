@@ -2,8 +2,11 @@ package notify
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -21,6 +24,8 @@ type world struct {
 	entries map[string]string // key → digest
 	// envelope, when set, is the rest of the payload.
 	envelope map[string]any
+	// pad adds random bytes to a resource's payload: key → how many.
+	pad map[string]int
 }
 
 func (w *world) set(key, digest string) {
@@ -33,12 +38,22 @@ func (w *world) set(key, digest string) {
 	}
 }
 
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return b
+}
+
 func (w *world) source(context.Context) ([]Entry, any, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []Entry
 	for k, d := range w.entries {
-		out = append(out, Entry{Key: k, Digest: d, Payload: map[string]any{"name": k, "digest": d}})
+		e := Entry{Key: k, Digest: d, Payload: map[string]any{"name": k, "digest": d}}
+		if n := w.pad[k]; n > 0 {
+			e.Payload["pad"] = hex.EncodeToString(randomBytes(n / 2))
+		}
+		out = append(out, e)
 	}
 	if w.envelope != nil {
 		return out, w.envelope, nil
@@ -58,6 +73,7 @@ type post struct {
 	sequence int
 	changes  Changes
 	answered int
+	body     []byte
 }
 
 func newReceiver(t *testing.T) *receiver {
@@ -67,10 +83,11 @@ func newReceiver(t *testing.T) *receiver {
 		var body struct {
 			Changes Changes `json:"resource-changes"`
 		}
-		_ = json.NewDecoder(req.Body).Decode(&body)
+		raw, _ := io.ReadAll(req.Body)
+		_ = json.Unmarshal(raw, &body)
 		seq, _ := strconv.Atoi(req.Header.Get(HeaderSequence))
 		code := int(r.answer.Load())
-		p := post{id: req.Header.Get(HeaderDelivery), sequence: seq, changes: body.Changes, answered: code}
+		p := post{id: req.Header.Get(HeaderDelivery), sequence: seq, changes: body.Changes, answered: code, body: raw}
 		w.WriteHeader(code)
 		r.got <- p
 	}))
