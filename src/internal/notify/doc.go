@@ -18,7 +18,9 @@
 //     restarts the worker for it and acknowledges once it has its
 //     baseline, and the API waits for that. Delivery states are saved under
 //     the owner's claim, the delivered digests one etcd value per cluster
-//     (states.go), so a change writes what it touched, not the subject. Watch (SSE) runs on the replica the client talks to.
+//     (states.go), so a change writes what it touched, not the subject; a
+//     pending payload's large parts are gzip chunks of their own
+//     (frozen.go). Watch (SSE) runs on the replica the client talks to.
 //
 //   - Diff computes semantic deltas against per-resource digests of the last
 //     delivered state, so resourceVersion and managedFields churn is never a
