@@ -141,6 +141,12 @@ func TestLargeSubjectSurvivesRestart(t *testing.T) {
 	if len(first.body) < 2<<20 || frozenKeys(t, states, key) < 4 {
 		t.Fatalf("a %d-byte payload is kept in %d chunks", len(first.body), frozenKeys(t, states, key))
 	}
+	// A GET's view, or a load that does not resume the delivery, does not
+	// read the chunks.
+	view, _, err := states.LoadView(ctx, key)
+	if err != nil || view.Pending == nil || view.Pending.ChangesRef == nil || view.Pending.Changes != nil || view.Pending.Envelope != nil {
+		t.Fatalf("the view read the chunks: %+v %v", view.Pending, err)
+	}
 	w.envelope = map[string]any{"apps": "newer"}
 	rcv.answer.Store(200)
 	r = startWorker(t, states, key, w.source, rcv.srv.URL, 0)
