@@ -72,6 +72,7 @@ type storeProc struct {
 }
 
 func TestHAChaos(t *testing.T) {
+	sharedClusters(t)
 	startMonitors(t, sim)
 	c := newChaos(t)
 	runs := 1
