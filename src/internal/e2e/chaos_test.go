@@ -72,7 +72,7 @@ type storeProc struct {
 }
 
 func TestHAChaos(t *testing.T) {
-	sharedClusters(t)
+	alone(t)
 	startMonitors(t, sim)
 	c := newChaos(t)
 	runs := 1

@@ -33,6 +33,13 @@ func ownClusters(t *testing.T) { inLane(t, lanes.ownClusters) }
 // input and process tests.
 func noClusters(t *testing.T) { inLane(t, lanes.noClusters) }
 
+// alone marks a test that takes no lane: it runs by itself, before the
+// lanes start (go test runs the tests that are not parallel first). The HA
+// tests do: their faults are timed against leases of seconds, and the
+// lanes' load would stretch those timings, not test them. The lane that
+// takes longest is the shared one, so they add little to the whole.
+func alone(*testing.T) {}
+
 // inLane runs t beside the tests of other lanes, and after the test of its
 // own lane that holds it has cleaned up (the lane is released by the
 // first cleanup registered, which runs last).
