@@ -35,9 +35,10 @@ func noClusters(t *testing.T) { inLane(t, lanes.noClusters) }
 
 // alone marks a test that takes no lane: it runs by itself, before the
 // lanes start (go test runs the tests that are not parallel first). The HA
-// tests do: their faults are timed against leases of seconds, and the
-// lanes' load would stretch those timings, not test them. The lane that
-// takes longest is the shared one, so they add little to the whole.
+// tests do, as their faults are timed against leases of seconds, and so
+// does a test that measures the whole test binary's render workers: the
+// lanes' load would stretch those timings and blur that measure, not test
+// them. The shared lane takes longest, so they add little to the whole.
 func alone(*testing.T) {}
 
 // inLane runs t beside the tests of other lanes, and after the test of its

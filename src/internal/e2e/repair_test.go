@@ -63,7 +63,7 @@ func renderCPU(t *testing.T) int64 {
 // context (409), or the instantiate, once its context exists, finds the
 // cluster gone and gives up (409, the DIG Terminated, nothing applied).
 func TestClusterDeletedWhileInstantiateRenders(t *testing.T) {
-	sharedClusters(t)
+	alone(t) // renderCPU counts every render worker of this binary, and the slow chart must render within the limit
 	o := startOrchestrator(t, testenv.UniqueName("race"), "/"+testenv.UniqueName("race"))
 	c := sim.Clusters[0]
 	onboardOne(t, o, "slow", slowChart(t))
