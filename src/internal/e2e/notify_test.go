@@ -277,7 +277,6 @@ func TestDIGSubscriptions(t *testing.T) {
 	}
 
 	checkCoalescedBurst(t, o, fast, slow, slowPods)
-
 	checkFailedDeliveries(t, o, fast, subs)
 
 	// Restart with a delivery pending: it arrives afterwards.
