@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -168,5 +169,44 @@ func TestListPages(t *testing.T) {
 		if code, _, _ := f.do(t, "GET", "/v2/projects/p/composite-apps?continue=!!", ""); code != 400 {
 			t.Errorf("a bad continue token: %d, want 400", code)
 		}
+	}
+}
+
+// A list page is cut short past its share of the answer budget, whatever
+// ?limit= says: a thousand objects of the largest size were read, decoded
+// and encoded whole before the budget could refuse the answer.
+func TestListPagesAreBoundedInBytes(t *testing.T) {
+	f := newFixtureWith(t, func(o *Options) {
+		cat, _, err := catalog.Open(context.Background(), catalog.Options{DB: env.Database(t), Index: env.Etcd.Client, IndexPrefix: env.EtcdPrefix()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Catalog, o.MaxAnswerMemory = cat, 1<<20 // pages of 128 KiB
+	})
+	if code, body, _ := f.do(t, "POST", "/v2/projects", `{"metadata":{"name":"p"}}`); code != 201 {
+		t.Fatalf("%d %s", code, body)
+	}
+	desc := strings.Repeat("d", 40<<10)
+	for i := range 12 {
+		body := fmt.Sprintf(`{"metadata":{"name":"ca%02d","description":%q},"spec":{"compositeAppVersion":"v1"}}`, i, desc)
+		if code, body, _ := f.do(t, "POST", "/v2/projects/p/composite-apps", body); code != 201 {
+			t.Fatalf("%d %s", code, body)
+		}
+	}
+	seen, pages := 0, 0
+	for path := "/v2/projects/p/composite-apps?limit=1000"; path != ""; pages++ {
+		code, body, h := f.do(t, "GET", path, "")
+		n := strings.Count(body, `"compositeAppVersion"`)
+		if code != 200 || n == 0 || len(body) > 200<<10 || pages > 12 {
+			t.Fatalf("page %d: %d, %d objects in %d bytes", pages, code, n, len(body))
+		}
+		seen += n
+		path = ""
+		if link := h.Get("Link"); link != "" {
+			path = strings.TrimSuffix(strings.TrimPrefix(link, "<"), `>; rel="next"`)
+		}
+	}
+	if seen != 12 || pages < 4 {
+		t.Fatalf("%d objects in %d pages, want 12 in pages of at most 128 KiB", seen, pages)
 	}
 }
