@@ -66,7 +66,6 @@ func (r *rogue) hello(ref appcontext.ClusterRef) (pb.Fleet_ConnectClient, contex
 	return st, cancel, err
 }
 
-
 // One cluster's credential cannot take every stream slot of a replica by
 // opening streams that never say Hello: beyond MaxStreamsPerCluster they
 // are refused at once, and another cluster's agent still gets in.

@@ -40,7 +40,7 @@ type session struct {
 
 	mu      sync.Mutex
 	out     []*pb.HubMessage
-	queued  int // bytes of out
+	queued  int               // bytes of out
 	events  []etcdwatch.Event // work changes not sent yet
 	resync  bool              // send the cluster's work again from sentRev (complete)
 	sentRev int64
