@@ -248,3 +248,61 @@ func TestReportWritesAreRateLimited(t *testing.T) {
 		t.Fatalf("%d reports of %d bytes stored in %.1fs, want at most %d (%d bytes/s after %d)", acked, bundle, elapsed, most+1, rate, burst)
 	}
 }
+
+// A report the hub makes wait for its cluster's write budget does not
+// make the agent Silent meanwhile: the agent spoke, the hub holds it back.
+func TestThrottledAgentIsNotSilent(t *testing.T) {
+	f := newFixture(t, func(o *Options) {
+		o.ReportBytesPerSecond, o.ReportBurst, o.SilentAfter = reportOverhead, reportOverhead, 300*time.Millisecond
+	})
+	bad := f.rogue(t, f.joined(t, edge).c.Credential)
+	st, _, err := bad.hello(edge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(seq int64) {
+		r := &pb.StatusReport{Seq: seq, Monitor: &pb.Monitor{State: appcontext.MonitorRunning}}
+		if err := st.Send(&pb.AgentMessage{Body: &pb.AgentMessage_Report{Report: r}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acked := make(chan int64, 4)
+	go func() {
+		for {
+			m, err := st.Recv()
+			if err != nil {
+				close(acked)
+				return
+			}
+			if a := m.GetStatusAck(); a != nil {
+				acked <- a.GetSeq()
+			}
+		}
+	}()
+	monitor := func() string {
+		states, err := f.store.ClusterStates(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return states[edge].Monitor
+	}
+	send(1) // the burst
+	if seq := <-acked; seq != 1 {
+		t.Fatalf("ack %d, want 1", seq)
+	}
+	waitFor(t, "Running", func() bool { return monitor() == appcontext.MonitorRunning })
+	send(2) // waits a second for the budget, three times SilentAfter
+	for {
+		select {
+		case seq := <-acked:
+			if seq != 2 {
+				t.Fatalf("ack %d, want 2", seq)
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+			if m := monitor(); m != appcontext.MonitorRunning {
+				t.Fatalf("while its report waited for the write budget: monitor %s, want Running", m)
+			}
+		}
+	}
+}

@@ -29,12 +29,13 @@ const (
 	DefaultConnectInterval = time.Second
 	DefaultConnectBurst    = 10
 	// DefaultReportBytesPerSecond and DefaultReportBurst bound the etcd
-	// writes of one cluster's reports: a whole DIG's bundles land in the
-	// burst, and a steady 1 MiB/s is far more than a cluster changes, yet
-	// leaves etcd's compaction (every few seconds past half the quota)
-	// well ahead of any one agent.
-	DefaultReportBytesPerSecond = 1 << 20
-	DefaultReportBurst          = 16 << 20
+	// writes of one cluster's reports: a cluster's whole status after a
+	// reconnect (twenty bundles of the largest size) lands in the burst,
+	// and a steady 2 MiB/s is more than a cluster changes, yet leaves
+	// etcd's compaction (every few seconds past half the quota) well
+	// ahead of any one agent.
+	DefaultReportBytesPerSecond = 2 << 20
+	DefaultReportBurst          = 32 << 20
 	// DefaultMaxQueuedBytes bounds the messages waiting for one agent
 	// (manifests asked for, acknowledgements): while more wait, the hub
 	// reads nothing more from it.
@@ -108,16 +109,25 @@ func (h *Hub) forgetQuota(ref appcontext.ClusterRef) {
 }
 
 // throttle waits until the cluster may write n more bytes of reports.
+// The agent is not silent while the hub makes it wait: its silence timer
+// counts from the end of the wait.
 func (s *session) throttle(n int) error {
-	n = min(n+reportOverhead, s.h.opts.ReportBurst)
-	if s.quota.writes.AllowN(time.Now(), n) {
+	r := s.quota.writes.ReserveN(time.Now(), min(n+reportOverhead, s.h.opts.ReportBurst))
+	d := r.Delay()
+	if d <= 0 {
 		return nil
 	}
 	s.h.metrics.throttled.Inc()
-	if err := s.quota.writes.WaitN(s.ctx, n); err != nil {
+	s.heardFor(d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-s.ctx.Done():
+		r.Cancel()
 		return fmt.Errorf("wait for the cluster's write budget: %w", context.Cause(s.ctx))
 	}
-	return nil
 }
 
 // messageBytes is what a queued message counts against MaxQueuedBytes.

@@ -279,6 +279,17 @@ func (s *session) heard() {
 	}
 }
 
+// heardFor counts the agent heard until d from now (a wait the hub
+// imposed on it).
+func (s *session) heardFor(d time.Duration) {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	s.lastHeard = s.h.opts.Now().Add(d)
+	if s.silence != nil {
+		s.silence.Reset(d + s.h.opts.SilentAfter)
+	}
+}
+
 // wentSilent runs on the silence timer: the sender records it.
 func (s *session) wentSilent() {
 	s.mu.Lock()
