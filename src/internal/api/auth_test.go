@@ -152,6 +152,10 @@ func TestReadOnlyTokens(t *testing.T) {
 		// A cloud's kubeconfig is a credential that writes to its clusters.
 		{"GET", kubeconfigPath, "reader", 403, "needs a token of --auth-token-file"},
 		{"GET", kubeconfigPath, "writer", 200, "client-key-data"},
+		// So is a v1 cloud region's, which holds the cluster's kubeconfig.
+		{"GET", "/v1/connectivity-info/region1", "reader", 403, "needs a token of --auth-token-file"},
+		{"GET", "/v1/connectivity-info/region1", "writer", 404, ""},
+		{"GET", "/v1/connectivity-info", "reader", 200, ""},
 		{"GET", "/v2/access", "", 401, ""},
 	}
 	for _, c := range cases {

@@ -91,6 +91,11 @@ func (s *server) connectivityRoutes(r *mux.Router) {
 		return listSpecs(w, r, conns, catalog.Key{})
 	})).Methods(http.MethodGet)
 	r.HandleFunc("/v1/connectivity-info/{cloudRegion}", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		// k8splugin answers with the region's kubeconfig: the cluster's own
+		// credential, which a read-only token may not have.
+		if err := needsWrite(r, "a cloud region's connectivity info (it holds the cluster's kubeconfig)"); err != nil {
+			return err
+		}
 		o, err := conns.Get(r.Context(), catalog.Key{mux.Vars(r)["cloudRegion"]})
 		if err != nil {
 			return err
