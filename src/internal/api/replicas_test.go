@@ -210,3 +210,58 @@ func TestListPagesAreBoundedInBytes(t *testing.T) {
 		t.Fatalf("%d objects in %d pages, want 12 in pages of at most 128 KiB", seen, pages)
 	}
 }
+
+// The v1 lists, which k8splugin never pages, are read a page at a time
+// and encoded as they are read, whole and in order: a request holds one
+// page of the catalogue, not the whole list.
+func TestV1ListsAreStreamed(t *testing.T) {
+	f := newFixtureWith(t, func(o *Options) {
+		cat, _, err := catalog.Open(context.Background(), catalog.Options{DB: env.Database(t), Index: env.Etcd.Client, IndexPrefix: env.EtcdPrefix()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Catalog, o.MaxAnswerMemory = cat, 1<<20 // pages of 128 KiB
+	})
+	desc := strings.Repeat("d", 40<<10)
+	var want []string
+	for i := range 12 {
+		name := fmt.Sprintf("rb%02d", i)
+		for _, v := range []string{"v1", "v2"} {
+			body := fmt.Sprintf(`{"rb-name":%q,"rb-version":%q,"description":%q}`, name, v, desc)
+			if code, got, _ := f.do(t, "POST", "/v1/rb/definition", body); code != 201 {
+				t.Fatalf("%d %s", code, got)
+			}
+			want = append(want, name+"/"+v)
+		}
+	}
+	names := func(path string) []string {
+		code, body, _ := f.do(t, "GET", path, "")
+		var defs []struct {
+			Name    string `json:"rb-name"`
+			Version string `json:"rb-version"`
+		}
+		if err := json.Unmarshal([]byte(body), &defs); code != 200 || err != nil {
+			t.Fatalf("GET %s: %d %v", path, code, err)
+		}
+		var out []string
+		for _, d := range defs {
+			out = append(out, d.Name+"/"+d.Version)
+		}
+		return out
+	}
+	if got := names("/v1/rb/definition"); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("all definitions: %v", got)
+	}
+	if got := names("/v1/rb/definition/rb07"); strings.Join(got, ",") != "rb07/v1,rb07/v2" {
+		t.Fatalf("one definition's versions: %v", got)
+	}
+	if code, body, _ := f.do(t, "GET", "/v1/rb/definition/rb07/v1/profile", ""); code != 200 || strings.Count(body, `"profile-name"`) != 1 {
+		t.Fatalf("its default profile: %d %q", code, body)
+	}
+	if code, body, _ := f.do(t, "GET", "/v1/instance?rb-name=rb07", ""); code != 200 || strings.TrimSpace(body) != "[]" {
+		t.Fatalf("no instances: %d %q", code, body)
+	}
+	if code, _, _ := f.do(t, "GET", "/v1/rb/definition/none/v1/profile", ""); code != 404 {
+		t.Fatalf("profiles of no definition: %d, want 404", code)
+	}
+}

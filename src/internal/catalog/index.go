@@ -364,6 +364,40 @@ func (r *Resource[S]) ListPage(ctx context.Context, parent Key, cont string, lim
 	return r.ListPageBytes(ctx, parent, cont, limit, 0)
 }
 
+// EachPaged calls f with every object under parent, sorted by name, reading
+// them a page of at most maxBytes of stored documents at a time (without
+// the index, all at once), so a caller that streams them holds one page.
+// A missing parent is NotFound; f's error ends it.
+func (r *Resource[S]) EachPaged(ctx context.Context, parent Key, maxBytes int, f func(Object[S]) error) error {
+	if r.cat.index() == nil {
+		all, err := r.List(ctx, parent)
+		if err != nil {
+			return err
+		}
+		for _, o := range all {
+			if err := f(o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for cont := ""; ; {
+		page, err := r.ListPageBytes(ctx, parent, cont, 0, maxBytes)
+		if err != nil {
+			return err
+		}
+		for _, o := range page.Items {
+			if err := f(o); err != nil {
+				return err
+			}
+		}
+		if page.Continue == "" {
+			return nil
+		}
+		cont = page.Continue
+	}
+}
+
 // listBatch is how many objects a page reads from etcd at a time when it
 // is bounded in bytes: what one read holds stays small whatever the page.
 const listBatch = 64
