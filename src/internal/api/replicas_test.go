@@ -176,13 +176,7 @@ func TestListPages(t *testing.T) {
 // ?limit= says: a thousand objects of the largest size were read, decoded
 // and encoded whole before the budget could refuse the answer.
 func TestListPagesAreBoundedInBytes(t *testing.T) {
-	f := newFixtureWith(t, func(o *Options) {
-		cat, _, err := catalog.Open(context.Background(), catalog.Options{DB: env.Database(t), Index: env.Etcd.Client, IndexPrefix: env.EtcdPrefix()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Catalog, o.MaxAnswerMemory = cat, 1<<20 // pages of 128 KiB
-	})
+	f := smallPagesFixture(t)
 	if code, body, _ := f.do(t, "POST", "/v2/projects", `{"metadata":{"name":"p"}}`); code != 201 {
 		t.Fatalf("%d %s", code, body)
 	}
@@ -215,13 +209,7 @@ func TestListPagesAreBoundedInBytes(t *testing.T) {
 // and encoded as they are read, whole and in order: a request holds one
 // page of the catalogue, not the whole list.
 func TestV1ListsAreStreamed(t *testing.T) {
-	f := newFixtureWith(t, func(o *Options) {
-		cat, _, err := catalog.Open(context.Background(), catalog.Options{DB: env.Database(t), Index: env.Etcd.Client, IndexPrefix: env.EtcdPrefix()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Catalog, o.MaxAnswerMemory = cat, 1<<20 // pages of 128 KiB
-	})
+	f := smallPagesFixture(t)
 	desc := strings.Repeat("d", 40<<10)
 	var want []string
 	for i := range 12 {
@@ -264,4 +252,17 @@ func TestV1ListsAreStreamed(t *testing.T) {
 	if code, _, _ := f.do(t, "GET", "/v1/rb/definition/none/v1/profile", ""); code != 404 {
 		t.Fatalf("profiles of no definition: %d, want 404", code)
 	}
+}
+
+// smallPagesFixture serves an indexed catalogue with an answer budget of
+// 1 MiB, so list pages end past 128 KiB.
+func smallPagesFixture(t *testing.T) *fixture {
+	t.Helper()
+	return newFixtureWith(t, func(o *Options) {
+		cat, _, err := catalog.Open(context.Background(), catalog.Options{DB: env.Database(t), Index: env.Etcd.Client, IndexPrefix: env.EtcdPrefix()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Catalog, o.MaxAnswerMemory = cat, 1<<20
+	})
 }
