@@ -186,7 +186,7 @@ func (s *Sink) purgeOnce(ctx context.Context, id string) error {
 		keys[k] = true
 	}
 	if st.Pending != nil { // it may have reached AAI in part
-		for k := range st.Pending.Next {
+		for k := range st.Pending.Delta {
 			keys[k] = true
 		}
 	}

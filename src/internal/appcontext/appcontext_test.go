@@ -305,3 +305,60 @@ func runCache(t testing.TB, s *Store) *Cache {
 	})
 	return cache
 }
+
+// A batch of changes is reported with what it touched of each group: a
+// bundle or a cluster's state names its cluster, the context's status
+// the whole group.
+func TestScopedChanges(t *testing.T) {
+	ctx := context.Background()
+	s := New(Options{Client: env.Etcd.Client, Prefix: env.EtcdPrefix()})
+	cache := NewCache(s, nil)
+	got := make(chan map[string]Scope, 16)
+	cache.OnScopedChange(func(m map[string]Scope) { got <- m })
+	cctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cache.Run(cctx) }()
+	defer func() { stop(); <-done }()
+	if err := cache.WaitLoaded(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := NewID()
+	g := "dig:p/ca/v1/" + id
+	c1, c2 := ClusterRef{"cp", "c1"}, ClusterRef{"cp", "c2"}
+	meta := Meta{ID: id, Kind: "dig", Group: g, StatusID: id, Namespace: "default", Created: time.Now().UTC()}
+	rs := []Resource{bigConfigMap("cm", 10)}
+	if err := s.Create(ctx, meta, Status{Status: Instantiating}, []*Placement{{App: "a", Cluster: c1, Resources: rs}, {App: "a", Cluster: c2, Resources: rs}}); err != nil {
+		t.Fatal(err)
+	}
+	// wait reads batches until one reports for g the scope want says,
+	// skipping what the creation's own batches report.
+	wait := func(what string, want func(Scope) bool) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case m := <-got:
+				if sc, ok := m[g]; ok && want(sc) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("%s: never reported as wanted", what)
+			}
+		}
+	}
+	only := func(c ClusterRef) func(Scope) bool {
+		return func(sc Scope) bool { return !sc.All && len(sc.Clusters) == 1 && sc.Clusters[c] }
+	}
+	if err := s.PutBundle(ctx, id, "a", c2, BundleSnapshot{}); err != nil {
+		t.Fatal(err)
+	}
+	wait("a bundle on c2", only(c2))
+	if err := s.PutClusterState(ctx, c1, ClusterState{Connectivity: "Unreachable"}); err != nil {
+		t.Fatal(err)
+	}
+	wait("c1's state", only(c1))
+	if err := s.SetStatus(ctx, id, Status{Status: Instantiated}); err != nil {
+		t.Fatal(err)
+	}
+	wait("the context's status", func(sc Scope) bool { return sc.All })
+}

@@ -34,8 +34,10 @@ type Cache struct {
 	// has been applied. revCh is closed (and replaced) when it advances.
 	rev   int64
 	revCh chan struct{}
-	// onChange are told which groups a batch of watch events touched.
+	// onChange are told which groups a batch of watch events touched,
+	// onScoped also on which clusters.
 	onChange []func(groups []string)
+	onScoped []func(scopes map[string]Scope)
 	// followers keep state of their own from the keys under a prefix.
 	followers []follower
 }
@@ -83,6 +85,46 @@ func (c *Cache) OnChange(f func(groups []string)) {
 	c.onChange = append(c.onChange, f)
 }
 
+// Scope is what of a group a batch of changes touched: the placements on
+// some clusters, or (All) anything, the context's own status included.
+type Scope struct {
+	All      bool
+	Clusters map[ClusterRef]bool
+}
+
+// add widens s by one change: on nil means the whole group.
+func (s *Scope) add(on *ClusterRef) {
+	switch {
+	case s.All:
+	case on == nil:
+		s.All, s.Clusters = true, nil
+	default:
+		if s.Clusters == nil {
+			s.Clusters = map[ClusterRef]bool{}
+		}
+		s.Clusters[*on] = true
+	}
+}
+
+// Merge widens s by o.
+func (s *Scope) Merge(o Scope) {
+	if o.All {
+		s.add(nil)
+	}
+	for c := range o.Clusters {
+		s.add(&c)
+	}
+}
+
+// OnScopedChange is OnChange with, for each group, the clusters whose
+// placements changed (or All): a consumer that keeps per-cluster state
+// (the history recorder) redoes only those.
+func (c *Cache) OnScopedChange(f func(scopes map[string]Scope)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onScoped = append(c.onScoped, f)
+}
+
 // Run loads the cache and follows changes until ctx ends (etcdwatch: a
 // failed load is retried, and after a gap in the watch only what changed
 // meanwhile is applied); once it had a gap, every group is reported
@@ -100,31 +142,37 @@ func (c *Cache) Run(ctx context.Context) error {
 // apply applies one batch of changes and tells the listeners which
 // groups it touched.
 func (c *Cache) apply(b etcdwatch.Batch) {
-	groups := map[string]struct{}{}
+	scopes := map[string]Scope{}
 	c.mu.Lock()
 	for _, ev := range b.Events {
-		for _, g := range c.applyLocked(ev.Key, ev.Value, ev.Deleted) {
-			groups[g] = struct{}{}
+		groups, on := c.applyLocked(ev.Key, ev.Value, ev.Deleted)
+		for _, g := range groups {
+			sc := scopes[g]
+			sc.add(on)
+			scopes[g] = sc
 		}
 	}
 	c.advanceLocked(b.Revision)
 	for _, bl := range c.contexts {
 		bl.resolve() // cheap unless a manifest's chunks just arrived
 	}
-	listeners := c.onChange
+	listeners, scoped := c.onChange, c.onScoped
 	c.mu.Unlock()
 	switch {
 	case b.First:
 		c.once.Do(func() { close(c.ready) })
 	case b.Listed:
 		c.notifyAll()
-	case len(groups) > 0 && len(listeners) > 0:
-		list := make([]string, 0, len(groups))
-		for g := range groups {
+	case len(scopes) > 0:
+		list := make([]string, 0, len(scopes))
+		for g := range scopes {
 			list = append(list, g)
 		}
 		for _, f := range listeners {
 			f(list)
+		}
+		for _, f := range scoped {
+			f(scopes)
 		}
 	}
 }
@@ -138,14 +186,19 @@ func (c *Cache) notifyAll() {
 			groups[b.ctx.Meta.Group] = struct{}{}
 		}
 	}
-	listeners := c.onChange
+	listeners, scoped := c.onChange, c.onScoped
 	c.mu.RUnlock()
 	list := make([]string, 0, len(groups))
+	scopes := make(map[string]Scope, len(groups))
 	for g := range groups {
 		list = append(list, g)
+		scopes[g] = Scope{All: true}
 	}
 	for _, f := range listeners {
 		f(list)
+	}
+	for _, f := range scoped {
+		f(scopes)
 	}
 }
 
@@ -190,14 +243,17 @@ func (c *Cache) WaitRevision(ctx context.Context, rev int64) error {
 	}
 }
 
-// applyLocked applies one key and returns the groups it may change.
-func (c *Cache) applyLocked(key string, value []byte, deleted bool) []string {
+// applyLocked applies one key and returns the groups it may change, and
+// the cluster whose placements alone it changed (nil: it may change
+// anything of them).
+func (c *Cache) applyLocked(key string, value []byte, deleted bool) ([]string, *ClusterRef) {
 	for _, fl := range c.followers {
 		if strings.HasPrefix(key, fl.prefix) {
 			fl.f.Apply(key, value, deleted)
-			return nil
+			return nil, nil
 		}
 	}
+	var on *ClusterRef
 	rest := strings.TrimPrefix(key, c.store.prefix+"/")
 	kind, tail, _ := strings.Cut(rest, "/")
 	var err error
@@ -217,32 +273,47 @@ func (c *Cache) applyLocked(key string, value []byte, deleted bool) []string {
 		var sub string
 		id, sub, _ = strings.Cut(tail, "/")
 		err = c.builder(id).applyPlacementKey(sub, value, deleted)
+		on = placementCluster(sub)
 	case "clusters":
 		ref, perr := ParseClusterRef(tail)
 		if perr != nil {
-			return nil
+			return nil, nil
 		}
 		old, known := c.clusters[ref]
 		if deleted {
 			delete(c.clusters, ref)
-			return c.groupsOnLocked(ref)
+			return c.groupsOnLocked(ref), &ref
 		}
 		var st ClusterState
 		if err = json.Unmarshal(value, &st); err == nil {
 			c.clusters[ref] = st
 			if !known || visiblyDifferent(old, st) {
-				return c.groupsOnLocked(ref)
+				return c.groupsOnLocked(ref), &ref
 			}
 		}
 	}
 	if err != nil {
 		c.log.WithError(err).WithField("key", key).Warn("skipping a malformed value")
-		return nil
+		return nil, nil
 	}
 	if b := c.contexts[id]; b != nil && b.ctx.Meta.Group != "" {
-		return []string{b.ctx.Meta.Group}
+		return []string{b.ctx.Meta.Group}, on
 	}
-	return nil
+	return nil, nil
+}
+
+// placementCluster is the cluster of a context key under
+// app/<app>/cluster/<ref>/…, nil for any other.
+func placementCluster(sub string) *ClusterRef {
+	parts := strings.SplitN(sub, "/", 5)
+	if len(parts) < 5 || parts[0] != "app" || parts[2] != "cluster" {
+		return nil
+	}
+	ref, err := ParseClusterRef(parts[3])
+	if err != nil {
+		return nil
+	}
+	return &ref
 }
 
 // visiblyDifferent reports a cluster state change a status answer shows: a

@@ -202,6 +202,9 @@ func TestLockForDelete(t *testing.T) {
 	if _, exists, _ := c.getState(ctx, group); exists {
 		t.Fatal("unlock of a fresh lifecycle left it behind")
 	}
+	if st, err := c.GetState(ctx, group); err != nil || st.Current != StateCreated {
+		t.Fatalf("after unlocking a fresh lifecycle: %+v, %v", st, err)
+	}
 	// Acted on: unlock restores the state and keeps the history.
 	if _, err := c.Transition(ctx, group, subject, []string{StateCreated}, StateAction{State: StateApproved}, ""); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 
@@ -37,8 +38,10 @@ type Catalog struct {
 	// still at work (see intent).
 	logger   *logrus.Entry
 	inflight sync.Map
-	// availableFn says whether MongoDB answers (UseAvailability).
+	// availableFn says whether MongoDB answers (UseAvailability);
+	// guardFn cuts a write short when it stops answering (Options.Guard).
 	availableFn func() error
+	guardFn     func(context.Context) (context.Context, context.CancelFunc)
 	// limits bound callers' writes (see Limits); usage, kept by
 	// TrackUsage, is what they are checked against.
 	limits Limits
@@ -67,6 +70,11 @@ type Options struct {
 	// Available): while it does not, writes fail at once with its error
 	// (unavailable, so 503) and start nothing they would leave half made.
 	Available func() error
+	// Guard, when set, gives each write a context that ends as soon as
+	// MongoDB is found not answering (store/mongo's Guard): a write in
+	// flight then fails (unavailable) at once rather than at the driver's
+	// timeout, and its intent undoes what it did (see intent).
+	Guard func(context.Context) (context.Context, context.CancelFunc)
 	// DeferIndex, when it says an error bringing the index up to date is
 	// passing (etcd out of space takes no writes), makes Open return the
 	// catalogue reading MongoDB meanwhile, with Opened.IndexDeferred;
@@ -105,7 +113,7 @@ func Open(ctx context.Context, opts Options) (*Catalog, Opened, error) {
 	if opts.Owner != nil {
 		c.setOwner(*opts.Owner)
 	}
-	c.availableFn = opts.Available
+	c.availableFn, c.guardFn = opts.Available, opts.Guard
 	if !opts.RepairBefore.IsZero() {
 		if out.Recovered, err = c.repair(ctx, opts.RepairBefore); err != nil {
 			return nil, out, fmt.Errorf("catalog: repair: %w", err)
@@ -307,6 +315,11 @@ func (r *Resource[S]) CreateWithContent(ctx context.Context, key Key, obj Object
 
 func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], content []byte) (err error) {
 	r.checkKey(key)
+	ctx, guarded, err := r.cat.guard(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { err = guarded(err) }()
 	parent := r.kind.ParentKey(key)
 	if err := r.parentAlive(ctx, parent); err != nil {
 		return err
@@ -322,14 +335,22 @@ func (r *Resource[S]) create(ctx context.Context, key Key, obj Object[S], conten
 	if err := r.checkWrite(key, doc, nil, int64(len(content))); err != nil {
 		return err
 	}
+	// Under an _id of its own that the intent names: a create that fails
+	// leaves no object once its intent is repaired (see undo), even one
+	// whose insert MongoDB carried out after the error (it stopped with the
+	// request in hand and answered later). One created with content is
+	// inserted pending (invisible) and made visible once the content is
+	// stored. Millisecond precision, as stored, so the intent matches
+	// itself.
+	id := primitive.NewObjectID()
+	doc = append(bson.D{{Key: "_id", Value: id}}, doc...)
+	ic := intentContent{ID: id.Hex()}
 	var since time.Time
-	var ic intentContent
 	if content != nil {
-		// Millisecond precision, as stored, so the intent matches itself.
 		since = time.Now().UTC().Truncate(time.Millisecond)
 		doc = append(doc, r.cat.markerFields(fieldPending, fieldPendingBy, since)...)
 		doc = append(doc, contentFields(since, len(content))...)
-		ic = intentContent{Pending: &since, Chunks: chunkCount(len(content))}
+		ic.Pending, ic.Chunks = &since, chunkCount(len(content))
 	}
 	in, err := r.cat.begin(ctx, x, r.kind, key, ic)
 	if err != nil {
@@ -463,6 +484,11 @@ func (r *Resource[S]) takeOver(ctx context.Context, key Key) bool {
 // Put creates or replaces an object and reports whether it was created.
 func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created bool, err error) {
 	r.checkKey(key)
+	ctx, guarded, err := r.cat.guard(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { err = guarded(err) }()
 	if err := r.parentAlive(ctx, r.kind.ParentKey(key)); err != nil {
 		return false, err
 	}
@@ -509,6 +535,11 @@ func (r *Resource[S]) Put(ctx context.Context, key Key, obj Object[S]) (created 
 // so a concurrent delete is not undone (NotFound instead).
 func (r *Resource[S]) Replace(ctx context.Context, key Key, obj Object[S]) (err error) {
 	r.checkKey(key)
+	ctx, guarded, err := r.cat.guard(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { err = guarded(err) }()
 	// $set, not a whole-document replace: the object keeps its content and
 	// markers; a pending object is absent and one being deleted stays so.
 	x, prev, rev, err := r.entry(ctx, key)
@@ -601,6 +632,11 @@ func (r *Resource[S]) List(ctx context.Context, parent Key) ([]Object[S], error)
 // from one aborts the delete and is returned.
 func (r *Resource[S]) Delete(ctx context.Context, key Key, before ...func(context.Context) error) (err error) {
 	r.checkKey(key)
+	ctx, guarded, err := r.cat.guard(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { err = guarded(err) }()
 	// The intent names the content to drop should the delete stop once
 	// the object is gone (see intent).
 	x := r.cat.index()

@@ -34,7 +34,7 @@ func TestWithIndex(t *testing.T) {
 		"CRUD": TestCRUD, "Hierarchy": TestHierarchy, "V1Cascade": TestV1CascadeAndJSONValues,
 		"CreateWithContent": TestCreateWithContentIsAtomicForReaders, "DeleteMarksFirst": TestDeleteMarksFirst,
 		"ChildrenDuringDelete": TestChildrenCreatedDuringParentDelete, "Content": TestContentChunksAndGenerations,
-		"StaleMarkers": TestStaleMarkersAreTakenOver,
+		"StaleMarkers": TestStaleMarkersAreTakenOver, "LockForDelete": TestLockForDelete,
 	} {
 		t.Run(name+"/indexed", f)
 	}

@@ -143,8 +143,13 @@ func contentFields(gen time.Time, size int) bson.D {
 
 // PutContent stores or replaces the uploaded file of an existing object
 // (k8splugin uploads content after creating the object).
-func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) error {
+func (r *Resource[S]) PutContent(ctx context.Context, key Key, data []byte) (err error) {
 	r.checkKey(key)
+	ctx, guarded, err := r.cat.guard(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { err = guarded(err) }()
 	if err := r.Alive(ctx, key); err != nil {
 		return err
 	}

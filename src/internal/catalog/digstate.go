@@ -97,12 +97,40 @@ func (c *Catalog) GetDIGState(ctx context.Context, key Key) (DIGState, error) {
 }
 
 // GetState returns a lifecycle's state; one never acted on is Created.
+// With an index it is read from etcd (every write to a lifecycle copies
+// it there, see stateWrite), so status, history and notifications keep
+// answering while MongoDB does not; a lock for a delete whose process
+// died is judged, and put back, in MongoDB.
 func (c *Catalog) GetState(ctx context.Context, group string) (DIGState, error) {
+	if x := c.index(); x != nil {
+		doc, _, err := x.read(ctx, lifecycles, Key{group})
+		if err != nil {
+			return DIGState{}, err
+		}
+		if doc == nil {
+			return DIGState{Current: StateCreated, Actions: []StateAction{}}, nil
+		}
+		var st DIGState
+		if err := bson.Unmarshal(doc, &st); err != nil {
+			return st, fmt.Errorf("read DIG state: %w", err)
+		}
+		if st.Actions == nil {
+			st.Actions = []StateAction{}
+		}
+		if st.Current != StateDeleting {
+			return st, nil
+		}
+		if _, stale := c.staleDoc(ctx, doc, fieldDeleting, fieldDeletingBy); !stale {
+			return st, nil
+		}
+	}
 	st, _, err := c.getState(ctx, group)
 	return st, err
 }
 
-// getState also reports whether the state document exists yet.
+// getState reads a lifecycle's state from MongoDB, as the writes that are
+// conditional on it must, and also reports whether its document exists
+// yet.
 func (c *Catalog) getState(ctx context.Context, group string) (DIGState, bool, error) {
 	for attempt := 0; ; attempt++ {
 		raw, err := c.digStates().FindOne(ctx, groupFilter(group)).Raw()
@@ -141,11 +169,12 @@ func (c *Catalog) TransitionDIG(ctx context.Context, key Key, from []string, nex
 // Transition is TransitionDIG for any lifecycle group; subject names what
 // the group is in a refusal ("the deployment intent group is Created; ...").
 func (c *Catalog) Transition(ctx context.Context, group, subject string, from []string, next StateAction, statusID string) (DIGState, error) {
-	if err := c.available(); err != nil {
+	ctx, guarded, err := c.guard(ctx)
+	if err != nil {
 		return DIGState{}, err
 	}
 	st, err := c.transition(ctx, group, subject, from, next, statusID)
-	return st, c.storeError(err)
+	return st, guarded(c.storeError(err))
 }
 
 func (c *Catalog) transition(ctx context.Context, group, subject string, from []string, next StateAction, statusID string) (DIGState, error) {
@@ -181,24 +210,22 @@ func (c *Catalog) transition(ctx context.Context, group, subject string, from []
 				bson.E{Key: "contextId", Value: next.ContextID},
 				bson.E{Key: "statusContextId", Value: statusID},
 				bson.E{Key: "contexts", Value: nonEmpty(next.ContextID)})
-			_, err := c.digStates().InsertOne(ctx, doc)
-			if mongo.IsDuplicateKeyError(err) {
-				continue // someone else acted first; re-read
-			}
+			done, err := c.writeState(ctx, group, func() (bool, error) { return inserted(c.digStates().InsertOne(ctx, doc)) })
 			if err != nil {
 				return cur, fmt.Errorf("write DIG state: %w", err)
 			}
-			c.mirrorState(ctx, group)
-			return c.GetState(ctx, group)
+			if !done {
+				continue // someone else acted first; re-read
+			}
+			return c.readState(ctx, group)
 		}
 		filter := append(groupFilter(group), bson.E{Key: "current", Value: cur.Current}, bson.E{Key: "actions", Value: bson.D{{Key: "$size", Value: len(cur.Actions)}}})
-		res, err := c.digStates().UpdateOne(ctx, filter, update)
+		done, err := c.writeState(ctx, group, func() (bool, error) { return matched(c.digStates().UpdateOne(ctx, filter, update)) })
 		if err != nil {
 			return cur, fmt.Errorf("write DIG state: %w", err)
 		}
-		if res.MatchedCount == 1 {
-			c.mirrorState(ctx, group)
-			return c.GetState(ctx, group)
+		if done {
+			return c.readState(ctx, group)
 		}
 	}
 	return DIGState{}, errdefs.Conflict("%s changed concurrently; try again", subject)
@@ -210,10 +237,11 @@ func (c *Catalog) transition(ctx context.Context, group, subject string, from []
 // create runtime state) while its owner is being deleted. UnlockForDelete
 // puts the state back, for a delete that did not happen.
 func (c *Catalog) LockForDelete(ctx context.Context, group, subject string, from []string) error {
-	if err := c.available(); err != nil {
+	ctx, guarded, err := c.guard(ctx)
+	if err != nil {
 		return err
 	}
-	return c.storeError(c.lockForDelete(ctx, group, subject, from))
+	return guarded(c.storeError(c.lockForDelete(ctx, group, subject, from)))
 }
 
 func (c *Catalog) lockForDelete(ctx context.Context, group, subject string, from []string) error {
@@ -230,22 +258,23 @@ func (c *Catalog) lockForDelete(ctx context.Context, group, subject string, from
 			doc := append(groupFilter(group), bson.E{Key: "current", Value: StateDeleting}, bson.E{Key: "actions", Value: []StateAction{}},
 				bson.E{Key: "contexts", Value: []string{}}, bson.E{Key: "deletingFrom", Value: cur.Current})
 			doc = append(doc, c.markerFields(fieldDeleting, fieldDeletingBy, now)...)
-			if _, err := c.digStates().InsertOne(ctx, doc); mongo.IsDuplicateKeyError(err) {
-				continue
-			} else if err != nil {
+			done, err := c.writeState(ctx, group, func() (bool, error) { return inserted(c.digStates().InsertOne(ctx, doc)) })
+			if err != nil {
 				return fmt.Errorf("lock %s: %w", subject, err)
 			}
-			c.mirrorState(ctx, group)
-			return nil
+			if done {
+				return nil
+			}
+			continue
 		}
 		filter := append(groupFilter(group), bson.E{Key: "current", Value: cur.Current}, bson.E{Key: "actions", Value: bson.D{{Key: "$size", Value: len(cur.Actions)}}})
-		res, err := c.digStates().UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: append(bson.D{{Key: "current", Value: StateDeleting},
-			{Key: "deletingFrom", Value: cur.Current}}, c.markerFields(fieldDeleting, fieldDeletingBy, now)...)}})
+		set := bson.D{{Key: "$set", Value: append(bson.D{{Key: "current", Value: StateDeleting},
+			{Key: "deletingFrom", Value: cur.Current}}, c.markerFields(fieldDeleting, fieldDeletingBy, now)...)}}
+		done, err := c.writeState(ctx, group, func() (bool, error) { return matched(c.digStates().UpdateOne(ctx, filter, set)) })
 		if err != nil {
 			return fmt.Errorf("lock %s: %w", subject, err)
 		}
-		if res.MatchedCount == 1 {
-			c.mirrorState(ctx, group)
+		if done {
 			return nil
 		}
 	}
@@ -255,13 +284,13 @@ func (c *Catalog) lockForDelete(ctx context.Context, group, subject string, from
 // UnlockForDelete puts a lifecycle locked by LockForDelete back to its
 // state (a lifecycle never acted on goes back to none).
 func (c *Catalog) UnlockForDelete(ctx context.Context, group string) error {
-	res, err := c.digStates().DeleteOne(ctx, append(groupFilter(group), bson.E{Key: "current", Value: StateDeleting},
-		bson.E{Key: "actions", Value: bson.D{{Key: "$size", Value: 0}}}, bson.E{Key: "deletingFrom", Value: StateCreated}))
+	filter := append(groupFilter(group), bson.E{Key: "current", Value: StateDeleting},
+		bson.E{Key: "actions", Value: bson.D{{Key: "$size", Value: 0}}}, bson.E{Key: "deletingFrom", Value: StateCreated})
+	done, err := c.writeState(ctx, group, func() (bool, error) { return deleted(c.digStates().DeleteOne(ctx, filter)) })
 	if err != nil {
 		return fmt.Errorf("unlock lifecycle: %w", err)
 	}
-	if res.DeletedCount == 1 {
-		c.mirrorState(ctx, group)
+	if done {
 		return nil
 	}
 	return c.unlock(ctx, group)
@@ -279,12 +308,11 @@ func (c *Catalog) unlock(ctx context.Context, group string) error {
 		}
 		return fmt.Errorf("unlock lifecycle: %w", err)
 	}
-	_, err := c.digStates().UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: "current", Value: doc.From}}},
-		{Key: "$unset", Value: bson.D{{Key: "deletingFrom", Value: ""}, {Key: fieldDeleting, Value: ""}, {Key: fieldDeletingBy, Value: ""}}}})
-	if err != nil {
+	update := bson.D{{Key: "$set", Value: bson.D{{Key: "current", Value: doc.From}}},
+		{Key: "$unset", Value: bson.D{{Key: "deletingFrom", Value: ""}, {Key: fieldDeleting, Value: ""}, {Key: fieldDeletingBy, Value: ""}}}}
+	if _, err := c.writeState(ctx, group, func() (bool, error) { return matched(c.digStates().UpdateOne(ctx, filter, update)) }); err != nil {
 		return fmt.Errorf("unlock lifecycle: %w", err)
 	}
-	c.mirrorState(ctx, group)
 	return nil
 }
 
@@ -315,10 +343,9 @@ func (c *Catalog) unlockStale(ctx context.Context) (int, error) {
 		// or a DIG created again under its name would inherit its history.
 		if g, ok := ParseGroup(d.Group); ok && g.Kind == GroupDIG && c.has(DeploymentIntentGroups) {
 			if _, err := digs.Get(ctx, g.Key); errors.Is(err, errdefs.ErrNotFound) {
-				if _, err := c.digStates().DeleteOne(ctx, groupFilter(d.Group)); err != nil {
+				if _, err := c.writeState(ctx, d.Group, func() (bool, error) { return deleted(c.digStates().DeleteOne(ctx, groupFilter(d.Group))) }); err != nil {
 					return 0, fmt.Errorf("recover lifecycles: %w", err)
 				}
-				c.mirrorState(ctx, d.Group)
 				continue
 			}
 		}
@@ -361,10 +388,7 @@ func (c *Catalog) DeleteDIGState(ctx context.Context, key Key) error {
 
 // DeleteState removes a lifecycle's state with what it belongs to.
 func (c *Catalog) DeleteState(ctx context.Context, group string) error {
-	_, err := c.digStates().DeleteOne(ctx, groupFilter(group))
-	if err == nil {
-		c.mirrorState(ctx, group)
-	}
+	_, err := c.writeState(ctx, group, func() (bool, error) { return deleted(c.digStates().DeleteOne(ctx, groupFilter(group))) })
 	return err
 }
 

@@ -268,7 +268,13 @@ func (c *Catalog) refresh(ctx context.Context, x *index, k *Kind, key Key, ins .
 // concurrent writer (another replica starting) is never overwritten with
 // an older copy.
 func (c *Catalog) reconcile(ctx context.Context, x *index, k *Kind) (int, error) {
-	resp, err := x.cli.Get(ctx, x.children(k, nil), clientv3.WithPrefix())
+	return c.reconcileUnder(ctx, x, k, nil)
+}
+
+// reconcileUnder is reconcile for kind k's objects under parent (a prefix
+// of their key; nil for all).
+func (c *Catalog) reconcileUnder(ctx context.Context, x *index, k *Kind, parent Key) (int, error) {
+	resp, err := x.cli.Get(ctx, x.children(k, parent), clientv3.WithPrefix())
 	if err != nil {
 		return 0, errdefs.Unavailable(err, "read the catalogue index")
 	}
@@ -280,7 +286,7 @@ func (c *Catalog) reconcile(ctx context.Context, x *index, k *Kind) (int, error)
 	for _, kv := range resp.Kvs {
 		have[string(kv.Key)] = seen{kv.ModRevision, kv.Value}
 	}
-	cur, err := c.db.Collection(k.Collection).Find(ctx, bson.D{notPending})
+	cur, err := c.db.Collection(k.Collection).Find(ctx, append(keyFilter(k, parent), notPending))
 	if err != nil {
 		return 0, fmt.Errorf("index %ss: %w", k.Name, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 
@@ -60,10 +61,12 @@ type intentRecord struct {
 }
 
 // intentContent is what a write leaves to undo should it stop: Pending,
-// the write-ahead intent the object was inserted with; Gen, a content
-// generation of Chunks chunks being stored.
+// the write-ahead intent the object was inserted with, and ID, the _id of
+// the document a create inserted; Gen, a content generation of Chunks
+// chunks being stored.
 type intentContent struct {
 	Pending *time.Time `json:"pending,omitempty"`
+	ID      string     `json:"id,omitempty"`
 	Gen     *time.Time `json:"gen,omitempty"`
 	Chunks  int        `json:"chunks,omitempty"`
 }
@@ -161,11 +164,12 @@ func (in *intent) end(err error) error {
 // MongoDB found down meanwhile) is unavailable, saying so, whatever
 // operation met it; others are as they are.
 func (c *Catalog) storeError(err error) error {
+	var down storeDown
 	switch {
-	case err == nil || errors.Is(err, errdefs.ErrUnavailable):
+	case err == nil || errors.As(err, &down):
 		return err
 	case mongo.IsNetworkError(err), mongo.IsTimeout(err): // no server to select is a timeout too
-		return errdefs.Unavailable(err, "MongoDB does not answer")
+		return storeDown{errdefs.Unavailable(err, "MongoDB does not answer")}
 	}
 	if down := c.available(); down != nil {
 		return errors.Join(down, err)
@@ -178,8 +182,9 @@ type RepairOptions struct {
 	// Lifetime bounds how long a live writer's intent waits; 0 means 10
 	// minutes.
 	Lifetime time.Duration
-	// Check is how long after its write an intent is first looked at, and
-	// then how often while its writer lives; 0 means 5s.
+	// Check is how long after its write (or its end, for a write that
+	// failed) an intent is first looked at, and then how often while its
+	// writer lives; 0 means 5s.
 	Check  time.Duration
 	Logger *logrus.Entry
 }
@@ -250,7 +255,10 @@ func (r *repairer) apply(b etcdwatch.Batch) {
 		}
 		next := rec.At.Add(r.opts.Check)
 		if rec.Ended {
-			next = time.Time{}
+			// Not at once: a replica whose heartbeat has not missed yet
+			// would send its undo to a MongoDB that holds the write's own
+			// request and may carry it out after the undo.
+			next = time.Now().Add(r.opts.Check)
 		}
 		r.intents[ev.Key] = &pendingIntent{rec: rec, rev: ev.ModRevision, next: next}
 	}
@@ -309,6 +317,14 @@ func (r *repairer) look(ctx context.Context, key string) {
 	if p == nil {
 		return
 	}
+	if r.c.available() != nil {
+		// Nothing to repair with; and what MongoDB holds of the write
+		// lands once it answers, before this replica hears it does.
+		r.mu.Lock()
+		p.next = time.Now().Add(min(r.opts.Check, time.Second))
+		r.mu.Unlock()
+		return
+	}
 	_, inflight := r.c.inflight.Load(key)
 	mine := p.rec.By != "" && p.rec.By == r.c.by()
 	abandoned := p.rec.Ended || mine && !inflight || time.Since(p.rec.At) > r.opts.Lifetime ||
@@ -349,6 +365,15 @@ func (r *repairer) repair(ctx context.Context, key string, p *pendingIntent) err
 	if err := r.c.refresh(ctx, r.x, k, p.rec.Key); err != nil {
 		return err
 	}
+	// A delete stopped midway may have removed the children that go with
+	// the object (Cascade) from MongoDB and not yet from the index.
+	for _, child := range r.c.children[k] {
+		if child.Cascade {
+			if _, err := r.c.reconcileUnder(ctx, r.x, child, p.rec.Key); err != nil {
+				return err
+			}
+		}
+	}
 	_, err := r.x.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", p.rev)).Then(clientv3.OpDelete(key)).Commit()
 	if err == nil {
 		r.log.WithFields(logrus.Fields{"object": k.describe(p.rec.Key), "by": p.rec.By, "ended": p.rec.Ended}).Info("repaired what a catalogue write left")
@@ -361,6 +386,14 @@ func (r *repairer) repair(ctx context.Context, key string, p *pendingIntent) err
 // content generation the object does not name.
 func (c *Catalog) undo(ctx context.Context, k *Kind, key Key, ic intentContent) error {
 	coll := c.db.Collection(k.Collection)
+	// The document a create inserted, visible or not: the create never
+	// wrote the index (that write removes the intent), so it did not
+	// answer success.
+	if id, err := primitive.ObjectIDFromHex(ic.ID); err == nil {
+		if _, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
+			return fmt.Errorf("undo the creation of %s: %w", k.describe(key), err)
+		}
+	}
 	if ic.Pending != nil {
 		if _, err := coll.DeleteOne(ctx, append(keyFilter(k, key), bson.E{Key: fieldPending, Value: *ic.Pending})); err != nil {
 			return fmt.Errorf("undo the creation of %s: %w", k.describe(key), err)
@@ -385,7 +418,7 @@ func (c *Catalog) undo(ctx context.Context, k *Kind, key Key, ic intentContent) 
 
 // kindOf is the kind stored in collection, nil if none.
 func (c *Catalog) kindOf(collection string) *Kind {
-	for _, k := range c.kinds {
+	for _, k := range append(c.kinds[:len(c.kinds):len(c.kinds)], lifecycles) {
 		if k.Collection == collection {
 			return k
 		}
@@ -411,5 +444,37 @@ func (c *Catalog) available() error {
 	if f == nil {
 		return nil
 	}
-	return f()
+	if err := f(); err != nil {
+		return storeDown{err}
+	}
+	return nil
+}
+
+// storeDown is an error MongoDB's absence caused (unavailable, saying
+// so); storeError leaves it as it is.
+type storeDown struct{ error }
+
+func (e storeDown) Unwrap() error { return e.error }
+
+// guard is the context a write runs under (see Options.Guard), and what
+// finishes its error: one the guard caused (MongoDB stopped answering
+// mid-write, whatever step met it) is unavailable, saying so. While
+// MongoDB is known down it returns that at once: the write starts
+// nothing.
+func (c *Catalog) guard(ctx context.Context) (context.Context, func(error) error, error) {
+	if err := c.available(); err != nil {
+		return ctx, nil, err
+	}
+	if c.guardFn == nil {
+		return ctx, func(err error) error { return err }, nil
+	}
+	gctx, cancel := c.guardFn(ctx)
+	return gctx, func(err error) error {
+		defer cancel()
+		var down storeDown
+		if err == nil || errors.As(err, &down) || ctx.Err() != nil || gctx.Err() == nil {
+			return err
+		}
+		return errors.Join(storeDown{context.Cause(gctx)}, err)
+	}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
 )
 
 // lifecycles is the lifecycle collection as the index sees it: one entry
@@ -15,14 +16,65 @@ import (
 // contexts (Mirror), rather than one FerretDB collection scan per DIG.
 var lifecycles = &Kind{Name: "group", Collection: "lifecycle"}
 
-// mirrorState copies a lifecycle's document into the index after a write
-// to it. Best effort: the write itself happened, and a failure here only
-// leaves the overview's copy stale until the next write to the lifecycle
-// or the next start-up, which reconciles the index.
-func (c *Catalog) mirrorState(ctx context.Context, group string) {
-	if x := c.index(); x != nil {
-		_ = c.refresh(context.WithoutCancel(ctx), x, lifecycles, Key{group})
+// writeState runs one write to a lifecycle's document in MongoDB (write
+// says whether it matched anything) under a write intent (see intent),
+// then copies the document into the index in the transaction that
+// removes the intent. The index is where GetState reads lifecycles, so
+// that status and notifications need no MongoDB; a writer stopped between
+// the two stores leaves its intent, which any replica repairs, so the
+// entry follows MongoDB at every write. The write's outcome is MongoDB's:
+// an index that cannot follow now (etcd not answering) is repaired later.
+func (c *Catalog) writeState(ctx context.Context, group string, write func() (bool, error)) (bool, error) {
+	x := c.index()
+	in, err := c.begin(ctx, x, lifecycles, Key{group}, intentContent{})
+	if err != nil {
+		return false, err
 	}
+	done, err := write()
+	if err != nil || !done {
+		if err == nil {
+			in.untouched()
+		}
+		return false, in.end(err)
+	}
+	if x == nil {
+		return true, in.end(nil)
+	}
+	if err := c.refresh(context.WithoutCancel(ctx), x, lifecycles, Key{group}, in); err != nil {
+		c.log().WithError(err).WithField("lifecycle", group).Warn("the catalogue index follows this lifecycle once etcd answers")
+		_ = in.end(err) // marks the intent for repair
+		return true, nil
+	}
+	return true, in.end(nil)
+}
+
+// readState reads a lifecycle back from MongoDB after its write.
+func (c *Catalog) readState(ctx context.Context, group string) (DIGState, error) {
+	st, _, err := c.getState(ctx, group)
+	return st, err
+}
+
+// inserted, matched and deleted say whether a write took, for writeState:
+// a duplicate key is another writer's insert, not an error.
+func inserted(_ *mongo.InsertOneResult, err error) (bool, error) {
+	if mongo.IsDuplicateKeyError(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func matched(res *mongo.UpdateResult, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	return res.MatchedCount == 1, nil
+}
+
+func deleted(res *mongo.DeleteResult, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	return res.DeletedCount == 1, nil
 }
 
 // Mirror is an in-memory copy of the index entries the overview needs

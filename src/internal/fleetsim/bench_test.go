@@ -29,12 +29,15 @@ import (
 // of 5 ConfigMaps on every one, and it prints the line issue 26 names:
 //
 //	fleet: clusters=N replicas=R rss_kib_per_cluster=… cpu_ms_per_min_per_cluster=… reconnect_s=… instantiate_s=…
-//	       status_summary_p50_ms=… status_all_p50_ms=… callback_p50_ms=… callback_p99_ms=… lost=…
+//	       status_summary_p50_ms=… status_all_p50_ms=… callback_p50_ms=… callback_p99_ms=…
+//	       etcd_keys_per_change=… etcd_bytes_per_change=… lost=…
 //
 // Memory and CPU are the replicas' own (/proc), idle, less what they
 // used before any cluster joined; churn is 10,000 changes a minute over
 // the fleet for ARGUS_FLEET_CHURN_S (60) seconds; lost counts the changes
-// the simulator made that no callback named within 30 s.
+// the simulator made that no callback named within 30 s; etcd keys and
+// bytes per change are everything etcd took during the churn (a watch on
+// all keys), divided by the changes.
 func BenchmarkFleet(b *testing.B) {
 	sizes := os.Getenv("ARGUS_FLEET_SIZES")
 	if sizes == "" {
@@ -67,14 +70,18 @@ type fleetResult struct {
 	reconnect, instantiate           time.Duration
 	summaryP50, allP50, cbP50, cbP99 time.Duration
 	changes, lost                    int
+	// etcdKeys and etcdBytes are what etcd took per change under churn
+	// (everything written meanwhile; -1 when etcd was not found).
+	etcdKeys, etcdBytes float64
 }
 
 func (r fleetResult) line() string {
 	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) }
 	return fmt.Sprintf("fleet: clusters=%d replicas=%d rss_kib_per_cluster=%.1f cpu_ms_per_min_per_cluster=%.2f reconnect_s=%.1f "+
-		"instantiate_s=%.1f status_summary_p50_ms=%s status_all_p50_ms=%s callback_p50_ms=%s callback_p99_ms=%s lost=%d",
+		"instantiate_s=%.1f status_summary_p50_ms=%s status_all_p50_ms=%s callback_p50_ms=%s callback_p99_ms=%s "+
+		"etcd_keys_per_change=%.1f etcd_bytes_per_change=%.0f lost=%d",
 		r.clusters, r.replicas, r.rssKiB, r.cpuMs, r.reconnect.Seconds(), r.instantiate.Seconds(),
-		ms(r.summaryP50), ms(r.allP50), ms(r.cbP50), ms(r.cbP99), r.lost)
+		ms(r.summaryP50), ms(r.allP50), ms(r.cbP50), ms(r.cbP99), r.etcdKeys, r.etcdBytes, r.lost)
 }
 
 const (
@@ -146,7 +153,18 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration)
 	res.allP50 = statusP50(a, "type=cluster&output=all")
 
 	stopProfile = profile(b, fmt.Sprintf("churn-%d", n))
+	res.etcdKeys, res.etcdBytes = -1, -1
+	var stopCount func() (int64, int64)
+	if ep := d.etcdEndpoint(); ep != "" {
+		if stopCount, err = countWrites(ep); err != nil {
+			b.Logf("cannot count etcd writes: %v", err)
+		}
+	}
 	res.cbP50, res.cbP99, res.changes, res.lost = churn(b, a, f, churnFor)
+	if stopCount != nil && res.changes > 0 {
+		keys, bytes := stopCount()
+		res.etcdKeys, res.etcdBytes = float64(keys)/float64(res.changes), float64(bytes)/float64(res.changes)
+	}
 	stopProfile()
 	if errs := f.Errors(); len(errs) > 0 {
 		b.Fatalf("agents stopped: %v", errs[0])

@@ -20,7 +20,7 @@
 //
 //	store := history.NewStore(history.StoreOptions{Client: cli, Prefix: "/argus", Limit: 1000})
 //	rec, _ := history.NewRecorder(history.RecorderOptions{Store: store, Source: reader, Groups: cache.Groups})
-//	cache.OnChange(rec.Changed)
+//	cache.OnScopedChange(rec.ChangedScoped)
 //	go rec.Run(ctx)
 //	entries, _ := store.List(ctx, catalog.DIGGroup(dig), history.Filter{Resources: []string{"sink-configmap"}})
 package history

@@ -92,11 +92,22 @@ type cursor struct {
 	// Actions is how many user actions have been recorded.
 	Actions int `json:"actions"`
 	// Head is set once the context's status has been recorded.
-	Head      bool                `json:"head,omitempty"`
-	Instance  string              `json:"instance,omitempty"`
-	Status    string              `json:"status,omitempty"`
-	Ready     bool                `json:"ready,omitempty"`
+	Head     bool   `json:"head,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	Status   string `json:"status,omitempty"`
+	Ready    bool   `json:"ready,omitempty"`
+	// Resources are the views recorded per resource; the store keeps them
+	// one value per cluster, not in the cursor's own value.
 	Resources map[string]resState `json:"resources,omitempty"`
+
+	// inline: loaded from an earlier version's cursor, resources inline.
+	inline bool
+}
+
+// head is the cursor's own value, without its resources.
+func (c cursor) head() cursor {
+	c.Resources = nil
+	return c
 }
 
 // resState is a resource's recorded views, in short JSON names: a cursor
@@ -168,7 +179,11 @@ func (c cursor) clone() cursor {
 // diff lists the transitions from the recorded state to snap, unnumbered:
 // new user actions (at their own times), then a status change, then the
 // resources in key order, all but the actions at now. It is pure.
-func diff(c cursor, snap status.Snapshot, now time.Time) []Entry {
+func diff(c cursor, snap status.Snapshot, now time.Time) []Entry { return diffIn(c, snap, now, nil) }
+
+// diffIn is diff of a snapshot of some clusters (in; all when nil): the
+// recorded resources of other clusters are not gone, just not looked at.
+func diffIn(c cursor, snap status.Snapshot, now time.Time, in map[string]bool) []Entry {
 	var out []Entry
 	if c.Actions > len(snap.Actions) {
 		c.Actions = len(snap.Actions) // never shrinks; a recreated subject starts over
@@ -209,7 +224,7 @@ func diff(c cursor, snap status.Snapshot, now time.Time) []Entry {
 		changed = append(changed, events(r, snap.Instance, prev)...)
 	}
 	for k, prev := range c.Resources {
-		if seen[k] {
+		if seen[k] || (in != nil && !in[status.KeyCluster(k)]) {
 			continue
 		}
 		if key, ok := status.ParseResourceKey(k); ok {

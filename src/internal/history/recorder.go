@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/logging"
@@ -21,6 +23,14 @@ import (
 // it. A group whose subject is gone is errdefs.ErrNotFound.
 type Source interface {
 	Snapshot(ctx context.Context, group string) (status.Snapshot, error)
+}
+
+// ScopedSource also computes the state of a group's placements on some
+// clusters only, with their readiness (status.Snapshot.Placements): a
+// change on a few clusters is then recorded without the whole group's
+// status (the status engine implements it).
+type ScopedSource interface {
+	SnapshotOf(ctx context.Context, group string, clusters []appcontext.ClusterRef) (status.Snapshot, error)
 }
 
 // Owner says which groups this process records. An HA replica set makes
@@ -81,6 +91,25 @@ type Recorder struct {
 	// seen is when each new resource still settling (settle) was first
 	// seen, by group and resource key.
 	seen map[string]map[string]time.Time
+	// scopes are what changed of each queued group since it was last
+	// taken; states what is known of each group recorded (a worker has a
+	// group to itself while it records it, the workqueue sees to that).
+	scopes map[string]appcontext.Scope
+	states map[string]*groupState
+}
+
+// groupState is what the recorder knows of a group between changes, so a
+// change on a few clusters costs those clusters: the cursor as last
+// written (and its revision, which guards the next write) and the
+// readiness of each placement, from which the group's readiness follows.
+type groupState struct {
+	cur        cursor
+	rev        int64
+	instance   string
+	placements map[string]bool
+	// again is when held resources are due (settle): a due group is
+	// recorded whole.
+	again time.Time
 }
 
 // NewRecorder returns a Recorder; Run starts it.
@@ -101,6 +130,7 @@ func NewRecorder(opts RecorderOptions) (*Recorder, error) {
 		opts.Now = func() time.Time { return time.Now().UTC() }
 	}
 	r := &Recorder{opts: opts, log: opts.Logger, resync: make(chan struct{}, 1), seen: map[string]map[string]time.Time{},
+		scopes: map[string]appcontext.Scope{}, states: map[string]*groupState{},
 		entries: prometheus.NewCounter(prometheus.CounterOpts{Name: "argus_history_entries_total",
 			Help: "History entries recorded by this process."}),
 		errs: prometheus.NewCounter(prometheus.CounterOpts{Name: "argus_history_errors_total",
@@ -117,18 +147,61 @@ func NewRecorder(opts RecorderOptions) (*Recorder, error) {
 }
 
 // Changed is told the groups a batch of changes touched; it never blocks.
+// Each is recorded whole.
 func (r *Recorder) Changed(groups []string) {
+	scopes := make(map[string]appcontext.Scope, len(groups))
+	for _, g := range groups {
+		scopes[g] = appcontext.Scope{All: true}
+	}
+	r.ChangedScoped(scopes)
+}
+
+// ChangedScoped is told what of each group a batch of changes touched
+// (appcontext.Cache.OnScopedChange); it never blocks.
+func (r *Recorder) ChangedScoped(scopes map[string]appcontext.Scope) {
 	r.mu.Lock()
 	queue := r.queue
-	r.mu.Unlock()
-	if queue == nil {
-		return
-	}
-	for _, g := range groups {
-		if Recordable(g) && r.opts.Owner.Owns(g) {
-			queue.Add(g)
+	var add []string
+	if queue != nil {
+		for g, sc := range scopes {
+			if Recordable(g) && r.opts.Owner.Owns(g) {
+				cur := r.scopes[g]
+				cur.Merge(sc)
+				r.scopes[g] = cur
+				add = append(add, g)
+			}
 		}
 	}
+	r.mu.Unlock()
+	for _, g := range add {
+		queue.Add(g)
+	}
+}
+
+// takeScope returns what changed of a group since it was last taken
+// (nil: nothing was said, the group came back for its settle time or a
+// change already taken).
+func (r *Recorder) takeScope(group string) *appcontext.Scope {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sc, ok := r.scopes[group]
+	if !ok {
+		return nil
+	}
+	delete(r.scopes, group)
+	return &sc
+}
+
+// putScope gives back a scope whose recording failed, for the retry.
+func (r *Recorder) putScope(group string, sc *appcontext.Scope) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.scopes[group]
+	if sc == nil {
+		sc = &appcontext.Scope{All: true}
+	}
+	cur.Merge(*sc)
+	r.scopes[group] = cur
 }
 
 // Resync records every owned group again (from its cursor, so nothing is
@@ -197,15 +270,19 @@ func (r *Recorder) next(ctx context.Context, queue workqueue.TypedRateLimitingIn
 		return false
 	}
 	defer queue.Done(group)
+	sc := r.takeScope(group)
 	if !r.opts.Owner.Owns(group) {
 		queue.Forget(group) // handed to another replica meanwhile
+		r.forget(group)
 		return true
 	}
-	again, err := r.record(ctx, group)
+	again, err := r.record(ctx, group, sc)
 	if err != nil {
+		r.forget(group) // the next attempt reads the cursor again
 		if ctx.Err() == nil {
 			r.errs.Inc()
 			r.log.WithError(err).WithField("group", group).Warn("cannot record history; retrying")
+			r.putScope(group, sc)
 			queue.AddRateLimited(group)
 		}
 		return true
@@ -222,22 +299,47 @@ func (r *Recorder) next(ctx context.Context, queue workqueue.TypedRateLimitingIn
 // Record diffs a group's current state against its cursor and appends
 // the transitions. A subject that is gone has its history dropped.
 func (r *Recorder) Record(ctx context.Context, group string) error {
-	_, err := r.record(ctx, group)
+	_, err := r.record(ctx, group, &appcontext.Scope{All: true})
 	return err
 }
 
-// record is Record, and says when to record the group again for the
-// resources it held back while they settle (zero: none).
-func (r *Recorder) record(ctx context.Context, group string) (time.Time, error) {
+// forget drops what is known of a group: it is read from etcd again.
+func (r *Recorder) forget(group string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.states, group)
+}
+
+func (r *Recorder) state(group string) *groupState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.states[group]
+}
+
+// record is Record of what sc says changed (the whole group when it says
+// All, or when nothing is known of the group), and says when to record
+// the group again for the resources it held back while they settle
+// (zero: none).
+func (r *Recorder) record(ctx context.Context, group string, sc *appcontext.Scope) (time.Time, error) {
+	gs := r.state(group)
+	_, scoped := r.opts.Source.(ScopedSource)
+	if sc == nil && gs != nil && gs.again.IsZero() {
+		return time.Time{}, nil // a change already recorded
+	}
+	full := gs == nil || sc == nil || sc.All || !scoped
 	for attempt := 0; ; attempt++ {
-		cur, rev, err := r.opts.Store.load(ctx, group)
-		if err != nil {
-			return time.Time{}, err
+		if full {
+			cur, rev, err := r.opts.Store.load(ctx, group)
+			if err != nil {
+				return time.Time{}, err
+			}
+			gs = &groupState{cur: cur, rev: rev}
 		}
-		snap, err := r.opts.Source.Snapshot(ctx, group)
+		snap, err := r.snapshot(ctx, group, full, sc)
 		if errors.Is(err, errdefs.ErrNotFound) {
-			r.setSeen(group, nil)
-			if rev == 0 {
+			r.setSeen(group, nil, nil)
+			r.forget(group)
+			if gs.rev == 0 {
 				return time.Time{}, nil
 			}
 			return time.Time{}, r.opts.Store.Delete(ctx, group)
@@ -245,33 +347,121 @@ func (r *Recorder) record(ctx context.Context, group string) (time.Time, error) 
 		if err != nil {
 			return time.Time{}, fmt.Errorf("snapshot %s: %w", group, err)
 		}
-		now := r.opts.Now()
-		r.mu.Lock()
-		seen := r.seen[group]
-		r.mu.Unlock()
-		settled, held, again := settle(cur, snap, now, seen)
-		entries := diff(cur, settled, now)
-		if len(entries) == 0 {
-			r.setSeen(group, held)
-			return again, nil
+		if !full && snap.Instance != gs.instance {
+			full = true // a new context: everything may have changed
+			continue
 		}
-		_, written, err := r.opts.Store.append(ctx, group, cur, rev, entries)
+		var in map[string]bool // the clusters recorded; nil: all
+		if !full {
+			in = clusterSet(sc)
+		}
+		gs.fold(snap, in)
+		if !full {
+			snap.Ready = gs.ready()
+		}
+		again, err := r.recordSnapshot(ctx, group, gs, snap, in)
 		if errors.Is(err, errMoved) && attempt < 3 {
+			full = true
 			continue // another writer came first: diff against what it wrote
 		}
 		if err != nil {
 			return time.Time{}, err
 		}
-		r.setSeen(group, held)
-		r.entries.Add(float64(len(written)))
+		gs.again = again
+		r.mu.Lock()
+		r.states[group] = gs
+		r.mu.Unlock()
 		return again, nil
 	}
 }
 
-// setSeen keeps a group's first sightings of resources still settling.
-func (r *Recorder) setSeen(group string, held map[string]time.Time) {
+// snapshot asks the source for the whole group, or the clusters sc names.
+func (r *Recorder) snapshot(ctx context.Context, group string, full bool, sc *appcontext.Scope) (status.Snapshot, error) {
+	src, ok := r.opts.Source.(ScopedSource)
+	if full || !ok {
+		return r.opts.Source.Snapshot(ctx, group)
+	}
+	clusters := make([]appcontext.ClusterRef, 0, len(sc.Clusters))
+	for c := range sc.Clusters {
+		clusters = append(clusters, c)
+	}
+	return src.SnapshotOf(ctx, group, clusters)
+}
+
+// recordSnapshot diffs snap (of the clusters in, all when nil) against
+// the group's cursor and appends what changed.
+func (r *Recorder) recordSnapshot(ctx context.Context, group string, gs *groupState, snap status.Snapshot, in map[string]bool) (time.Time, error) {
+	now := r.opts.Now()
+	r.mu.Lock()
+	seen := r.seen[group]
+	r.mu.Unlock()
+	settled, held, again := settle(gs.cur, snap, now, seen)
+	entries := diffIn(gs.cur, settled, now, in)
+	if len(entries) == 0 {
+		r.setSeen(group, held, in)
+		return again, nil
+	}
+	cur, rev, err := r.opts.Store.append(ctx, group, gs.cur, gs.rev, entries)
+	if err != nil {
+		return time.Time{}, err
+	}
+	gs.cur, gs.rev = cur, rev
+	r.setSeen(group, held, in)
+	r.entries.Add(float64(len(entries)))
+	return again, nil
+}
+
+func clusterSet(sc *appcontext.Scope) map[string]bool {
+	out := make(map[string]bool, len(sc.Clusters))
+	for c := range sc.Clusters {
+		out[c.String()] = true
+	}
+	return out
+}
+
+// fold takes a snapshot's placements (of the clusters in; all when nil)
+// into what is known of the others.
+func (gs *groupState) fold(snap status.Snapshot, in map[string]bool) {
+	if in == nil || gs.placements == nil {
+		gs.instance, gs.placements = snap.Instance, snap.Placements
+		return
+	}
+	for k := range gs.placements {
+		if _, cl, _ := strings.Cut(k, "|"); in[cl] {
+			delete(gs.placements, k)
+		}
+	}
+	for k, ok := range snap.Placements {
+		gs.placements[k] = ok
+	}
+}
+
+// ready is the group's readiness as status.Build has it: some placement,
+// and every one ready.
+func (gs *groupState) ready() bool {
+	for _, ok := range gs.placements {
+		if !ok {
+			return false
+		}
+	}
+	return len(gs.placements) > 0
+}
+
+// setSeen keeps a group's first sightings of resources still settling,
+// of the clusters in (all when nil): those of others stay.
+func (r *Recorder) setSeen(group string, held map[string]time.Time, in map[string]bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if in != nil {
+		for k, t := range r.seen[group] {
+			if _, ok := held[k]; !ok && !in[status.KeyCluster(k)] {
+				if held == nil {
+					held = map[string]time.Time{}
+				}
+				held[k] = t
+			}
+		}
+	}
 	if len(held) == 0 {
 		delete(r.seen, group)
 		return

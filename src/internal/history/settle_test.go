@@ -89,19 +89,7 @@ func TestRecorderRecordsWhatNeverSettles(t *testing.T) {
 	src := &source{}
 	const g = "dig:p/ca/v1/settle"
 	src.set(g, snapshot("Instantiated", false, since(res(dep, "Applied", "Present", "Pending", "0 of 1 replicas ready"), time.Now().UTC())))
-	rec, err := NewRecorder(RecorderOptions{Store: store, Source: src,
-		Groups: func(context.Context) ([]string, error) { return []string{g}, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- rec.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	runRecorder(t, RecorderOptions{Store: store, Source: src, Groups: func(context.Context) ([]string, error) { return []string{g}, nil }})
 	for {
 		l, err := store.List(ctx, g, Filter{Query: status.Query{Resources: []string{"sink"}}})
 		if err != nil {

@@ -17,7 +17,8 @@
 //     (shared.go): a create or change writes a new generation, the owner
 //     restarts the worker for it and acknowledges once it has its
 //     baseline, and the API waits for that. Delivery states are saved under
-//     the owner's claim. Watch (SSE) runs on the replica the client talks to.
+//     the owner's claim, the delivered digests one etcd value per cluster
+//     (states.go), so a change writes what it touched, not the subject. Watch (SSE) runs on the replica the client talks to.
 //
 //   - Diff computes semantic deltas against per-resource digests of the last
 //     delivered state, so resourceVersion and managedFields churn is never a

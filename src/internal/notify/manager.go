@@ -676,7 +676,7 @@ func (m *Manager) Get(ctx context.Context, subj Subject, name string) (View, err
 	if err != nil {
 		return View{}, err
 	}
-	st, _, err := m.opts.States.Load(ctx, subj.stateKey(name))
+	st, _, err := m.opts.States.LoadView(ctx, subj.stateKey(name))
 	if err != nil {
 		return View{}, err
 	}

@@ -7,10 +7,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,7 +17,6 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/logging"
-	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 // Source computes a subscription's current view: one Entry per resource and
@@ -30,39 +27,6 @@ type Source func(ctx context.Context) (entries []Entry, envelope any, err error)
 // Sender delivers one frozen payload; *Deliverer POSTs it to a callback.
 type Sender interface {
 	Deliver(ctx context.Context, d Delivery) Result
-}
-
-// State is a subscription's durable delivery state.
-type State struct {
-	// Sequence is the last sequence number given to a payload.
-	Sequence int64 `json:"sequence"`
-	// Delivered are the digests of the last state the subscriber received:
-	// deltas are computed against it, never against an unsent one.
-	Delivered map[string]string `json:"delivered"`
-	// Pending is the frozen payload awaiting a 2xx, resent unchanged.
-	Pending *Pending `json:"pending,omitempty"`
-
-	// Created is when the subscription took its first baseline.
-	Created    time.Time `json:"created,omitzero"`
-	LastUpdate time.Time `json:"lastUpdate,omitzero"`
-	LastNotify time.Time `json:"lastNotify,omitzero"`
-	LastStatus string    `json:"lastStatus,omitempty"`
-	Attempts   int       `json:"attempts"`
-	LastError  string    `json:"lastError,omitempty"`
-	// Target is where a sink delivers (the AAI tenant URL), kept so work
-	// for a deleted subject can still be finished.
-	Target string `json:"target,omitempty"`
-	// Head is the digest of the envelope's own fields (a DIG's lifecycle
-	// status and readiness) last delivered: a change there is a change
-	// even when no resource changed.
-	Head string `json:"head,omitempty"`
-	// Rebaseline asks the next worker to take the current state as
-	// delivered (filters changed) while the sequence carries on.
-	Rebaseline bool `json:"rebaseline,omitempty"`
-	// Gen is the generation of the subscription (its marker in etcd) whose
-	// reset this state already took, so a reset is applied once even when
-	// the subscription changes hands meanwhile.
-	Gen string `json:"gen,omitempty"`
 }
 
 // Headed is an envelope whose own fields matter: HeadDigest changes when
@@ -76,83 +40,6 @@ func headOf(envelope any) string {
 		return h.HeadDigest()
 	}
 	return ""
-}
-
-// Pending is one frozen delivery and the digests it brings the subscriber to.
-type Pending struct {
-	ID        string    `json:"id"`
-	Sequence  int64     `json:"sequence"`
-	Timestamp time.Time `json:"timestamp"`
-	// ChangedAt is when the first change it carries was seen, for the
-	// change-to-delivery latency.
-	ChangedAt time.Time         `json:"changedAt,omitzero"`
-	Body      json.RawMessage   `json:"body"`
-	Next      map[string]string `json:"next"`
-	NextHead  string            `json:"nextHead,omitempty"`
-}
-
-// States keeps delivery states in etcd under a prefix, so a restart resumes
-// every pending delivery.
-type States struct {
-	cli    *clientv3.Client
-	prefix string
-}
-
-// NewStates returns a state store; prefix "" means
-// etcdstore.DefaultPrefix + "/notify/".
-func NewStates(cli *clientv3.Client, prefix string) *States {
-	if prefix == "" {
-		prefix = etcdstore.DefaultPrefix + "/notify/"
-	}
-	return &States{cli: cli, prefix: prefix}
-}
-
-// Load returns a subscription's state and whether it existed.
-func (s *States) Load(ctx context.Context, key string) (State, bool, error) {
-	resp, err := s.cli.Get(ctx, s.prefix+key)
-	if err != nil {
-		return State{}, false, fmt.Errorf("load delivery state: %w", err)
-	}
-	if len(resp.Kvs) == 0 {
-		return State{}, false, nil
-	}
-	var st State
-	if err := json.Unmarshal(resp.Kvs[0].Value, &st); err != nil {
-		return State{}, false, fmt.Errorf("delivery state of %s: %w", key, err)
-	}
-	return st, true, nil
-}
-
-// Save stores a subscription's state.
-func (s *States) Save(ctx context.Context, key string, st State) error {
-	return s.SaveIf(ctx, key, st)
-}
-
-// ErrNotOwner is a guarded save refused because this process no longer
-// owns the subscription: another replica delivers it now.
-var ErrNotOwner = errors.New("notify: the subscription belongs to another replica now")
-
-// SaveIf stores a subscription's state if every guard holds (the claim
-// that makes this replica the subscription's owner), else ErrNotOwner.
-func (s *States) SaveIf(ctx context.Context, key string, st State, guards ...clientv3.Cmp) error {
-	data, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	resp, err := s.cli.Txn(ctx).If(guards...).Then(clientv3.OpPut(s.prefix+key, string(data))).Commit()
-	if err != nil {
-		return fmt.Errorf("save delivery state: %w", err)
-	}
-	if !resp.Succeeded {
-		return ErrNotOwner
-	}
-	return nil
-}
-
-// Delete removes a subscription's state.
-func (s *States) Delete(ctx context.Context, key string) error {
-	_, err := s.cli.Delete(ctx, s.prefix+key)
-	return err
 }
 
 // WorkerOptions configures one subscription's worker.
@@ -200,6 +87,16 @@ func (w *Worker) save(ctx context.Context, st State) error {
 		return w.opts.States.SaveIf(ctx, w.opts.Key, st, w.opts.Guard())
 	}
 	return w.opts.States.Save(ctx, w.opts.Key, st)
+}
+
+// saveDelivered stores the state with the delivered digests of the
+// clusters touched names (all of them when all is set).
+func (w *Worker) saveDelivered(ctx context.Context, st State, touched []string, all bool) error {
+	var guards []clientv3.Cmp
+	if w.opts.Guard != nil {
+		guards = append(guards, w.opts.Guard())
+	}
+	return w.opts.States.saveDelivered(ctx, w.opts.Key, st, touched, all, guards)
 }
 
 func (w *Worker) setPending(on bool) {
@@ -311,6 +208,9 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 		return st, err
 	}
 	if found && !st.Rebaseline {
+		if err := w.resume(ctx, &st); err != nil {
+			return st, err
+		}
 		// Changes signalled to the previous worker (or process) but not yet
 		// frozen left no trace: look once for anything not delivered.
 		w.Notify()
@@ -326,15 +226,38 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 		// Changed filters while a payload waited for its 2xx: it is still
 		// sent, under its sequence number, and once it is the subscriber
 		// is at the new baseline (what the new filters see now).
-		st.Pending.Next, st.Pending.NextHead = st.Delivered, st.Head
+		st.Pending.Delta, st.Pending.Gone, st.Pending.NextHead = nil, nil, st.Head
 	}
 	if st.Created.IsZero() {
 		st.Created = w.opts.Now().UTC()
 	}
-	if err := w.save(ctx, st); err != nil {
+	if err := w.saveDelivered(ctx, st, nil, true); err != nil {
 		return st, err
 	}
 	return st, nil
+}
+
+// resume completes a state another process left: digests still in an
+// earlier version's layout go to their shards, and a pending payload whose
+// envelope was too large to keep gets a fresh one around its frozen
+// changes (same id and sequence).
+func (w *Worker) resume(ctx context.Context, st *State) error {
+	if st.legacy {
+		if err := w.saveDelivered(ctx, *st, nil, true); err != nil {
+			return err
+		}
+		st.legacy = false
+	}
+	if p := st.Pending; p != nil && p.Body == nil && p.Envelope == nil {
+		_, envelope, err := w.opts.Source(ctx)
+		if err != nil {
+			return err
+		}
+		if p.Envelope, err = marshalEnvelope(envelope); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (w *Worker) backoff(attempt int) time.Duration {
@@ -364,13 +287,19 @@ func (w *Worker) freeze(ctx context.Context, st *State) error {
 	if changes.Empty() && head == st.Head {
 		return nil
 	}
-	body, err := payload(envelope, changes)
+	env, err := marshalEnvelope(envelope)
 	if err != nil {
 		return err
 	}
+	ch, err := marshalChanges(changes)
+	if err != nil {
+		return err
+	}
+	delta, gone := deltaOf(st.Delivered, next)
 	st.Sequence++
 	now := w.opts.Now().UTC()
-	st.Pending = &Pending{ID: newID(), Sequence: st.Sequence, Timestamp: now, ChangedAt: changedAt.UTC(), Body: body, Next: next, NextHead: head}
+	st.Pending = &Pending{ID: newID(), Sequence: st.Sequence, Timestamp: now, ChangedAt: changedAt.UTC(),
+		Changes: ch, Envelope: env, Delta: delta, Gone: gone, NextHead: head}
 	st.LastUpdate = now
 	st.Attempts, st.LastError = 0, ""
 	if err := w.save(ctx, *st); err != nil {
@@ -380,18 +309,26 @@ func (w *Worker) freeze(ctx context.Context, st *State) error {
 	return nil
 }
 
-// payload is the envelope's JSON object with "resource-changes" added.
-func payload(envelope any, changes Changes) ([]byte, error) {
+func marshalEnvelope(envelope any) ([]byte, error) {
 	if envelope == nil {
 		envelope = struct{}{}
 	}
-	env, err := json.Marshal(envelope)
+	return json.Marshal(envelope)
+}
+
+func marshalChanges(changes Changes) ([]byte, error) {
+	return json.Marshal(struct {
+		Changes Changes `json:"resource-changes"`
+	}{changes})
+}
+
+// payload is the envelope's JSON object with "resource-changes" added.
+func payload(envelope any, changes Changes) ([]byte, error) {
+	env, err := marshalEnvelope(envelope)
 	if err != nil {
 		return nil, err
 	}
-	ch, err := json.Marshal(struct {
-		Changes Changes `json:"resource-changes"`
-	}{changes})
+	ch, err := marshalChanges(changes)
 	if err != nil {
 		return nil, err
 	}
@@ -426,9 +363,20 @@ func mergeObjects(a, b []byte) ([]byte, error) {
 // ended.
 func (w *Worker) deliver(ctx context.Context, st *State) error {
 	p := st.Pending
+	body, err := p.payload()
+	if err != nil {
+		// Only a stored payload that is not JSON objects comes here: drop
+		// it, and its changes come again with the next, which takes its
+		// sequence number (no gap).
+		w.log.WithError(err).Error("cannot assemble the pending payload; its changes come with the next")
+		st.Sequence, st.Pending = p.Sequence-1, nil
+		w.setPending(false)
+		w.Notify()
+		return nil
+	}
 	for {
 		res := w.opts.Deliverer.Deliver(ctx, Delivery{URL: w.opts.URL, ID: p.ID, Sequence: p.Sequence,
-			Timestamp: p.Timestamp, Body: p.Body, Secret: w.opts.Secret})
+			Timestamp: p.Timestamp, Body: body, Secret: w.opts.Secret})
 		st.Attempts++
 		st.LastStatus = strconv.Itoa(res.Status)
 		if res.Status == 0 {
@@ -450,7 +398,7 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 		w.opts.Metrics.attempt(res.Outcome)
 		switch res.Outcome {
 		case Delivered:
-			st.Delivered, st.Head, st.Pending = p.Next, p.NextHead, nil
+			st.Delivered, st.Head, st.Pending = p.apply(st.Delivered), p.NextHead, nil
 			st.LastNotify = w.opts.Now().UTC()
 			if !p.ChangedAt.IsZero() && p.ChangedAt.Unix() > 0 {
 				w.opts.Metrics.latency(w.opts.Now().Sub(p.ChangedAt))
@@ -463,7 +411,11 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 		// The answer must be recorded even when the worker is being stopped,
 		// but an etcd outage must not hold the stop forever.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		err := w.save(sctx, *st)
+		if res.Outcome == Delivered {
+			err = w.saveDelivered(sctx, *st, p.touched(), false)
+		} else {
+			err = w.save(sctx, *st)
+		}
 		cancel()
 		if errors.Is(err, ErrNotOwner) {
 			// The new owner resends the pending payload under the same
@@ -487,29 +439,4 @@ func newID() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// LoadPrefix returns the states whose keys start with prefix, by key.
-func (s *States) LoadPrefix(ctx context.Context, prefix string) (map[string]State, error) {
-	resp, err := s.cli.Get(ctx, s.prefix+prefix, clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("load delivery states: %w", err)
-	}
-	out := make(map[string]State, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		var st State
-		if err := json.Unmarshal(kv.Value, &st); err != nil {
-			return nil, fmt.Errorf("delivery state of %s: %w", kv.Key, err)
-		}
-		out[strings.TrimPrefix(string(kv.Key), s.prefix)] = st
-	}
-	return out, nil
-}
-
-// DeletePrefix removes the states whose keys start with prefix.
-func (s *States) DeletePrefix(ctx context.Context, prefix string) error {
-	if _, err := s.cli.Delete(ctx, s.prefix+prefix, clientv3.WithPrefix()); err != nil {
-		return fmt.Errorf("delete delivery states: %w", err)
-	}
-	return nil
 }

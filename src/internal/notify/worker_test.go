@@ -19,6 +19,8 @@ import (
 type world struct {
 	mu      sync.Mutex
 	entries map[string]string // key → digest
+	// envelope, when set, is the rest of the payload.
+	envelope map[string]any
 }
 
 func (w *world) set(key, digest string) {
@@ -37,6 +39,9 @@ func (w *world) source(context.Context) ([]Entry, any, error) {
 	var out []Entry
 	for k, d := range w.entries {
 		out = append(out, Entry{Key: k, Digest: d, Payload: map[string]any{"name": k, "digest": d}})
+	}
+	if w.envelope != nil {
+		return out, w.envelope, nil
 	}
 	return out, map[string]any{"instance-id": "42", "ready": true}, nil
 }

@@ -128,7 +128,7 @@ func (a *App) openCatalog(ctx context.Context, st *stores, start time.Time) (*ca
 	// While MongoDB does not answer, catalogue writes fail at once (503,
 	// saying why) and start nothing; reads served by the index go on.
 	cat, opened, err := catalog.Open(ctx, catalog.Options{DB: st.mongo.DB, Owner: owner, RepairBefore: before,
-		Index: cli, IndexPrefix: a.opts.EtcdPrefix, Limits: a.catalogLimits(), Available: st.mongo.Available,
+		Index: cli, IndexPrefix: a.opts.EtcdPrefix, Limits: a.catalogLimits(), Available: st.mongo.Available, Guard: st.mongo.Guard,
 		DeferIndex: func(error) bool { return st.etcd.NoSpace() != nil }})
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: open the catalogue: %w", err)

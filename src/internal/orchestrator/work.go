@@ -213,7 +213,7 @@ func (a *App) buildHistory(st *stores, w *work) error {
 	if err != nil {
 		return err
 	}
-	w.cache.OnChange(w.recorder.Changed)
+	w.cache.OnScopedChange(w.recorder.ChangedScoped)
 	w.kinds.groups.Handle(ownership.HandlerFuncs{Acquire: func(g string) { w.recorder.Changed([]string{g}) }})
 	return nil
 }

@@ -59,6 +59,25 @@ func (k ResourceKey) Payload() map[string]any {
 	return p
 }
 
+// KeyCluster is "<provider>+<cluster>" of a key String made, without
+// parsing it whole (it runs per resource per change); "_" for a key of
+// another shape.
+func KeyCluster(key string) string {
+	_, rest, ok := strings.Cut(key, "|")
+	if !ok {
+		return "_"
+	}
+	provider, rest, ok := strings.Cut(rest, "|")
+	if !ok {
+		return "_"
+	}
+	cluster, _, ok := strings.Cut(rest, "|")
+	if !ok || provider == "" || cluster == "" {
+		return "_"
+	}
+	return provider + "+" + cluster
+}
+
 // ParseResourceKey reverses String.
 func ParseResourceKey(s string) (ResourceKey, bool) {
 	f := strings.Split(s, "|")

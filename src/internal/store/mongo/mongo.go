@@ -33,7 +33,7 @@ type Options struct {
 	// ConnectTimeout bounds the first connection; 0 means 10s.
 	ConnectTimeout time.Duration
 	// HeartbeatTimeout bounds each check that the server answers (every
-	// HeartbeatInterval) and each new connection; 0 means 2s. A server
+	// HeartbeatInterval) and each new connection; 0 means 1.5s. A server
 	// that misses it is down: the operations in flight on it are cut off,
 	// new ones wait at most ServerSelectionTimeout for it (0 means 2s),
 	// and Available says why.
@@ -57,6 +57,11 @@ type Store struct {
 	// down is why the server missed its last heartbeat; nil while it
 	// answers.
 	down atomic.Pointer[error]
+
+	// guards are the contexts Guard gave out, cancelled when the server
+	// misses a heartbeat.
+	guardMu sync.Mutex
+	guards  map[*int]context.CancelCauseFunc
 }
 
 // Open connects to MongoDB, starting an embedded FerretDB first when no URI
@@ -72,7 +77,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		opts.ConnectTimeout = 10 * time.Second
 	}
 	if opts.HeartbeatTimeout == 0 {
-		opts.HeartbeatTimeout = 2 * time.Second
+		// A write meets a server that stopped answering within this and
+		// an interval (see Guard): a create answers 503 within 2 s.
+		opts.HeartbeatTimeout = 1500 * time.Millisecond
 	}
 	if opts.HeartbeatInterval == 0 {
 		opts.HeartbeatInterval = 500 * time.Millisecond // the driver's least
@@ -124,6 +131,7 @@ func (s *Store) monitor(log *logrus.Entry) *event.ServerMonitor {
 			if s.down.Swap(&err) == nil {
 				log.WithError(err).Warn("MongoDB does not answer: changes are refused until it does")
 			}
+			s.cutGuards(s.Available())
 		},
 	}
 }
@@ -136,6 +144,47 @@ func (s *Store) Available() error {
 		return errdefs.Unavailable(*p, "MongoDB does not answer")
 	}
 	return nil
+}
+
+// Guard returns a context derived from ctx that ends, with Available's
+// error as its cause, as soon as the server misses a heartbeat (at once
+// if it is down already): an operation under it fails at the first
+// missed heartbeat, not once the driver gives the server up (a retry
+// later) or its own timeout ends. cancel releases it.
+func (s *Store) Guard(ctx context.Context) (context.Context, context.CancelFunc) {
+	gctx, cancel := context.WithCancelCause(ctx)
+	if err := s.Available(); err != nil {
+		cancel(err)
+		return gctx, func() {}
+	}
+	id := new(int)
+	s.guardMu.Lock()
+	if s.guards == nil {
+		s.guards = map[*int]context.CancelCauseFunc{}
+	}
+	s.guards[id] = cancel
+	s.guardMu.Unlock()
+	// Down between the check and the registration: cutGuards may have
+	// run before this one was there.
+	if err := s.Available(); err != nil {
+		cancel(err)
+	}
+	return gctx, func() {
+		s.guardMu.Lock()
+		delete(s.guards, id)
+		s.guardMu.Unlock()
+		cancel(context.Canceled)
+	}
+}
+
+// cutGuards ends every context Guard gave out, with cause.
+func (s *Store) cutGuards(cause error) {
+	s.guardMu.Lock()
+	defer s.guardMu.Unlock()
+	for id, cancel := range s.guards {
+		cancel(cause)
+		delete(s.guards, id)
+	}
 }
 
 // EmbeddedURI returns the embedded server's URI ("" when external).

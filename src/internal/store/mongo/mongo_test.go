@@ -141,28 +141,37 @@ func (s *stall) pipe(dst, src net.Conn) {
 	}
 }
 
-// A server that hangs is found down within a few heartbeats: Available
-// says so, operations fail within the selection timeout instead of
-// waiting, and it is up again once the server answers.
-func TestAvailableFollowsAHungServer(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+// stalledClient is a client (opts, its URI set) of an embedded server
+// behind a stall the test can hang; both close with the test.
+func stalledClient(t *testing.T, ctx context.Context, opts Options) (*Store, *stall) {
+	t.Helper()
 	server, err := Open(ctx, Options{DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer server.Close(ctx)
+	t.Cleanup(func() { _ = server.Close(context.Background()) })
 	u, err := url.Parse(server.EmbeddedURI())
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := newStall(t, u.Host)
 	u.Host = st.ln.Addr().String()
-	client, err := Open(ctx, Options{URI: u.String(), HeartbeatTimeout: 500 * time.Millisecond, ServerSelectionTimeout: 500 * time.Millisecond})
+	opts.URI = u.String()
+	client, err := Open(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close(ctx)
+	t.Cleanup(func() { _ = client.Close(context.Background()) })
+	return client, st
+}
+
+// A server that hangs is found down within a few heartbeats: Available
+// says so, operations fail within the selection timeout instead of
+// waiting, and it is up again once the server answers.
+func TestAvailableFollowsAHungServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client, st := stalledClient(t, ctx, Options{HeartbeatTimeout: 500 * time.Millisecond, ServerSelectionTimeout: 500 * time.Millisecond})
 	if err := client.Available(); err != nil {
 		t.Fatalf("available before the fault: %v", err)
 	}
@@ -193,4 +202,37 @@ func TestAvailableFollowsAHungServer(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling with a deadline
 	}
+}
+
+// An operation under Guard in flight when the server hangs fails at the
+// first missed heartbeat, with the reason as its context's cause, not at
+// the operation's own timeout; a guard taken while the server is down
+// ends at once.
+func TestGuardCutsAnOperationInFlight(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client, st := stalledClient(t, ctx, Options{HeartbeatTimeout: 500 * time.Millisecond})
+	var err error
+	gctx, release := client.Guard(ctx)
+	defer release()
+	st.stalled.Store(true)
+	start := time.Now()
+	_, err = client.DB.Collection("t").InsertOne(gctx, bson.M{"x": 1})
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("an insert into a hung server succeeded")
+	}
+	if !errors.Is(context.Cause(gctx), errdefs.ErrUnavailable) {
+		t.Fatalf("the guard's cause = %v, want unavailable (the insert: %v)", context.Cause(gctx), err)
+	}
+	if took > 10*time.Second { // a loose bound: the heartbeats take 0.5 s to 1 s
+		t.Fatalf("the guarded insert took %s", took)
+	}
+	t.Logf("a guarded insert into a hung server failed after %s: %v", took.Round(10*time.Millisecond), err)
+	again, release2 := client.Guard(ctx)
+	defer release2()
+	if !errors.Is(context.Cause(again), errdefs.ErrUnavailable) {
+		t.Fatalf("a guard taken while down: %v", context.Cause(again))
+	}
+	st.stalled.Store(false)
 }

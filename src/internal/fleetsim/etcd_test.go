@@ -1,0 +1,119 @@
+package fleetsim
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// etcdEndpoint finds the deployment's etcd: the first member ha-up.sh
+// lists, or the embedded server's client port among the orchestrator's
+// listening loopback sockets ("" when neither is found, e.g. in process).
+func (d *deployment) etcdEndpoint() string {
+	if data, err := os.ReadFile(filepath.Join(d.dir, "stores")); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && strings.HasPrefix(f[0], "e") {
+				return f[1]
+			}
+		}
+	}
+	if d.cmd == nil || len(d.pids) != 1 {
+		return ""
+	}
+	for _, port := range listeningPorts(d.pids[0]) {
+		if port == d.port {
+			continue
+		}
+		ep := fmt.Sprintf("http://127.0.0.1:%d", port)
+		if etcdAnswers(ep) {
+			return ep
+		}
+	}
+	return ""
+}
+
+// listeningPorts are the TCP ports pid listens on (/proc).
+func listeningPorts(pid int) []int {
+	inodes := map[string]bool{}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	var ports []int
+	f, err := os.Open(fmt.Sprintf("/proc/%d/net/tcp", pid))
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fl := strings.Fields(sc.Text())
+		if len(fl) < 10 || fl[3] != "0A" || !inodes[fl[9]] { // 0A: LISTEN
+			continue
+		}
+		if _, hexPort, ok := strings.Cut(fl[1], ":"); ok {
+			if p, err := strconv.ParseInt(hexPort, 16, 32); err == nil {
+				ports = append(ports, int(p))
+			}
+		}
+	}
+	return ports
+}
+
+func etcdAnswers(ep string) bool {
+	// The other ports answer no gRPC: their failures are expected, not logged.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return false
+	}
+	defer func() { _ = cli.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = cli.Status(ctx, ep)
+	return err == nil
+}
+
+// countWrites watches every etcd key from now until the returned stop is
+// called, and returns how many keys were put or deleted and their bytes
+// (key and value): all the deployment wrote meanwhile.
+func countWrites(ep string) (stop func() (keys, bytes int64), err error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var keys, bytes int64
+	ch := cli.Watch(ctx, "", clientv3.WithPrefix())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for resp := range ch {
+			mu.Lock()
+			for _, ev := range resp.Events {
+				keys++
+				bytes += int64(len(ev.Kv.Key) + len(ev.Kv.Value))
+			}
+			mu.Unlock()
+		}
+	}()
+	return func() (int64, int64) {
+		cancel()
+		<-done
+		_ = cli.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		return keys, bytes
+	}, nil
+}
