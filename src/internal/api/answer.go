@@ -304,3 +304,44 @@ func writeStream(w http.ResponseWriter, r *http.Request, v streamer) {
 		loggerFrom(r.Context()).WithError(err).Info("answer not completed")
 	}
 }
+
+// writeJSONList answers with a JSON array of what each emits, encoded as
+// it is read (the v1 lists, which k8splugin never pages): what a request
+// holds is one page of the catalogue and the answer's buffer, not the
+// whole list. An error before the first item is answered as an error;
+// after it, the connection is cut so the client sees an incomplete answer.
+func writeJSONList(w http.ResponseWriter, r *http.Request, each func(emit func(any) error) error) error {
+	started := false
+	err := each(func(v any) error {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		sep := ","
+		if !started {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			started, sep = true, "["
+		}
+		if _, err := io.WriteString(w, sep); err != nil {
+			return err
+		}
+		_, err = w.Write(data)
+		return err
+	})
+	switch {
+	case err != nil && !started:
+		return err
+	case err != nil:
+		if a := answerWriterOf(w); a != nil {
+			_ = a.fail(err)
+		}
+		loggerFrom(r.Context()).WithError(err).Info("answer not completed")
+		return nil
+	case !started:
+		writeJSON(w, http.StatusOK, []any{})
+		return nil
+	}
+	_, _ = io.WriteString(w, "]\n")
+	return nil
+}

@@ -96,6 +96,16 @@ func (s *server) accessRoute(r *mux.Router) {
 	})).Methods(http.MethodGet)
 }
 
+// needsWrite refuses a read-only token a GET whose answer is itself a
+// credential to change things (a cluster's kubeconfig): reading it is
+// writing by another road.
+func needsWrite(r *http.Request, what string) error {
+	if ro, _ := r.Context().Value(keyReadOnly).(bool); ro {
+		return errdefs.Forbidden("%s needs a token of --auth-token-file; this token may only read", what)
+	}
+	return nil
+}
+
 // bearerToken takes the token out of an Authorization header; the scheme is
 // case-insensitive (RFC 7235).
 func bearerToken(header string) (string, bool) {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -132,7 +133,10 @@ func TestReadOnlyTokens(t *testing.T) {
 		}
 		checkers[name] = tf
 	}
-	f := newFixtureWith(t, func(o *Options) { o.Tokens, o.ReadTokens = checkers["write"], checkers["read"] })
+	f := newFixtureWith(t, func(o *Options) {
+		o.Tokens, o.ReadTokens = checkers["write"], checkers["read"]
+		o.Clouds = kubeconfigClouds{}
+	})
 	cases := []struct {
 		method, path, token string
 		code                int
@@ -145,6 +149,13 @@ func TestReadOnlyTokens(t *testing.T) {
 		{"POST", "/v2/projects", "reader", 403, "may only read"},
 		{"DELETE", "/v2/projects/p", "reader", 403, "may only read"},
 		{"POST", "/v2/projects", "nobody", 401, ""},
+		// A cloud's kubeconfig is a credential that writes to its clusters.
+		{"GET", kubeconfigPath, "reader", 403, "needs a token of --auth-token-file"},
+		{"GET", kubeconfigPath, "writer", 200, "client-key-data"},
+		// So is a v1 cloud region's, which holds the cluster's kubeconfig.
+		{"GET", "/v1/connectivity-info/region1", "reader", 403, "needs a token of --auth-token-file"},
+		{"GET", "/v1/connectivity-info/region1", "writer", 404, ""},
+		{"GET", "/v1/connectivity-info", "reader", 200, ""},
 		{"GET", "/v2/access", "", 401, ""},
 	}
 	for _, c := range cases {
@@ -161,4 +172,13 @@ func TestReadOnlyTokens(t *testing.T) {
 	if code, body, _ := open.doAuth(t, "GET", "/v2/access", ""); code != 200 || strings.TrimSpace(body) != `{"auth":"none","write":true}` {
 		t.Errorf("open API: %d %s", code, body)
 	}
+}
+
+const kubeconfigPath = "/v2/projects/p/logical-clouds/lc/cluster-references/r/kubeconfig"
+
+// kubeconfigClouds serves a logical cloud's kubeconfig; nothing else.
+type kubeconfigClouds struct{ Clouds }
+
+func (kubeconfigClouds) Kubeconfig(context.Context, string, string, string) ([]byte, error) {
+	return []byte("users:\n- user:\n    client-key-data: c2VjcmV0\n"), nil
 }

@@ -223,8 +223,9 @@ func (c crud[S]) created(r *http.Request, key catalog.Key) {
 
 // list answers a collection GET, a page at a time: ?limit= (1 to
 // MaxListPageSize; ListPageSize by default) and ?continue= (the token the
-// previous page's Link header carries). A list that fits one page is
-// answered whole, as EMCO does.
+// previous page's Link header carries), a page also cut short past
+// listPageBytes. A list that fits one page is answered whole, as EMCO
+// does.
 func (c crud[S]) list(s *server, w http.ResponseWriter, r *http.Request) error {
 	if c.listView != nil {
 		v, ok, err := c.listView(r)
@@ -240,7 +241,7 @@ func (c crud[S]) list(s *server, w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page, err := c.res.ListPage(r.Context(), varsKey(r, c.parentVars), cont, limit)
+	page, err := c.res.ListPageBytes(r.Context(), varsKey(r, c.parentVars), cont, limit, s.listPageBytes())
 	if err != nil {
 		return err
 	}
@@ -457,6 +458,14 @@ func readPart(part *multipart.Part, limit int64, keep bool) ([]byte, error) {
 		data = []byte{} // present, if empty
 	}
 	return data, nil
+}
+
+// listPageBytes bounds the stored documents of one list page: a page of
+// a thousand objects of the largest size was read, decoded and encoded
+// whole (a gigabyte and more) before the answer budget could refuse it.
+// The page is cut short instead, its Link naming the rest.
+func (s *server) listPageBytes() int {
+	return int(max(min(8<<20, s.opts.MaxAnswerMemory/8), 64<<10))
 }
 
 // MaxListPageSize bounds ?limit= on lists.

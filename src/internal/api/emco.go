@@ -141,6 +141,11 @@ func (s *server) logicalCloudRoutes(r *mux.Router) {
 		r.HandleFunc(pLC+"/"+a, s.handle(s.cloudAction(a))).Methods(http.MethodPost)
 	}
 	r.HandleFunc(pLC+"/cluster-references/{clusterReference}/kubeconfig", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		// The kubeconfig holds the cloud user's key: whoever has it writes
+		// to the cloud's namespaces, so a read-only token may not read it.
+		if err := needsWrite(r, "a logical cloud's kubeconfig (a credential that writes to its clusters)"); err != nil {
+			return err
+		}
 		v := mux.Vars(r)
 		kc, err := s.opts.Clouds.Kubeconfig(r.Context(), v["project"], v["logicalCloud"], v["clusterReference"])
 		if err != nil {

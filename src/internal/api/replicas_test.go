@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -169,4 +170,99 @@ func TestListPages(t *testing.T) {
 			t.Errorf("a bad continue token: %d, want 400", code)
 		}
 	}
+}
+
+// A list page is cut short past its share of the answer budget, whatever
+// ?limit= says: a thousand objects of the largest size were read, decoded
+// and encoded whole before the budget could refuse the answer.
+func TestListPagesAreBoundedInBytes(t *testing.T) {
+	f := smallPagesFixture(t)
+	if code, body, _ := f.do(t, "POST", "/v2/projects", `{"metadata":{"name":"p"}}`); code != 201 {
+		t.Fatalf("%d %s", code, body)
+	}
+	desc := strings.Repeat("d", 40<<10)
+	for i := range 12 {
+		body := fmt.Sprintf(`{"metadata":{"name":"ca%02d","description":%q},"spec":{"compositeAppVersion":"v1"}}`, i, desc)
+		if code, body, _ := f.do(t, "POST", "/v2/projects/p/composite-apps", body); code != 201 {
+			t.Fatalf("%d %s", code, body)
+		}
+	}
+	seen, pages := 0, 0
+	for path := "/v2/projects/p/composite-apps?limit=1000"; path != ""; pages++ {
+		code, body, h := f.do(t, "GET", path, "")
+		n := strings.Count(body, `"compositeAppVersion"`)
+		if code != 200 || n == 0 || len(body) > 200<<10 || pages > 12 {
+			t.Fatalf("page %d: %d, %d objects in %d bytes", pages, code, n, len(body))
+		}
+		seen += n
+		path = ""
+		if link := h.Get("Link"); link != "" {
+			path = strings.TrimSuffix(strings.TrimPrefix(link, "<"), `>; rel="next"`)
+		}
+	}
+	if seen != 12 || pages < 4 {
+		t.Fatalf("%d objects in %d pages, want 12 in pages of at most 128 KiB", seen, pages)
+	}
+}
+
+// The v1 lists, which k8splugin never pages, are read a page at a time
+// and encoded as they are read, whole and in order: a request holds one
+// page of the catalogue, not the whole list.
+func TestV1ListsAreStreamed(t *testing.T) {
+	f := smallPagesFixture(t)
+	desc := strings.Repeat("d", 40<<10)
+	var want []string
+	for i := range 12 {
+		name := fmt.Sprintf("rb%02d", i)
+		for _, v := range []string{"v1", "v2"} {
+			body := fmt.Sprintf(`{"rb-name":%q,"rb-version":%q,"description":%q}`, name, v, desc)
+			if code, got, _ := f.do(t, "POST", "/v1/rb/definition", body); code != 201 {
+				t.Fatalf("%d %s", code, got)
+			}
+			want = append(want, name+"/"+v)
+		}
+	}
+	names := func(path string) []string {
+		code, body, _ := f.do(t, "GET", path, "")
+		var defs []struct {
+			Name    string `json:"rb-name"`
+			Version string `json:"rb-version"`
+		}
+		if err := json.Unmarshal([]byte(body), &defs); code != 200 || err != nil {
+			t.Fatalf("GET %s: %d %v", path, code, err)
+		}
+		var out []string
+		for _, d := range defs {
+			out = append(out, d.Name+"/"+d.Version)
+		}
+		return out
+	}
+	if got := names("/v1/rb/definition"); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("all definitions: %v", got)
+	}
+	if got := names("/v1/rb/definition/rb07"); strings.Join(got, ",") != "rb07/v1,rb07/v2" {
+		t.Fatalf("one definition's versions: %v", got)
+	}
+	if code, body, _ := f.do(t, "GET", "/v1/rb/definition/rb07/v1/profile", ""); code != 200 || strings.Count(body, `"profile-name"`) != 1 {
+		t.Fatalf("its default profile: %d %q", code, body)
+	}
+	if code, body, _ := f.do(t, "GET", "/v1/instance?rb-name=rb07", ""); code != 200 || strings.TrimSpace(body) != "[]" {
+		t.Fatalf("no instances: %d %q", code, body)
+	}
+	if code, _, _ := f.do(t, "GET", "/v1/rb/definition/none/v1/profile", ""); code != 404 {
+		t.Fatalf("profiles of no definition: %d, want 404", code)
+	}
+}
+
+// smallPagesFixture serves an indexed catalogue with an answer budget of
+// 1 MiB, so list pages end past 128 KiB.
+func smallPagesFixture(t *testing.T) *fixture {
+	t.Helper()
+	return newFixtureWith(t, func(o *Options) {
+		cat, _, err := catalog.Open(context.Background(), catalog.Options{DB: env.Database(t), Index: env.Etcd.Client, IndexPrefix: env.EtcdPrefix()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Catalog, o.MaxAnswerMemory = cat, 1<<20
+	})
 }

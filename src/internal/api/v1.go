@@ -88,9 +88,14 @@ func (s *server) connectivityRoutes(r *mux.Router) {
 		return nil
 	})).Methods(http.MethodPost)
 	r.HandleFunc("/v1/connectivity-info", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
-		return listSpecs(w, r, conns, catalog.Key{})
+		return listSpecs(w, r, conns, catalog.Key{}, s.listPageBytes())
 	})).Methods(http.MethodGet)
 	r.HandleFunc("/v1/connectivity-info/{cloudRegion}", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
+		// k8splugin answers with the region's kubeconfig: the cluster's own
+		// credential, which a read-only token may not have.
+		if err := needsWrite(r, "a cloud region's connectivity info (it holds the cluster's kubeconfig)"); err != nil {
+			return err
+		}
 		o, err := conns.Get(r.Context(), catalog.Key{mux.Vars(r)["cloudRegion"]})
 		if err != nil {
 			return err
@@ -158,10 +163,10 @@ func (s *server) definitionRoutes(r *mux.Router) {
 		return nil
 	})).Methods(http.MethodPost)
 	r.HandleFunc(pRBDefs, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
-		return listSpecs(w, r, defs, nil)
+		return listSpecs(w, r, defs, nil, s.listPageBytes())
 	})).Methods(http.MethodGet)
 	r.HandleFunc(pRBDefs+"/{rbName}", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
-		return listSpecs(w, r, defs, catalog.Key{mux.Vars(r)["rbName"]})
+		return listSpecs(w, r, defs, catalog.Key{mux.Vars(r)["rbName"]}, s.listPageBytes())
 	})).Methods(http.MethodGet)
 	r.HandleFunc(pRBDef, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		return getSpec(w, r, defs, varsKey(r, vRBDef))
@@ -239,7 +244,7 @@ func (s *server) profileRoutes(r *mux.Router) {
 		return nil
 	})).Methods(http.MethodPost)
 	r.HandleFunc(pProfiles, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
-		return listSpecs(w, r, profiles, varsKey(r, vRBDef))
+		return listSpecs(w, r, profiles, varsKey(r, vRBDef), s.listPageBytes())
 	})).Methods(http.MethodGet)
 	r.HandleFunc(pProfile, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		return getSpec(w, r, profiles, varsKey(r, vProfile))
@@ -421,32 +426,25 @@ func goneOK(err error) error {
 	return err
 }
 
-func listSpecs[S any](w http.ResponseWriter, r *http.Request, res *catalog.Resource[S], parent catalog.Key) error {
-	var objs []catalog.Object[S]
-	var err error
-	if parent == nil {
-		objs, err = res.List(r.Context(), catalog.Key{})
-	} else if len(parent) == 1 && len(res.Kind().OwnFields()) > 1 {
+func listSpecs[S any](w http.ResponseWriter, r *http.Request, res *catalog.Resource[S], parent catalog.Key, pageBytes int) error {
+	if len(parent) == 1 && len(res.Kind().OwnFields()) > 1 {
 		// /v1/rb/definition/{name}: every version of one definition.
-		all, lerr := res.List(r.Context(), catalog.Key{})
-		err = lerr
-		for _, o := range all {
-			if o.Metadata.Name == parent[0] {
-				objs = append(objs, o)
-			}
-		}
-	} else {
-		objs, err = res.List(r.Context(), parent)
+		name := parent[0]
+		return writeJSONList(w, r, func(emit func(any) error) error {
+			return res.EachPaged(r.Context(), catalog.Key{}, pageBytes, func(o catalog.Object[S]) error {
+				if o.Metadata.Name != name {
+					return nil
+				}
+				return emit(o.Spec)
+			})
+		})
 	}
-	if err != nil {
-		return err
+	if parent == nil {
+		parent = catalog.Key{}
 	}
-	out := make([]S, 0, len(objs))
-	for _, o := range objs {
-		out = append(out, o.Spec)
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return writeJSONList(w, r, func(emit func(any) error) error {
+		return res.EachPaged(r.Context(), parent, pageBytes, func(o catalog.Object[S]) error { return emit(o.Spec) })
+	})
 }
 
 func getSpec[S any](w http.ResponseWriter, r *http.Request, res *catalog.Resource[S], key catalog.Key) error {

@@ -58,21 +58,17 @@ type instanceListItem struct {
 func (s *server) instanceRoutes(r *mux.Router) {
 	instances := catalog.For[catalog.InstanceSpec](s.opts.Catalog, catalog.Instances)
 	r.HandleFunc("/v1/instance", s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
-		list, err := instances.List(r.Context(), catalog.Key{})
-		if err != nil {
-			return err
-		}
 		q := r.URL.Query()
-		out := []instanceListItem{}
-		for _, i := range list {
-			req := i.Spec.Request
-			if (q.Get("rb-name") == "" || q.Get("rb-name") == req.RBName) && (q.Get("rb-version") == "" || q.Get("rb-version") == req.RBVersion) &&
-				(q.Get("profile-name") == "" || q.Get("profile-name") == req.ProfileName) {
-				out = append(out, instanceListItem{ID: i.Spec.ID, Request: req, ReleaseName: i.Spec.ReleaseName, Namespace: i.Spec.Namespace})
-			}
-		}
-		writeJSON(w, http.StatusOK, out)
-		return nil
+		return writeJSONList(w, r, func(emit func(any) error) error {
+			return instances.EachPaged(r.Context(), catalog.Key{}, s.listPageBytes(), func(i catalog.Object[catalog.InstanceSpec]) error {
+				req := i.Spec.Request
+				if (q.Get("rb-name") == "" || q.Get("rb-name") == req.RBName) && (q.Get("rb-version") == "" || q.Get("rb-version") == req.RBVersion) &&
+					(q.Get("profile-name") == "" || q.Get("profile-name") == req.ProfileName) {
+					return emit(instanceListItem{ID: i.Spec.ID, Request: req, ReleaseName: i.Spec.ReleaseName, Namespace: i.Spec.Namespace})
+				}
+				return nil
+			})
+		})
 	})).Methods(http.MethodGet)
 	if s.opts.Instances == nil {
 		return

@@ -367,6 +367,52 @@ type Page[S any] struct {
 // sorted by name, starting after the object cont names (a Page's
 // Continue; "" starts at the first). A missing parent is NotFound.
 func (r *Resource[S]) ListPage(ctx context.Context, parent Key, cont string, limit int) (Page[S], error) {
+	return r.ListPageBytes(ctx, parent, cont, limit, 0)
+}
+
+// EachPaged calls f with every object under parent, sorted by name, reading
+// them a page of at most maxBytes of stored documents at a time (without
+// the index, all at once), so a caller that streams them holds one page.
+// A missing parent is NotFound; f's error ends it.
+func (r *Resource[S]) EachPaged(ctx context.Context, parent Key, maxBytes int, f func(Object[S]) error) error {
+	if r.cat.index() == nil {
+		all, err := r.List(ctx, parent)
+		if err != nil {
+			return err
+		}
+		for _, o := range all {
+			if err := f(o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for cont := ""; ; {
+		page, err := r.ListPageBytes(ctx, parent, cont, 0, maxBytes)
+		if err != nil {
+			return err
+		}
+		for _, o := range page.Items {
+			if err := f(o); err != nil {
+				return err
+			}
+		}
+		if page.Continue == "" {
+			return nil
+		}
+		cont = page.Continue
+	}
+}
+
+// listBatch is how many objects a page reads from etcd at a time when it
+// is bounded in bytes: what one read holds stays small whatever the page.
+const listBatch = 64
+
+// ListPageBytes is ListPage with the page also cut once its objects' stored
+// documents pass maxBytes (0: no bound; the first object always comes):
+// an answer of a thousand objects of the largest size would otherwise be
+// read, decoded and encoded whole before any bound on answers applies.
+func (r *Resource[S]) ListPageBytes(ctx context.Context, parent Key, cont string, limit, maxBytes int) (Page[S], error) {
 	if len(parent) != len(r.kind.KeyFields())-len(r.kind.OwnFields()) {
 		panic(fmt.Sprintf("catalog: parent key %v does not fit kind %s", parent, r.kind.Name))
 	}
@@ -390,27 +436,46 @@ func (r *Resource[S]) ListPage(ctx context.Context, parent Key, cont string, lim
 		}
 		from = prefix + string(own) + "\x00" // just after it
 	}
-	opts := []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix))}
-	if limit > 0 {
-		opts = append(opts, clientv3.WithLimit(int64(limit)))
-	}
-	resp, err := x.cli.Get(ctx, from, opts...)
-	if err != nil {
-		return Page[S]{}, errdefs.Unavailable(err, "list %ss", r.kind.Name)
-	}
-	page := Page[S]{Items: make([]Object[S], 0, len(resp.Kvs))}
-	for _, kv := range resp.Kvs {
-		var obj Object[S]
-		if err := bson.Unmarshal(kv.Value, &obj); err != nil {
-			return Page[S]{}, fmt.Errorf("list %ss: %s: %w", r.kind.Name, kv.Key, err)
+	page, size, last := Page[S]{}, 0, ""
+	for {
+		n := limit - len(page.Items)
+		if maxBytes > 0 {
+			n = min(n, listBatch)
+			if limit <= 0 {
+				n = listBatch
+			}
 		}
-		page.Items = append(page.Items, obj)
+		opts := []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix))}
+		if n > 0 {
+			opts = append(opts, clientv3.WithLimit(int64(n)))
+		}
+		resp, err := x.cli.Get(ctx, from, opts...)
+		if err != nil {
+			return Page[S]{}, errdefs.Unavailable(err, "list %ss", r.kind.Name)
+		}
+		for i, kv := range resp.Kvs {
+			if maxBytes > 0 && len(page.Items) > 0 && size+len(kv.Value) > maxBytes {
+				page.Continue = base64.RawURLEncoding.EncodeToString([]byte(last))
+				return page, nil
+			}
+			var obj Object[S]
+			if err := bson.Unmarshal(kv.Value, &obj); err != nil {
+				return Page[S]{}, fmt.Errorf("list %ss: %s: %w", r.kind.Name, kv.Key, err)
+			}
+			page.Items, size, last = append(page.Items, obj), size+len(kv.Value), strings.TrimPrefix(string(kv.Key), prefix)
+			if limit > 0 && len(page.Items) == limit && (resp.More || i < len(resp.Kvs)-1) {
+				page.Continue = base64.RawURLEncoding.EncodeToString([]byte(last))
+				return page, nil
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			if page.Items == nil {
+				page.Items = []Object[S]{}
+			}
+			return page, nil
+		}
+		from = prefix + last + "\x00"
 	}
-	if resp.More && len(resp.Kvs) > 0 {
-		last := strings.TrimPrefix(string(resp.Kvs[len(resp.Kvs)-1].Key), prefix)
-		page.Continue = base64.RawURLEncoding.EncodeToString([]byte(last))
-	}
-	return page, nil
 }
 
 // pageOf cuts a page from a whole list, for a catalogue without an index.

@@ -80,7 +80,8 @@ func New(opts Options) (*Client, error) {
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	c := &Client{base: u, token: opts.Token, agent: opts.UserAgent, timeout: opts.Timeout, http: &http.Client{Transport: tr}}
+	c := &Client{base: u, token: opts.Token, agent: opts.UserAgent, timeout: opts.Timeout,
+		http: &http.Client{Transport: tr, CheckRedirect: sameOrigin}}
 	if c.agent == "" {
 		c.agent = "argus"
 	}
@@ -88,6 +89,21 @@ func New(opts Options) (*Client, error) {
 		c.timeout = DefaultTimeout
 	}
 	return c, nil
+}
+
+// sameOrigin follows a redirect only within the server's origin. Go's
+// client keeps the Authorization header on a redirect to the same host
+// name whatever its scheme or port: to http:// (the token in clear) or to
+// another port of the host (another service, maybe another user's).
+func sameOrigin(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	from := via[0].URL
+	if !strings.EqualFold(req.URL.Scheme, from.Scheme) || !strings.EqualFold(req.URL.Host, from.Host) {
+		return fmt.Errorf("refusing a redirect to %s: not the server's origin %s://%s", req.URL.Redacted(), from.Scheme, from.Host)
+	}
+	return nil
 }
 
 // Server is the base URL, for messages.

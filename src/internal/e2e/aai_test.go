@@ -136,6 +136,7 @@ func waitFor(t testing.TB, what string, cond func() (bool, string)) {
 // AAI; deleting the instance deletes its subscriptions, stops the POSTs
 // and removes its objects from AAI.
 func TestInstanceSubscriptionAndAAI(t *testing.T) {
+	sharedClusters(t)
 	startMonitors(t, sim)
 	aai := newFakeAAI(t, "owner1", "region2", "tenant-7")
 	pw := filepath.Join(t.TempDir(), "aai-password")

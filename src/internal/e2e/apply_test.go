@@ -223,6 +223,7 @@ func cleanupApplyObjects(t *testing.T, ns string) {
 // "unreachable") within 60 s, and is Applied within 90 s of its CRD being
 // created in the clusters, with no user action.
 func TestApplyAcceptance(t *testing.T) {
+	sharedClusters(t)
 	cleanupApplyObjects(t, applyNS)
 	o := startOrchestrator(t, testenv.UniqueName("apply"), "/"+testenv.UniqueName("apply"))
 	onboardApps(t, o, applyCharts(t), nil)
@@ -303,6 +304,7 @@ func TestApplyAcceptance(t *testing.T) {
 // honestly and at once, without hiding the other apps' progress; fixing
 // the value and calling update (EMCO's retry, no terminate) applies it.
 func TestFailedDIGRetriedByUpdate(t *testing.T) {
+	sharedClusters(t)
 	cleanupApplyObjects(t, retryNS)
 	o := startOrchestrator(t, testenv.UniqueName("retry"), "/"+testenv.UniqueName("retry"))
 	charts := map[string][]byte{
@@ -359,6 +361,7 @@ func TestFailedDIGRetriedByUpdate(t *testing.T) {
 // An app of 5.4 MB of rendered manifests (six 900 KB ConfigMaps), over
 // three times etcd's request limit, deploys on both clusters.
 func TestFiveMegabyteApp(t *testing.T) {
+	sharedClusters(t)
 	const ns = "apply-e2e-big"
 	cleanupApplyObjects(t, ns)
 	// The render workers are this (race-instrumented) test binary: on a busy

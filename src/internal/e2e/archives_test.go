@@ -282,6 +282,7 @@ func randomChart(t *testing.T, size int) []byte {
 // 10 s, as chart, profile and v1 content; and what an accepted 10 MB upload
 // costs the orchestrator.
 func TestHostileArchivesAreRefused(t *testing.T) {
+	noClusters(t)
 	o := startOrchestratorProcess(t, testenv.UniqueName("arch"), "/"+testenv.UniqueName("arch"))
 	o.must(201, "POST", "/v2/projects", meta("p1"))
 	o.must(201, "POST", "/v2/projects/p1/composite-apps", obj("ca", map[string]any{"compositeAppVersion": "v1"}))
@@ -383,6 +384,7 @@ func hostileChart(t *testing.T, output bool) []byte {
 // fails with a render-limit reason within 60 s, and /healthz answers with a
 // median under 200 ms meanwhile (asserted under 1 s: 5×, for CI).
 func TestEndlessTemplateIsStopped(t *testing.T) {
+	noClusters(t)
 	o := startOrchestratorProcess(t, testenv.UniqueName("loop"), "/"+testenv.UniqueName("loop"))
 	o.must(201, "POST", "/v2/cluster-providers", meta("cp"))
 	c := sim.Clusters[0]
@@ -501,6 +503,7 @@ func checkDeployed(t *testing.T, cl string, ns, name, image string, port int32) 
 // and "service.port", on v2 and v1: accepted, rendered with the overrides,
 // deployed.
 func TestInsidePackedChartWithDottedOverrides(t *testing.T) {
+	sharedClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("dot"), "/"+testenv.UniqueName("dot"))
 	chart := webChart(t) // image.repository, image.tag, service.port, packed with -C chart .
 	profile := tgz.FromInside(t, map[string]string{
@@ -578,6 +581,7 @@ func TestInsidePackedChartWithDottedOverrides(t *testing.T) {
 // project shows none of them. Apps with their charts likewise, under a
 // composite app being deleted.
 func TestCreatesRacingParentDeletes(t *testing.T) {
+	noClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("race"), "/"+testenv.UniqueName("race"))
 	chart := testenv.Archive(t, "testdata/charts/frontend")
 	outcomes := map[string]int{}
@@ -690,6 +694,7 @@ func uploadApps(ctx context.Context, base string, w int, chart []byte, record fu
 // SIGKILL: after a restart, no app is without its chart and no chart
 // without its app.
 func TestKillDuringUploadsLeavesNoHalfApp(t *testing.T) {
+	noClusters(t)
 	db, prefix := testenv.UniqueName("kill"), "/"+testenv.UniqueName("kill")
 	o := startOrchestratorProcess(t, db, prefix)
 	o.must(201, "POST", "/v2/projects", meta("p1"))

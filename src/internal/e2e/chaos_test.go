@@ -74,6 +74,7 @@ type storeProc struct {
 }
 
 func TestHAChaos(t *testing.T) {
+	alone(t)
 	startMonitors(t, sim)
 	c := newChaos(t)
 	runs := 1

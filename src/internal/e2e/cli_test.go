@@ -40,6 +40,7 @@ const digRef = "p1/ca/v1/dig1"
 // their Deployment; watch prints a pod's crash loop as it happens; wait
 // then exits 1 when its timeout passes, naming the failed pod.
 func TestArgusCommand(t *testing.T) {
+	sharedClusters(t)
 	o := readyDIG(t, "argus")
 	ctx := context.Background()
 

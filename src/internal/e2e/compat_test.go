@@ -39,6 +39,7 @@ func gone(m metav1.Object, err error) bool {
 // create whose apply fails, a release name that is no DNS label and a
 // profile with configresource files.
 func TestK8spluginCreate(t *testing.T) {
+	sharedClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("k8sc"), "/"+testenv.UniqueName("k8sc"))
 	cl := sim.Cluster("cluster2")
 	cs := cl.Clientset()
@@ -315,6 +316,7 @@ func deleted(kind, name string) func(clusterEvent) bool {
 // the pre-delete hook before deleting the Deployment, then removes every
 // hook pod.
 func TestHelmHooks(t *testing.T) {
+	sharedClusters(t)
 	startMonitors(t, sim)
 	o := startOrchestrator(t, testenv.UniqueName("hook"), "/"+testenv.UniqueName("hook"))
 	cl := sim.Cluster("cluster1")
@@ -395,6 +397,7 @@ func TestHelmHooks(t *testing.T) {
 // itself; an unknown app filter is refused; a DIG's history starts with
 // Created.
 func TestEMCOCompat(t *testing.T) {
+	sharedClusters(t)
 	grpcAddr := testenv.FreeAddr(t)
 	o := startOrchestrator(t, testenv.UniqueName("ecmp"), "/"+testenv.UniqueName("ecmp"), func(opts *orchestrator.Options) { opts.GRPCListen = grpcAddr })
 	startMonitors(t, sim)

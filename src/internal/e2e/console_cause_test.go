@@ -25,6 +25,7 @@ import (
 // timeline included; a paused monitor is one grey line for its cluster in
 // the overview, its time shown as the page shows times.
 func TestConsoleLeadsWithTheCause(t *testing.T) {
+	sharedClusters(t)
 	ctx := browser(t)
 	o, mons := causeDIG(t)
 	page := o.base + "/#/dig/p1/ca/v1/dig1"

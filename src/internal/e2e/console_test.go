@@ -130,6 +130,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 // (overview, drill-down and its history) while the page stays open,
 // through the stream; and GET …/status/history?resource= lists that move.
 func TestConsoleFollowsAClusterInTheBrowser(t *testing.T) {
+	sharedClusters(t)
 	ctx := browser(t)
 	o := readyDIG(t, "console")
 
@@ -224,6 +225,7 @@ func TestConsoleFollowsAClusterInTheBrowser(t *testing.T) {
 // TestConsoleAsksForTheToken: with bearer tokens on, the page asks for one,
 // keeps it for the session and shows the (empty) overview with it.
 func TestConsoleAsksForTheToken(t *testing.T) {
+	noClusters(t)
 	ctx := browser(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokens, []byte("console-secret\n"), 0o600); err != nil {
@@ -354,6 +356,7 @@ func describeHistory(l []history.Entry) string {
 // over two transitions (the ConfigMap deleted, then put back), until the
 // other stream has carried the second's history.
 func TestHistoryOverTheStream(t *testing.T) {
+	sharedClusters(t)
 	o := readyDIG(t, "hist")
 	q := url.Values{"watch": {"true"}, "type": {"cluster"}, "resource": {"ConfigMap/backend-config"}}
 	events := o.watch(t, digPath+"/status?"+q.Encode()+"&history=true")

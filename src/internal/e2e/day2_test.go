@@ -273,6 +273,7 @@ func (o *orch) lastRevision(dig string) int64 {
 }
 
 func TestDayTwoUpdateRollbackDependenciesKvPairs(t *testing.T) {
+	sharedClusters(t)
 	grpcAddr := testenv.FreeAddr(t)
 	o := startOrchestrator(t, testenv.UniqueName("day2"), "/"+testenv.UniqueName("day2"),
 		func(opts *orchestrator.Options) { opts.GRPCListen = grpcAddr })
@@ -560,6 +561,7 @@ func watchDeployments(t *testing.T, cluster string, typ watch.EventType) func(na
 // status context id, so mweb is changed in place; mold goes, mnew comes;
 // the target's readiness comes from the same bundles; the source ends.
 func TestDayTwoMigrate(t *testing.T) {
+	sharedClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("mig"), "/"+testenv.UniqueName("mig"))
 	startMonitors(t, sim)
 	ctx := context.Background()

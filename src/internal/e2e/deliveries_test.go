@@ -83,6 +83,8 @@ func newDeadReceiver(t *testing.T) *deadReceiver {
 // deleting from) the clusters while every subscription has a delivery
 // waiting on the dead receiver.
 func TestDeadReceiverLeavesDescriptors(t *testing.T) {
+	ownClusters(t) // its deployments' names are those of the tests on the package's clusters
+	set := faultClusters(t)
 	n, nofile := 600, uint64(512)
 	if v := os.Getenv(SubscriptionsEnv); v != "" {
 		var err error
@@ -98,7 +100,7 @@ func TestDeadReceiverLeavesDescriptors(t *testing.T) {
 	})
 	o := p.orch
 	o.t = t
-	onboard(t, o, nil)
+	onboardOn(t, o, set, nil)
 	subs := digPath + "/status/subscriptions"
 	start := time.Now()
 	var wg sync.WaitGroup

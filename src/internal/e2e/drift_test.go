@@ -158,6 +158,7 @@ func patchSinkImage(t *testing.T, cluster, image string) {
 }
 
 func TestDriftSyncSelfHealAndOwnership(t *testing.T) {
+	sharedClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("drift"), "/"+testenv.UniqueName("drift"))
 	startMonitors(t, sim)
 	onboardVFW(t, o)
@@ -360,6 +361,7 @@ func driftAdoption(t *testing.T, o *orch) {
 // instance <first>") and leaves nothing on the cluster; the first's
 // objects stay as they were.
 func TestV1InstancesCollide(t *testing.T) {
+	sharedClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("v1twin"), "/"+testenv.UniqueName("v1twin"))
 	startMonitors(t, sim)
 	cl := sim.Cluster("cluster2")

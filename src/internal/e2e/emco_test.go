@@ -137,6 +137,7 @@ func (o *orch) uploadFiles(path, part string, meta any, files map[string]string)
 }
 
 func TestEMCOExampleFlow(t *testing.T) {
+	sharedClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("emco"), "/"+testenv.UniqueName("emco"))
 	startMonitors(t, sim)
 	ctx := context.Background()
@@ -355,6 +356,7 @@ func addNetworkPolicyGAC(t *testing.T, o *orch) {
 // A standard cloud grows to a second cluster and leaves the first with
 // update, as examples/dcm-advanced's update-lc.yaml does.
 func TestEMCOLogicalCloudUpdate(t *testing.T) {
+	sharedClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("emcolc"), "/"+testenv.UniqueName("emcolc"))
 	ctx := context.Background()
 	ns := testenv.UniqueName("lcu")

@@ -79,7 +79,7 @@ func storesHold(t *testing.T, f *fleetTest, secret []byte) []string {
 // join token is 401; one agent's credential for another cluster's work or
 // status is 403 (PermissionDenied); a refused join ends the agent.
 func (f *fleetTest) credentials(t *testing.T) {
-	push := sim.Clusters[0].RESTConfig()
+	push := f.push.RESTConfig()
 	if len(storesHold(t, f, []byte(push.BearerToken))) == 0 {
 		t.Fatal("the scan finds nothing of the push cluster's kubeconfig: it looks in the wrong place")
 	}
@@ -201,7 +201,7 @@ func (f *fleetTest) gitOps(t *testing.T) {
 	if code != 400 || !strings.Contains(body, `"mode":"pull"`) {
 		t.Errorf("gitOps cluster (JSON): %d %s, want 400 naming pull mode", code, body)
 	}
-	code, body = f.o.upload(fleetCP+"/clusters", map[string]any{"metadata": map[string]any{"name": "git02"}, "spec": map[string]any{"gitOps": gitops}}, sim.Clusters[0].Kubeconfig)
+	code, body = f.o.upload(fleetCP+"/clusters", map[string]any{"metadata": map[string]any{"name": "git02"}, "spec": map[string]any{"gitOps": gitops}}, f.push.Kubeconfig)
 	if code != 400 || !strings.Contains(body, `"mode":"pull"`) {
 		t.Errorf("gitOps cluster (multipart): %d %s, want 400 naming pull mode", code, body)
 	}
@@ -248,7 +248,7 @@ func (f *fleetTest) cutOff(t *testing.T) {
 	f.o.must(200, "PUT", fleetDIG, obj("vfw-dig", map[string]any{"compositeProfile": "vfw-profile", "version": "r1",
 		"overrideValues": []any{map[string]any{"app": "sink", "values": map[string]any{"version": "two"}}}}))
 	f.o.must(202, "POST", fleetDIG+"/update", nil)
-	for name, cs := range map[string]kubernetes.Interface{"push01": sim.Clusters[0].Clientset(), "pull01": f.pulls.Clusters[0].Clientset()} {
+	for name, cs := range map[string]kubernetes.Interface{"push01": f.push.Clientset(), "pull01": f.pulls.Clusters[0].Clientset()} {
 		waitCond(t, time.Minute, name+" updated while pull02 is cut off", func() (bool, string) {
 			v := configVersion(t, cs, "sink-fl-config")
 			return v == "two", v

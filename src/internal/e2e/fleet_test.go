@@ -301,14 +301,22 @@ func shape(c status.Cluster) string {
 }
 
 func TestFleet(t *testing.T) {
-	t.Parallel()
+	ownClusters(t)
 	began := time.Now()
 	built := buildMonitor(t)
-	pulls := testenv.Clusters(t, 2)
+	// push01 is a cluster of the test's own too (not the package's), so
+	// the test runs beside those using the package's clusters.
+	all := testenv.Clusters(t, 3)
+	push, pulls := &simcluster.Set{Clusters: all.Clusters[:1]}, &simcluster.Set{Clusters: all.Clusters[1:]}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := installCRD(ctx, push); err != nil {
+		t.Fatal(err)
+	}
 	preparePull(t, pulls)
 	bin := built()
-	t.Logf("two pull clusters started and the monitor built: %s", time.Since(began).Round(10*time.Millisecond))
-	startMonitors(t, sim) // the push cluster's monitor
+	t.Logf("the push and two pull clusters started and the monitor built: %s", time.Since(began).Round(10*time.Millisecond))
+	startMonitors(t, push) // the push cluster's monitor
 	db, prefix := stores.Database(t).Name(), stores.EtcdPrefix()
 	o := startOrchestrator(t, db, prefix, func(opts *orchestrator.Options) {
 		opts.CallbackAllow = []string{"127.0.0.1"} // the test's receiver
@@ -316,7 +324,7 @@ func TestFleet(t *testing.T) {
 		opts.Fleet.Heartbeat = 2 * time.Second
 	})
 	o.must(201, "POST", "/v2/cluster-providers", meta("fleet-cp"))
-	o.uploadOK(fleetCP+"/clusters", meta("push01"), sim.Clusters[0].Kubeconfig)
+	o.uploadOK(fleetCP+"/clusters", meta("push01"), push.Clusters[0].Kubeconfig)
 	tokens := map[string]string{"pull01": o.registerPull("fleet-cp", "pull01"), "pull02": o.registerPull("fleet-cp", "pull02")}
 	for _, c := range []string{"push01", "pull01", "pull02"} {
 		o.must(201, "POST", fleetCP+"/clusters/"+c+"/labels", map[string]string{"clusterLabel": "fleet"})
@@ -368,7 +376,7 @@ func TestFleet(t *testing.T) {
 	if rs.RsyncStatus["Applied"] != 3*3*3 || len(rs.RsyncStatus) != 1 {
 		t.Errorf("rsync status %v, want 27 Applied", rs.RsyncStatus)
 	}
-	f := &fleetTest{o: o, prefix: prefix, db: db, pulls: pulls, bin: bin, tokens: tokens, agents: agents, proxy: proxy}
+	f := &fleetTest{o: o, prefix: prefix, db: db, push: push.Clusters[0], pulls: pulls, bin: bin, tokens: tokens, agents: agents, proxy: proxy}
 	t.Run("credentials", f.credentials)
 	t.Run("gitOps", f.gitOps)
 	t.Run("cut off", f.cutOff)
@@ -380,6 +388,7 @@ func TestFleet(t *testing.T) {
 type fleetTest struct {
 	o          *orch
 	prefix, db string
+	push       *simcluster.Cluster
 	pulls      *simcluster.Set
 	bin        string
 	tokens     map[string]string

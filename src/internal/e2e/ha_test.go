@@ -226,6 +226,7 @@ func contiguous(l []int64) bool {
 // a revision of its own, and a rollback through one is applied
 // (haDayTwo).
 func TestHAReplicas(t *testing.T) {
+	alone(t)
 	startMonitors(t, sim)
 	h := startHA(t, 3, "--callback-allow", "127.0.0.1", "--lease-ttl", "5s", "--etcd-prefix", haPrefix)
 	r1, r2, r3 := h.replicas[0], h.replicas[1], h.replicas[2]

@@ -55,6 +55,7 @@ func noMarker(t *testing.T, marker string) {
 // field; one written to the catalogue behind the API's back never runs
 // either, and the cluster's status says why it is unusable.
 func TestKubeconfigIsDataNeverCode(t *testing.T) {
+	noClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("kc"), "/"+testenv.UniqueName("kc"))
 	marker := filepath.Join(t.TempDir(), "exec-ran")
 	evil := execKubeconfig(t, "cluster1", marker)
@@ -107,6 +108,7 @@ func TestKubeconfigIsDataNeverCode(t *testing.T) {
 // why (the link-local, multicast and private cases are unit-tested in
 // src/internal/notify without dialing anything).
 func TestCallbacksToThisHostAreRefused(t *testing.T) {
+	noClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("ssrf"), "/"+testenv.UniqueName("ssrf"))
 	onboard(t, o, nil)
 	subs := digPath + "/status/subscriptions"
@@ -130,6 +132,7 @@ func TestCallbacksToThisHostAreRefused(t *testing.T) {
 // Bodies nested 5,000 deep are refused with 400 before any decoder
 // recurses into them, on plain and subscription bodies alike.
 func TestDeepJSONIsRefused(t *testing.T) {
+	noClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("deep"), "/"+testenv.UniqueName("deep"))
 	deep := []byte(`{"metadata":{"name":"p1","x":` + strings.Repeat("[", 5000) + strings.Repeat("]", 5000) + `}}`)
 	start := time.Now()
@@ -148,6 +151,7 @@ func TestDeepJSONIsRefused(t *testing.T) {
 // guard ordinary requests: here both are 2 s, and the stream still carries
 // the changes of an instantiation started 5 s after it opened.
 func TestWatchOutlivesServerTimeouts(t *testing.T) {
+	sharedClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("wto"), "/"+testenv.UniqueName("wto"), func(opts *orchestrator.Options) {
 		opts.HTTP = orchestrator.HTTPOptions{ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second}
 	})

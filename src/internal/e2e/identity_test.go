@@ -92,6 +92,7 @@ func onboardCloud(o *orch, project, name, ns, user string, clusters ...string) {
 // terminated it authorizes nothing: the cloud's bindings are gone, and so
 // is any other binding naming its user.
 func TestLogicalCloudIdentity(t *testing.T) {
+	sharedClusters(t)
 	const ttl = 20 * time.Minute
 	o := startOrchestrator(t, testenv.UniqueName("ident"), "/"+testenv.UniqueName("ident"), func(opts *orchestrator.Options) {
 		opts.LogicalClouds = orchestrator.LogicalCloudOptions{CertTTL: ttl, RenewAfter: 3 * time.Second, ReservedUsers: []string{"oidc:"}}
@@ -188,6 +189,7 @@ func TestLogicalCloudIdentity(t *testing.T) {
 // terminate leaves the namespace and its Secrets alone. A namespace the
 // operator annotates for the cloud is handed over.
 func TestLogicalCloudNamespaceNotTakenOver(t *testing.T) {
+	sharedClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("lcns"), "/"+testenv.UniqueName("lcns"))
 	ctx := t.Context()
 	c := sim.Clusters[1]
@@ -343,6 +345,7 @@ func winner(item, prefix string, members ...string) string {
 // work before the new owner's begins; and a terminate stops an issuance
 // still waiting, so no late "not issued" is recorded on a terminated cloud.
 func TestLogicalCloudCertificatesOnTheOwnerOnly(t *testing.T) {
+	sharedClusters(t)
 	db, prefix := testenv.UniqueName("lcha"), "/"+testenv.UniqueName("lcha")
 	log := &certLog{}
 	a := replicaNamed(t, db, prefix, "a", log)

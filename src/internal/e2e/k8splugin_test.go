@@ -71,6 +71,7 @@ func waitCluster(t *testing.T, what string, f func() error) {
 }
 
 func TestK8spluginCompatibility(t *testing.T) {
+	sharedClusters(t)
 	startMonitors(t, sim)
 	o := startOrchestrator(t, testenv.UniqueName("k8sp"), "/"+testenv.UniqueName("k8sp"), func(opts *orchestrator.Options) {
 		opts.CallbackAllow = []string{"127.0.0.0/8"} // the test's receiver

@@ -15,6 +15,7 @@ import (
 // Update re-renders and applies the difference under the same context:
 // changed objects change in place, objects no longer placed are deleted.
 func TestUpdateAppliesTheDifference(t *testing.T) {
+	sharedClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("upd"), "/"+testenv.UniqueName("upd"))
 	onboard(t, o, []any{map[string]any{"app": "frontend", "values": map[string]any{"replicaCount": "2"}}})
 	o.must(202, "POST", digPath+"/approve", nil)
@@ -78,6 +79,7 @@ func TestUpdateAppliesTheDifference(t *testing.T) {
 
 // Stop cancels the action in flight; terminate then cleans up.
 func TestStopCancelsTheActionInFlight(t *testing.T) {
+	ownClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("stop"), "/"+testenv.UniqueName("stop"))
 	set := faultClusters(t)
 	onboardOn(t, o, set, nil)
@@ -108,6 +110,7 @@ func TestStopCancelsTheActionInFlight(t *testing.T) {
 // Without the monitor's CRD the bundles cannot be applied, and the
 // deployment still succeeds, promptly.
 func TestDeploysWithoutTheMonitorCRD(t *testing.T) {
+	ownClusters(t)
 	set := testenv.Clusters(t, 2) // no CRD installed
 	o := startOrchestrator(t, testenv.UniqueName("nocrd"), "/"+testenv.UniqueName("nocrd"))
 	onboardOn(t, o, set, nil)

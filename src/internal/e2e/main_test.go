@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 	if code, ok := childProcess(); ok { // render workers, orchestrator processes
 		os.Exit(code)
 	}
+	parallelForLanes()
 	testenv.MainWithClusters(m, 2, func(s *testenv.Stores, set *simcluster.Set) error {
 		stores, sim = s, set
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -59,6 +60,8 @@ func installCRD(ctx context.Context, set *simcluster.Set) error {
 // controller-manager is not restarted with its API server (no liveness
 // probe runs it), and after a few restarts it may stop progressing
 // Deployments, which must not leak into the tests sharing the package's set.
+// A test that needs clusters to itself, to run beside those sharing the
+// package's set (the ownClusters lane), starts them with it too.
 func faultClusters(t *testing.T) *simcluster.Set {
 	t.Helper()
 	set := testenv.Clusters(t, 2)
@@ -319,6 +322,7 @@ func checkBundles(t *testing.T, cl *simcluster.Cluster, id string) {
 }
 
 func TestInstantiateTerminateReinstantiate(t *testing.T) {
+	sharedClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("e2e"), "/"+testenv.UniqueName("e2e"))
 	onboard(t, o, []any{map[string]any{"app": "frontend", "values": map[string]any{"replicaCount": "2"}}})
 
@@ -412,6 +416,7 @@ func TestInstantiateTerminateReinstantiate(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	noClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("bad"), "/"+testenv.UniqueName("bad"))
 	onboard(t, o, []any{map[string]any{"app": "cache", "values": map[string]any{"replicaCount": "many"}}})
 	cases := []struct {

@@ -37,6 +37,7 @@ spec:
 `
 
 func TestClusterNetworkIntents(t *testing.T) {
+	sharedClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("net"), "/"+testenv.UniqueName("net"))
 	cl := sim.Cluster("cluster1")
 	ctx := context.Background()

@@ -207,6 +207,7 @@ func podSet(r status.Response) map[string]bool {
 // retries without gaps, a 400 recorded, a hanging receiver isolated, a
 // pending delivery surviving a restart, Server-Sent Events, bad input.
 func TestDIGSubscriptions(t *testing.T) {
+	sharedClusters(t)
 	startMonitors(t, sim)
 	db, prefix := testenv.UniqueName("sub"), "/"+testenv.UniqueName("sub")
 	fastRetry := func(o *orchestrator.Options) {
@@ -276,7 +277,6 @@ func TestDIGSubscriptions(t *testing.T) {
 	}
 
 	checkCoalescedBurst(t, o, fast, slow, slowPods)
-
 	checkFailedDeliveries(t, o, fast, subs)
 
 	// Restart with a delivery pending: it arrives afterwards.

@@ -63,6 +63,7 @@ func renderCPU(t *testing.T) int64 {
 // context (409), or the instantiate, once its context exists, finds the
 // cluster gone and gives up (409, the DIG Terminated, nothing applied).
 func TestClusterDeletedWhileInstantiateRenders(t *testing.T) {
+	alone(t) // renderCPU counts every render worker of this binary, and the slow chart must render within the limit
 	o := startOrchestrator(t, testenv.UniqueName("race"), "/"+testenv.UniqueName("race"))
 	c := sim.Clusters[0]
 	onboardOne(t, o, "slow", slowChart(t))
@@ -136,6 +137,7 @@ func onboardOne(t *testing.T, o *orch, app string, chart []byte) {
 // it, no context) leaves, after a restart, a DIG whose status says the
 // instantiation was lost, which terminates and instantiates again.
 func TestLostContextIsRepairedAtStart(t *testing.T) {
+	sharedClusters(t)
 	db, prefix := testenv.UniqueName("lost"), "/"+testenv.UniqueName("lost")
 	o := startOrchestrator(t, db, prefix)
 	onboardOne(t, o, "frontend", testenv.Archive(t, "testdata/charts/frontend"))

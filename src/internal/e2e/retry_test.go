@@ -43,6 +43,7 @@ func startAPIServer(t *testing.T, set *simcluster.Set, name string) {
 // down, then Applied once it is back, with no user action. Terminate while
 // Retrying ends the apply retries at once.
 func TestUnreachableClusterIsRetried(t *testing.T) {
+	ownClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("retry"), "/"+testenv.UniqueName("retry"))
 	set := faultClusters(t)
 	onboardOn(t, o, set, nil)
@@ -97,6 +98,7 @@ func TestUnreachableClusterIsRetried(t *testing.T) {
 // Retrying, then started again, then the cluster: the work completes and
 // nothing stays Pending or Retrying.
 func TestRestartResumesRetryingWork(t *testing.T) {
+	ownClusters(t)
 	db, prefix := testenv.UniqueName("resume"), "/"+testenv.UniqueName("resume")
 	o := startOrchestrator(t, db, prefix)
 	set := faultClusters(t)

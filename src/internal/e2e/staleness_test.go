@@ -36,6 +36,7 @@ func allUnknown(r status.Response, cluster, prefix string) bool {
 // A silent monitor and an unreachable cluster make that cluster's resources
 // Unknown — never a stale Ready — and both recover.
 func TestStalenessMonitorSilentAndClusterUnreachable(t *testing.T) {
+	ownClusters(t)
 	set := faultClusters(t)
 	mons := startMonitors(t, set)
 	o := startOrchestrator(t, testenv.UniqueName("stale"), "/"+testenv.UniqueName("stale"))

@@ -152,6 +152,7 @@ func checkStatusBadInput(t *testing.T, o *orch) {
 }
 
 func TestStatusFollowsTheClusters(t *testing.T) {
+	sharedClusters(t)
 	startMonitors(t, sim)
 	o := startOrchestrator(t, testenv.UniqueName("st"), "/"+testenv.UniqueName("st"))
 	onboard(t, o, []any{map[string]any{"app": "frontend", "values": map[string]any{"replicaCount": "2"}}})

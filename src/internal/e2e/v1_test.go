@@ -16,6 +16,7 @@ import (
 )
 
 func TestV1InstanceLifecycle(t *testing.T) {
+	sharedClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("v1"), "/"+testenv.UniqueName("v1"))
 	cl := sim.Cluster("cluster1")
 	if code, body := o.upload("/v1/connectivity-info", map[string]any{"cloud-region": "region1", "cloud-owner": "owner1"}, cl.Kubeconfig); code != 201 {

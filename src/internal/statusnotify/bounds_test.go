@@ -162,5 +162,5 @@ func TestAClientThatStopsReadingLosesItsStream(t *testing.T) {
 func (s *Server) registered(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.clients[id] != nil
+	return s.clients[clientKey(context.Background(), id)] != nil // no tokens: no caller
 }

@@ -2,6 +2,8 @@ package statusnotify
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/url"
 	"strings"
@@ -138,9 +140,12 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 // its request message not come within RequestTimeout.
 func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if s.opts.Tokens != nil {
-		if err := s.authenticate(info.Header); err != nil {
+		token, err := s.authenticate(info.Header)
+		if err != nil {
 			return nil, err
 		}
+		sum := sha256.Sum256([]byte(token))
+		ctx = context.WithValue(ctx, callerKey{}, hex.EncodeToString(sum[:]))
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	g := &guard{cancel: cancel}
@@ -201,15 +206,26 @@ func (s guardedStream) RecvMsg(m any) error {
 	return nil
 }
 
-// authenticate checks the call's "authorization: Bearer <token>".
-func (s *Server) authenticate(md metadata.MD) error {
+// authenticate checks the call's "authorization: Bearer <token>" and
+// returns the token.
+func (s *Server) authenticate(md metadata.MD) (string, error) {
 	for _, v := range md.Get("authorization") {
 		scheme, token, _ := strings.Cut(strings.TrimSpace(v), " ")
 		if strings.EqualFold(scheme, "Bearer") && strings.TrimSpace(token) != "" && s.opts.Tokens.Valid(strings.TrimSpace(token)) {
-			return nil
+			return strings.TrimSpace(token), nil
 		}
 	}
-	return grpcstatus.Error(codes.Unauthenticated, `authentication required: send metadata "authorization: Bearer <token>"`)
+	return "", grpcstatus.Error(codes.Unauthenticated, `authentication required: send metadata "authorization: Bearer <token>"`)
+}
+
+type callerKey struct{}
+
+// clientKey names a registration: its client id within its caller's
+// token (a hash of it), so that no caller — a read-only token included —
+// can end another's stream with StatusDeregister or hold its client id.
+func clientKey(ctx context.Context, id string) string {
+	caller, _ := ctx.Value(callerKey{}).(string)
+	return caller + "\x00" + id
 }
 
 // Register adds the service to g.
@@ -310,20 +326,21 @@ func (s *Server) StatusRegister(reg *pb.StatusRegistration, stream grpc.ServerSt
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
+	key := clientKey(ctx, id)
 	s.mu.Lock()
 	switch {
-	case s.clients[id] != nil:
+	case s.clients[key] != nil:
 		s.mu.Unlock()
 		return grpcstatus.Errorf(codes.AlreadyExists, "client id %q is already registered", id)
 	case len(s.clients) >= s.opts.MaxStreams:
 		s.mu.Unlock()
 		return grpcstatus.Errorf(codes.ResourceExhausted, "%d registrations are open; at most %d may be", len(s.clients), s.opts.MaxStreams)
 	}
-	s.clients[id] = cancel
+	s.clients[key] = cancel
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		delete(s.clients, id)
+		delete(s.clients, key)
 		s.mu.Unlock()
 	}()
 
@@ -385,9 +402,9 @@ func responseOf(v any) (status.Response, bool) {
 
 // StatusDeregister ends a client's stream; an unknown client id is no
 // error (it may have gone already), as in EMCO.
-func (s *Server) StatusDeregister(_ context.Context, d *pb.StatusDeregistration) (*pb.StatusDeregistrationResponse, error) {
+func (s *Server) StatusDeregister(ctx context.Context, d *pb.StatusDeregistration) (*pb.StatusDeregistrationResponse, error) {
 	s.mu.Lock()
-	cancel := s.clients[d.GetClientId()]
+	cancel := s.clients[clientKey(ctx, d.GetClientId())]
 	s.mu.Unlock()
 	if cancel != nil {
 		cancel()

@@ -323,3 +323,39 @@ func TestTokens(t *testing.T) {
 		t.Fatalf("with the token: %v %v", n, err)
 	}
 }
+
+// A client id belongs to the token that registered it: another token (a
+// read-only one, say) can neither end that stream with StatusDeregister
+// nor hold the id against it.
+func TestClientIDsBelongToTheirToken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := &fakeStatus{current: status.Response{DeployedStatus: "Instantiated"}}
+	ch := &fakeChanges{listeners: map[string][]func(){}}
+	client := serve(t, Options{Status: st, Changes: ch, Tokens: tokens{"owner": true, "other": true}})
+	as := func(token string) context.Context {
+		return metadata.NewOutgoingContext(ctx, metadata.Pairs("authorization", "Bearer "+token))
+	}
+	stream, err := client.StatusRegister(as("owner"), digReg("dtc", "dig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := stream.Recv(); err != nil || n.GetStatusValue() != pb.StatusValue_DEPLOYED {
+		t.Fatalf("first notification %v %v", n, err)
+	}
+	if _, err := client.StatusDeregister(as("other"), &pb.StatusDeregistration{ClientId: "dtc"}); err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := client.StatusRegister(as("other"), digReg("dtc", "dig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := theirs.Recv(); err != nil {
+		t.Fatalf("the same id under another token: %v", err)
+	}
+	st.set("Updating")
+	ch.changed(catalog.DIGGroup(catalog.Key{"p", "ca", "v1", "dig"}))
+	if n, err := stream.Recv(); err != nil || n.GetStatusValue() != pb.StatusValue_NOT_DEPLOYED {
+		t.Fatalf("the owner's stream after another token deregistered its id: %v %v", n, err)
+	}
+}

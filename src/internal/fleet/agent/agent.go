@@ -83,7 +83,10 @@ func New(opts Options) (*Agent, error) {
 	// first URL's name would fail every other replica's certificate).
 	a.http = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment,
 		TLSClientConfig:   &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: opts.RootCAs},
-		ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second}}
+		ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second},
+		// The join is never redirected: a 307 or 308 would send the join
+		// token, in its body, wherever the answer points.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return a, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 )
 
@@ -69,5 +70,25 @@ func TestJoinOverTLSIsVerified(t *testing.T) {
 	var unknown x509.UnknownAuthorityError
 	if !errors.As(err, &unknown) || errors.Is(err, ErrRefused) || joins != before {
 		t.Fatalf("join without the orchestrator's CA: %v (joins %d→%d), want an unknown authority", err, before, joins)
+	}
+}
+
+// A join answered with a redirect is not followed: a 307 would carry the
+// join token, in the body, to wherever it points.
+func TestJoinIsNeverRedirected(t *testing.T) {
+	var got atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { got.Add(1) }))
+	defer other.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/v2/fleet/join", http.StatusTemporaryRedirect)
+	}))
+	defer srv.Close()
+	a, err := New(Options{Orchestrators: []string{srv.URL}, Cluster: nopCluster{}, Credentials: &memCredentials{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.http.CloseIdleConnections()
+	if _, err := join(t.Context(), a.http, a.endpoints[0], "tok"); err == nil || got.Load() != 0 {
+		t.Fatalf("a redirected join: %v, %d requests elsewhere; want an error and none", err, got.Load())
 	}
 }

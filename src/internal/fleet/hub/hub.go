@@ -78,6 +78,23 @@ type Options struct {
 	LastSeenInterval time.Duration
 	// MaxAgents bounds the streams served at once; 0 means 20000.
 	MaxAgents int
+	// MaxStreamsPerCluster bounds the streams one cluster's credential
+	// holds at once; 0 means DefaultMaxStreamsPerCluster.
+	MaxStreamsPerCluster int
+	// ConnectInterval and ConnectBurst bound how often one cluster's agent
+	// may open a stream (a token bucket); 0 means DefaultConnectInterval
+	// and DefaultConnectBurst.
+	ConnectInterval time.Duration
+	ConnectBurst    int
+	// ReportBytesPerSecond and ReportBurst bound the etcd writes of one
+	// cluster's reports (a token bucket; a report waits, and the agent's
+	// next with it); 0 means DefaultReportBytesPerSecond and
+	// DefaultReportBurst.
+	ReportBytesPerSecond int
+	ReportBurst          int
+	// MaxQueuedBytes bounds the messages waiting to be sent to one agent;
+	// 0 means DefaultMaxQueuedBytes.
+	MaxQueuedBytes int
 	// Now is the clock; nil means time.Now.
 	Now        func() time.Time
 	Logger     *logrus.Entry
@@ -103,6 +120,7 @@ type Hub struct {
 	lease     *concurrency.Session
 	sessions  map[appcontext.ClusterRef]*session
 	streams   int
+	quotas    map[appcontext.ClusterRef]*clusterQuota
 	followers map[placementKey]map[uint64]chan progressRecordRev
 	nextID    uint64
 	keeper    keeper
@@ -123,9 +141,18 @@ func New(opts Options) (*Hub, error) {
 	def(&opts.SilentAfter, 30*time.Second)
 	def(&opts.Heartbeat, 10*time.Second)
 	def(&opts.LastSeenInterval, time.Minute)
-	if opts.MaxAgents <= 0 {
-		opts.MaxAgents = 20000
+	defInt := func(n *int, v int) {
+		if *n <= 0 {
+			*n = v
+		}
 	}
+	defInt(&opts.MaxAgents, 20000)
+	defInt(&opts.MaxStreamsPerCluster, DefaultMaxStreamsPerCluster)
+	def(&opts.ConnectInterval, DefaultConnectInterval)
+	defInt(&opts.ConnectBurst, DefaultConnectBurst)
+	defInt(&opts.ReportBytesPerSecond, DefaultReportBytesPerSecond)
+	defInt(&opts.ReportBurst, DefaultReportBurst)
+	defInt(&opts.MaxQueuedBytes, DefaultMaxQueuedBytes)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -140,7 +167,7 @@ func New(opts Options) (*Hub, error) {
 		return nil, err
 	}
 	h := &Hub{opts: opts, keys: newKeys(opts.Prefix), log: opts.Logger, metrics: m, started: make(chan struct{}),
-		sessions: map[appcontext.ClusterRef]*session{}, followers: map[placementKey]map[uint64]chan progressRecordRev{}}
+		sessions: map[appcontext.ClusterRef]*session{}, quotas: map[appcontext.ClusterRef]*clusterQuota{}, followers: map[placementKey]map[uint64]chan progressRecordRev{}}
 	h.keeper.init()
 	h.writer = newWriter(opts.Client, m)
 	h.srv = grpc.NewServer(
@@ -312,6 +339,7 @@ func (h *Hub) credentialsChanged(ref appcontext.ClusterRef, present bool) {
 		h.want(ref)
 	} else {
 		h.drop(ref)
+		h.forgetQuota(ref)
 	}
 	h.mu.Lock()
 	s := h.sessions[ref]

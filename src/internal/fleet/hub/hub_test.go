@@ -48,7 +48,7 @@ func runFor(t *testing.T, f func(ctx context.Context) error) {
 	})
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T, adjust ...func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{prefix: env.EtcdPrefix()}
 	f.store = appcontext.New(appcontext.Options{Client: env.Etcd.Client, Prefix: f.prefix})
@@ -57,8 +57,12 @@ func newFixture(t *testing.T) *fixture {
 	if f.join, err = join.New(join.Options{Client: env.Etcd.Client, Prefix: f.prefix}); err != nil {
 		t.Fatal(err)
 	}
-	if f.hub, err = New(Options{Client: env.Etcd.Client, Contexts: f.store, Observed: cache, Credentials: f.join, Prefix: f.prefix,
-		Replica: "r1", UnreachableAfter: 300 * time.Millisecond, Heartbeat: time.Second}); err != nil {
+	opts := Options{Client: env.Etcd.Client, Contexts: f.store, Observed: cache, Credentials: f.join, Prefix: f.prefix,
+		Replica: "r1", UnreachableAfter: 300 * time.Millisecond, Heartbeat: time.Second}
+	for _, a := range adjust {
+		a(&opts)
+	}
+	if f.hub, err = New(opts); err != nil {
 		t.Fatal(err)
 	}
 	runFor(t, cache.Run)

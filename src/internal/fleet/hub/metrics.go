@@ -13,6 +13,11 @@ type metrics struct {
 	txns    prometheus.Counter
 	ops     prometheus.Counter
 	batches prometheus.Counter
+	// refused counts streams refused by the replica's or a cluster's
+	// limits; throttled, reports that waited for their cluster's write
+	// budget.
+	refused   *prometheus.CounterVec
+	throttled prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -27,8 +32,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "etcd writes of what agents reported (several per transaction)."}),
 		batches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "argus", Subsystem: "fleet", Name: "work_batches_total",
 			Help: "Work batches sent to agents."}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "argus", Subsystem: "fleet", Name: "streams_refused_total",
+			Help: "Agents' streams refused: the replica full, the cluster holding as many streams as it may, or reconnecting too often."}, []string{"reason"}),
+		throttled: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "argus", Subsystem: "fleet", Name: "reports_throttled_total",
+			Help: "Status reports that waited for their cluster's etcd write budget."}),
 	}
-	for _, c := range []prometheus.Collector{m.agents, m.reports, m.txns, m.ops, m.batches} {
+	for _, c := range []prometheus.Collector{m.agents, m.reports, m.txns, m.ops, m.batches, m.refused, m.throttled} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("hub: register metrics: %w", err)
 		}

@@ -78,6 +78,18 @@ func (s *session) report(r *pb.StatusReport) error {
 	for _, b := range r.GetBundles() {
 		s.bundle(b, w)
 	}
+	// Charged before anything is written, and waited for outside stateMu
+	// (the sender takes it to record silence): an agent that reports
+	// faster than its budget waits, and so does its next report.
+	written := 0
+	for _, sizes := range [][]int{w.sizes, w.lsz} {
+		for _, n := range sizes {
+			written += n
+		}
+	}
+	if err := s.throttle(written); err != nil {
+		return err
+	}
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
 	state, stateChanged := s.reportedState(r.GetMonitor())
@@ -264,6 +276,17 @@ func (s *session) heard() {
 	s.lastHeard = s.h.opts.Now()
 	if s.silence != nil {
 		s.silence.Reset(s.h.opts.SilentAfter)
+	}
+}
+
+// heardFor counts the agent heard until d from now (a wait the hub
+// imposed on it).
+func (s *session) heardFor(d time.Duration) {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	s.lastHeard = s.h.opts.Now().Add(d)
+	if s.silence != nil {
+		s.silence.Reset(d + s.h.opts.SilentAfter)
 	}
 }
 

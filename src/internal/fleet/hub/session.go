@@ -35,9 +35,12 @@ type session struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	wake   chan struct{}
+	quota  *clusterQuota
+	room   chan struct{} // a send made room in the queue
 
 	mu      sync.Mutex
 	out     []*pb.HubMessage
+	queued  int               // bytes of out
 	events  []etcdwatch.Event // work changes not sent yet
 	resync  bool              // send the cluster's work again from sentRev (complete)
 	sentRev int64
@@ -81,10 +84,11 @@ func (h *Hub) Connect(stream pb.Fleet_ConnectServer) error {
 		return status.Error(codes.Unauthenticated, err.Error())
 	}
 	// Counted from here: a stream that says nothing holds a slot too.
-	if !h.admit() {
-		return status.Error(codes.ResourceExhausted, "this replica serves as many agents as it may; try another")
+	quota, err := h.admit(ref)
+	if err != nil {
+		return err
 	}
-	defer h.dismiss()
+	defer h.dismiss(ref)
 	hello, err := h.hello(stream)
 	if err != nil {
 		return err
@@ -95,6 +99,7 @@ func (h *Hub) Connect(stream pb.Fleet_ConnectServer) error {
 		return status.Errorf(codes.PermissionDenied, "the credential is for cluster %s, not %.120s", ref, named)
 	}
 	s := h.newSession(stream, ref, cred, epoch)
+	s.quota = quota
 	defer s.cancel(nil)
 	defer h.unregister(s)
 	if err := s.start(hello); err != nil {
@@ -175,24 +180,6 @@ func (h *Hub) enter() bool {
 	return true
 }
 
-func (h *Hub) admit() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.streams >= h.opts.MaxAgents {
-		return false
-	}
-	h.streams++
-	h.metrics.agents.Inc()
-	return true
-}
-
-func (h *Hub) dismiss() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.streams--
-	h.metrics.agents.Dec()
-}
-
 // bearer takes the credential out of the call's metadata.
 func bearer(ctx context.Context) string {
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -213,7 +200,7 @@ func (h *Hub) newSession(stream pb.Fleet_ConnectServer, ref appcontext.ClusterRe
 	rec, _ := json.Marshal(sessionRecord{Session: id, Replica: h.opts.Replica, Since: h.opts.Now().UTC().Format(time.RFC3339Nano)})
 	return &session{h: h, ref: ref, id: id, cred: cred, epoch: epoch, guard: string(rec), stream: stream,
 		log: h.log.WithFields(logrus.Fields{"cluster": ref.String(), "session": id}), ctx: ctx, cancel: cancel,
-		wake: make(chan struct{}, 1), items: map[itemKey]*item{}}
+		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), items: map[itemKey]*item{}}
 }
 
 // start records the session, replacing any other of the cluster, and
@@ -240,8 +227,9 @@ func (s *session) start(hello *pb.Hello) error {
 	s.lastHeard = h.opts.Now()
 	s.silence = time.AfterFunc(h.opts.SilentAfter, s.wentSilent)
 	s.mu.Lock()
-	s.out = append(s.out, &pb.HubMessage{Body: &pb.HubMessage_Welcome{Welcome: &pb.Welcome{Session: s.id,
-		HeartbeatSeconds: int32(h.opts.Heartbeat / time.Second), StatusEpoch: s.epoch}}})
+	welcome := &pb.HubMessage{Body: &pb.HubMessage_Welcome{Welcome: &pb.Welcome{Session: s.id,
+		HeartbeatSeconds: int32(h.opts.Heartbeat / time.Second), StatusEpoch: s.epoch}}}
+	s.out, s.queued = append(s.out, welcome), s.queued+messageBytes(welcome)
 	s.sentRev, s.resync = max(0, hello.GetWorkRevision()), true
 	s.mu.Unlock()
 	s.signal()
@@ -314,6 +302,7 @@ func (s *session) signal() {
 func (s *session) queue(m *pb.HubMessage) {
 	s.mu.Lock()
 	s.out = append(s.out, m)
+	s.queued += messageBytes(m)
 	s.mu.Unlock()
 	s.signal()
 }
@@ -321,6 +310,9 @@ func (s *session) queue(m *pb.HubMessage) {
 // receive reads the agent's messages until the stream or the session ends.
 func (s *session) receive() {
 	for {
+		if s.waitRoom() != nil {
+			return
+		}
 		m, err := s.stream.Recv()
 		if err != nil {
 			s.cancel(nil) // the agent went away; it reconnects
@@ -370,6 +362,7 @@ func (s *session) sendLoop() {
 					s.end(err)
 					return
 				}
+				s.sent(messageBytes(m))
 			}
 			var batches []*pb.HubMessage
 			var err error
@@ -556,10 +549,18 @@ func (s *session) blobs(req *pb.BlobRequest) error {
 	s.mu.Unlock()
 	msg := &pb.Blobs{ContextId: id}
 	size := 0
+	asked := make(map[string]bool, len(req.GetSha256()))
 	for _, sum := range req.GetSha256() {
+		if asked[sum] {
+			continue // each manifest once, however often it is named
+		}
+		asked[sum] = true
 		if !allowed[sum] {
 			s.log.WithField("context", fmt.Sprintf("%.40q", id)).Warn("an agent asked for a manifest not in its cluster's work")
 			return status.Errorf(codes.PermissionDenied, "manifest %.80s of context %.40s is not in cluster %s's work", sum, id, s.ref)
+		}
+		if err := s.waitRoom(); err != nil {
+			return err
 		}
 		data, err := s.h.opts.Contexts.ReadBlob(s.ctx, id, sum)
 		if err != nil {
