@@ -359,7 +359,7 @@ func (r *repairer) repair(ctx context.Context, key string, p *pendingIntent) err
 		_, err := r.x.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", p.rev)).Then(clientv3.OpDelete(key)).Commit()
 		return err
 	}
-	if err := r.c.undo(ctx, k, p.rec.Key, p.rec.intentContent); err != nil {
+	if err := r.c.undo(ctx, k, p.rec.Key, p.rec.intentContent, p.rec.Ended); err != nil {
 		return err
 	}
 	if err := r.c.refresh(ctx, r.x, k, p.rec.Key); err != nil {
@@ -382,15 +382,20 @@ func (r *repairer) repair(ctx context.Context, key string, p *pendingIntent) err
 }
 
 // undo removes what a write stopped midway left in MongoDB: the object it
-// inserted with a write-ahead intent (unless it became visible), and a
-// content generation the object does not name.
-func (c *Catalog) undo(ctx context.Context, k *Kind, key Key, ic intentContent) error {
+// inserted with a write-ahead intent, and a content generation the object
+// does not name. A create that answered an error (ended) leaves nothing,
+// visible or not: MongoDB may have carried it out after the answer. One
+// whose writer died without an answer keeps what became visible: a
+// replica may already have listed it (start-up indexes what MongoDB
+// shows), and an object seen must not vanish later.
+func (c *Catalog) undo(ctx context.Context, k *Kind, key Key, ic intentContent, ended bool) error {
 	coll := c.db.Collection(k.Collection)
-	// The document a create inserted, visible or not: the create never
-	// wrote the index (that write removes the intent), so it did not
-	// answer success.
 	if id, err := primitive.ObjectIDFromHex(ic.ID); err == nil {
-		if _, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
+		filter := bson.D{{Key: "_id", Value: id}}
+		if !ended {
+			filter = append(filter, bson.E{Key: fieldPending, Value: bson.D{{Key: "$exists", Value: true}}})
+		}
+		if _, err := coll.DeleteOne(ctx, filter); err != nil {
 			return fmt.Errorf("undo the creation of %s: %w", k.describe(key), err)
 		}
 	}

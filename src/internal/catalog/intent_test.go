@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
 )
@@ -72,11 +73,14 @@ func TestIntentOfADeadWriterIsRepaired(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitIntents(t, c) // a write that finished leaves none
-		in, err := c.begin(ctx, c.index(), Projects, Key{"q"}, intentContent{})
+		// The intent names the _id it inserts, as a create's does: a writer
+		// that died without an answer keeps what became visible.
+		id := primitive.NewObjectID()
+		in, err := c.begin(ctx, c.index(), Projects, Key{"q"}, intentContent{ID: id.Hex()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.db.Collection(Projects.Collection).InsertOne(ctx, bson.D{{Key: "project", Value: "q"},
+		if _, err := c.db.Collection(Projects.Collection).InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "project", Value: "q"},
 			{Key: "metadata", Value: bson.D{{Key: "name", Value: "q"}}}}); err != nil {
 			t.Fatal(err)
 		}
