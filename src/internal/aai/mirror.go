@@ -177,7 +177,12 @@ func (s *Sink) purge(id string) {
 }
 
 func (s *Sink) purgeOnce(ctx context.Context, id string) error {
-	st, found, err := s.opts.States.Load(ctx, stateKey(id))
+	st, found, err := s.opts.States.LoadWhole(ctx, stateKey(id))
+	if errors.Is(err, notify.ErrFrozenLost) {
+		// What the lost payload named may stay in AAI; the rest goes.
+		s.log.WithError(err).WithField("instance", id).Warn("purging without the pending payload's resources")
+		st.Pending, err = nil, nil
+	}
 	if err != nil || !found {
 		return err
 	}

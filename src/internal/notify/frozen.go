@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,11 +41,36 @@ type FrozenRef struct {
 	SHA256   string `json:"sha256"`
 }
 
-// errFrozenLost is a part whose chunks are missing or corrupt.
-var errFrozenLost = errors.New("notify: a frozen part of the pending payload is missing or corrupt")
+// ErrFrozenLost is a part whose chunks are missing or corrupt.
+var ErrFrozenLost = errors.New("notify: a frozen part of the pending payload is missing or corrupt")
 
 // frozen reports whether the payload has parts under keys of their own.
-func (p *Pending) frozen() bool { return p != nil && (p.EnvelopeRef != nil || p.ChangesRef != nil) }
+func (p *Pending) frozen() bool {
+	return p != nil && (p.EnvelopeRef != nil || p.ChangesRef != nil || p.DeltaRef != nil)
+}
+
+// deltaPart is how Delta and Gone are kept when they have keys of their own.
+type deltaPart struct {
+	Delta map[string]string `json:"delta,omitempty"`
+	Gone  []string          `json:"gone,omitempty"`
+}
+
+// minDeltaToSpill is how many digests a delta has before its size is
+// worth measuring: fewer never come near MaxInlinePart.
+const minDeltaToSpill = 256
+
+// largeDelta is the payload's Delta and Gone encoded, if they have no keys
+// of their own yet and are larger than MaxInlinePart; nil otherwise.
+func (p *Pending) largeDelta() ([]byte, error) {
+	if p.DeltaRef != nil || len(p.Delta)+len(p.Gone) < minDeltaToSpill {
+		return nil, nil
+	}
+	data, err := json.Marshal(deltaPart{Delta: p.Delta, Gone: p.Gone})
+	if err != nil || len(data) <= MaxInlinePart {
+		return nil, err
+	}
+	return data, nil
+}
 
 func (s *States) frozenPrefix(key string) string { return s.prefix + frozenRoot + key + "/" }
 
@@ -65,7 +91,11 @@ func (s *States) spill(ctx context.Context, key string, p *Pending, guards []cli
 	}
 	envelope := p.EnvelopeRef == nil && len(p.Envelope) > MaxInlinePart
 	changes := p.ChangesRef == nil && len(p.Changes) > MaxInlinePart
-	if !envelope && !changes {
+	delta, err := p.largeDelta()
+	if err != nil {
+		return err
+	}
+	if !envelope && !changes && delta == nil {
 		return nil
 	}
 	if !p.frozen() { // an older payload's chunks (or a cut-short write of this one's)
@@ -73,7 +103,6 @@ func (s *States) spill(ctx context.Context, key string, p *Pending, guards []cli
 			return err
 		}
 	}
-	var err error
 	if envelope {
 		if p.EnvelopeRef, err = s.writePart(ctx, key, p.Sequence, "envelope", p.Envelope, guards); err != nil {
 			return err
@@ -81,6 +110,11 @@ func (s *States) spill(ctx context.Context, key string, p *Pending, guards []cli
 	}
 	if changes {
 		if p.ChangesRef, err = s.writePart(ctx, key, p.Sequence, "changes", p.Changes, guards); err != nil {
+			return err
+		}
+	}
+	if delta != nil {
+		if p.DeltaRef, err = s.writePart(ctx, key, p.Sequence, "delta", delta, guards); err != nil {
 			return err
 		}
 	}
@@ -123,7 +157,7 @@ func (s *States) writePart(ctx context.Context, key string, seq int64, part stri
 	return ref, nil
 }
 
-// thaw reads back the payload's parts kept in chunks; errFrozenLost when
+// thaw reads back the payload's parts kept in chunks; ErrFrozenLost when
 // one is missing or corrupt.
 func (s *States) thaw(ctx context.Context, key string, p *Pending) error {
 	if p == nil {
@@ -140,7 +174,30 @@ func (s *States) thaw(ctx context.Context, key string, p *Pending) error {
 			return err
 		}
 	}
+	if p.DeltaRef != nil && p.Delta == nil && p.Gone == nil {
+		data, err := s.readPart(ctx, key, "delta", p.DeltaRef)
+		if err != nil {
+			return err
+		}
+		var d deltaPart
+		if err := json.Unmarshal(data, &d); err != nil {
+			return fmt.Errorf("%w: delta: %w", ErrFrozenLost, err)
+		}
+		p.Delta, p.Gone = d.Delta, d.Gone
+	}
 	return nil
+}
+
+// LoadWhole is Load with the pending payload's parts kept under keys of
+// their own read back (what a sink purging a subject's objects needs);
+// ErrFrozenLost, with the rest of the state, when one is missing or
+// corrupt.
+func (s *States) LoadWhole(ctx context.Context, key string) (State, bool, error) {
+	st, found, err := s.Load(ctx, key)
+	if err != nil || !found {
+		return st, found, err
+	}
+	return st, true, s.thaw(ctx, key, st.Pending)
 }
 
 func (s *States) readPart(ctx context.Context, key, part string, ref *FrozenRef) ([]byte, error) {
@@ -150,26 +207,26 @@ func (s *States) readPart(ctx context.Context, key, part string, ref *FrozenRef)
 		return nil, fmt.Errorf("read the pending payload's %s: %w", part, err)
 	}
 	if len(resp.Kvs) != ref.Chunks {
-		return nil, fmt.Errorf("%w: %s has %d of %d chunks", errFrozenLost, part, len(resp.Kvs), ref.Chunks)
+		return nil, fmt.Errorf("%w: %s has %d of %d chunks", ErrFrozenLost, part, len(resp.Kvs), ref.Chunks)
 	}
 	var z bytes.Buffer
 	for n, kv := range resp.Kvs {
 		if strings.TrimPrefix(string(kv.Key), prefix) != fmt.Sprintf("%06d", n) {
-			return nil, fmt.Errorf("%w: %s chunk %d is %s", errFrozenLost, part, n, kv.Key)
+			return nil, fmt.Errorf("%w: %s chunk %d is %s", ErrFrozenLost, part, n, kv.Key)
 		}
 		z.Write(kv.Value)
 	}
 	zr, err := gzip.NewReader(&z)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", errFrozenLost, part, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrFrozenLost, part, err)
 	}
 	// The size it was written with bounds what is read, corrupt or not.
 	data, err := io.ReadAll(io.LimitReader(zr, int64(ref.Size)+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", errFrozenLost, part, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrFrozenLost, part, err)
 	}
 	if sum := sha256.Sum256(data); len(data) != ref.Size || hex.EncodeToString(sum[:]) != ref.SHA256 {
-		return nil, fmt.Errorf("%w: %s does not match its sha256", errFrozenLost, part)
+		return nil, fmt.Errorf("%w: %s does not match its sha256", ErrFrozenLost, part)
 	}
 	return data, nil
 }

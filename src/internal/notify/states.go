@@ -84,6 +84,9 @@ type Pending struct {
 	// EnvelopeRef and ChangesRef name a part kept under keys of its own.
 	EnvelopeRef *FrozenRef `json:"envelopeRef,omitempty"`
 	ChangesRef  *FrozenRef `json:"changesRef,omitempty"`
+	// DeltaRef names Delta and Gone kept under keys of their own (a first
+	// delivery of a DIG's tens of thousands of resources).
+	DeltaRef *FrozenRef `json:"deltaRef,omitempty"`
 	// Delta are the digests of the resources this payload changes, and
 	// Gone the resources it deletes: the delivered state once it is
 	// answered, less what did not change.
@@ -247,13 +250,16 @@ func decodeState(key string, data []byte) (State, error) {
 // encode is the state's own value: parts kept under keys of their own
 // are left out, and digests not yet in shards stay inline.
 func (st State) encode() ([]byte, error) {
-	if p := st.Pending; p != nil && (p.EnvelopeRef != nil || p.ChangesRef != nil) {
+	if p := st.Pending; p.frozen() {
 		cp := *p
 		if cp.EnvelopeRef != nil {
 			cp.Envelope = nil
 		}
 		if cp.ChangesRef != nil {
 			cp.Changes = nil
+		}
+		if cp.DeltaRef != nil {
+			cp.Delta, cp.Gone = nil, nil
 		}
 		st.Pending = &cp
 	}

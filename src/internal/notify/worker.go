@@ -207,7 +207,7 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 	if err != nil {
 		return st, err
 	}
-	if err := w.opts.States.thaw(ctx, w.opts.Key, st.Pending); errors.Is(err, errFrozenLost) {
+	if err := w.opts.States.thaw(ctx, w.opts.Key, st.Pending); errors.Is(err, ErrFrozenLost) {
 		w.drop(&st, err)
 	} else if err != nil {
 		return st, err
@@ -231,7 +231,7 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 		// Changed filters while a payload waited for its 2xx: it is still
 		// sent, under its sequence number, and once it is the subscriber
 		// is at the new baseline (what the new filters see now).
-		st.Pending.Delta, st.Pending.Gone, st.Pending.NextHead = nil, nil, st.Head
+		st.Pending.Delta, st.Pending.Gone, st.Pending.DeltaRef, st.Pending.NextHead = nil, nil, nil, st.Head
 	}
 	if st.Created.IsZero() {
 		st.Created = w.opts.Now().UTC()
