@@ -61,6 +61,24 @@ func owned(t *testing.T, c *Catalog, id string) clientv3.LeaseID {
 	return g.ID
 }
 
+// visibleCreate does what a create of project name does up to its index
+// write: the intent, naming the document's _id, and the document,
+// inserted visible.
+func visibleCreate(ctx context.Context, t *testing.T, c *Catalog, name string, ic intentContent) *intent {
+	t.Helper()
+	id := primitive.NewObjectID()
+	ic.ID = id.Hex()
+	in, err := c.begin(ctx, c.index(), Projects, Key{name}, ic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.db.Collection(Projects.Collection).InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "project", Value: name},
+		{Key: "metadata", Value: bson.D{{Key: "name", Value: name}}}}); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
 // A writer that dies between its MongoDB write and the index's leaves its
 // intent; once its lease is gone another replica's repairer copies the
 // object into the index and removes the intent — no restart needed.
@@ -75,15 +93,7 @@ func TestIntentOfADeadWriterIsRepaired(t *testing.T) {
 		waitIntents(t, c) // a write that finished leaves none
 		// The intent names the _id it inserts, as a create's does: a writer
 		// that died without an answer keeps what became visible.
-		id := primitive.NewObjectID()
-		in, err := c.begin(ctx, c.index(), Projects, Key{"q"}, intentContent{ID: id.Hex()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.db.Collection(Projects.Collection).InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "project", Value: "q"},
-			{Key: "metadata", Value: bson.D{{Key: "name", Value: "q"}}}}); err != nil {
-			t.Fatal(err)
-		}
+		in := visibleCreate(ctx, t, c, "q", intentContent{})
 		c.inflight.Delete(in.key) // the writer is gone (its process with it)
 		if _, err := projects.Get(ctx, Key{"q"}); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Fatalf("the index has the object before any repair: %v", err)

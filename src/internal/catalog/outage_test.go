@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 
@@ -153,16 +152,8 @@ func TestFailedCreateLeavesNoObject(t *testing.T) {
 		owned(t, c, "writer")
 		projects := For[Empty](c, Projects)
 		since := time.Now().UTC().Truncate(time.Millisecond)
-		id := primitive.NewObjectID()
-		in, err := c.begin(ctx, c.index(), Projects, Key{"late"}, intentContent{Pending: &since, ID: id.Hex()})
-		if err != nil {
-			t.Fatal(err)
-		}
 		// Inserted and made visible, but the create saw neither answer.
-		if _, err := c.db.Collection(Projects.Collection).InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "project", Value: "late"},
-			{Key: "metadata", Value: bson.D{{Key: "name", Value: "late"}}}}); err != nil {
-			t.Fatal(err)
-		}
+		in := visibleCreate(ctx, t, c, "late", intentContent{Pending: &since})
 		_ = in.end(errdefs.Unavailable(nil, "MongoDB does not answer"))
 		runRepairs(t, c)
 		waitIntents(t, c)
