@@ -102,11 +102,25 @@ func see(t *testing.T, ctx context.Context, d time.Duration, what, selector stri
 
 func text(t *testing.T, ctx context.Context, selector string) string {
 	t.Helper()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(selector)))
-	if err != nil {
-		t.Fatalf("text of %s: %v", selector, err)
+	// Looked up and read in one script: the page re-renders as status
+	// changes, and a node found in one call may be gone by the next
+	// ("No node with given id found"). Between renders the element is
+	// there again, so a miss is asked again, with a deadline.
+	const missing = "__argus: no such element__"
+	script := `(() => { const e = document.querySelector(` + jsString(selector) + `); return e === null ? "` + missing + `" : e.innerText })()`
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](script))
+		switch {
+		case err != nil:
+			t.Fatalf("text of %s: %v", selector, err)
+		case s != missing:
+			return s
+		case time.Now().After(deadline):
+			t.Fatalf("text of %s: no such element", selector)
+		}
+		time.Sleep(50 * time.Millisecond) // polling with a deadline
 	}
-	return s
 }
 
 // screenshot keeps a picture of the page when ARGUS_SCREENSHOTS names a

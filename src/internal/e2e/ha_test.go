@@ -136,8 +136,15 @@ func (h *haSet) stop() {
 		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
 		<-h.exited
 	}
-	// Nothing of the group may be left.
-	if err := syscall.Kill(-h.cmd.Process.Pid, 0); !errors.Is(err, syscall.ESRCH) {
+	// Nothing of the group may be left. A replica's render workers end
+	// on their parent's death signal (Pdeathsig), just after it: they are
+	// given a few seconds to go before they count as survivors.
+	err := syscall.Kill(-h.cmd.Process.Pid, 0)
+	for deadline := time.Now().Add(10 * time.Second); !errors.Is(err, syscall.ESRCH) && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond) // polling with a deadline
+		err = syscall.Kill(-h.cmd.Process.Pid, 0)
+	}
+	if !errors.Is(err, syscall.ESRCH) {
 		h.t.Errorf("processes of ha-up.sh's group survive it (kill -0: %v); killing them", err)
 		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
 	}
