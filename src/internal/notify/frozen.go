@@ -74,13 +74,37 @@ func (p *Pending) largeDelta() ([]byte, error) {
 
 func (s *States) frozenPrefix(key string) string { return s.prefix + frozenRoot + key + "/" }
 
+// seqPrefix holds one payload's chunks, every part.
+func (s *States) seqPrefix(key string, seq int64) string {
+	return fmt.Sprintf("%s%d/", s.frozenPrefix(key), seq)
+}
+
 func (s *States) partPrefix(key string, seq int64, part string) string {
-	return fmt.Sprintf("%s%d/%s/", s.frozenPrefix(key), seq, part)
+	return s.seqPrefix(key, seq) + part + "/"
 }
 
 // dropFrozen removes every chunk of a subscription.
 func (s *States) dropFrozen(key string) clientv3.Op {
 	return clientv3.OpDelete(s.frozenPrefix(key), clientv3.WithPrefix())
+}
+
+// dropOthers removes, with the state that names p, every chunk p does not
+// use: all of them when p has none. Done in the state's own transaction,
+// never before it, the chunks of the payload etcd still names stay until
+// a state that no longer names it is written, so a process that stops in
+// between resends that payload unchanged.
+func (s *States) dropOthers(key string, p *Pending) []clientv3.Op {
+	if !p.frozen() {
+		return []clientv3.Op{s.dropFrozen(key)}
+	}
+	prefix := s.frozenPrefix(key)
+	own := s.seqPrefix(key, p.Sequence)
+	// Keys of other sequences sort before <seq>/ or from <seq>0 on ("0"
+	// follows "/"): the two ranges around this payload's own.
+	return []clientv3.Op{
+		clientv3.OpDelete(prefix, clientv3.WithRange(own)),
+		clientv3.OpDelete(strings.TrimSuffix(own, "/")+"0", clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix))),
+	}
 }
 
 // spill writes the payload's large parts that have no chunks yet, after
@@ -98,8 +122,9 @@ func (s *States) spill(ctx context.Context, key string, p *Pending, guards []cli
 	if !envelope && !changes && delta == nil {
 		return nil
 	}
-	if !p.frozen() { // an older payload's chunks (or a cut-short write of this one's)
-		if err := s.commit(ctx, guards, s.dropFrozen(key)); err != nil {
+	if !p.frozen() { // a cut-short write of this payload's (others' stay: see dropOthers)
+		own := s.seqPrefix(key, p.Sequence)
+		if err := s.commit(ctx, guards, clientv3.OpDelete(own, clientv3.WithPrefix())); err != nil {
 			return err
 		}
 	}

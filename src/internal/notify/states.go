@@ -289,10 +289,7 @@ func (s *States) SaveIf(ctx context.Context, key string, st State, guards ...cli
 	if err != nil {
 		return err
 	}
-	ops := []clientv3.Op{clientv3.OpPut(s.prefix+key, string(data))}
-	if !st.Pending.frozen() {
-		ops = append(ops, s.dropFrozen(key))
-	}
+	ops := append([]clientv3.Op{clientv3.OpPut(s.prefix+key, string(data))}, s.dropOthers(key, st.Pending)...)
 	return s.commit(ctx, guards, ops...)
 }
 
@@ -384,9 +381,7 @@ func (s *States) saveDelivered(ctx context.Context, key string, st State, touche
 	if err := add(clientv3.OpPut(s.prefix+key, string(data)), len(data)); err != nil {
 		return err
 	}
-	if !st.Pending.frozen() { // with the state that no longer names them
-		ops = append(ops, s.dropFrozen(key))
-	}
+	ops = append(ops, s.dropOthers(key, st.Pending)...) // with the state that names what stays
 	return flush()
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -256,5 +257,40 @@ func TestEarlierStateLayoutIsResumed(t *testing.T) {
 	r.w.Notify()
 	if p := rcv.next(t); p.sequence != 4 || len(p.changes.Created) != 1 || len(p.changes.Modified) != 0 {
 		t.Fatalf("next POST = %+v", p)
+	}
+}
+
+// A newer payload's chunks, written before the state that would name it,
+// leave the older payload's alone: a process that stops between the two
+// writes leaves etcd naming the older payload, which is resent whole.
+func TestNewerChunksLeaveTheNamedPayload(t *testing.T) {
+	ctx := context.Background()
+	states := statesFor(t)
+	key := testenv.UniqueName("sub")
+	big := func(c string) json.RawMessage {
+		return json.RawMessage(`{"apps":"` + strings.Repeat(c, MaxInlinePart+1) + `"}`)
+	}
+	older := &Pending{ID: "a", Sequence: 1, Envelope: big("a"), Changes: json.RawMessage(`{"resource-changes":{}}`)}
+	if err := states.SaveIf(ctx, key, State{Sequence: 1, Pending: older}); err != nil {
+		t.Fatal(err)
+	}
+	newer := &Pending{ID: "b", Sequence: 2, Envelope: big("b"), Changes: json.RawMessage(`{"resource-changes":{}}`)}
+	if err := states.spill(ctx, key, newer, nil); err != nil { // the process stops here
+		t.Fatal(err)
+	}
+	st, _, err := states.LoadWhole(ctx, key)
+	if err != nil || st.Pending == nil || st.Pending.ID != "a" || !bytes.Equal(st.Pending.Envelope, older.Envelope) {
+		t.Fatalf("the named payload after a newer one's chunks: %v", err)
+	}
+	// Once a state names the newer payload, the older chunks go with it.
+	if err := states.SaveIf(ctx, key, State{Sequence: 2, Pending: newer}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := env.Etcd.Client.Get(ctx, states.seqPrefix(key, 1), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Fatalf("the older payload's chunks once the newer is named: %v %v", resp, err)
+	}
+	if st, _, err := states.LoadWhole(ctx, key); err != nil || st.Pending.ID != "b" || !bytes.Equal(st.Pending.Envelope, newer.Envelope) {
+		t.Fatalf("the newer payload: %v", err)
 	}
 }
