@@ -327,6 +327,10 @@ func (r *Recorder) record(ctx context.Context, group string, sc *appcontext.Scop
 		return time.Time{}, nil // a change already recorded
 	}
 	full := gs == nil || sc == nil || sc.All || !scoped
+	var prev time.Time // when the group's held-back resources are due
+	if gs != nil {
+		prev = gs.again
+	}
 	for attempt := 0; ; attempt++ {
 		if full {
 			cur, rev, err := r.opts.Store.load(ctx, group)
@@ -366,6 +370,11 @@ func (r *Recorder) record(ctx context.Context, group string, sc *appcontext.Scop
 		}
 		if err != nil {
 			return time.Time{}, err
+		}
+		if !full && !prev.IsZero() && (again.IsZero() || prev.Before(again)) {
+			// Resources held back on other clusters still settle: their
+			// re-record is due whatever this one found on its clusters.
+			again = prev
 		}
 		gs.again = again
 		r.mu.Lock()
