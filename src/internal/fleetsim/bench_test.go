@@ -146,6 +146,7 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration)
 	<-time.After(idle) // the measuring window, not a synchronisation
 	rss1, cpu1 := d.usage()
 	stopProfile()
+	d.saveHeap(fmt.Sprintf("idle-%d", n))
 	res.rssKiB = float64(rss1-rss0) / float64(n)
 	res.cpuMs = float64(cpu1-cpu0) / time.Since(t0).Minutes() / float64(n)
 
