@@ -124,7 +124,7 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration)
 		cancel()
 		<-ran
 	}()
-	took := poll(b, 5*time.Minute, "every agent connected", func() bool { return f.Connected() == n })
+	took := poll(b, 5*time.Minute+time.Duration(n)*30*time.Millisecond, "every agent connected", func() bool { return f.Connected() == n })
 	b.Logf("%d clusters registered and connected (%s to connect)", n, took.Round(time.Millisecond))
 
 	onboardBench(b, a)
