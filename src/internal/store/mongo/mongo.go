@@ -39,10 +39,12 @@ type Options struct {
 	// ServerSelectionTimeout for it (0 means 2s), and Available says why.
 	HeartbeatTimeout, HeartbeatInterval, ServerSelectionTimeout time.Duration
 	// HeartbeatMisses is how many checks in a row a server misses before
-	// it is down; 0 means 2. The driver checks again at once after a
+	// it is down; 0 means 1, so a create answers 503 within 2 s of the
+	// store stopping (issue 27). The driver checks again at once after a
 	// missed one, so 2 takes one stall longer than a check (embedded
-	// FerretDB starved for a moment on a loaded machine) as a delay, and
-	// a hung server is down about two timeouts after it stopped.
+	// FerretDB starved for a moment on a loaded machine) as a delay, at
+	// the price of a hung server found down about two timeouts (3.5 s)
+	// after it stopped.
 	HeartbeatMisses int
 	// Logger receives the store's messages (FerretDB's at error level only).
 	Logger *logrus.Entry
@@ -155,7 +157,7 @@ func (s *Store) monitor(log *logrus.Entry) *event.ServerMonitor {
 // missesToDown is HeartbeatMisses with its default.
 func (s *Store) missesToDown() int32 {
 	if s.misses <= 0 {
-		return 2
+		return 1
 	}
 	return s.misses
 }
