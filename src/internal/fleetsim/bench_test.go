@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/argus-mc/argus/src/internal/testenv"
 	"github.com/argus-mc/argus/src/internal/testenv/tgz"
 )
 
@@ -51,7 +52,7 @@ func BenchmarkFleet(b *testing.B) {
 	if s, err := strconv.Atoi(os.Getenv("ARGUS_FLEET_CHURN_S")); err == nil && s > 0 {
 		churnFor = time.Duration(s) * time.Second
 	}
-	bin := buildOrchestrator(b, b.TempDir())
+	bin := testenv.BuildOrchestrator(b, b.TempDir())
 	for b.Loop() {
 		for _, s := range strings.Split(sizes, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))

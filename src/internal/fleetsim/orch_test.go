@@ -21,6 +21,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
+	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
 // deployment is the orchestrator under benchmark: one process on
@@ -33,6 +34,8 @@ type deployment struct {
 	pids     []int
 	cmd      *exec.Cmd
 	done     chan error
+	// ha is scripts/ha-up.sh's deployment (nil for one process).
+	ha *testenv.HA
 	// inProcess runs the orchestrator in this process (for profiles:
 	// ARGUS_FLEET_PROFILE); cancel stops it.
 	inProcess bool
@@ -40,16 +43,6 @@ type deployment struct {
 	// debugPort serves the orchestrator's profiles (--debug-listen) when
 	// ARGUS_FLEET_HEAP names a directory for them; 0 otherwise.
 	debugPort int
-}
-
-// buildOrchestrator builds bin/orchestrator into dir.
-func buildOrchestrator(tb testing.TB, dir string) string {
-	bin := filepath.Join(dir, "orchestrator")
-	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/orchestrator").CombinedOutput()
-	if err != nil {
-		tb.Fatalf("go build orchestrator: %v: %s", err, out)
-	}
-	return bin
 }
 
 // orchestratorFlags: every agent holds a connection of the API's port, so
@@ -95,46 +88,13 @@ func (d *deployment) startProcess() {
 	waitReady(d.tb, d.urls[0], d.done)
 }
 
-// startHA runs scripts/ha-up.sh with n replicas of bin.
+// startHA runs scripts/ha-up.sh with n replicas of bin (testenv.HA: its
+// own process group, stopped if the benchmark's process dies).
 func startHA(tb testing.TB, bin, dir string, n int) *deployment {
 	d := &deployment{tb: tb, bin: bin, dir: dir}
-	args := append([]string{"--replicas", strconv.Itoa(n), "--dir", dir, "--"}, orchestratorFlags...)
-	d.cmd = exec.Command("../../../scripts/ha-up.sh", args...)
-	d.cmd.Env = append(os.Environ(), "ARGUS_ORCHESTRATOR="+bin)
-	log, err := os.Create(filepath.Join(dir, "ha-up.log"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	d.cmd.Stdout, d.cmd.Stderr = log, log
-	if err := d.cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	d.done = make(chan error, 1)
-	go func() {
-		d.done <- d.cmd.Wait()
-		_ = log.Close()
-	}()
-	poll(tb, 5*time.Minute, "ha-up.sh ready", func() bool {
-		select {
-		case err := <-d.done:
-			d.done <- err
-			tb.Fatalf("ha-up.sh ended: %v (see %s)", err, filepath.Join(dir, "ha-up.log"))
-		default:
-		}
-		_, err := os.Stat(filepath.Join(dir, "ready"))
-		return err == nil
-	})
-	data, err := os.ReadFile(filepath.Join(dir, "replicas"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		var url string
-		var pid int
-		if _, err := fmt.Sscan(line, &url, &pid); err != nil {
-			tb.Fatalf("replicas line %q: %v", line, err)
-		}
-		d.urls, d.pids = append(d.urls, url), append(d.pids, pid)
+	d.ha = testenv.StartHA(tb, testenv.HAOptions{Orchestrator: bin, Replicas: n, Dir: dir, Flags: orchestratorFlags})
+	for _, r := range d.ha.Replicas {
+		d.urls, d.pids = append(d.urls, r.URL), append(d.pids, r.PID)
 	}
 	return d
 }
@@ -223,6 +183,11 @@ func (d *deployment) stop() {
 		if err := <-d.done; err != nil {
 			d.tb.Errorf("orchestrator: %v", err)
 		}
+		return
+	}
+	if d.ha != nil {
+		d.ha.Stop()
+		d.ha = nil
 		return
 	}
 	if d.cmd == nil {
