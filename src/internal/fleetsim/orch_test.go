@@ -40,19 +40,22 @@ type deployment struct {
 	// ARGUS_FLEET_PROFILE); cancel stops it.
 	inProcess bool
 	cancel    context.CancelFunc
+	// debugPort serves the orchestrator's profiles (--debug-listen) when
+	// ARGUS_FLEET_HEAP names a directory for them; 0 otherwise.
+	debugPort int
 }
 
-var orchestratorFlags = []string{"--callback-allow", "127.0.0.1", "--log-format", "text", "--log-level", "warn"}
+// orchestratorFlags: every agent holds a connection of the API's port, so
+// the connection cap (automatic: at most 4,096) is raised above the
+// largest fleet benchmarked; 5,000 agents stalled at the automatic cap.
+var orchestratorFlags = []string{"--callback-allow", "127.0.0.1", "--log-format", "text", "--log-level", "warn", "--max-connections", "12000"}
 
 // startSingle runs one orchestrator on embedded stores under dir.
 func startSingle(tb testing.TB, bin, dir string) *deployment {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	d := &deployment{tb: tb, bin: bin, dir: dir, port: freePort(tb), inProcess: os.Getenv("ARGUS_FLEET_PROFILE") != ""}
+	if os.Getenv("ARGUS_FLEET_HEAP") != "" && !d.inProcess {
+		d.debugPort = freePort(tb)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	d := &deployment{tb: tb, bin: bin, dir: dir, port: port, inProcess: os.Getenv("ARGUS_FLEET_PROFILE") != ""}
 	d.startProcess()
 	return d
 }
@@ -67,6 +70,9 @@ func (d *deployment) startProcess() {
 		d.tb.Fatal(err)
 	}
 	args := append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", d.port), "--data-dir", filepath.Join(d.dir, "data")}, orchestratorFlags...)
+	if d.debugPort != 0 {
+		args = append(args, "--debug-listen", fmt.Sprintf("127.0.0.1:%d", d.debugPort))
+	}
 	d.cmd = exec.Command(d.bin, args...)
 	d.cmd.Stdout, d.cmd.Stderr = log, log
 	if err := d.cmd.Start(); err != nil {
@@ -120,6 +126,53 @@ func (d *deployment) startInProcess() {
 	}
 	d.urls, d.pids = []string{fmt.Sprintf("http://127.0.0.1:%d", d.port)}, []int{os.Getpid()}
 	d.cmd = nil
+}
+
+// freePort is a loopback port free at the time of asking.
+func freePort(tb testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// saveHeap writes the orchestrator's heap profile (after a GC), its
+// runtime statistics and goroutines, and its /proc status to
+// ARGUS_FLEET_HEAP/<name>.*, when it serves its profiles.
+func (d *deployment) saveHeap(name string) {
+	if d.debugPort == 0 {
+		return
+	}
+	dir := os.Getenv("ARGUS_FLEET_HEAP")
+	for file, path := range map[string]string{
+		name + ".heap.pprof":     "heap?gc=1",
+		name + ".memstats.txt":   "heap?debug=1",
+		name + ".goroutines.txt": "goroutine?debug=1",
+	} {
+		if err := fetchTo(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/%s", d.debugPort, path), filepath.Join(dir, file)); err != nil {
+			d.tb.Logf("profile %s: %v", file, err)
+		}
+	}
+	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.pids[0])); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, name+".status.txt"), data, 0o644)
+	}
+}
+
+func fetchTo(url, file string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	_, err = io.Copy(f, resp.Body)
+	return err
 }
 
 // stop ends the deployment (SIGTERM) and waits for it.
