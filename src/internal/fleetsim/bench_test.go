@@ -125,16 +125,16 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration)
 		cancel()
 		<-ran
 	}()
-	took := poll(b, 5*time.Minute+time.Duration(n)*30*time.Millisecond, "every agent connected", func() bool { return f.Connected() == n })
+	took := pollCount(b, 5*time.Minute+time.Duration(n)*30*time.Millisecond, "every agent connected", n, f.Connected)
 	b.Logf("%d clusters registered and connected (%s to connect)", n, took.Round(time.Millisecond))
 
 	onboardBench(b, a)
 	a.must(202, "POST", benchDIG+"/approve", nil)
 	start := time.Now()
 	a.must(202, "POST", benchDIG+"/instantiate", nil)
-	poll(b, 10*time.Minute, "every resource Applied", func() bool { return applied(a) == 5*n })
+	pollCount(b, 10*time.Minute, "every resource Applied", 5*n, func() int { return applied(a) })
 	res.instantiate = time.Since(start)
-	poll(b, 5*time.Minute, "every resource Ready", func() bool { return ready(a) == 5*n })
+	pollCount(b, 5*time.Minute, "every resource Ready", 5*n, func() int { return ready(a) })
 
 	// Idle: what the replicas use with every cluster connected and Ready,
 	// after 15 s for what the instantiation left (history, sync state) to
