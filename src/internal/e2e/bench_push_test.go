@@ -76,6 +76,25 @@ type probeChange struct {
 	at      time.Time
 }
 
+// lostOnes describes up to three changes no callback named, with the
+// callbacks that named their probe.
+func lostOnes(posts []post, changes []probeChange) []string {
+	var out []string
+	for _, c := range changes {
+		if _, lost := matchChanges(posts, []probeChange{c}); lost == 0 || len(out) == 3 {
+			continue
+		}
+		var named []string
+		for _, p := range posts {
+			if e := entry(p.doc.Changes.Modified, "Pod", c.cluster, "probe"); e != nil {
+				named = append(named, fmt.Sprintf("%s %v", p.at.Format("15:04:05.000"), e["ready-status"]))
+			}
+		}
+		out = append(out, fmt.Sprintf("%s ready=%t at %s; callbacks naming it: %v", c.cluster, c.ready, c.at.Format("15:04:05.000"), named))
+	}
+	return out
+}
+
 // measureChurn subscribes to dig1's cluster status (entries carry
 // readyStatus, as BenchmarkFleet's subscription) and flips the probes at
 // scaleChurn's rate for its length, every cluster in turn (one flip per
@@ -112,10 +131,11 @@ func measureChurn(b *testing.B, h *haSet, clusters []*simcluster.Cluster, named 
 	if len(lat) > 0 {
 		line.CbP50, line.CbP99 = percentile(lat, 50), percentile(lat, 99)
 	}
-	if posts := mustPosts(hk)[seen:]; len(lat) == 0 && len(posts) > 0 {
-		b.Logf("no change matched; a callback's modified: %v", posts[0].doc.Changes.Modified)
+	if line.Lost > 0 {
+		b.Logf("lost: %v", lostOnes(mustPosts(hk)[seen:], changes))
 	}
-	b.Logf("churn of %d changes a minute for %s: %d changes, %d delivered, %d lost", perMin, d, len(changes), len(lat), line.Lost)
+	b.Logf("churn of %d changes a minute for %s (one flip per cluster, then %s): %d changes, %d delivered, %d lost",
+		perMin, d, time.Duration(len(clusters))*time.Minute/time.Duration(perMin), len(changes), len(lat), line.Lost)
 	h.replicas[2].must(202, "DELETE", digPath+"/status/subscriptions/churn", nil)
 }
 
@@ -133,8 +153,6 @@ func churnProbes(b *testing.B, clusters []*simcluster.Cluster, named map[*simclu
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tick := time.NewTicker(every)
-			defer tick.Stop()
 			select { // spread the writers over the interval
 			case <-time.After(every * time.Duration(i) / time.Duration(len(clusters))):
 			case <-ctx.Done():
@@ -151,8 +169,11 @@ func churnProbes(b *testing.B, clusters []*simcluster.Cluster, named map[*simclu
 				mu.Lock()
 				changes = append(changes, probeChange{cluster: named[c], ready: ready, at: at})
 				mu.Unlock()
+				// A full interval after the write, however long it took: two
+				// flips closer than the monitor's coalescing window would
+				// report one state, not lose a change.
 				select {
-				case <-tick.C:
+				case <-time.After(every):
 				case <-ctx.Done():
 					return
 				}

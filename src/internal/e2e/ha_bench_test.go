@@ -195,7 +195,7 @@ func startScaleClusters(ctx context.Context, b *testing.B, n int) ([]*simcluster
 	for len(clusters) < n {
 		set, err := simcluster.Start(ctx, simcluster.Options{Clusters: min(10, n-len(clusters)), Dir: b.TempDir(), APIServerOnly: true})
 		if err != nil {
-			b.Fatal(err)
+			b.Fatalf("with %d clusters up: %v", len(clusters), err)
 		}
 		b.Cleanup(func() { _ = testenv.StopClusters(set) })
 		if err := installCRD(ctx, set); err != nil {
