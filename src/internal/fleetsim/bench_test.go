@@ -152,6 +152,7 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration)
 	res.allP50 = statusP50(a, "type=cluster&output=all")
 
 	stopProfile = profile(b, fmt.Sprintf("churn-%d", n))
+	cpuSaved := d.saveCPU(fmt.Sprintf("churn-%d", n), min(churnFor, 30*time.Second))
 	res.etcdKeys, res.etcdBytes = -1, -1
 	var stopCount func() (int64, int64)
 	if ep := d.etcdEndpoint(); ep != "" {
@@ -165,6 +166,7 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration)
 		res.etcdKeys, res.etcdBytes = float64(keys)/float64(res.changes), float64(bytes)/float64(res.changes)
 	}
 	stopProfile()
+	<-cpuSaved
 	if errs := f.Errors(); len(errs) > 0 {
 		b.Fatalf("agents stopped: %v", errs[0])
 	}

@@ -164,6 +164,26 @@ func (d *deployment) saveHeap(name string) {
 	}
 }
 
+// saveCPU writes a CPU profile of the orchestrator over the next d to
+// ARGUS_FLEET_HEAP/<name>.cpu.pprof, when it serves its profiles; the
+// channel closes once it is written.
+func (d *deployment) saveCPU(name string, dur time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	if d.debugPort == 0 {
+		close(done)
+		return done
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", d.debugPort, int(dur.Seconds()))
+	file := filepath.Join(os.Getenv("ARGUS_FLEET_HEAP"), name+".cpu.pprof")
+	go func() {
+		defer close(done)
+		if err := fetchTo(url, file); err != nil {
+			d.tb.Logf("CPU profile: %v", err)
+		}
+	}()
+	return done
+}
+
 func fetchTo(url, file string) error {
 	resp, err := http.Get(url)
 	if err != nil {
