@@ -68,7 +68,12 @@ stop() {
   local code=$?
   [ -z "$stopping" ] || return
   stopping=1
-  trap - TERM INT EXIT
+  # Further SIGTERMs are ignored, not fatal, until everything is stopped: a
+  # test that started this script with a death signal and died sends one
+  # per thread of its process as each exits (Linux reparents to the next),
+  # and the second would kill the script between its replicas and stores.
+  trap '' TERM INT
+  trap - EXIT
   if [ ${#pids[@]} -gt 4 ]; then stop_group "${pids[@]:4}"; fi
   if [ ${#pids[@]} -gt 3 ]; then stop_group "${pids[3]}"; fi
   if [ ${#pids[@]} -gt 0 ]; then stop_group "${pids[@]:0:3}"; fi

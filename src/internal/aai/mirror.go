@@ -39,7 +39,7 @@ func (s *Sink) source(id string) notify.Source {
 func (s *Sink) ensure(id string) {
 	s.mu.Lock()
 	_, running := s.workers[id]
-	ctx := s.runCtx
+	ctx := s.tasks.Context()
 	// One check at a time per instance, and none for an instance known not
 	// to be mirrorable (its region has no tenant): a busy instance must not
 	// queue a lookup per change.
@@ -51,7 +51,7 @@ func (s *Sink) ensure(id string) {
 	if skip {
 		return
 	}
-	s.goOwned(func() {
+	s.tasks.Go(func() {
 		defer func() {
 			s.mu.Lock()
 			delete(s.busy, id)
@@ -109,7 +109,7 @@ func (s *Sink) start(ctx context.Context, id string) error {
 	s.mu.Lock()
 	s.workers[id] = wk
 	s.mu.Unlock()
-	started := s.goOwned(func() { // a resumed worker first catches up with what changed
+	started := s.tasks.Go(func() { // a resumed worker first catches up with what changed
 		defer close(wk.done)
 		if err := w.Run(wctx); err != nil {
 			s.log.WithError(err).WithField("instance", id).Error("AAI mirroring worker stopped")
@@ -139,7 +139,7 @@ func (s *Sink) stop(id string) {
 // a restart resumes the purge (see resumePurges).
 func (s *Sink) purge(id string) {
 	s.mu.Lock()
-	ctx := s.runCtx
+	ctx := s.tasks.Context()
 	// One purge loop per instance: resumes after every watch reconnect ask
 	// again for the purges still running.
 	running := s.purging[id]
@@ -153,7 +153,7 @@ func (s *Sink) purge(id string) {
 		delete(s.purging, id)
 		s.mu.Unlock()
 	}
-	if !s.goOwned(func() {
+	if !s.tasks.Go(func() {
 		defer done()
 		for attempt := 1; s.isOwned(); attempt++ {
 			err := s.purgeOnce(ctx, id)

@@ -15,6 +15,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/etcdwatch"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/notify"
+	"github.com/argus-mc/argus/src/internal/rungroup"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
@@ -69,15 +70,15 @@ type Sink struct {
 	// started and stopped concurrently for one instance.
 	ops sync.Mutex
 
-	mu       sync.Mutex
-	runCtx   context.Context
-	stopping bool // set once Run waits for the goroutines; none may start after
-	wg       sync.WaitGroup
-	owned    bool
-	workers  map[string]*worker // by instance id
-	busy     map[string]bool    // instances whose mirroring is being checked
-	purging  map[string]bool    // instances whose AAI objects a purge loop is removing
-	skip     map[string]bool    // instances whose region has no AAI tenant
+	// tasks are the goroutines Run owns: workers, checks, purges.
+	tasks rungroup.Group
+
+	mu      sync.Mutex
+	owned   bool
+	workers map[string]*worker // by instance id
+	busy    map[string]bool    // instances whose mirroring is being checked
+	purging map[string]bool    // instances whose AAI objects a purge loop is removing
+	skip    map[string]bool    // instances whose region has no AAI tenant
 }
 
 type worker struct {
@@ -128,17 +129,8 @@ func (s *Sink) purgePrefix() string { return s.opts.Prefix + "/aai-purges/" }
 // every instance while this replica holds the sink; then it stops and
 // waits for its workers.
 func (s *Sink) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	s.mu.Lock()
-	s.runCtx = ctx
-	s.mu.Unlock()
-	defer func() {
-		cancel()
-		s.mu.Lock()
-		s.stopping = true
-		s.mu.Unlock()
-		s.wg.Wait()
-	}()
+	ctx, stop := s.tasks.Start(ctx)
+	defer stop()
 	purges, err := etcdwatch.New(etcdwatch.Options{Client: s.opts.Etcd, Prefixes: []string{s.purgePrefix()},
 		Apply: s.purgesChanged, Name: "AAI purge requests", Logger: s.log})
 	if err != nil {
@@ -214,22 +206,6 @@ func (s *Sink) isOwned() bool {
 	return s.owned
 }
 
-// goOwned runs f on a goroutine Run waits for, unless Run is already
-// stopping.
-func (s *Sink) goOwned(f func()) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopping || s.runCtx == nil {
-		return false
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		f()
-	}()
-	return true
-}
-
 // purgesChanged acts on purge requests while this replica holds the
 // sink; after a gap in the watch it resumes every purge.
 func (s *Sink) purgesChanged(b etcdwatch.Batch) {
@@ -250,10 +226,8 @@ func (s *Sink) purgesChanged(b etcdwatch.Batch) {
 // resume finishes requested and interrupted purges, then mirrors every
 // instance.
 func (s *Sink) resume() {
-	s.mu.Lock()
-	ctx := s.runCtx
-	s.mu.Unlock()
-	s.goOwned(func() {
+	ctx := s.tasks.Context()
+	s.tasks.Go(func() {
 		if err := s.resumePurges(ctx); err != nil && ctx.Err() == nil {
 			s.log.WithError(err).Warn("cannot resume AAI purges")
 		}

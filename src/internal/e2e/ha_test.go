@@ -1,23 +1,18 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,17 +26,15 @@ import (
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/status"
+	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
-// haSet is scripts/ha-up.sh run by a test: its replicas, and the script's
-// process group, stopped at cleanup.
+// haSet is scripts/ha-up.sh run by a test (testenv.HA, stopped at
+// cleanup) and its replicas as the tests call them.
 type haSet struct {
+	*testenv.HA
 	t        testing.TB
 	dir      string
-	cmd      *exec.Cmd
-	exited   chan struct{}
-	out      *bytes.Buffer
-	mu       sync.Mutex
 	replicas []*haReplica
 }
 
@@ -52,103 +45,19 @@ type haReplica struct {
 	pid int
 }
 
-// buildOrchestrator builds the orchestrator binary into dir (the Go build
-// cache makes every build after the first a link).
-func buildOrchestrator(dir string) (string, error) {
-	bin := filepath.Join(dir, "orchestrator")
-	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/orchestrator").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v: %s", err, out)
-	}
-	return bin, nil
-}
-
 // startHA runs scripts/ha-up.sh with n replicas and the given orchestrator
 // flags, and returns once DIR/ready exists.
 func startHA(t testing.TB, n int, flags ...string) *haSet {
 	t.Helper()
-	bin, err := buildOrchestrator(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &haSet{t: t, dir: t.TempDir(), exited: make(chan struct{}), out: &bytes.Buffer{}}
-	args := append([]string{"--replicas", strconv.Itoa(n), "--dir", h.dir, "--"}, flags...)
-	h.cmd = exec.Command("../../../scripts/ha-up.sh", args...)
-	h.cmd.Env = append(os.Environ(), "ARGUS_ORCHESTRATOR="+bin)
-	h.cmd.Stdout, h.cmd.Stderr = syncWriter{&h.mu, h.out}, syncWriter{&h.mu, h.out}
-	// Its own process group, so nothing it started can outlive the test;
-	// told to stop if the test process dies.
-	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := h.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = h.cmd.Wait(); close(h.exited) }()
-	t.Cleanup(h.stop)
-	start := time.Now()
-	for {
-		if _, err := os.Stat(filepath.Join(h.dir, "ready")); err == nil {
-			break
-		}
-		select {
-		case <-h.exited:
-			t.Fatalf("ha-up.sh exited before ready: %s", h.output())
-		case <-time.After(100 * time.Millisecond): // polling with a deadline
-		}
-		if time.Since(start) > 5*time.Minute {
-			t.Fatalf("ha-up.sh not ready after 5 minutes: %s", h.output())
-		}
-	}
-	t.Logf("ha-up.sh: %d replicas ready in %s", n, time.Since(start).Round(100*time.Millisecond))
-	f, err := os.Open(filepath.Join(h.dir, "replicas"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for i := 1; sc.Scan(); i++ {
-		url, pid, ok := strings.Cut(sc.Text(), " ")
-		p, err := strconv.Atoi(pid)
-		if !ok || err != nil {
-			t.Fatalf("replicas line %q", sc.Text())
-		}
-		h.replicas = append(h.replicas, &haReplica{orch: &orch{t: t, base: url}, id: fmt.Sprintf("r%d", i), pid: p})
-	}
-	if len(h.replicas) != n {
-		t.Fatalf("%d replicas listed, want %d", len(h.replicas), n)
+	ha := testenv.StartHA(t, testenv.HAOptions{Replicas: n, Flags: flags})
+	h := &haSet{HA: ha, t: t, dir: ha.Dir}
+	for i, r := range ha.Replicas {
+		h.replicas = append(h.replicas, &haReplica{orch: &orch{t: t, base: r.URL}, id: fmt.Sprintf("r%d", i+1), pid: r.PID})
 	}
 	return h
 }
 
-func (h *haSet) output() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.out.String()
-}
-
-// stop sends the script SIGTERM and waits for it to stop everything; the
-// process group is killed if it does not within a minute.
-func (h *haSet) stop() {
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-h.exited:
-	case <-time.After(time.Minute):
-		h.t.Errorf("ha-up.sh ignored SIGTERM for a minute: %s", h.output())
-		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
-		<-h.exited
-	}
-	// Nothing of the group may be left. A replica's render workers end
-	// on their parent's death signal (Pdeathsig), just after it: they are
-	// given a few seconds to go before they count as survivors.
-	err := syscall.Kill(-h.cmd.Process.Pid, 0)
-	for deadline := time.Now().Add(10 * time.Second); !errors.Is(err, syscall.ESRCH) && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond) // polling with a deadline
-		err = syscall.Kill(-h.cmd.Process.Pid, 0)
-	}
-	if !errors.Is(err, syscall.ESRCH) {
-		h.t.Errorf("processes of ha-up.sh's group survive it (kill -0: %v); killing them", err)
-		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
-	}
-}
+func (h *haSet) output() string { return h.Output() }
 
 // log tails a replica's log, for failures.
 func (h *haSet) log(id string) string {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/argus-mc/argus/src/internal/testenv"
 	"github.com/argus-mc/argus/src/internal/testenv/tgz"
 )
 
@@ -51,7 +52,7 @@ func BenchmarkFleet(b *testing.B) {
 	if s, err := strconv.Atoi(os.Getenv("ARGUS_FLEET_CHURN_S")); err == nil && s > 0 {
 		churnFor = time.Duration(s) * time.Second
 	}
-	bin := buildOrchestrator(b, b.TempDir())
+	bin := testenv.BuildOrchestrator(b, b.TempDir())
 	for b.Loop() {
 		for _, s := range strings.Split(sizes, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -124,7 +125,7 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration)
 		cancel()
 		<-ran
 	}()
-	took := poll(b, 5*time.Minute, "every agent connected", func() bool { return f.Connected() == n })
+	took := poll(b, 5*time.Minute+time.Duration(n)*30*time.Millisecond, "every agent connected", func() bool { return f.Connected() == n })
 	b.Logf("%d clusters registered and connected (%s to connect)", n, took.Round(time.Millisecond))
 
 	onboardBench(b, a)
@@ -146,6 +147,7 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration)
 	<-time.After(idle) // the measuring window, not a synchronisation
 	rss1, cpu1 := d.usage()
 	stopProfile()
+	d.saveHeap(fmt.Sprintf("idle-%d", n))
 	res.rssKiB = float64(rss1-rss0) / float64(n)
 	res.cpuMs = float64(cpu1-cpu0) / time.Since(t0).Minutes() / float64(n)
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
+	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
 // deployment is the orchestrator under benchmark: one process on
@@ -33,33 +34,28 @@ type deployment struct {
 	pids     []int
 	cmd      *exec.Cmd
 	done     chan error
+	// ha is scripts/ha-up.sh's deployment (nil for one process).
+	ha *testenv.HA
 	// inProcess runs the orchestrator in this process (for profiles:
 	// ARGUS_FLEET_PROFILE); cancel stops it.
 	inProcess bool
 	cancel    context.CancelFunc
+	// debugPort serves the orchestrator's profiles (--debug-listen) when
+	// ARGUS_FLEET_HEAP names a directory for them; 0 otherwise.
+	debugPort int
 }
 
-// buildOrchestrator builds bin/orchestrator into dir.
-func buildOrchestrator(tb testing.TB, dir string) string {
-	bin := filepath.Join(dir, "orchestrator")
-	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/orchestrator").CombinedOutput()
-	if err != nil {
-		tb.Fatalf("go build orchestrator: %v: %s", err, out)
-	}
-	return bin
-}
-
-var orchestratorFlags = []string{"--callback-allow", "127.0.0.1", "--log-format", "text", "--log-level", "warn"}
+// orchestratorFlags: every agent holds a connection of the API's port, so
+// the connection cap (automatic: at most 4,096) is raised above the
+// largest fleet benchmarked; 5,000 agents stalled at the automatic cap.
+var orchestratorFlags = []string{"--callback-allow", "127.0.0.1", "--log-format", "text", "--log-level", "warn", "--max-connections", "12000"}
 
 // startSingle runs one orchestrator on embedded stores under dir.
 func startSingle(tb testing.TB, bin, dir string) *deployment {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	d := &deployment{tb: tb, bin: bin, dir: dir, port: freePort(tb), inProcess: os.Getenv("ARGUS_FLEET_PROFILE") != ""}
+	if os.Getenv("ARGUS_FLEET_HEAP") != "" && !d.inProcess {
+		d.debugPort = freePort(tb)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	d := &deployment{tb: tb, bin: bin, dir: dir, port: port, inProcess: os.Getenv("ARGUS_FLEET_PROFILE") != ""}
 	d.startProcess()
 	return d
 }
@@ -74,6 +70,9 @@ func (d *deployment) startProcess() {
 		d.tb.Fatal(err)
 	}
 	args := append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", d.port), "--data-dir", filepath.Join(d.dir, "data")}, orchestratorFlags...)
+	if d.debugPort != 0 {
+		args = append(args, "--debug-listen", fmt.Sprintf("127.0.0.1:%d", d.debugPort))
+	}
 	d.cmd = exec.Command(d.bin, args...)
 	d.cmd.Stdout, d.cmd.Stderr = log, log
 	if err := d.cmd.Start(); err != nil {
@@ -89,46 +88,13 @@ func (d *deployment) startProcess() {
 	waitReady(d.tb, d.urls[0], d.done)
 }
 
-// startHA runs scripts/ha-up.sh with n replicas of bin.
+// startHA runs scripts/ha-up.sh with n replicas of bin (testenv.HA: its
+// own process group, stopped if the benchmark's process dies).
 func startHA(tb testing.TB, bin, dir string, n int) *deployment {
 	d := &deployment{tb: tb, bin: bin, dir: dir}
-	args := append([]string{"--replicas", strconv.Itoa(n), "--dir", dir, "--"}, orchestratorFlags...)
-	d.cmd = exec.Command("../../../scripts/ha-up.sh", args...)
-	d.cmd.Env = append(os.Environ(), "ARGUS_ORCHESTRATOR="+bin)
-	log, err := os.Create(filepath.Join(dir, "ha-up.log"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	d.cmd.Stdout, d.cmd.Stderr = log, log
-	if err := d.cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	d.done = make(chan error, 1)
-	go func() {
-		d.done <- d.cmd.Wait()
-		_ = log.Close()
-	}()
-	poll(tb, 5*time.Minute, "ha-up.sh ready", func() bool {
-		select {
-		case err := <-d.done:
-			d.done <- err
-			tb.Fatalf("ha-up.sh ended: %v (see %s)", err, filepath.Join(dir, "ha-up.log"))
-		default:
-		}
-		_, err := os.Stat(filepath.Join(dir, "ready"))
-		return err == nil
-	})
-	data, err := os.ReadFile(filepath.Join(dir, "replicas"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		var url string
-		var pid int
-		if _, err := fmt.Sscan(line, &url, &pid); err != nil {
-			tb.Fatalf("replicas line %q: %v", line, err)
-		}
-		d.urls, d.pids = append(d.urls, url), append(d.pids, pid)
+	d.ha = testenv.StartHA(tb, testenv.HAOptions{Orchestrator: bin, Replicas: n, Dir: dir, Flags: orchestratorFlags})
+	for _, r := range d.ha.Replicas {
+		d.urls, d.pids = append(d.urls, r.URL), append(d.pids, r.PID)
 	}
 	return d
 }
@@ -162,6 +128,53 @@ func (d *deployment) startInProcess() {
 	d.cmd = nil
 }
 
+// freePort is a loopback port free at the time of asking.
+func freePort(tb testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// saveHeap writes the orchestrator's heap profile (after a GC), its
+// runtime statistics and goroutines, and its /proc status to
+// ARGUS_FLEET_HEAP/<name>.*, when it serves its profiles.
+func (d *deployment) saveHeap(name string) {
+	if d.debugPort == 0 {
+		return
+	}
+	dir := os.Getenv("ARGUS_FLEET_HEAP")
+	for file, path := range map[string]string{
+		name + ".heap.pprof":     "heap?gc=1",
+		name + ".memstats.txt":   "heap?debug=1",
+		name + ".goroutines.txt": "goroutine?debug=1",
+	} {
+		if err := fetchTo(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/%s", d.debugPort, path), filepath.Join(dir, file)); err != nil {
+			d.tb.Logf("profile %s: %v", file, err)
+		}
+	}
+	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.pids[0])); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, name+".status.txt"), data, 0o644)
+	}
+}
+
+func fetchTo(url, file string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}
+
 // stop ends the deployment (SIGTERM) and waits for it.
 func (d *deployment) stop() {
 	if d.cancel != nil {
@@ -170,6 +183,11 @@ func (d *deployment) stop() {
 		if err := <-d.done; err != nil {
 			d.tb.Errorf("orchestrator: %v", err)
 		}
+		return
+	}
+	if d.ha != nil {
+		d.ha.Stop()
+		d.ha = nil
 		return
 	}
 	if d.cmd == nil {

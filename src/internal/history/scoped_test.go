@@ -196,3 +196,42 @@ func listAtLeast(t *testing.T, store *Store, g string, n int) []Entry {
 	}
 	return l
 }
+
+// A record of some clusters keeps the group's earlier re-record, due for a
+// resource held back while it settles on another cluster: when it comes
+// (with no scope, as the queue brings it), that resource is recorded.
+func TestScopedRecordKeepsTheHeldBackReRecord(t *testing.T) {
+	ctx := context.Background()
+	store := NewStore(StoreOptions{Client: env.Etcd.Client, Prefix: env.EtcdPrefix()})
+	src := &scopedSource{world: map[string]status.ResourceState{}}
+	settlingCM := key("a", "c0", "ConfigMap", "new")
+	src.set(since(res(settlingCM, "Applied", "NotPresent", "NotPresent", "not found"), t0))
+	src.set(res(key("a", "c1", "ConfigMap", "cm"), "Applied", "Present", "Ready", ""))
+	const g = "instance:held"
+	now := t0.Add(100 * time.Millisecond)
+	rec := newRecorder(t, store, src, &now)
+	due, err := rec.record(ctx, g, &appcontext.Scope{All: true})
+	if err != nil || !due.Equal(t0.Add(SettleWindow)) {
+		t.Fatalf("the first record: due %v %v, want %v", due, err, t0.Add(SettleWindow))
+	}
+	// A change on c1, recorded from c1 alone, within c0's window.
+	now = t0.Add(500 * time.Millisecond)
+	src.set(res(key("a", "c1", "ConfigMap", "cm"), "Applied", "Present", "NotReady", "gone bad"))
+	c1 := appcontext.ClusterRef{Provider: "cp", Name: "c1"}
+	due, err = rec.record(ctx, g, &appcontext.Scope{Clusters: map[appcontext.ClusterRef]bool{c1: true}})
+	if err != nil || !due.Equal(t0.Add(SettleWindow)) {
+		t.Errorf("the record of c1: due %v %v, want c0's %v", due, err, t0.Add(SettleWindow))
+	}
+	// c0's window closes: the queue brings the group back without a scope.
+	now = t0.Add(SettleWindow + 10*time.Millisecond)
+	if _, err := rec.record(ctx, g, nil); err != nil {
+		t.Fatal(err)
+	}
+	l, err := store.List(ctx, g, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := describe(l); !strings.Contains(d, "resource:ConfigMap/new ->Applied,NotPresent,NotPresent") {
+		t.Fatalf("the held-back ConfigMap was not recorded when its window closed: %s", d)
+	}
+}

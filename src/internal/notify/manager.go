@@ -17,6 +17,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/rungroup"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
@@ -194,10 +195,10 @@ type Manager struct {
 	// subscriptions on this replica.
 	creating sync.Mutex
 
+	// tasks are the goroutines Run owns: workers, reconciles, retries.
+	tasks rungroup.Group
+
 	mu        sync.Mutex
-	runCtx    context.Context
-	stopping  bool // set once Run waits for the goroutines; none may start after
-	wg        sync.WaitGroup
 	workers   map[string]*handle           // by state key
 	listeners map[string]map[uint64]func() // by group
 	all       map[uint64]func()            // told of every group's changes
@@ -264,19 +265,8 @@ func (m *Manager) Ready() <-chan struct{} { return m.ready }
 // workers of the subscriptions this replica is handed;
 // then it stops and waits for all of them.
 func (m *Manager) Run(ctx context.Context) error {
-	// Workers run under a context of Run's own, so a failed start stops
-	// those already started instead of waiting for them forever.
-	ctx, cancel := context.WithCancel(ctx)
-	m.mu.Lock()
-	m.runCtx = ctx
-	m.mu.Unlock()
-	defer func() {
-		cancel()
-		m.mu.Lock()
-		m.stopping = true
-		m.mu.Unlock()
-		m.wg.Wait()
-	}()
+	ctx, stop := m.tasks.Start(ctx)
+	defer stop()
 	if err := m.mark(ctx); err != nil {
 		return fmt.Errorf("notify: resume subscriptions: %w", err)
 	}
@@ -468,9 +458,7 @@ func (m *Manager) start(subj Subject, sub Subscription) *handle {
 }
 
 func (m *Manager) run(subj Subject, w *Worker) *handle {
-	m.mu.Lock()
-	ctx := m.runCtx
-	m.mu.Unlock()
+	ctx := m.tasks.Context()
 	if ctx == nil {
 		panic("notify: Manager used before Run")
 	}
@@ -480,7 +468,7 @@ func (m *Manager) run(subj Subject, w *Worker) *handle {
 	m.mu.Lock()
 	m.workers[w.opts.Key] = h
 	m.mu.Unlock()
-	started := m.goOwned(func() {
+	started := m.tasks.Go(func() {
 		defer close(h.done)
 		if err := w.Run(wctx); err != nil {
 			m.log.WithError(err).WithField("subscription", w.opts.Key).Error("subscription worker stopped")
@@ -490,22 +478,6 @@ func (m *Manager) run(subj Subject, w *Worker) *handle {
 		close(h.done)
 	}
 	return h
-}
-
-// goOwned runs f on a goroutine Run waits for, unless Run is already
-// stopping.
-func (m *Manager) goOwned(f func()) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.stopping {
-		return false
-	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		f()
-	}()
-	return true
 }
 
 // stop ends a worker and waits for it; an in-flight POST is abandoned.

@@ -115,7 +115,7 @@ func (m *Manager) mark(ctx context.Context) error {
 // follow follows the markers until ctx ends; ready is closed once every
 // marker was seen.
 func (m *Manager) follow(ctx context.Context) {
-	m.goOwned(func() { _ = m.records.Run(ctx) })
+	m.tasks.Go(func() { _ = m.records.Run(ctx) })
 	select {
 	case <-m.records.Ready():
 	case <-ctx.Done():
@@ -135,7 +135,7 @@ func (m *Manager) markerChanged(r ownership.Record[marker]) {
 		m.markers[r.Key] = r.Value
 	}
 	m.mu.Unlock()
-	m.goOwned(func() { m.reconcile(r.Key) })
+	m.tasks.Go(func() { m.reconcile(r.Key) })
 }
 
 // AcquiredSubscription runs a subscription's worker here (see Claims):
@@ -158,9 +158,7 @@ func (m *Manager) ReleasedSubscription(key string) {
 	m.ops.Lock()
 	m.stopWorker(key)
 	m.ops.Unlock()
-	m.mu.Lock()
-	ctx := m.runCtx
-	m.mu.Unlock()
+	ctx := m.tasks.Context()
 	if ctx == nil || ctx.Err() != nil {
 		return // shutting down: the acknowledgement goes with the lease
 	}
@@ -187,8 +185,8 @@ func (m *Manager) reconcile(key string) {
 	owned := m.owned[key]
 	mk, known := m.markers[key]
 	gen, running := m.running[key]
-	ctx := m.runCtx
 	m.mu.Unlock()
+	ctx := m.tasks.Context()
 	if !owned || !known {
 		if running {
 			m.stopWorker(key)
@@ -206,7 +204,7 @@ func (m *Manager) reconcile(key string) {
 		return
 	}
 	m.log.WithError(err).WithField("subscription", key).Warn("cannot start the subscription's worker; retrying")
-	m.goOwned(func() {
+	m.tasks.Go(func() {
 		if backoff.Sleep(ctx, ScaledBackoff(m.opts.BackoffBase, 1)) {
 			m.reconcile(key)
 		}
@@ -247,7 +245,7 @@ func (m *Manager) startOwned(ctx context.Context, key string, mk marker) error {
 	m.mu.Lock()
 	m.running[key] = mk.Gen
 	m.mu.Unlock()
-	m.goOwned(func() {
+	m.tasks.Go(func() {
 		select {
 		case <-h.w.Ready():
 		case <-h.done:

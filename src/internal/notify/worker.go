@@ -436,11 +436,18 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 
 // drop gives up a stored pending payload that cannot be assembled (not
 // JSON objects, or a part whose chunks are missing or corrupt): its
-// changes come again with the next, which takes its sequence number (no
-// gap).
+// changes come again with the next. The next takes its sequence number
+// (no gap) only when it was never POSTed; a subscriber that may have
+// received a body under a number never gets another under it, so after
+// an attempt the next moves on (a gap, never a different repeat).
 func (w *Worker) drop(st *State, err error) {
-	w.log.WithError(err).Error("cannot assemble the pending payload; its changes come with the next")
-	st.Sequence, st.Pending = st.Pending.Sequence-1, nil
+	w.log.WithError(err).WithField("attempts", st.Attempts).
+		Error("cannot assemble the pending payload; its changes come with the next")
+	st.Sequence = st.Pending.Sequence
+	if st.Attempts == 0 {
+		st.Sequence--
+	}
+	st.Pending = nil
 	w.setPending(false)
 	w.Notify()
 }

@@ -33,6 +33,10 @@ type Options struct {
 	// (EMCO's StatusNotify: emcoctl watch); "" leaves it off. EMCO's
 	// clients expect port 9016.
 	GRPCListen string
+	// DebugListen is the address of the Go runtime's profiles
+	// (/debug/pprof/); "" leaves it off. It has no authentication: bind
+	// it to a loopback address.
+	DebugListen string
 	// DataDir holds the embedded stores' data.
 	DataDir string
 	// EtcdEndpoints of an external etcd; empty starts an embedded one.

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -177,5 +178,28 @@ func TestListenFailureClosesStores(t *testing.T) {
 	r := start(t, Options{DataDir: dir})
 	if code, _ := r.call(t, "GET", "/readyz", ""); code != 200 {
 		t.Fatalf("readyz = %d", code)
+	}
+}
+
+// The runtime's profiles are served on --debug-listen alone, never on the
+// API's port.
+func TestProfilesOnTheirOwnPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	debug := l.Addr().String()
+	_ = l.Close()
+	r := start(t, Options{DataDir: t.TempDir(), DebugListen: debug})
+	resp, err := http.Get("http://" + debug + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("profiles on %s: %d", debug, resp.StatusCode)
+	}
+	if code, _ := r.call(t, "GET", "/debug/pprof/cmdline", ""); code == 200 {
+		t.Fatal("the API's port serves profiles")
 	}
 }

@@ -62,6 +62,9 @@ func (a *App) serve(ctx context.Context, life *lifecycle, ls *listeners, st *sto
 	if err := a.serveStatusNotify(life, ls, w); err != nil {
 		return err
 	}
+	if err := a.serveDebug(ctx, life); err != nil {
+		return err
+	}
 	srv := &http.Server{
 		Handler:           w.fleet.hub.Handler(handler), // the agents' streams on the API's port
 		ReadHeaderTimeout: a.opts.HTTP.ReadHeaderTimeout,

@@ -19,10 +19,20 @@ func Entries(in Input, q Query) []Entry {
 	if in.Context == nil {
 		return nil
 	}
+	return entriesOf(buildForEntries(in, q))
+}
+
+// buildForEntries is the answer entries are made of: the cluster view
+// with details and the rsync status.
+func buildForEntries(in Input, q Query) Response {
 	q.Type, q.Output = TypeCluster, OutputDetail
 	in.withRsync = true
+	return Build(in, q)
+}
+
+func entriesOf(resp Response) []Entry {
 	var out []Entry
-	for _, a := range Build(in, q).Apps {
+	for _, a := range resp.Apps {
 		for _, c := range a.Clusters {
 			for _, r := range c.Resources {
 				out = append(out, entry(a.Name, c, r))
@@ -113,10 +123,39 @@ func (r *Reader) DIGFeed(ctx context.Context, dig catalog.Key, v url.Values) ([]
 	var entries []Entry
 	var resp Response
 	err = r.withInput(ctx, header, st, id, func(in Input) {
-		resp = Build(in, q)
-		entries = Entries(in, q)
+		entries, resp = feed(in, q)
 	})
 	return entries, resp, headDigest(resp), err
+}
+
+// feed is a DIG's entries and its answer to q. Entries need the cluster
+// view with details; a type=cluster answer is that view less what q did
+// not ask for, so the DIG's status is built once, not once for the
+// entries and again for the answer (a large DIG's output=all is the
+// costliest part of a notification). A type=rsync answer is a view of its
+// own (no bundle lookups, the rendered manifests as details).
+func feed(in Input, q Query) ([]Entry, Response) {
+	if in.Context == nil || q.Type != TypeCluster {
+		return Entries(in, q), Build(in, q)
+	}
+	resp := buildForEntries(in, q)
+	entries := entriesOf(resp)
+	if q.Output == OutputSummary {
+		resp.Apps = nil
+		return entries, resp
+	}
+	for i := range resp.Apps {
+		for j := range resp.Apps[i].Clusters {
+			rs := resp.Apps[i].Clusters[j].Resources
+			for k := range rs {
+				rs[k].RsyncStatus = "" // the entries' extra view (Cluster.strip)
+				if q.Output != OutputDetail {
+					rs[k].Detail = nil
+				}
+			}
+		}
+	}
+	return entries, resp
 }
 
 // headDigest covers what a DIG's answer says beyond its resources: the

@@ -90,3 +90,46 @@ func TestEntriesChangeWithSyncAndHeals(t *testing.T) {
 		t.Fatalf("a Synced resource's digest is not what it was before sync states: %v", dep.Payload)
 	}
 }
+
+// A type=cluster subscription's answer is the entries' view less what its
+// query did not ask for: the same answer and entries as building each on
+// its own.
+func TestFeedIsBuildAndEntries(t *testing.T) {
+	inputs := map[string]func() Input{"fixture": fixture, "crashloop": func() Input { return crashLoop(t) }}
+	queries := []Query{{}, {Apps: []string{"sink"}}, {Resources: []string{"Deployment"}}, {Sync: []string{"OutOfSync"}},
+		{Clusters: []appcontext.ClusterRef{{Provider: "cp", Name: "edge01"}}}}
+	for name, in := range inputs {
+		for _, typ := range []string{TypeRsync, TypeCluster} {
+			for _, out := range []string{OutputSummary, OutputAll, OutputDetail} {
+				for _, q := range queries {
+					q.Type, q.Output = typ, out
+					entries, resp := feed(in(), q)
+					wantResp, _ := json.Marshal(Build(in(), q))
+					gotResp, _ := json.Marshal(resp)
+					wantEntries, _ := json.Marshal(Entries(in(), q))
+					gotEntries, _ := json.Marshal(entries)
+					if string(gotResp) != string(wantResp) || string(gotEntries) != string(wantEntries) {
+						t.Errorf("%s %+v:\nanswer  %s\nwant    %s\nentries %s\nwant    %s", name, q, gotResp, wantResp, gotEntries, wantEntries)
+					}
+				}
+			}
+		}
+	}
+}
+
+// The DIG's status is built once for a type=cluster notification: its
+// allocations are those of the entries alone, not the entries' and the
+// answer's.
+func TestFeedBuildsTheStatusOnce(t *testing.T) {
+	in := fixture()
+	for _, out := range []string{OutputAll, OutputDetail, OutputSummary} {
+		q := Query{Type: TypeCluster, Output: out}
+		build := testing.AllocsPerRun(50, func() { Build(in, q) })
+		entries := testing.AllocsPerRun(50, func() { Entries(in, q) })
+		both := testing.AllocsPerRun(50, func() { feed(in, q) })
+		t.Logf("output=%s: answer %.0f allocs, entries %.0f, feed %.0f (was %.0f)", out, build, entries, both, build+entries)
+		if both > entries+build/2 {
+			t.Errorf("output=%s: feed made %.0f allocations; the entries alone make %.0f, the answer %.0f", out, both, entries, build)
+		}
+	}
+}

@@ -34,10 +34,18 @@ type Options struct {
 	ConnectTimeout time.Duration
 	// HeartbeatTimeout bounds each check that the server answers (every
 	// HeartbeatInterval) and each new connection; 0 means 1.5s. A server
-	// that misses it is down: the operations in flight on it are cut off,
-	// new ones wait at most ServerSelectionTimeout for it (0 means 2s),
-	// and Available says why.
+	// that misses HeartbeatMisses checks in a row is down: the operations
+	// in flight on it are cut off, new ones wait at most
+	// ServerSelectionTimeout for it (0 means 2s), and Available says why.
 	HeartbeatTimeout, HeartbeatInterval, ServerSelectionTimeout time.Duration
+	// HeartbeatMisses is how many checks in a row a server misses before
+	// it is down; 0 means 1, so a create answers 503 within 2 s of the
+	// store stopping (issue 27). The driver checks again at once after a
+	// missed one, so 2 takes one stall longer than a check (embedded
+	// FerretDB starved for a moment on a loaded machine) as a delay, at
+	// the price of a hung server found down about two timeouts (3.5 s)
+	// after it stopped.
+	HeartbeatMisses int
 	// Logger receives the store's messages (FerretDB's at error level only).
 	Logger *logrus.Entry
 }
@@ -54,9 +62,13 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	// down is why the server missed its last heartbeat; nil while it
-	// answers.
+	// down is why the server missed its last heartbeat, once it missed
+	// misses of them in a row; nil while it answers.
 	down atomic.Pointer[error]
+	// missed counts the heartbeats missed in a row; misses is
+	// Options.HeartbeatMisses.
+	missed atomic.Int32
+	misses int32
 
 	// guards are the contexts Guard gave out, cancelled when the server
 	// misses a heartbeat.
@@ -77,8 +89,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		opts.ConnectTimeout = 10 * time.Second
 	}
 	if opts.HeartbeatTimeout == 0 {
-		// A write meets a server that stopped answering within this and
-		// an interval (see Guard): a create answers 503 within 2 s.
+		// A write meets a server that stopped answering within an
+		// interval and HeartbeatMisses of these (see Guard): a create
+		// answers 503 within 3.5 s.
 		opts.HeartbeatTimeout = 1500 * time.Millisecond
 	}
 	if opts.HeartbeatInterval == 0 {
@@ -87,7 +100,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.ServerSelectionTimeout == 0 {
 		opts.ServerSelectionTimeout = 2 * time.Second
 	}
-	st := &Store{}
+	st := &Store{misses: int32(opts.HeartbeatMisses)}
 	uri := opts.URI
 	if uri == "" {
 		if opts.DataDir == "" {
@@ -122,18 +135,31 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 func (s *Store) monitor(log *logrus.Entry) *event.ServerMonitor {
 	return &event.ServerMonitor{
 		ServerHeartbeatSucceeded: func(*event.ServerHeartbeatSucceededEvent) {
+			s.missed.Store(0)
 			if s.down.Swap(nil) != nil {
 				log.Info("MongoDB answers again")
 			}
 		},
 		ServerHeartbeatFailed: func(e *event.ServerHeartbeatFailedEvent) {
 			err := e.Failure
+			if n := s.missed.Add(1); n < s.missesToDown() {
+				log.WithError(err).WithField("missed", n).Info("MongoDB missed a heartbeat; writes go on until it misses more in a row")
+				return
+			}
 			if s.down.Swap(&err) == nil {
 				log.WithError(err).Warn("MongoDB does not answer: changes are refused until it does")
 			}
 			s.cutGuards(s.Available())
 		},
 	}
+}
+
+// missesToDown is HeartbeatMisses with its default.
+func (s *Store) missesToDown() int32 {
+	if s.misses <= 0 {
+		return 1
+	}
+	return s.misses
 }
 
 // Available returns nil while the server answers its heartbeats, and
@@ -147,10 +173,12 @@ func (s *Store) Available() error {
 }
 
 // Guard returns a context derived from ctx that ends, with Available's
-// error as its cause, as soon as the server misses a heartbeat (at once
-// if it is down already): an operation under it fails at the first
-// missed heartbeat, not once the driver gives the server up (a retry
-// later) or its own timeout ends. cancel releases it.
+// error as its cause, as soon as the server is down (HeartbeatMisses
+// heartbeats missed in a row; at once if it is down already): an
+// operation under it fails then, not at its own timeout. One missed
+// heartbeat only delays it, as it delays the driver, which takes the
+// server for unknown but retries the check before it clears the pool.
+// cancel releases it.
 func (s *Store) Guard(ctx context.Context) (context.Context, context.CancelFunc) {
 	gctx, cancel := context.WithCancelCause(ctx)
 	if err := s.Available(); err != nil {

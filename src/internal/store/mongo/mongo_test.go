@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/event"
 	"go.uber.org/goleak"
 
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/logging"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -204,10 +207,10 @@ func TestAvailableFollowsAHungServer(t *testing.T) {
 	}
 }
 
-// An operation under Guard in flight when the server hangs fails at the
-// first missed heartbeat, with the reason as its context's cause, not at
-// the operation's own timeout; a guard taken while the server is down
-// ends at once.
+// An operation under Guard in flight when the server hangs fails once
+// the server missed its heartbeats (HeartbeatMisses in a row), with the reason as its
+// context's cause, not at the operation's own timeout; a guard taken
+// while the server is down ends at once.
 func TestGuardCutsAnOperationInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -225,7 +228,7 @@ func TestGuardCutsAnOperationInFlight(t *testing.T) {
 	if !errors.Is(context.Cause(gctx), errdefs.ErrUnavailable) {
 		t.Fatalf("the guard's cause = %v, want unavailable (the insert: %v)", context.Cause(gctx), err)
 	}
-	if took > 10*time.Second { // a loose bound: the heartbeats take 0.5 s to 1 s
+	if took > 10*time.Second { // a loose bound: a missed heartbeat takes 0.5 s to 1 s
 		t.Fatalf("the guarded insert took %s", took)
 	}
 	t.Logf("a guarded insert into a hung server failed after %s: %v", took.Round(10*time.Millisecond), err)
@@ -235,4 +238,35 @@ func TestGuardCutsAnOperationInFlight(t *testing.T) {
 		t.Fatalf("a guard taken while down: %v", context.Cause(again))
 	}
 	st.stalled.Store(false)
+}
+
+// One missed heartbeat (a stall of the server shorter than a check, as
+// embedded FerretDB under load has) neither cuts a guarded write nor
+// refuses new ones; HeartbeatMisses in a row do, and a heartbeat answered
+// in between starts the count again.
+func TestGuardNeedsMissesInARow(t *testing.T) {
+	s := &Store{misses: 2}
+	mon := s.monitor(logrus.NewEntry(logging.Discard()))
+	miss := func() {
+		mon.ServerHeartbeatFailed(&event.ServerHeartbeatFailedEvent{Failure: errors.New("i/o timeout")})
+	}
+	answer := func() { mon.ServerHeartbeatSucceeded(&event.ServerHeartbeatSucceededEvent{}) }
+	gctx, release := s.Guard(context.Background())
+	defer release()
+	for range 3 {
+		miss()
+		if gctx.Err() != nil || s.Available() != nil {
+			t.Fatalf("one missed heartbeat: guard %v, available %v", context.Cause(gctx), s.Available())
+		}
+		answer()
+	}
+	miss()
+	miss()
+	if !errors.Is(context.Cause(gctx), errdefs.ErrUnavailable) || !errors.Is(s.Available(), errdefs.ErrUnavailable) {
+		t.Fatalf("two missed in a row: guard %v, available %v", context.Cause(gctx), s.Available())
+	}
+	answer()
+	if s.Available() != nil {
+		t.Fatalf("answering again: %v", s.Available())
+	}
 }
