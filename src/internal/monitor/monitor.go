@@ -634,9 +634,10 @@ func (m *Monitor) bundleWantedKinds(b *unstructured.Unstructured) []schema.Group
 // sameStatus reports whether writing status would leave the bundle as it
 // is: the current status with status merge-patched onto it, as the API
 // server does, compared as canonical JSON (key order and number types do
-// not matter). A merge patch drops nulls (a pod condition's lastProbeTime,
-// an empty list), so comparing status itself would find a difference in
-// every bundle, and rewrite it after every write.
+// not matter). A merge patch drops nulls (a pod condition's lastProbeTime),
+// so comparing status itself would find a difference in almost every
+// bundle, and rewrite it after every write. Every field and list is written
+// whole, so the patch leaves no stale key behind that this would miss.
 func sameStatus(b *unstructured.Unstructured, status v1alpha1.ResourceBundleStateStatus) (bool, error) {
 	current, found := b.Object["status"]
 	if !found {
