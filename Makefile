@@ -16,7 +16,7 @@ GOLANGCI := $(CACHE)/tools/golangci-lint-$(GOLANGCI_VERSION)
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 FUZZTIME   ?= 60s
 
-.PHONY: all build run demo sim ha-stores chromium test bench bench-fleet fuzz lint docs generate clean
+.PHONY: all build run demo sim ha-stores chromium test bench bench-fleet bench-push fuzz lint docs generate clean
 
 all: build
 
@@ -99,6 +99,20 @@ bench-fleet:
 	@if [ "$(FLEET_REPLICAS)" != 1 ]; then ./scripts/build-ha.sh >/dev/null; fi
 	ARGUS_FLEET_SIZES=$(FLEET_SIZES) ARGUS_FLEET_REPLICAS=$(FLEET_REPLICAS) \
 		$(GO) test -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 60m ./src/internal/fleetsim | tee $(BIN)/bench-fleet.txt
+
+# Fleet scale for push clusters (issue 26): BenchmarkHAScale, PUSH_SIZES
+# API-server-only simulated clusters with monitors (about 175 MiB each)
+# on three replicas (scripts/ha-up.sh); besides its metrics, one line
+# "fleet: mode=push clusters=N replicas=3 ..." per size, the measures of
+# bench-fleet's. PUSH_CHURN changes a minute over the fleet for
+# PUSH_CHURN_S seconds. docs/benchmarks.md reports the numbers.
+PUSH_SIZES   ?= 25
+PUSH_CHURN   ?= 600
+PUSH_CHURN_S ?= 60
+bench-push: sim ha-stores
+	@mkdir -p $(BIN)
+	ARGUS_SCALE_CLUSTERS=$(PUSH_SIZES) ARGUS_SCALE_CHURN=$(PUSH_CHURN) ARGUS_SCALE_CHURN_S=$(PUSH_CHURN_S) \
+		$(GO) test -run '^$$' -bench BenchmarkHAScale -benchtime 1x -timeout 90m $(E2E) | tee $(BIN)/bench-push.txt
 
 # Every decoder of untrusted input has a fuzz target; the seed corpora run
 # as ordinary tests in `make test`, and each target for FUZZTIME here.

@@ -70,6 +70,16 @@ func setProbe(b *testing.B, c *simcluster.Cluster, ready bool) time.Time {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	start, err := writeProbe(ctx, c, ready)
+	if err != nil {
+		b.Fatalf("%s: %v", c.Name, err)
+	}
+	return start
+}
+
+// writeProbe is setProbe for any goroutine: it returns when the write
+// that succeeded started.
+func writeProbe(ctx context.Context, c *simcluster.Cluster, ready bool) (time.Time, error) {
 	pods := c.Clientset().CoreV1().Pods("default")
 	cond := corev1.ConditionFalse
 	if ready {
@@ -78,7 +88,7 @@ func setProbe(b *testing.B, c *simcluster.Cluster, ready bool) time.Time {
 	for {
 		pod, err := pods.Get(ctx, "probe", metav1.GetOptions{})
 		if err != nil {
-			b.Fatalf("%s: %v", c.Name, err)
+			return time.Time{}, err
 		}
 		now := metav1.Now()
 		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
@@ -88,7 +98,9 @@ func setProbe(b *testing.B, c *simcluster.Cluster, ready bool) time.Time {
 				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}}
 		start := time.Now()
 		if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err == nil {
-			return start
+			return start, nil
+		} else if ctx.Err() != nil {
+			return time.Time{}, err
 		}
 	}
 }
@@ -158,14 +170,19 @@ func benchScale(b *testing.B, n int) {
 	// reported after b.Loop, whose first call deletes metrics reported before.
 	var metrics []metric
 	report := func(v float64, unit string) { metrics = append(metrics, metric{v, unit}) }
-	measureIdle(b, h, before, report)
+	line := testenv.FleetLine{Mode: "push", Clusters: n, Replicas: len(h.replicas)}
+	measureConfigMaps(b, h, n, &line)
+	<-time.After(15 * time.Second) // for what the instantiations left to settle, as BenchmarkFleet does
+	line.RSSKiB, line.CPUMs = measureIdle(b, h, before, report)
 	hk := measureLatencies(b, h, clusters, named, report)
-	measureFailover(b, h, hk, clusters, named, report)
+	measureChurn(b, h, clusters, named, &line)
+	line.Reconnect = measureFailover(b, h, hk, clusters, named, report)
 	for b.Loop() { // the figures above are the result
 	}
 	for _, m := range metrics {
 		b.ReportMetric(m.v, m.unit)
 	}
+	fmt.Println(line)
 }
 
 // startScaleClusters starts n API-server-only clusters with monitors.
@@ -178,7 +195,7 @@ func startScaleClusters(ctx context.Context, b *testing.B, n int) ([]*simcluster
 	for len(clusters) < n {
 		set, err := simcluster.Start(ctx, simcluster.Options{Clusters: min(10, n-len(clusters)), Dir: b.TempDir(), APIServerOnly: true})
 		if err != nil {
-			b.Fatal(err)
+			b.Fatalf("with %d clusters up: %v", len(clusters), err)
 		}
 		b.Cleanup(func() { _ = testenv.StopClusters(set) })
 		if err := installCRD(ctx, set); err != nil {
@@ -193,8 +210,9 @@ func startScaleClusters(ctx context.Context, b *testing.B, n int) ([]*simcluster
 	return clusters, named
 }
 
-// onboardProbe onboards one DIG of the probe app on every cluster, and
-// approves it.
+// onboardProbe registers every cluster and onboards two DIGs placed on
+// all of them, approved: dig1 of the probe app, and cmsDIG of manycm with
+// 5 ConfigMaps (the fleet line's).
 func onboardProbe(b *testing.B, r1 *haReplica, clusters []*simcluster.Cluster, named map[*simcluster.Cluster]string) {
 	r1.must(201, "POST", "/v2/cluster-providers", meta("cp"))
 	for _, c := range clusters {
@@ -204,17 +222,27 @@ func onboardProbe(b *testing.B, r1 *haReplica, clusters []*simcluster.Cluster, n
 		r1.must(201, "POST", "/v2/cluster-providers/cp/clusters/"+named[c]+"/labels", map[string]string{"clusterLabel": "edge"})
 	}
 	r1.must(201, "POST", "/v2/projects", meta("p1"))
-	r1.must(201, "POST", "/v2/projects/p1/composite-apps", obj("ca", map[string]any{"compositeAppVersion": "v1"}))
-	r1.must(201, "POST", caPath+"/composite-profiles", meta("cpf"))
-	r1.uploadOK(caPath+"/apps", meta("probe"), testenv.Archive(b, "testdata/charts/probe"))
-	profile := testenv.ArchiveFiles(b, map[string]string{"manifest.yaml": "version: v1\ntype:\n  values: v.yaml\n", "v.yaml": "{}\n"})
-	r1.uploadOK(caPath+"/composite-profiles/cpf/profiles", obj("probe-profile", map[string]any{"app": "probe"}), profile)
-	r1.must(201, "POST", caPath+"/deployment-intent-groups", obj("dig1", map[string]any{"compositeProfile": "cpf", "version": "r1"}))
-	r1.must(201, "POST", digPath+"/generic-placement-intents", meta("gpi"))
-	r1.must(201, "POST", digPath+"/generic-placement-intents/gpi/app-intents", obj("probe-placement", map[string]any{
-		"app": "probe", "intent": map[string]any{"allOf": []any{map[string]any{"clusterProvider": "cp", "clusterLabel": "edge"}}}}))
-	r1.must(201, "POST", digPath+"/intents", obj("intents", map[string]any{"intent": map[string]any{"genericPlacementIntent": "gpi"}}))
-	r1.must(202, "POST", digPath+"/approve", nil)
+	onboardEverywhere(b, r1, "ca", "probe", "{}\n")
+	onboardEverywhere(b, r1, "cms", "manycm", "count: 5\n")
+}
+
+// onboardEverywhere onboards composite app ca of one app
+// (testdata/charts/<app>, with profile values) in project p1 and its DIG
+// dig1 placing it on every "edge" cluster, and approves it.
+func onboardEverywhere(b *testing.B, r1 *haReplica, ca, app, values string) {
+	path := "/v2/projects/p1/composite-apps/" + ca + "/v1"
+	dig := path + "/deployment-intent-groups/dig1"
+	r1.must(201, "POST", "/v2/projects/p1/composite-apps", obj(ca, map[string]any{"compositeAppVersion": "v1"}))
+	r1.must(201, "POST", path+"/composite-profiles", meta("cpf"))
+	r1.uploadOK(path+"/apps", meta(app), testenv.Archive(b, "testdata/charts/"+app))
+	profile := testenv.ArchiveFiles(b, map[string]string{"manifest.yaml": "version: v1\ntype:\n  values: v.yaml\n", "v.yaml": values})
+	r1.uploadOK(path+"/composite-profiles/cpf/profiles", obj(app+"-profile", map[string]any{"app": app}), profile)
+	r1.must(201, "POST", path+"/deployment-intent-groups", obj("dig1", map[string]any{"compositeProfile": "cpf", "version": "r1"}))
+	r1.must(201, "POST", dig+"/generic-placement-intents", meta("gpi"))
+	r1.must(201, "POST", dig+"/generic-placement-intents/gpi/app-intents", obj(app+"-placement", map[string]any{
+		"app": app, "intent": map[string]any{"allOf": []any{map[string]any{"clusterProvider": "cp", "clusterLabel": "edge"}}}}))
+	r1.must(201, "POST", dig+"/intents", obj("intents", map[string]any{"intent": map[string]any{"genericPlacementIntent": "gpi"}}))
+	r1.must(202, "POST", dig+"/approve", nil)
 }
 
 // metric is one figure a scale benchmark reports.
@@ -224,8 +252,9 @@ type metric struct {
 }
 
 // measureIdle reports each replica's memory and CPU over a minute, per
-// cluster it owns.
-func measureIdle(b *testing.B, h *haSet, before map[string]procStat, report func(float64, string)) {
+// cluster it owns, and returns the fleet line's: all the replicas' RSS
+// growth since they started (KiB) and CPU a minute (ms), per cluster.
+func measureIdle(b *testing.B, h *haSet, before map[string]procStat, report func(float64, string)) (rssKiB, cpuMs float64) {
 	set0 := h.replicas[0].replicaSet()
 	owned := map[string]int{}
 	for _, r := range set0 {
@@ -238,8 +267,12 @@ func measureIdle(b *testing.B, h *haSet, before map[string]procStat, report func
 	window := 60 * time.Second
 	time.Sleep(window) // measuring idle cost over a fixed window, not synchronising
 	var memPer, cpuPer []float64
+	n := 0
 	for _, r := range h.replicas {
 		now := statOf(b, r.pid)
+		rssKiB += float64(now.rss-before[r.id].rss) / 1024
+		cpuMs += float64((now.cpu - mid[r.id].cpu).Milliseconds()) / window.Minutes()
+		n += owned[r.id]
 		if owned[r.id] == 0 {
 			continue
 		}
@@ -251,6 +284,7 @@ func measureIdle(b *testing.B, h *haSet, before map[string]procStat, report func
 	}
 	report(mean(memPer), "owner-MiB/cluster")
 	report(mean(cpuPer), "owner-cpu-ms/min/cluster")
+	return rssKiB / float64(max(n, 1)), cpuMs / float64(max(n, 1))
 }
 
 // measureLatencies reports the status latency through every replica and
@@ -294,17 +328,27 @@ func measureLatencies(b *testing.B, h *haSet, clusters []*simcluster.Cluster, na
 }
 
 // measureFailover kills the subscription's owner, makes a change and
-// reports when its callback came.
-func measureFailover(b *testing.B, h *haSet, hk *hook, clusters []*simcluster.Cluster, named map[*simcluster.Cluster]string, report func(float64, string)) {
+// reports when its callback came; it returns how long until every cluster
+// was watched again (by the survivors).
+func measureFailover(b *testing.B, h *haSet, hk *hook, clusters []*simcluster.Cluster, named map[*simcluster.Cluster]string,
+	report func(float64, string)) time.Duration {
 	n := len(clusters)
 	owner := owners(h.replicas[0].replicaSet(), func(r api.Replica) []string { return r.Subscriptions })["dig/p1/ca/v1/dig1/scale"]
 	if len(owner) != 1 {
 		b.Fatalf("the subscription is owned by %v", owner)
 	}
-	var victim *haReplica
+	var victim, survivor *haReplica
 	for _, r := range h.replicas {
 		if r.id == owner[0] {
 			victim = r
+		} else {
+			survivor = r
+		}
+	}
+	lostClusters := 0
+	for _, r := range h.replicas[0].replicaSet() {
+		if r.ID == victim.id {
+			lostClusters = len(r.Clusters)
 		}
 	}
 	seen := len(mustPosts(hk))
@@ -314,6 +358,7 @@ func measureFailover(b *testing.B, h *haSet, hk *hook, clusters []*simcluster.Cl
 	}
 	c := clusters[rand.IntN(n)]
 	setProbe(b, c, false)
+	watched := waitWatched(b, survivor, victim.id, n, killed)
 	p := hk.waitPost(seen, "after the owner was killed", func(p post) bool {
 		return entry(p.doc.Changes.Modified, "Pod", named[c], "probe") != nil
 	})
@@ -321,8 +366,12 @@ func measureFailover(b *testing.B, h *haSet, hk *hook, clusters []*simcluster.Cl
 	if !contiguous(seqs(hk)) {
 		b.Errorf("sequence numbers across the failover: %v", seqs(hk))
 	}
-	b.Logf("kill -9 of %s → callback %s; sequence numbers stay contiguous (%d delivered)", victim.id,
-		p.at.Sub(killed).Round(time.Millisecond), len(seqs(hk)))
+	b.Logf("kill -9 of %s → callback %s; sequence numbers stay contiguous (%d delivered); its %d clusters watched again after %s",
+		victim.id, p.at.Sub(killed).Round(time.Millisecond), len(seqs(hk)), lostClusters, watched.Round(time.Millisecond))
+	if lostClusters == 0 { // nothing to watch again: no figure
+		return -time.Second
+	}
+	return watched
 }
 
 func mean(l []float64) float64 {

@@ -77,12 +77,9 @@ type fleetResult struct {
 }
 
 func (r fleetResult) line() string {
-	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) }
-	return fmt.Sprintf("fleet: clusters=%d replicas=%d rss_kib_per_cluster=%.1f cpu_ms_per_min_per_cluster=%.2f reconnect_s=%.1f "+
-		"instantiate_s=%.1f status_summary_p50_ms=%s status_all_p50_ms=%s callback_p50_ms=%s callback_p99_ms=%s "+
-		"etcd_keys_per_change=%.1f etcd_bytes_per_change=%.0f lost=%d",
-		r.clusters, r.replicas, r.rssKiB, r.cpuMs, r.reconnect.Seconds(), r.instantiate.Seconds(),
-		ms(r.summaryP50), ms(r.allP50), ms(r.cbP50), ms(r.cbP99), r.etcdKeys, r.etcdBytes, r.lost)
+	return testenv.FleetLine{Clusters: r.clusters, Replicas: r.replicas, RSSKiB: r.rssKiB, CPUMs: r.cpuMs,
+		Reconnect: r.reconnect, Instantiate: r.instantiate, SummaryP50: r.summaryP50, AllP50: r.allP50,
+		CbP50: r.cbP50, CbP99: r.cbP99, EtcdKeys: r.etcdKeys, EtcdBytes: r.etcdBytes, Lost: r.lost}.String()
 }
 
 const (
@@ -125,16 +122,16 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration)
 		cancel()
 		<-ran
 	}()
-	took := poll(b, 5*time.Minute+time.Duration(n)*30*time.Millisecond, "every agent connected", func() bool { return f.Connected() == n })
+	took := pollCount(b, 5*time.Minute+time.Duration(n)*30*time.Millisecond, "every agent connected", n, f.Connected)
 	b.Logf("%d clusters registered and connected (%s to connect)", n, took.Round(time.Millisecond))
 
 	onboardBench(b, a)
 	a.must(202, "POST", benchDIG+"/approve", nil)
 	start := time.Now()
 	a.must(202, "POST", benchDIG+"/instantiate", nil)
-	poll(b, 10*time.Minute, "every resource Applied", func() bool { return applied(a) == 5*n })
+	pollCount(b, 10*time.Minute, "every resource Applied", 5*n, func() int { return applied(a) })
 	res.instantiate = time.Since(start)
-	poll(b, 5*time.Minute, "every resource Ready", func() bool { return ready(a) == 5*n })
+	pollCount(b, 5*time.Minute, "every resource Ready", 5*n, func() int { return ready(a) })
 
 	// Idle: what the replicas use with every cluster connected and Ready,
 	// after 15 s for what the instantiation left (history, sync state) to
@@ -158,7 +155,7 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration)
 	res.etcdKeys, res.etcdBytes = -1, -1
 	var stopCount func() (int64, int64)
 	if ep := d.etcdEndpoint(); ep != "" {
-		if stopCount, err = countWrites(ep); err != nil {
+		if stopCount, err = testenv.CountWrites(ep); err != nil {
 			b.Logf("cannot count etcd writes: %v", err)
 		}
 	}

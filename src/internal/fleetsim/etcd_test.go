@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -82,38 +81,4 @@ func etcdAnswers(ep string) bool {
 	defer cancel()
 	_, err = cli.Status(ctx, ep)
 	return err == nil
-}
-
-// countWrites watches every etcd key from now until the returned stop is
-// called, and returns how many keys were put or deleted and their bytes
-// (key and value): all the deployment wrote meanwhile.
-func countWrites(ep string) (stop func() (keys, bytes int64), err error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var mu sync.Mutex
-	var keys, bytes int64
-	ch := cli.Watch(ctx, "", clientv3.WithPrefix())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for resp := range ch {
-			mu.Lock()
-			for _, ev := range resp.Events {
-				keys++
-				bytes += int64(len(ev.Kv.Key) + len(ev.Kv.Value))
-			}
-			mu.Unlock()
-		}
-	}()
-	return func() (int64, int64) {
-		cancel()
-		<-done
-		_ = cli.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		return keys, bytes
-	}, nil
 }

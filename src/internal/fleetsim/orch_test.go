@@ -65,7 +65,11 @@ func (d *deployment) startProcess() {
 		d.startInProcess()
 		return
 	}
-	log, err := os.OpenFile(filepath.Join(d.dir, "orchestrator.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logDir := d.dir
+	if dir := os.Getenv("ARGUS_FLEET_HEAP"); dir != "" {
+		logDir = dir // kept after the benchmark, with the profiles
+	}
+	log, err := os.OpenFile(filepath.Join(logDir, "orchestrator.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		d.tb.Fatal(err)
 	}
@@ -266,6 +270,21 @@ func poll(tb testing.TB, d time.Duration, what string, cond func() bool) time.Du
 		time.Sleep(50 * time.Millisecond) // polling with a deadline
 	}
 	return time.Since(start)
+}
+
+// pollCount is poll for count() == want, telling the progress every 30 s
+// (at fleet size a stall is otherwise silent until the deadline).
+func pollCount(tb testing.TB, d time.Duration, what string, want int, count func() int) time.Duration {
+	tb.Helper()
+	told := time.Now()
+	return poll(tb, d, what, func() bool {
+		n := count()
+		if time.Since(told) > 30*time.Second {
+			tb.Logf("%s: %d of %d", what, n, want)
+			told = time.Now()
+		}
+		return n == want
+	})
 }
 
 // api calls the orchestrator's REST API.

@@ -218,24 +218,27 @@ func Build(in Input, q Query) Response {
 	if resp.EMCOHeader.CompositeApp == "" {
 		resp.EMCOHeader.CompositeApp, resp.EMCOHeader.Version, resp.EMCOHeader.CompositeProfile = in.Header.CompositeApp, in.Header.Version, in.Header.CompositeProfile
 	}
-	byType := map[string]int{}
-	resp.SyncCounts = map[string]int{}
-	ready := map[string]int{}
-	presence := map[string]int{}
-	emcoReady := map[string]int{}
+	t := newTally(q.Type)
+	resp.SyncCounts = t.sync
 	allReady := true
-	var statuses []health.Status
 	if in.Context != nil {
 		resp.Status = in.Context.Status.Status
 		resp.DeployedStatus = in.Context.Status.Status
 		resp.StatusMessage, resp.StatusReasons = in.Context.Status.Error, in.Context.Status.Reasons
 		apps := map[string]*App{}
 		var order []string
+		// A summary counts each cluster as it is built and keeps none of
+		// it, so its resources are built in one reused slice: at fleet
+		// size (10,000 placements) the kept clusters were most of the
+		// query's time and memory.
+		summary := q.Output == OutputSummary
+		var scratch []Resource
+		appReady := map[string]bool{}
 		for _, p := range in.Context.Placements {
 			if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) || left(p) {
 				continue
 			}
-			c := buildCluster(in, q, p)
+			c := buildCluster(in, q, p, scratch)
 			if len(c.Resources) == 0 && len(q.Resources)+len(q.Sync) > 0 {
 				continue
 			}
@@ -244,47 +247,37 @@ func Build(in Input, q Query) Response {
 				a = &App{Name: p.App}
 				apps[p.App] = a
 				order = append(order, p.App)
+				appReady[p.App] = true
+			}
+			if summary {
+				appReady[p.App] = t.add(&c) && appReady[p.App]
+				scratch = c.Resources[:0]
+				continue
 			}
 			a.Clusters = append(a.Clusters, c)
 		}
 		sort.Strings(order)
 		for _, name := range order {
 			a := apps[name]
-			appReady := true
 			for i := range a.Clusters {
 				c := &a.Clusters[i]
-				for _, r := range c.Resources {
-					if r.DeployedStatus != "" {
-						byType[r.DeployedStatus]++
-					}
-					if r.SyncStatus != "" {
-						resp.SyncCounts[r.SyncStatus]++
-					}
-					if q.Type == TypeCluster {
-						emcoReady[r.ReadyStatusEMCO]++
-						statuses = append(statuses, health.Status(r.fine))
-						ready[r.ReadyStatus]++
-						presence[r.ClusterStatus]++
-					}
-				}
-				if q.Type == TypeCluster {
-					appReady = appReady && *c.Ready
-				}
+				appReady[name] = t.add(c) && appReady[name]
 				c.strip(q.Type, in.withRsync)
 			}
 			if q.Type == TypeCluster {
-				a.Ready = boolPtr(appReady)
-				allReady = allReady && appReady
+				a.Ready = boolPtr(appReady[name])
+				allReady = allReady && appReady[name]
 			}
 			resp.Apps = append(resp.Apps, *a)
 		}
 		if q.Type == TypeCluster {
 			resp.ReadyStatusEMCO = EMCONotReady
-			if allReadyOf(statuses) {
+			if t.allReady() {
 				resp.ReadyStatusEMCO = EMCOReady
 			}
 		}
 	}
+	byType, emcoReady, presence, ready := t.byType, t.emcoReady, t.presence, t.ready
 	resp.DeployedCounts, resp.ReadyCounts = byType, emcoReady
 	if q.Type == TypeRsync {
 		resp.RsyncStatus, resp.RsyncStatusEMCO = byType, byType
@@ -309,9 +302,44 @@ func left(p *appcontext.Placement) bool {
 	return len(p.Resources) > 0
 }
 
-func allReadyOf(statuses []health.Status) bool {
-	return len(statuses) > 0 && health.Aggregate(statuses...) == health.Ready
+// tally counts a DIG's resources as Build answers them.
+type tally struct {
+	typ                                      string
+	byType, sync, ready, presence, emcoReady map[string]int
+	// worst is the resources' statuses aggregated so far (Aggregate
+	// keeps the worst), n how many.
+	worst health.Status
+	n     int
 }
+
+func newTally(typ string) *tally {
+	return &tally{typ: typ, byType: map[string]int{}, sync: map[string]int{}, ready: map[string]int{},
+		presence: map[string]int{}, emcoReady: map[string]int{}, worst: health.Ready}
+}
+
+// add counts c's resources and says whether c is ready (type=cluster).
+func (t *tally) add(c *Cluster) bool {
+	for i := range c.Resources {
+		r := &c.Resources[i]
+		if r.DeployedStatus != "" {
+			t.byType[r.DeployedStatus]++
+		}
+		if r.SyncStatus != "" {
+			t.sync[r.SyncStatus]++
+		}
+		if t.typ == TypeCluster {
+			t.emcoReady[r.ReadyStatusEMCO]++
+			t.worst = health.Aggregate(t.worst, health.Status(r.fine))
+			t.n++
+			t.ready[r.ReadyStatus]++
+			t.presence[r.ClusterStatus]++
+		}
+	}
+	return t.typ != TypeCluster || *c.Ready
+}
+
+// allReady: some resource, and every one Ready.
+func (t *tally) allReady() bool { return t.n > 0 && t.worst == health.Ready }
 
 // states renders the history in EMCO's shape: each action with the
 // revision it made (an instantiation 1, each update or rollback the next)
@@ -363,17 +391,23 @@ func (c *Cluster) strip(typ string, withRsync bool) {
 	}
 }
 
-func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
+func buildCluster(in Input, q Query, p *appcontext.Placement, buf []Resource) Cluster {
+	if buf == nil {
+		buf = make([]Resource, 0, len(p.Resources))
+	}
 	c := Cluster{ClusterProvider: p.Cluster.Provider, ClusterProviderEMCO: p.Cluster.Provider, Cluster: p.Cluster.Name,
-		Resources: make([]Resource, 0, len(p.Resources))}
+		Resources: buf[:0]}
 	bundle, index := bundleOf(p)
 	unknownWhy := clusterUnknown(in, p, bundle, &c)
 	c.ReadyStatus = c.Connectivity
-	statuses := make([]health.Status, 0, len(p.Resources))
-	ownPods := map[string]bool{} // pods the chart itself renders (hooks too): listed once, as resources
-	for _, r := range p.Resources {
+	var ownPods map[string]bool // pods the chart itself renders (hooks too): listed once, as resources
+	for i := range p.Resources {
+		r := &p.Resources[i] // not copied: a copy per resource escaped, most of a summary's allocations
 		rs := p.StatusOf(r.Key())
 		if r.GVK.Kind == "Pod" && r.GVK.Group == "" {
+			if ownPods == nil {
+				ownPods = map[string]bool{}
+			}
 			ownPods[or(r.Namespace, in.Context.Meta.Namespace)+"/"+r.Name] = true
 		}
 		if r.Removed && rs.Status == appcontext.RsyncDeleted {
@@ -406,7 +440,8 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 					res.Detail = json.RawMessage(r.Manifest)
 				} else {
 					// A cached context holds references, not manifests.
-					res.manifest = &r
+					rc := *r // resolved outside the cache's lock: a copy
+					res.manifest = &rc
 				}
 			}
 			c.Resources = append(c.Resources, res)
@@ -439,7 +474,6 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 		if q.Output == OutputDetail && found && unknownWhy == "" {
 			res.setDetail(in, e)
 		}
-		statuses = append(statuses, health.Status(res.ReadyStatus))
 		c.Resources = append(c.Resources, res)
 	}
 	if q.Type == TypeCluster && unknownWhy == "" && bundle != nil && len(q.Sync) == 0 {
@@ -453,19 +487,19 @@ func buildCluster(in Input, q Query, p *appcontext.Placement) Cluster {
 			if q.Output == OutputDetail {
 				res.setDetail(in, e)
 			}
-			statuses = append(statuses, health.Status(res.ReadyStatus))
 			c.Resources = append(c.Resources, res)
 		}
 	}
 	if q.Type == TypeCluster && index != nil && unknownWhy == "" {
 		linkOwners(c.Resources, index)
-		statuses = statuses[:0]
-		for _, r := range c.Resources {
-			statuses = append(statuses, health.Status(r.fine))
-		}
 	}
 	if q.Type == TypeCluster {
-		c.Ready = boolPtr(unknownWhy == "" && health.Aggregate(statuses...) == health.Ready)
+		// fine is the readiness as listed, after linkOwners where it ran.
+		worst := health.Ready
+		for i := range c.Resources {
+			worst = health.Aggregate(worst, health.Status(c.Resources[i].fine))
+		}
+		c.Ready = boolPtr(unknownWhy == "" && worst == health.Ready)
 	}
 	return c
 }

@@ -124,7 +124,7 @@ func Lists(in Input, q Query) any {
 				continue
 			}
 			e := ResourcesByAppEntry{App: p.App, ClusterProvider: p.Cluster.Provider, Cluster: p.Cluster.Name, Resources: []ResourceEntry{}}
-			for _, res := range buildCluster(in, q, p).Resources {
+			for _, res := range buildCluster(in, q, p, nil).Resources {
 				e.Resources = append(e.Resources, ResourceEntry{Name: res.Name, GVK: res.GVK})
 			}
 			out.ResourcesByApp = append(out.ResourcesByApp, e)

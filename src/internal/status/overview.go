@@ -209,7 +209,7 @@ func summaryOf(in Input, s *Summary) {
 			s.Apps = append(s.Apps, AppSummary{Name: p.App, Ready: true})
 		}
 		as := &s.Apps[len(s.Apps)-1]
-		cs := s.summariseCluster(p.App, buildCluster(in, q, p))
+		cs := s.summariseCluster(p.App, buildCluster(in, q, p, nil))
 		as.Clusters = append(as.Clusters, cs)
 		as.Ready = as.Ready && cs.Ready
 		ready = ready && cs.Ready

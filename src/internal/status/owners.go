@@ -36,10 +36,10 @@ func ownersOf(index map[appcontext.EntryRef]*appcontext.BundleEntry, e *appconte
 // not a filter lists it, so a filtered answer says what an unfiltered one
 // does.
 func linkOwners(rs []Resource, index map[appcontext.EntryRef]*appcontext.BundleEntry) {
-	pods := map[string][]health.Item{} // by owner: group/kind/namespace/name
+	pods := map[ownerKey][]health.Item{}
 	for _, e := range podEntries(index) {
 		for _, o := range ownersOf(index, e) {
-			k := ownerKey(o.GVK.Group, o.GVK.Kind, e.Namespace, o.Name)
+			k := ownerKey{o.GVK.Group, o.GVK.Kind, e.Namespace, o.Name}
 			pods[k] = append(pods[k], health.Item{Kind: "Pod", Name: e.Name, Result: health.Result{Status: health.Status(e.ReadyStatus), Reason: e.Reason}})
 		}
 	}
@@ -51,7 +51,7 @@ func linkOwners(rs []Resource, index map[appcontext.EntryRef]*appcontext.BundleE
 		if e, found := lookup(index, r.GVK.Group, r.GVK.Kind, r.Namespace, r.Name); found {
 			r.Owners = ownersOf(index, e)
 		}
-		mine := pods[ownerKey(r.GVK.Group, r.GVK.Kind, r.Namespace, r.Name)]
+		mine := pods[ownerKey{r.GVK.Group, r.GVK.Kind, r.Namespace, r.Name}]
 		if len(mine) == 0 {
 			continue
 		}
@@ -63,6 +63,6 @@ func linkOwners(rs []Resource, index map[appcontext.EntryRef]*appcontext.BundleE
 	}
 }
 
-func ownerKey(group, kind, namespace, name string) string {
-	return group + "/" + kind + "/" + namespace + "/" + name
-}
+// ownerKey names a workload that owns pods; a struct, not a joined
+// string, so a lookup per resource allocates nothing.
+type ownerKey struct{ group, kind, namespace, name string }

@@ -1,0 +1,78 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// FleetLine is the one line a fleet-scale benchmark prints per size
+// (issue 26): the pull fleet's (fleetsim.BenchmarkFleet) and the push
+// clusters' (e2e.BenchmarkHAScale), so docs/benchmarks.md can set them
+// side by side and outside checks parse both alike.
+type FleetLine struct {
+	// Mode is "" for pull clusters (the line issue 26's contract names,
+	// "fleet: clusters=…") and "push" for API-server clusters with
+	// monitors ("fleet: mode=push clusters=…").
+	Mode                             string
+	Clusters, Replicas               int
+	RSSKiB, CPUMs                    float64 // per idle cluster; CPU a minute
+	Reconnect, Instantiate           time.Duration
+	SummaryP50, AllP50, CbP50, CbP99 time.Duration
+	// EtcdKeys and EtcdBytes are what etcd took per change under churn
+	// (-1 when not measured).
+	EtcdKeys, EtcdBytes float64
+	Lost                int
+}
+
+func (r FleetLine) String() string {
+	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) }
+	mode := ""
+	if r.Mode != "" {
+		mode = "mode=" + r.Mode + " "
+	}
+	return fmt.Sprintf("fleet: %sclusters=%d replicas=%d rss_kib_per_cluster=%.1f cpu_ms_per_min_per_cluster=%.2f reconnect_s=%.1f "+
+		"instantiate_s=%.1f status_summary_p50_ms=%s status_all_p50_ms=%s callback_p50_ms=%s callback_p99_ms=%s "+
+		"etcd_keys_per_change=%.1f etcd_bytes_per_change=%.0f lost=%d",
+		mode, r.Clusters, r.Replicas, r.RSSKiB, r.CPUMs, r.Reconnect.Seconds(), r.Instantiate.Seconds(),
+		ms(r.SummaryP50), ms(r.AllP50), ms(r.CbP50), ms(r.CbP99), r.EtcdKeys, r.EtcdBytes, r.Lost)
+}
+
+// CountWrites watches every etcd key from now until the returned stop is
+// called, and returns how many keys were put or deleted and their bytes
+// (key and value): all a deployment wrote meanwhile.
+func CountWrites(endpoints ...string) (stop func() (keys, bytes int64), err error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var keys, bytes int64
+	ch := cli.Watch(ctx, "", clientv3.WithPrefix())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for resp := range ch {
+			mu.Lock()
+			for _, ev := range resp.Events {
+				keys++
+				bytes += int64(len(ev.Kv.Key) + len(ev.Kv.Value))
+			}
+			mu.Unlock()
+		}
+	}()
+	return func() (int64, int64) {
+		cancel()
+		<-done
+		_ = cli.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		return keys, bytes
+	}, nil
+}
