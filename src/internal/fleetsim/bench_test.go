@@ -38,7 +38,10 @@ import (
 // the fleet for ARGUS_FLEET_CHURN_S (60) seconds; lost counts the changes
 // the simulator made that no callback named within 30 s; etcd keys and
 // bytes per change are everything etcd took during the churn (a watch on
-// all keys), divided by the changes.
+// all keys), divided by the changes. ARGUS_FLEET_HEAP=DIR (one replica)
+// has the orchestrator serve its profiles (--debug-listen) and saves to
+// DIR its heap, runtime statistics and goroutines at the end of the idle
+// window, a CPU profile over the churn, and its log.
 func BenchmarkFleet(b *testing.B) {
 	sizes := os.Getenv("ARGUS_FLEET_SIZES")
 	if sizes == "" {
