@@ -52,7 +52,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs := flag.NewFlagSet("orchestrator", flag.ContinueOnError)
 	fs.StringVar(&s.config, config.ConfigFlag, "", "YAML file with flag values, keyed by flag name")
 	fs.StringVar(&s.opts.Listen, "listen", ":9015", "address the REST API listens on")
-	fs.StringVar(&s.opts.DebugListen, "debug-listen", "", "address the Go runtime's profiles (/debug/pprof/) are served on, without authentication: use a loopback address; empty turns them off")
+	fs.StringVar(&s.opts.DebugListen, "debug-listen", "", "loopback address the Go runtime's profiles (/debug/pprof/, without the command line) are served on, without authentication (any other address is refused); empty turns them off")
 	fs.StringVar(&s.opts.GRPCListen, "grpc-listen", "", "address the gRPC status notification service (EMCO's StatusNotify, for emcoctl watch) listens on, with the API's TLS and tokens; EMCO's clients expect :9016; empty turns it off")
 	fs.StringVar(&s.opts.DataDir, "data-dir", "argus-data", "directory for the embedded stores' data")
 	fs.Var(&s.endpoints, "etcd-endpoints", "comma-separated etcd client URLs; empty starts an embedded etcd under --data-dir")

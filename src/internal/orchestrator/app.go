@@ -34,8 +34,8 @@ type Options struct {
 	// clients expect port 9016.
 	GRPCListen string
 	// DebugListen is the address of the Go runtime's profiles
-	// (/debug/pprof/); "" leaves it off. It has no authentication: bind
-	// it to a loopback address.
+	// (/debug/pprof/); "" leaves it off. They have no authentication, so
+	// it must be a loopback address.
 	DebugListen string
 	// DataDir holds the embedded stores' data.
 	DataDir string
@@ -323,6 +323,9 @@ func New(opts Options) (*App, error) {
 	if h.MaxConnections < 0 || h.MaxStreams < 0 || h.MaxBodyMemory < 0 || h.MaxAnswerMemory < 0 || h.MaxJSONDepth < 0 ||
 		min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout, h.AnswerWriteTimeout) < 0 {
 		return nil, errors.New("orchestrator: connection limits and timeouts cannot be negative")
+	}
+	if opts.DebugListen != "" && !loopbackListen(opts.DebugListen) {
+		return nil, fmt.Errorf("orchestrator: --debug-listen %q: profiles have no authentication, so only a loopback address (127.0.0.1:port, [::1]:port, localhost:port) is allowed", opts.DebugListen)
 	}
 	if opts.HistoryLimit < 0 {
 		return nil, errors.New("orchestrator: --history-limit cannot be negative")

@@ -191,7 +191,7 @@ func TestProfilesOnTheirOwnPort(t *testing.T) {
 	debug := l.Addr().String()
 	_ = l.Close()
 	r := start(t, Options{DataDir: t.TempDir(), DebugListen: debug})
-	resp, err := http.Get("http://" + debug + "/debug/pprof/cmdline")
+	resp, err := http.Get("http://" + debug + "/debug/pprof/heap")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,22 @@ func TestProfilesOnTheirOwnPort(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("profiles on %s: %d", debug, resp.StatusCode)
 	}
-	if code, _ := r.call(t, "GET", "/debug/pprof/cmdline", ""); code == 200 {
+	if code, _ := r.call(t, "GET", "/debug/pprof/heap", ""); code == 200 {
 		t.Fatal("the API's port serves profiles")
+	}
+	// The command line may carry --mongo-uri's password.
+	resp, err = http.Get("http://" + debug + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode == 200 {
+		t.Fatal("the command line is served")
+	}
+	// Checked from the address alone: nothing is dialled or resolved.
+	for _, addr := range []string{":6060", "0.0.0.0:6060", "10.0.0.1:6060", "[::]:6060", "debug.example:6060"} {
+		if _, err := New(Options{DataDir: t.TempDir(), DebugListen: addr}); err == nil {
+			t.Errorf("--debug-listen %s accepted", addr)
+		}
 	}
 }

@@ -7,13 +7,16 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
+	"strings"
 	"time"
 )
 
 // serveDebug serves the Go runtime's profiles on DebugListen, apart from
 // the API: profiles show internals, so they are never on the API's port
-// and the flag's documentation asks for a loopback address. Fleet
-// benchmarks read the orchestrator's own heap through it.
+// and only a loopback address is accepted (New). The command line is not
+// served: --mongo-uri may carry a password. Fleet benchmarks read the
+// orchestrator's own heap and CPU profiles through it.
 func (a *App) serveDebug(ctx context.Context, life *lifecycle) error {
 	if a.opts.DebugListen == "" {
 		return nil
@@ -24,7 +27,6 @@ func (a *App) serveDebug(ctx context.Context, life *lifecycle) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -38,4 +40,18 @@ func (a *App) serveDebug(ctx context.Context, life *lifecycle) error {
 		return nil
 	}, func() error { return srv.Close() })
 	return nil
+}
+
+// loopbackListen says whether a listen address is on loopback, from the
+// address alone (a name other than localhost is never resolved).
+func loopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }

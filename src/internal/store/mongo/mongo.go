@@ -90,8 +90,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if opts.HeartbeatTimeout == 0 {
 		// A write meets a server that stopped answering within an
-		// interval and HeartbeatMisses of these (see Guard): a create
-		// answers 503 within 3.5 s.
+		// interval and HeartbeatMisses of these (see Guard): with one, a
+		// create answers 503 within 2 s.
 		opts.HeartbeatTimeout = 1500 * time.Millisecond
 	}
 	if opts.HeartbeatInterval == 0 {
