@@ -222,9 +222,6 @@ func (m *Monitor) onBundle(obj any) {
 func (m *Monitor) onBundleDeleted(obj any) {
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 		m.pacer.forget(key)
-		// A sync of it in flight records its pacing again; the sync this
-		// queues runs after that one and finds it gone.
-		m.bundles.Add(key)
 	}
 	// Kinds only this bundle wanted may now be stopped.
 	m.mu.RLock()
@@ -536,7 +533,6 @@ func (m *Monitor) syncBundle(ctx context.Context, key string) error {
 		return err
 	}
 	if !exists {
-		m.pacer.forget(key)
 		return nil
 	}
 	m.pacer.syncing(key)
