@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,7 +30,6 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/clock"
 
 	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 	"github.com/argus-mc/argus/src/internal/syncstate"
@@ -72,7 +70,7 @@ type Monitor struct {
 	watches     map[schema.GroupVersionKind]*kindWatch
 	failures    map[schema.GroupVersionKind]string
 	configKinds []schema.GroupVersionKind
-	pacer       *pacer
+	lastWrite   map[string]time.Time
 
 	ready atomic.Bool
 }
@@ -104,14 +102,14 @@ func New(opts Options) (*Monitor, error) {
 		return nil, fmt.Errorf("monitor: discovery client: %w", err)
 	}
 	m := &Monitor{
-		opts:     opts,
-		log:      opts.Logger,
-		dyn:      dyn,
-		kube:     kube,
-		mapper:   restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
-		watches:  map[schema.GroupVersionKind]*kindWatch{},
-		failures: map[schema.GroupVersionKind]string{},
-		pacer:    newPacer(opts.CoalesceWindow, opts.MinWriteInterval, clock.RealClock{}),
+		opts:      opts,
+		log:       opts.Logger,
+		dyn:       dyn,
+		kube:      kube,
+		mapper:    restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
+		watches:   map[schema.GroupVersionKind]*kindWatch{},
+		failures:  map[schema.GroupVersionKind]string{},
+		lastWrite: map[string]time.Time{},
 		bundles: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "bundles"}),
@@ -221,7 +219,9 @@ func (m *Monitor) onBundle(obj any) {
 
 func (m *Monitor) onBundleDeleted(obj any) {
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		m.pacer.forget(key)
+		m.mu.Lock()
+		delete(m.lastWrite, key)
+		m.mu.Unlock()
 	}
 	// Kinds only this bundle wanted may now be stopped.
 	m.mu.RLock()
@@ -291,26 +291,17 @@ func (m *Monitor) bundlesFor(deploymentID string) []*unstructured.Unstructured {
 	return out
 }
 
-// enqueueBundle schedules a sync: at once after a quiet window, else at the
-// end of the window (see pacer); events arriving meanwhile join it (the
-// delaying queue keeps one entry per key, at its earliest time).
+// enqueueBundle schedules a sync CoalesceWindow from now; events arriving
+// meanwhile join it (the delaying queue keeps one entry per key).
 func (m *Monitor) enqueueBundle(b *unstructured.Unstructured) {
 	if key, err := cache.MetaNamespaceKeyFunc(b); err == nil {
-		m.enqueueKey(key)
+		m.bundles.AddAfter(key, m.opts.CoalesceWindow)
 	}
-}
-
-func (m *Monitor) enqueueKey(key string) {
-	if due := m.pacer.due(key); due > 0 {
-		m.bundles.AddAfter(key, due)
-		return
-	}
-	m.bundles.Add(key)
 }
 
 func (m *Monitor) enqueueAllBundles() {
 	for _, key := range m.bundleInformer.GetStore().ListKeys() {
-		m.enqueueKey(key)
+		m.bundles.AddAfter(key, m.opts.CoalesceWindow)
 	}
 }
 
@@ -535,7 +526,6 @@ func (m *Monitor) syncBundle(ctx context.Context, key string) error {
 	if !exists {
 		return nil
 	}
-	m.pacer.syncing(key)
 	b := obj.(*unstructured.Unstructured)
 	sel := bundleSelector(b)
 	value := requiredDeploymentID(b)
@@ -567,6 +557,7 @@ func (m *Monitor) syncBundle(ctx context.Context, key string) error {
 			}
 		}
 	}
+	last := m.lastWrite[key]
 	m.mu.RUnlock()
 
 	status, err := buildStatus(objs, unwatched, b.GetGeneration(), m.opts.MaxStatusBytes)
@@ -576,7 +567,7 @@ func (m *Monitor) syncBundle(ctx context.Context, key string) error {
 	if same, err := sameStatus(b, status); err != nil || same {
 		return err
 	}
-	if wait := m.pacer.writeWait(key); wait > 0 {
+	if wait := m.opts.MinWriteInterval - time.Since(last); wait > 0 {
 		m.bundles.AddAfter(key, wait)
 		return nil
 	}
@@ -610,7 +601,9 @@ func (m *Monitor) writeStatus(ctx context.Context, b *unstructured.Unstructured,
 	if status.Trimmed {
 		m.metrics.trimmed.Inc()
 	}
-	m.pacer.wrote(key)
+	m.mu.Lock()
+	m.lastWrite[key] = time.Now()
+	m.mu.Unlock()
 	m.log.WithFields(logrus.Fields{"bundle": key, "resources": status.ResourceCount, "ready": status.Ready}).Debug("status written")
 	return nil
 }
@@ -631,13 +624,8 @@ func (m *Monitor) bundleWantedKinds(b *unstructured.Unstructured) []schema.Group
 	return out
 }
 
-// sameStatus reports whether writing status would leave the bundle as it
-// is: the current status with status merge-patched onto it, as the API
-// server does, compared as canonical JSON (key order and number types do
-// not matter). A merge patch drops nulls (a pod condition's lastProbeTime),
-// so comparing status itself would find a difference in almost every
-// bundle, and rewrite it after every write. Every field and list is written
-// whole, so the patch leaves no stale key behind that this would miss.
+// sameStatus reports whether the bundle already carries status, comparing
+// canonical JSON so that key order and number types do not matter.
 func sameStatus(b *unstructured.Unstructured, status v1alpha1.ResourceBundleStateStatus) (bool, error) {
 	current, found := b.Object["status"]
 	if !found {
@@ -647,16 +635,12 @@ func sameStatus(b *unstructured.Unstructured, status v1alpha1.ResourceBundleStat
 	if err != nil {
 		return false, err
 	}
-	patch, err := json.Marshal(status)
-	if err != nil {
-		return false, err
-	}
-	merged, err := jsonpatch.MergePatch(have, patch)
+	raw, err := json.Marshal(status)
 	if err != nil {
 		return false, err
 	}
 	var generic any
-	if err := json.Unmarshal(merged, &generic); err != nil {
+	if err := json.Unmarshal(raw, &generic); err != nil {
 		return false, err
 	}
 	want, err := json.Marshal(generic)
