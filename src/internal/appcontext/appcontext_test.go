@@ -330,6 +330,16 @@ func TestScopedChanges(t *testing.T) {
 	if err := s.Create(ctx, meta, Status{Status: Instantiating}, []*Placement{{App: "a", Cluster: c1, Resources: rs}, {App: "a", Cluster: c2, Resources: rs}}); err != nil {
 		t.Fatal(err)
 	}
+	// Every event of the creation applied before the bundle is written:
+	// one watch response may otherwise carry the creation's last events
+	// and the bundle together, a batch that names the whole group.
+	head, err := env.Etcd.Client.Get(ctx, "argus-test-revision")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.WaitRevision(ctx, head.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
 	// wait reads batches until one reports for g the scope want says,
 	// skipping what the creation's own batches report.
 	wait := func(what string, want func(Scope) bool) {
