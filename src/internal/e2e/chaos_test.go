@@ -912,7 +912,11 @@ func (c *chaos) marker(t *testing.T, when string, alone bool) {
 		if first == nil {
 			first = &p
 		}
-		return entry(p.doc.Changes.Modified, "ConfigMap", "cluster2", name) != nil
+		// NotPresent: a callback of the change before it (an update's
+		// re-apply, Present with its new fence, which leaves the status as
+		// it was and so does not hold waitQuiet) may still come first.
+		e := entry(p.doc.Changes.Modified, "ConfigMap", "cluster2", name)
+		return e != nil && e["cluster-status"] == "NotPresent"
 	})
 	var keys []string
 	for _, e := range append(append(slices.Clone(first.doc.Changes.Created), first.doc.Changes.Modified...), first.doc.Changes.Deleted...) {
