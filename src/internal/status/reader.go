@@ -39,6 +39,10 @@ type Reader struct {
 	// answers (the cache keeps references only); nil leaves those details
 	// out of answers from the cache.
 	Manifests ManifestSource
+
+	// summaries keeps output=summary answers' per-placement counts
+	// between answers (summary.go).
+	summaries summaryMemo
 }
 
 // base is an Input without a context.
@@ -132,6 +136,9 @@ func (r *Reader) build(ctx context.Context, header Header, st catalog.DIGState, 
 	var resp Response
 	err := r.withFilteredInput(ctx, header, st, id, q, func(in Input) {
 		in.deferDetail = true
+		if q.Output == OutputSummary && in.cached {
+			in.summaries = r.summaries.state(id, q)
+		}
 		resp = Build(in, q)
 	})
 	resp.contextID, resp.manifests = id, r.Manifests
@@ -199,7 +206,7 @@ func (r *Reader) withInputE(ctx context.Context, header Header, emco EMCOHeader,
 			}
 			found = true
 			in := r.base(header, st)
-			in.Context, in.Clusters = cx, clusters
+			in.Context, in.Clusters, in.cached = cx, clusters, true
 			f(in)
 		})
 		if err != nil || found {
