@@ -24,7 +24,7 @@ type memoKey struct{ context, query string }
 
 // maxSummaryMemos bounds the memo: each kept summary holds a small record
 // per placement, and callers choose the filters.
-const maxSummaryMemos = 64
+const maxSummaryMemos = 16
 
 // state is the memo of context id's summaries for q, made on first use.
 func (m *summaryMemo) state(id string, q Query) *summaryState {
