@@ -203,7 +203,7 @@ type Input struct {
 	// status too, for notification entries, which report both views.
 	withRsync bool
 	// summaries, for a context from the cache, keeps what each placement
-	// adds to an output=summary answer between answers (summary.go).
+	// adds to an output=summary answer between answers (memo.go).
 	summaries *summaryState
 	// cached says the context is the cache's: its placements stay the
 	// same values across answers, as summaries needs.

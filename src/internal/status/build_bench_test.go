@@ -69,8 +69,8 @@ func BenchmarkBuildFleet(b *testing.B) {
 func BenchmarkSummaryFleet(b *testing.B) {
 	in := fleetInput(10000)
 	q := Query{Type: TypeCluster, Output: OutputSummary}
-	var m summaryMemo
-	in.summaries = m.state("1", q)
+	var m memo[summaryState]
+	in.summaries = m.state("1", q, newSummaryState(q.Type))
 	Build(in, q)
 	b.ReportAllocs()
 	i := 0

@@ -40,9 +40,10 @@ type Reader struct {
 	// out of answers from the cache.
 	Manifests ManifestSource
 
-	// summaries keeps output=summary answers' per-placement counts
-	// between answers (summary.go).
-	summaries summaryMemo
+	// summaries and feeds keep output=summary answers' per-placement
+	// counts and notification entries between answers (memo.go).
+	summaries memo[summaryState]
+	feeds     memo[entriesState]
 }
 
 // base is an Input without a context.
@@ -137,7 +138,7 @@ func (r *Reader) build(ctx context.Context, header Header, st catalog.DIGState, 
 	err := r.withFilteredInput(ctx, header, st, id, q, func(in Input) {
 		in.deferDetail = true
 		if q.Output == OutputSummary && in.cached {
-			in.summaries = r.summaries.state(id, q)
+			in.summaries = r.summaries.state(id, q, newSummaryState(q.Type))
 		}
 		resp = Build(in, q)
 	})

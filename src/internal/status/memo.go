@@ -3,31 +3,35 @@ package status
 import (
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/health"
 )
 
-// summaryMemo keeps, for output=summary answers from the cache, what each
-// placement adds to the counts, so a summary rebuilds only the placements
-// that changed since the last one and updates the totals by the
-// difference: at fleet size (10,000 placements) rebuilding every
-// placement was most of a summary's time, however few had changed.
-type summaryMemo struct {
+// memo keeps, for answers from the cache, what each placement adds to an
+// answer of one kind (summaryState: its counts; entriesState: its
+// notification entries), per context and filters, so an answer rebuilds
+// only the placements that changed since the last one: at fleet size
+// (10,000 placements) rebuilding every placement was most of a summary's
+// and a notification's time, however few had changed.
+type memo[T any] struct {
 	mu    sync.Mutex
-	byKey map[memoKey]*summaryState
+	byKey map[memoKey]*T
 }
 
-// memoKey is one context's summary under one set of filters.
+// memoKey is one context's answers under one set of filters.
 type memoKey struct{ context, query string }
 
-// maxSummaryMemos bounds the memo: each kept summary holds a small record
-// per placement, and callers choose the filters.
-const maxSummaryMemos = 16
+// maxMemos bounds a memo: each kept state holds a record per placement
+// of its context, and callers choose the filters.
+const maxMemos = 16
 
-// state is the memo of context id's summaries for q, made on first use.
-func (m *summaryMemo) state(id string, q Query) *summaryState {
+// state is the memo of context id's answers to q, made (by mk) on first use.
+func (m *memo[T]) state(id string, q Query, mk func() *T) *T {
 	k := memoKey{context: id, query: fmt.Sprintf("%s|%q|%v|%q|%q", q.Type, q.Apps, q.Clusters, q.Resources, q.Sync)}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -35,18 +39,24 @@ func (m *summaryMemo) state(id string, q Query) *summaryState {
 		return s
 	}
 	if m.byKey == nil {
-		m.byKey = map[memoKey]*summaryState{}
+		m.byKey = map[memoKey]*T{}
 	}
-	if len(m.byKey) >= maxSummaryMemos {
-		for old := range m.byKey { // any one: a summary rebuilt is only slower once
+	if len(m.byKey) >= maxMemos {
+		for old := range m.byKey { // any one: an answer rebuilt is only slower once
 			delete(m.byKey, old)
 			break
 		}
 	}
-	s := &summaryState{parts: map[*appcontext.Placement]*summaryPart{}, total: newTally(q.Type),
-		fine: map[health.Status]int{}, apps: map[string]*appParts{}}
+	s := mk()
 	m.byKey[k] = s
 	return s
+}
+
+func newSummaryState(typ string) func() *summaryState {
+	return func() *summaryState {
+		return &summaryState{parts: map[*appcontext.Placement]*summaryPart{}, total: newTally(typ),
+			fine: map[health.Status]int{}, apps: map[string]*appParts{}}
+	}
 }
 
 // summaryState is one summary's totals and what each placement added.
@@ -113,10 +123,107 @@ func keyOf(in Input, p *appcontext.Placement) partKey {
 	k := partKey{rev: p.Rev, known: known, ctxStatus: in.Context.Status.Status, namespace: in.Context.Meta.Namespace}
 	if known {
 		k.silent = st.Monitor == appcontext.MonitorRunning && !st.Agent && in.SilentAfter > 0 && in.Now.Sub(st.LastSeen) > in.SilentAfter
-		st.LastSeen, st.Updated = k.cluster.LastSeen, k.cluster.Updated // zero: a renewal alone changes no count
+		st.Updated = time.Time{}
+		if !k.silent && st.Monitor != appcontext.MonitorSilent {
+			st.LastSeen = time.Time{} // a renewal alone changes nothing; a silent monitor's reason names it
+		}
 		k.cluster = st
 	}
 	return k
+}
+
+// entriesState is one context's notification entries under one set of
+// filters (Entries), placement by placement.
+type entriesState struct {
+	mu    sync.Mutex
+	parts map[*appcontext.Placement]*entriesPart
+	pass  uint64
+	n     int
+}
+
+type entriesPart struct {
+	from    partKey
+	seen    uint64
+	entries []Entry
+}
+
+func newEntriesState() *entriesState {
+	return &entriesState{parts: map[*appcontext.Placement]*entriesPart{}}
+}
+
+// entries is Entries(in, q), placements unchanged since the last call
+// answered from the memo. The entries are shared: callers must not change
+// them.
+func (s *entriesState) entries(in Input, q Query) []Entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pass++
+	out := make([]Entry, 0, s.n)
+	seen := 0
+	// Build lists apps by name and each app's clusters in placement
+	// order; the cache keeps placements sorted by app, so in placement
+	// order unless they are not.
+	var byApp []appEntries
+	if !slices.IsSortedFunc(in.Context.Placements, func(a, b *appcontext.Placement) int { return strings.Compare(a.App, b.App) }) {
+		byApp = []appEntries{}
+	}
+	for _, p := range in.Context.Placements {
+		if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) {
+			continue
+		}
+		k := keyOf(in, p)
+		part := s.parts[p]
+		if part == nil || part.from != k {
+			part = &entriesPart{from: k, entries: placementEntries(in, q, p)}
+			s.parts[p] = part
+		}
+		part.seen = s.pass
+		seen++
+		if byApp != nil {
+			byApp = append(byApp, appEntries{app: p.App, entries: part.entries})
+		} else {
+			out = append(out, part.entries...)
+		}
+	}
+	for p, part := range s.parts {
+		if seen == len(s.parts) {
+			break
+		}
+		if part.seen != s.pass {
+			delete(s.parts, p)
+		}
+	}
+	slices.SortStableFunc(byApp, func(a, b appEntries) int { return strings.Compare(a.app, b.app) })
+	for _, a := range byApp {
+		out = append(out, a.entries...)
+	}
+	if s.n = len(out); s.n == 0 {
+		return nil // as Entries
+	}
+	return out
+}
+
+type appEntries struct {
+	app     string
+	entries []Entry
+}
+
+// placementEntries is one placement's part of Entries.
+func placementEntries(in Input, q Query, p *appcontext.Placement) []Entry {
+	if left(p) {
+		return nil
+	}
+	q.Type, q.Output = TypeCluster, OutputDetail
+	in.withRsync = true
+	c := buildCluster(in, q, p, nil)
+	if len(c.Resources) == 0 && len(q.Resources)+len(q.Sync) > 0 {
+		return nil
+	}
+	out := make([]Entry, 0, len(c.Resources))
+	for _, r := range c.Resources {
+		out = append(out, entry(p.App, c, r))
+	}
+	return out
 }
 
 // summarize fills resp's counts for q from the memo: placements whose key

@@ -5,17 +5,18 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
 )
 
-// TestSummaryMemoMatchesBuild changes a DIG step by step as the cache
-// would (a placement's Rev bumped with each change) and checks that every
-// summary from the memo is byte for byte the summary built afresh, for
-// each type and filter.
-func TestSummaryMemoMatchesBuild(t *testing.T) {
+// TestMemoMatchesBuild changes a DIG step by step as the cache would (a
+// placement's Rev bumped with each change) and checks that every summary
+// and every entry list from the memos is byte for byte the one built
+// afresh, for each type and filter.
+func TestMemoMatchesBuild(t *testing.T) {
 	in := fleetInput(60)
 	for _, p := range in.Context.Placements { // each its own, to change one
 		p.Statuses = maps.Clone(p.Statuses)
@@ -38,22 +39,36 @@ func TestSummaryMemoMatchesBuild(t *testing.T) {
 		{Type: TypeRsync, Output: OutputSummary, Sync: []string{"Synced"}},
 		{Type: TypeCluster, Output: OutputSummary, Sync: []string{"OutOfSync", "Unknown"}},
 	}
-	var memo summaryMemo
+	var summaries memo[summaryState]
+	var feeds memo[entriesState]
 	rng := rand.New(rand.NewPCG(1, 2))
 	check := func(step string) {
 		t.Helper()
 		for _, q := range queries {
 			fresh, _ := json.Marshal(Build(in, q))
 			m := in
-			m.summaries = memo.state("1", q)
+			m.summaries = summaries.state("1", q, newSummaryState(q.Type))
 			got, _ := json.Marshal(Build(m, q))
 			if string(got) != string(fresh) {
 				t.Fatalf("after %s, query %+v:\nmemo  %s\nfresh %s", step, q, got, fresh)
 			}
+			if want, got := Entries(in, q), feeds.state("1", q, newEntriesState).entries(in, q); !reflect.DeepEqual(got, want) {
+				t.Fatalf("after %s, entries for %+v:\nmemo  %v\nfresh %v", step, q, got, want)
+			}
 		}
 	}
 	check("nothing")
-	changes := []func() string{
+	changes := memoChanges(&in, rng)
+	for i := range 150 {
+		what := changes[rng.IntN(len(changes))]()
+		check(fmt.Sprintf("change %d (%s)", i, what))
+	}
+}
+
+// memoChanges are the changes TestMemoMatchesBuild makes, each as the
+// cache would make it, saying what it changed.
+func memoChanges(in *Input, rng *rand.Rand) []func() string {
+	return []func() string{
 		func() string {
 			p := in.Context.Placements[rng.IntN(len(in.Context.Placements))]
 			k := p.Resources[rng.IntN(len(p.Resources))].Key()
@@ -92,6 +107,13 @@ func TestSummaryMemoMatchesBuild(t *testing.T) {
 		func() string { in.Now = in.Now.Add(20 * time.Second); return "time passing" },
 		func() string {
 			p := in.Context.Placements[rng.IntN(len(in.Context.Placements))]
+			st := in.Clusters[p.Cluster]
+			st.Monitor, st.LastSeen = appcontext.MonitorSilent, in.Now.Add(-time.Duration(rng.IntN(100))*time.Second)
+			in.Clusters[p.Cluster] = st
+			return "a monitor recorded silent"
+		},
+		func() string {
+			p := in.Context.Placements[rng.IntN(len(in.Context.Placements))]
 			delete(in.Clusters, p.Cluster)
 			return "a cluster's state gone"
 		},
@@ -114,9 +136,5 @@ func TestSummaryMemoMatchesBuild(t *testing.T) {
 			in.Context.Status = st
 			return "the context's status"
 		},
-	}
-	for i := range 300 {
-		what := changes[rng.IntN(len(changes))]()
-		check(fmt.Sprintf("change %d (%s)", i, what))
 	}
 }
