@@ -150,11 +150,13 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration,
 	<-time.After(15 * time.Second) // a settling window, not a synchronisation
 	idle := 20 * time.Second
 	stopProfile := profile(b, fmt.Sprintf("idle-%d", n))
+	idleSaved := d.saveCPU(fmt.Sprintf("idle-%d", n), idle)
 	_, cpu0 := d.usage()
 	t0 := time.Now()
 	<-time.After(idle) // the measuring window, not a synchronisation
 	rss1, cpu1 := d.usage()
 	stopProfile()
+	<-idleSaved
 	d.saveHeap(fmt.Sprintf("idle-%d", n))
 	res.rssKiB = float64(rss1-rss0) / float64(n)
 	res.cpuMs = float64(cpu1-cpu0) / time.Since(t0).Minutes() / float64(n)
