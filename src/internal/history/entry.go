@@ -158,6 +158,7 @@ func (c *cursor) put(key string, rs resState, remove bool) {
 		delete(m, key)
 		if len(m) == 0 {
 			delete(c.clusters, cl)
+			delete(c.owned, cl)
 		}
 		return
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net/url"
 	"strings"
 	"sync"
@@ -495,6 +497,8 @@ func TestCursorCloneIsCopyOnWrite(t *testing.T) {
 	next := c.clone()
 	next.put(a.String(), resState{Ready: "NotReady"}, false)
 	next.put(b.String(), resState{}, true)
+	next.put(b.String(), resState{Ready: "Ready"}, false) // its cluster's map went with its last resource
+	next.put(b.String(), resState{}, true)
 	if got, _ := c.get(keyCluster(a), a.String()); got.Ready != "Ready" || c.size() != 2 {
 		t.Fatalf("the original changed: %+v, %d resources", got, c.size())
 	}
@@ -505,5 +509,45 @@ func TestCursorCloneIsCopyOnWrite(t *testing.T) {
 		if keyCluster(k) != clusterOf(k.String()) {
 			t.Errorf("%+v: keyCluster %q, clusterOf %q", k, keyCluster(k), clusterOf(k.String()))
 		}
+	}
+}
+
+// TestCursorMatchesFlatMap: random writes through clones of clones keep
+// each cursor what a flat map of its own writes says, and leave the
+// cursors they were cloned from as they were.
+func TestCursorMatchesFlatMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	key := func() string {
+		return status.ResourceKey{App: "a", ClusterProvider: "cp", Cluster: fmt.Sprintf("c%d", rng.IntN(4)), Kind: "ConfigMap",
+			Name: fmt.Sprintf("n%d", rng.IntN(5))}.String()
+	}
+	var c cursor
+	model := map[string]resState{}
+	for range 200 {
+		before, was := c, maps.Clone(model)
+		next := c.clone()
+		for range rng.IntN(6) {
+			k, rs := key(), resState{Ready: fmt.Sprint(rng.IntN(3))}
+			remove := rng.IntN(3) == 0
+			next.put(k, rs, remove)
+			if remove {
+				delete(model, k)
+			} else {
+				model[k] = rs
+			}
+		}
+		for _, chk := range []struct {
+			c    cursor
+			want map[string]resState
+		}{{before, was}, {next, model}} {
+			got := map[string]resState{}
+			for _, m := range chk.c.clusters {
+				maps.Copy(got, m)
+			}
+			if !maps.Equal(got, chk.want) {
+				t.Fatalf("cursor %v, want %v", got, chk.want)
+			}
+		}
+		c = next
 	}
 }
