@@ -284,6 +284,49 @@ func TestAgentResumesFromItsRevision(t *testing.T) {
 	}
 }
 
+// What an agent resends at once on a new stream (a change made while its
+// link was down, or while the replica it streamed to died) is stored, not
+// dropped and acknowledged: the hub reads the cluster's work, which it
+// checks every report against, before it welcomes the agent.
+func TestChangeResentOnReconnectIsStored(t *testing.T) {
+	f := newFixture(t)
+	creds := f.joined(t, edge)
+	c := f.newContext(t, "a")
+	gen := f.publish(t, c, "a")
+	proxy := testenv.NewProxy(t, f.addr)
+	mem := newMemCluster()
+	a, err := agent.New(agent.Options{Orchestrators: []string{"http://" + proxy.Addr()}, Cluster: mem, Credentials: creds,
+		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runFor(t, a.Run)
+	f.settled(t, c.Meta.ID, "a", gen)
+	bundle := func(ready bool) agent.Bundle {
+		return agent.Bundle{Namespace: "default", Name: "a", StatusID: c.Meta.StatusID, App: "a", ResourceVersion: fmt.Sprint(ready),
+			Status: fmt.Appendf(nil, `{"ready":%t,"resourceCount":1}`, ready)}
+	}
+	stored := func() string {
+		snap, ok, err := f.store.Bundle(t.Context(), c.Meta.ID, "a", edge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return ""
+		}
+		return snap.ResourceVersion
+	}
+	mem.r.Bundle(bundle(true))
+	waitFor(t, "the ready bundle stored", func() bool { return stored() == "true" })
+
+	proxy.Cut()
+	waitFor(t, "the agent disconnected", func() bool { return !a.Connected() })
+	mem.r.Bundle(bundle(false)) // the one change: the agent has it to send on the next stream
+	proxy.Heal()
+	waitFor(t, "the agent connected again", a.Connected)
+	waitFor(t, "the change made while the link was down stored", func() bool { return stored() == "false" })
+}
+
 func keysOf(ws []agent.Work) []string {
 	var out []string
 	for _, w := range ws {

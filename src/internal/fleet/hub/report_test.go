@@ -66,3 +66,39 @@ func TestCheckReport(t *testing.T) {
 		}
 	}
 }
+
+// A report sent right behind the Hello, before the Welcome is read (an
+// agent resending what the last stream did not get acknowledged), is
+// checked against the cluster's work as it stands, not against a session
+// that has not read it yet: its bundle is stored before the report is
+// acknowledged.
+func TestReportBehindHelloIsStored(t *testing.T) {
+	f := newFixture(t)
+	c := f.newContext(t, "a")
+	f.publish(t, c, "a")
+	st, _ := f.rogue(t, f.joined(t, edge).c.Credential).open()
+	hello := &pb.Hello{ClusterProvider: edge.Provider, Cluster: edge.Name}
+	r := &pb.StatusReport{Seq: 1, Bundles: []*pb.BundleReport{{StatusId: c.Meta.StatusID, App: "a", Namespace: "default", Name: "a",
+		ResourceVersion: "7", Status: []byte(`{"ready":false,"resourceCount":1}`)}}}
+	for _, m := range []*pb.AgentMessage{{Body: &pb.AgentMessage_Hello{Hello: hello}}, {Body: &pb.AgentMessage_Report{Report: r}}} {
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		m, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.GetStatusAck().GetSeq() == 1 {
+			break
+		}
+	}
+	snap, ok, err := f.store.Bundle(t.Context(), c.Meta.ID, "a", edge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok || snap.ResourceVersion != "7" {
+		t.Fatalf("the report was acknowledged, but its bundle is not stored (stored: %v, %+v)", ok, snap)
+	}
+}

@@ -42,6 +42,7 @@ type session struct {
 	out     []*pb.HubMessage
 	queued  int               // bytes of out
 	events  []etcdwatch.Event // work changes not sent yet
+	batches []*pb.HubMessage  // work batches made, not sent yet (the first catch-up)
 	resync  bool              // send the cluster's work again from sentRev (complete)
 	sentRev int64
 	items   map[itemKey]*item
@@ -224,13 +225,21 @@ func (s *session) start(hello *pb.Hello) error {
 	if len(resp.Kvs) > 0 {
 		_ = json.Unmarshal(resp.Kvs[0].Value, &s.state)
 	}
+	// The cluster's work is read before the Welcome: the agent's first
+	// report (what the last stream did not get acknowledged) comes right
+	// behind it, and is checked against the work; read later, a resent
+	// change would be dropped as about work unknown, and acknowledged.
+	catchUp, err := s.catchUp(max(0, hello.GetWorkRevision()))
+	if err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
 	s.lastHeard = h.opts.Now()
 	s.silence = time.AfterFunc(h.opts.SilentAfter, s.wentSilent)
 	s.mu.Lock()
 	welcome := &pb.HubMessage{Body: &pb.HubMessage_Welcome{Welcome: &pb.Welcome{Session: s.id,
 		HeartbeatSeconds: int32(h.opts.Heartbeat / time.Second), StatusEpoch: s.epoch}}}
 	s.out, s.queued = append(s.out, welcome), s.queued+messageBytes(welcome)
-	s.sentRev, s.resync = max(0, hello.GetWorkRevision()), true
+	s.batches = catchUp
 	s.mu.Unlock()
 	s.signal()
 	return nil
@@ -347,11 +356,11 @@ func (s *session) sendLoop() {
 		}
 		for {
 			s.mu.Lock()
-			out, events, resync, silent := s.out, s.events, s.resync, s.silent
-			s.out, s.events, s.resync, s.silent = nil, nil, false, false
+			out, events, made, resync, silent := s.out, s.events, s.batches, s.resync, s.silent
+			s.out, s.events, s.batches, s.resync, s.silent = nil, nil, nil, false, false
 			from := s.sentRev
 			s.mu.Unlock()
-			if len(out) == 0 && len(events) == 0 && !resync && !silent {
+			if len(out) == 0 && len(events) == 0 && len(made) == 0 && !resync && !silent {
 				break
 			}
 			if silent {
@@ -364,12 +373,14 @@ func (s *session) sendLoop() {
 				}
 				s.sent(messageBytes(m))
 			}
-			var batches []*pb.HubMessage
+			batches := made
 			var err error
 			if resync {
-				batches, err = s.catchUp(from)
+				var more []*pb.HubMessage
+				more, err = s.catchUp(from)
+				batches = append(batches, more...)
 			} else {
-				batches = s.live(events)
+				batches = append(batches, s.live(events)...)
 			}
 			if err != nil {
 				s.end(err)
