@@ -226,6 +226,21 @@ func (f *fixture) settled(t *testing.T, id, app string, gen int64) {
 	}
 }
 
+// agentBehindProxy runs an agent on an in-memory cluster until the test
+// ends, its link to the hub through a proxy the test can cut.
+func (f *fixture) agentBehindProxy(t *testing.T, creds *memCredentials) (*agent.Agent, *memCluster, *testenv.Proxy) {
+	t.Helper()
+	proxy := testenv.NewProxy(t, f.addr)
+	mem := newMemCluster()
+	a, err := agent.New(agent.Options{Orchestrators: []string{"http://" + proxy.Addr()}, Cluster: mem, Credentials: creds,
+		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runFor(t, a.Run)
+	return a, mem, proxy
+}
+
 // An agent that loses its link resumes from its revision: only what
 // changed meanwhile reaches its cluster (an update, a forgotten
 // placement), and what it reports lands in the context.
@@ -237,14 +252,7 @@ func TestAgentResumesFromItsRevision(t *testing.T) {
 	for _, app := range []string{"a", "b", "c"} {
 		gens[app] = f.publish(t, c, app)
 	}
-	proxy := testenv.NewProxy(t, f.addr)
-	mem := newMemCluster()
-	a, err := agent.New(agent.Options{Orchestrators: []string{"http://" + proxy.Addr()}, Cluster: mem, Credentials: creds,
-		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runFor(t, a.Run)
+	a, mem, proxy := f.agentBehindProxy(t, creds)
 	for app, gen := range gens {
 		f.settled(t, c.Meta.ID, app, gen)
 	}
@@ -293,14 +301,7 @@ func TestChangeResentOnReconnectIsStored(t *testing.T) {
 	creds := f.joined(t, edge)
 	c := f.newContext(t, "a")
 	gen := f.publish(t, c, "a")
-	proxy := testenv.NewProxy(t, f.addr)
-	mem := newMemCluster()
-	a, err := agent.New(agent.Options{Orchestrators: []string{"http://" + proxy.Addr()}, Cluster: mem, Credentials: creds,
-		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runFor(t, a.Run)
+	a, mem, proxy := f.agentBehindProxy(t, creds)
 	f.settled(t, c.Meta.ID, "a", gen)
 	bundle := func(ready bool) agent.Bundle {
 		return agent.Bundle{Namespace: "default", Name: "a", StatusID: c.Meta.StatusID, App: "a", ResourceVersion: fmt.Sprint(ready),
