@@ -345,6 +345,10 @@ type Placement struct {
 	Statuses map[string]ResourceStatus
 	// Bundle is the last ResourceBundleState received; nil if none yet.
 	Bundle *BundleSnapshot
+	// Rev counts the changes the cache applied to the placement, so a
+	// reader that keeps what it derived from one (the status summary's
+	// per-placement counts) knows when to derive it again.
+	Rev uint64 `json:"-"`
 }
 
 // Context is everything stored for one context.

@@ -88,6 +88,7 @@ func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 		return nil
 	}
 	p := b.placement(parts[1], ref)
+	p.Rev++
 	switch {
 	case len(parts) == 5 && parts[4] == "bundle":
 		if deleted {

@@ -1,6 +1,7 @@
 package fleetsim
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -42,6 +43,12 @@ import (
 // has the orchestrator serve its profiles (--debug-listen) and saves to
 // DIR its heap, runtime statistics and goroutines at the end of the idle
 // window, a CPU profile over the churn, and its log.
+//
+// The churn's subscriber asks for type=cluster output=summary: each
+// callback carries the changed resources and the DIG's counts.
+// ARGUS_FLEET_SUB_OUTPUT=all makes it ask for the whole answer in every
+// callback, as the default subscription does (tens of megabytes at
+// 10,000 clusters, built and sent per callback).
 func BenchmarkFleet(b *testing.B) {
 	sizes := os.Getenv("ARGUS_FLEET_SIZES")
 	if sizes == "" {
@@ -55,6 +62,7 @@ func BenchmarkFleet(b *testing.B) {
 	if s, err := strconv.Atoi(os.Getenv("ARGUS_FLEET_CHURN_S")); err == nil && s > 0 {
 		churnFor = time.Duration(s) * time.Second
 	}
+	output := cmp.Or(os.Getenv("ARGUS_FLEET_SUB_OUTPUT"), "summary")
 	bin := testenv.BuildOrchestrator(b, b.TempDir())
 	for b.Loop() {
 		for _, s := range strings.Split(sizes, ",") {
@@ -62,7 +70,7 @@ func BenchmarkFleet(b *testing.B) {
 			if err != nil || n <= 0 {
 				b.Fatalf("ARGUS_FLEET_SIZES: %q", s)
 			}
-			r := runFleet(b, bin, n, replicas, churnFor)
+			r := runFleet(b, bin, n, replicas, churnFor, output)
 			fmt.Println(r.line())
 		}
 	}
@@ -90,7 +98,7 @@ const (
 	benchDIG = benchCA + "/deployment-intent-groups/fleet-dig"
 )
 
-func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration) fleetResult {
+func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration, output string) fleetResult {
 	dir := b.TempDir()
 	var d *deployment
 	if replicas == 1 {
@@ -142,11 +150,13 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration)
 	<-time.After(15 * time.Second) // a settling window, not a synchronisation
 	idle := 20 * time.Second
 	stopProfile := profile(b, fmt.Sprintf("idle-%d", n))
+	idleSaved := d.saveCPU(fmt.Sprintf("idle-%d", n), idle)
 	_, cpu0 := d.usage()
 	t0 := time.Now()
 	<-time.After(idle) // the measuring window, not a synchronisation
 	rss1, cpu1 := d.usage()
 	stopProfile()
+	<-idleSaved
 	d.saveHeap(fmt.Sprintf("idle-%d", n))
 	res.rssKiB = float64(rss1-rss0) / float64(n)
 	res.cpuMs = float64(cpu1-cpu0) / time.Since(t0).Minutes() / float64(n)
@@ -163,7 +173,7 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration)
 			b.Logf("cannot count etcd writes: %v", err)
 		}
 	}
-	res.cbP50, res.cbP99, res.changes, res.lost = churn(b, a, f, churnFor)
+	res.cbP50, res.cbP99, res.changes, res.lost = churn(b, a, f, churnFor, output)
 	if stopCount != nil && res.changes > 0 {
 		keys, bytes := stopCount()
 		res.etcdKeys, res.etcdBytes = float64(keys)/float64(res.changes), float64(bytes)/float64(res.changes)
@@ -288,7 +298,7 @@ type delivery struct {
 // churn subscribes to the DIG, makes 10,000 changes a minute over the
 // fleet for d, and matches every change with the first callback naming
 // the resource in its new state.
-func churn(b *testing.B, a api, f *Fleet, d time.Duration) (p50, p99 time.Duration, made, lost int) {
+func churn(b *testing.B, a api, f *Fleet, d time.Duration, output string) (p50, p99 time.Duration, made, lost int) {
 	var mu sync.Mutex
 	seen := map[string][]delivery{} // by cluster/kind/name
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -308,7 +318,7 @@ func churn(b *testing.B, a api, f *Fleet, d time.Duration) (p50, p99 time.Durati
 		mu.Unlock()
 	}))
 	defer srv.Close()
-	a.must(201, "POST", benchDIG+"/status/subscriptions", map[string]any{"name": "bench", "callback-url": srv.URL, "type": "cluster"})
+	a.must(201, "POST", benchDIG+"/status/subscriptions", map[string]any{"name": "bench", "callback-url": srv.URL, "type": "cluster", "output": output})
 	before := len(f.Changes())
 	f.SetChurn(10000 / float64(len(f.Clusters())))
 	<-time.After(d) // the churn's length, not a synchronisation

@@ -2,7 +2,9 @@ package history
 
 import (
 	"fmt"
+	"maps"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/argus-mc/argus/src/internal/status"
@@ -96,18 +98,70 @@ type cursor struct {
 	Instance string `json:"instance,omitempty"`
 	Status   string `json:"status,omitempty"`
 	Ready    bool   `json:"ready,omitempty"`
-	// Resources are the views recorded per resource; the store keeps them
-	// one value per cluster, not in the cursor's own value.
+	// Resources is where an earlier version kept the views recorded per
+	// resource, inline: read (into clusters), never written.
 	Resources map[string]resState `json:"resources,omitempty"`
 
+	// clusters are the views recorded per resource, by cluster record
+	// (clusterOf) and then resource key; the store keeps them one value per
+	// cluster, not in the cursor's own value. By cluster, a change of a
+	// few clusters costs those clusters' resources, never the subject's.
+	clusters map[string]map[string]resState
+	// owned are the clusters whose map this cursor copied from the one it
+	// was cloned from (copy on write).
+	owned map[string]bool
 	// inline: loaded from an earlier version's cursor, resources inline.
 	inline bool
 }
 
 // head is the cursor's own value, without its resources.
 func (c cursor) head() cursor {
-	c.Resources = nil
+	c.Resources, c.clusters, c.owned = nil, nil, nil
 	return c
+}
+
+// get is a resource's recorded views.
+func (c *cursor) get(cluster, key string) (resState, bool) {
+	rs, ok := c.clusters[cluster][key]
+	return rs, ok
+}
+
+// size is how many resources are recorded.
+func (c *cursor) size() int {
+	n := 0
+	for _, m := range c.clusters {
+		n += len(m)
+	}
+	return n
+}
+
+// put records a resource's views (delete: forgets it), copying its
+// cluster's map first if a cursor it was cloned from shares it.
+func (c *cursor) put(key string, rs resState, remove bool) {
+	cl := clusterOf(key)
+	if c.clusters == nil {
+		c.clusters = map[string]map[string]resState{}
+	}
+	m := c.clusters[cl]
+	if !c.owned[cl] {
+		m = maps.Clone(m)
+		if m == nil {
+			m = map[string]resState{}
+		}
+		if c.owned == nil {
+			c.owned = map[string]bool{}
+		}
+		c.owned[cl] = true
+		c.clusters[cl] = m
+	}
+	if remove {
+		delete(m, key)
+		if len(m) == 0 {
+			delete(c.clusters, cl)
+		}
+		return
+	}
+	m[key] = rs
 }
 
 // resState is a resource's recorded views, in short JSON names: a cursor
@@ -143,37 +197,40 @@ func (c *cursor) apply(e *Entry) {
 		c.Head, c.Instance, c.Status = true, e.Instance, e.To.Status
 		c.Ready = e.To.Ready != nil && *e.To.Ready
 	case KindResource:
-		if c.Resources == nil {
-			c.Resources = map[string]resState{}
-		}
+		k := e.key()
 		if e.To == nil {
-			delete(c.Resources, e.key())
+			c.put(k, resState{}, true)
 		} else {
-			old := c.Resources[e.key()]
-			c.Resources[e.key()] = resState{Rsync: e.To.RsyncStatus, Cluster: e.To.ClusterStatus, Ready: e.To.ReadyStatus,
-				Sync: e.To.SyncStatus, Heals: old.Heals, Adopted: old.Adopted}
+			old, _ := c.get(clusterOf(k), k)
+			c.put(k, resState{Rsync: e.To.RsyncStatus, Cluster: e.To.ClusterStatus, Ready: e.To.ReadyStatus,
+				Sync: e.To.SyncStatus, Heals: old.Heals, Adopted: old.Adopted}, false)
 		}
 	case KindHeal, KindAdopt:
-		if c.Resources == nil {
-			c.Resources = map[string]resState{}
-		}
-		rs := c.Resources[e.key()]
+		k := e.key()
+		rs, _ := c.get(clusterOf(k), k)
 		if e.Kind == KindHeal {
 			rs.Heals = e.Heals
 		} else {
 			rs.Adopted = e.AdoptedFrom
 		}
-		c.Resources[e.key()] = rs
+		c.put(k, rs, false)
 	}
 }
 
+// clone is a cursor that may change without changing c: the clusters'
+// maps are shared until it writes one (put).
 func (c cursor) clone() cursor {
 	out := c
-	out.Resources = make(map[string]resState, len(c.Resources))
-	for k, v := range c.Resources {
-		out.Resources[k] = v
-	}
+	out.clusters, out.owned = maps.Clone(c.clusters), nil
 	return out
+}
+
+// keyCluster is clusterOf(k.String()) without making the string.
+func keyCluster(k status.ResourceKey) string {
+	if k.ClusterProvider == "" || k.Cluster == "" || strings.Contains(k.App+k.ClusterProvider+k.Cluster, "|") {
+		return clusterOf(k.String())
+	}
+	return k.ClusterProvider + "+" + k.Cluster
 }
 
 // diff lists the transitions from the recorded state to snap, unnumbered:
@@ -212,7 +269,7 @@ func diffIn(c cursor, snap status.Snapshot, now time.Time, in map[string]bool) [
 		k := r.Key.String()
 		seen[k] = true
 		now := resState{Rsync: r.RsyncStatus, Cluster: r.ClusterStatus, Ready: r.ReadyStatus, Sync: r.SyncStatus}
-		prev, known := c.Resources[k]
+		prev, known := c.get(keyCluster(r.Key), k)
 		if !known || prev.views() != now {
 			e := resourceEntry(r.Key, snap.Instance, r.Reason)
 			if known {
@@ -223,14 +280,23 @@ func diffIn(c cursor, snap status.Snapshot, now time.Time, in map[string]bool) [
 		}
 		changed = append(changed, events(r, snap.Instance, prev)...)
 	}
-	for k, prev := range c.Resources {
-		if seen[k] || (in != nil && !in[status.KeyCluster(k)]) {
-			continue
+	look := in // the clusters whose gone resources to look for
+	if look == nil {
+		look = make(map[string]bool, len(c.clusters))
+		for cl := range c.clusters {
+			look[cl] = true
 		}
-		if key, ok := status.ParseResourceKey(k); ok {
-			e := resourceEntry(key, snap.Instance, "no longer reported")
-			e.From = prev.state()
-			changed = append(changed, e)
+	}
+	for cl := range look {
+		for k, prev := range c.clusters[cl] {
+			if seen[k] {
+				continue
+			}
+			if key, ok := status.ParseResourceKey(k); ok {
+				e := resourceEntry(key, snap.Instance, "no longer reported")
+				e.From = prev.state()
+				changed = append(changed, e)
+			}
 		}
 	}
 	sort.SliceStable(changed, func(i, j int) bool { return changed[i].key() < changed[j].key() })

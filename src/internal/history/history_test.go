@@ -317,8 +317,8 @@ func TestChunksAndLimit(t *testing.T) {
 		t.Fatalf("%d entries, seq %d..%d; want the newest 150 of 251", len(l), l[0].Seq, l[len(l)-1].Seq)
 	}
 	cur, _, err := store.load(ctx, g)
-	if err != nil || cur.Seq != 251 || len(cur.Resources) != 250 {
-		t.Fatalf("cursor seq %d with %d resources, %v", cur.Seq, len(cur.Resources), err)
+	if err != nil || cur.Seq != 251 || cur.size() != 250 {
+		t.Fatalf("cursor seq %d with %d resources, %v", cur.Seq, cur.size(), err)
 	}
 	if err := rec.Record(ctx, g); err != nil {
 		t.Fatal(err)
@@ -479,5 +479,31 @@ func TestDiffRecordsSyncHealsAndAdoptions(t *testing.T) {
 	got = diff(cur, snapshot("Instantiated", true, healed), t0.Add(4*time.Minute))
 	if len(got) != 1 || got[0].Kind != KindHeal || !strings.Contains(got[0].Reason, "keeps undoing it") {
 		t.Fatalf("a heal undone again and again: %+v", got)
+	}
+}
+
+// TestCursorCloneIsCopyOnWrite: a clone's writes (append's next cursor,
+// before its transaction commits) never show in the cursor it came from,
+// and keyCluster files a key where clusterOf does.
+func TestCursorCloneIsCopyOnWrite(t *testing.T) {
+	a := status.ResourceKey{App: "app", ClusterProvider: "cp", Cluster: "c1", Version: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "a"}
+	b := a
+	b.Cluster, b.Name = "c2", "b"
+	var c cursor
+	c.put(a.String(), resState{Ready: "Ready"}, false)
+	c.put(b.String(), resState{Ready: "Ready"}, false)
+	next := c.clone()
+	next.put(a.String(), resState{Ready: "NotReady"}, false)
+	next.put(b.String(), resState{}, true)
+	if got, _ := c.get(keyCluster(a), a.String()); got.Ready != "Ready" || c.size() != 2 {
+		t.Fatalf("the original changed: %+v, %d resources", got, c.size())
+	}
+	if got, _ := next.get(keyCluster(a), a.String()); got.Ready != "NotReady" || next.size() != 1 {
+		t.Fatalf("the clone: %+v, %d resources", got, next.size())
+	}
+	for _, k := range []status.ResourceKey{a, {App: "a|b", ClusterProvider: "cp", Cluster: "c"}, {App: "x", Cluster: "c"}, {App: "x", ClusterProvider: "p"}} {
+		if keyCluster(k) != clusterOf(k.String()) {
+			t.Errorf("%+v: keyCluster %q, clusterOf %q", k, keyCluster(k), clusterOf(k.String()))
+		}
 	}
 }

@@ -162,7 +162,8 @@ func TestEarlierCursorIsMoved(t *testing.T) {
 		t.Fatalf("the cursor kept its resources inline: %s %v", resp.Kvs, err)
 	}
 	cur, _, err := store.load(ctx, g)
-	if err != nil || len(cur.Resources) != 2 || cur.Resources[dep.String()].Ready != "NotReady" || cur.Seq != 5 {
+	got, _ := cur.get(keyCluster(dep), dep.String())
+	if err != nil || cur.size() != 2 || got.Ready != "NotReady" || cur.Seq != 5 {
 		t.Fatalf("cursor %+v %v", cur, err)
 	}
 }

@@ -34,7 +34,7 @@ func settle(c cursor, snap status.Snapshot, now time.Time, seen map[string]time.
 	out.Resources = make([]status.ResourceState, 0, len(snap.Resources))
 	for _, r := range snap.Resources {
 		k := r.Key.String()
-		prev, known := c.Resources[k]
+		prev, known := c.get(keyCluster(r.Key), k)
 		start, sighted := r.Since, false
 		if start.IsZero() && !known {
 			start, sighted = now, true

@@ -82,18 +82,23 @@ func (s *Store) load(ctx context.Context, group string) (cursor, int64, error) {
 	}
 	if len(c.Resources) > 0 {
 		c.inline = true // an earlier version's cursor: its resources are inline
+		for k, v := range c.Resources {
+			c.put(k, v, false)
+		}
+		c.Resources, c.owned = nil, nil
 		return c, head[0].ModRevision, nil
 	}
-	c.Resources = map[string]resState{}
+	c.clusters = map[string]map[string]resState{}
 	for _, kv := range shards {
 		var m map[string]resState
 		if err := json.Unmarshal(kv.Value, &m); err != nil {
 			return cursor{}, 0, fmt.Errorf("history cursor of %s: %w", kv.Key, err)
 		}
 		for k, v := range m {
-			c.Resources[k] = v
+			c.put(k, v, false)
 		}
 	}
+	c.owned = nil
 	return c, head[0].ModRevision, nil
 }
 
@@ -163,22 +168,19 @@ func clusterOf(key string) string { return status.KeyCluster(key) }
 // clusterOps writes the records of the touched clusters (all, when nil)
 // as c has them; a cluster with no resource left loses its record.
 func (s *Store) clusterOps(group string, c cursor, touched map[string]bool) []clientv3.Op {
-	by := map[string]map[string]resState{}
-	for k, v := range c.Resources {
-		if cl := clusterOf(k); touched == nil || touched[cl] {
-			if by[cl] == nil {
-				by[cl] = map[string]resState{}
-			}
-			by[cl][k] = v
+	if touched == nil {
+		touched = make(map[string]bool, len(c.clusters))
+		for cl := range c.clusters {
+			touched[cl] = true
 		}
 	}
 	var ops []clientv3.Op
 	for cl := range touched {
-		if by[cl] == nil {
+		m := c.clusters[cl]
+		if len(m) == 0 {
 			ops = append(ops, clientv3.OpDelete(s.clustersPrefix(group)+cl))
+			continue
 		}
-	}
-	for cl, m := range by {
 		data, _ := json.Marshal(m) // a map of strings always marshals
 		ops = append(ops, clientv3.OpPut(s.clustersPrefix(group)+cl, string(data)))
 	}

@@ -56,6 +56,55 @@ func Diff(last map[string]string, current []Entry, deletedPayload func(key strin
 	return ch, next
 }
 
+// diffDelta is Diff returning, instead of every current digest, only the
+// delta a delivery brings (created and modified) and the keys gone, as
+// deltaOf would make them of Diff's: a notification then costs one lookup
+// per current entry, not the maps of the whole subject (Diff's and
+// deltaOf's were most of a notification at fleet size). Entry keys are
+// unique within an answer (one per resource).
+func diffDelta(last map[string]string, current []Entry, deletedPayload func(key string) map[string]any) (Changes, map[string]string, []string) {
+	ch := Changes{Created: []map[string]any{}, Deleted: []map[string]any{}, Modified: []map[string]any{}}
+	delta := map[string]string{}
+	found := 0
+	for _, e := range current {
+		prev, seen := last[e.Key]
+		switch {
+		case !seen:
+			ch.Created = append(ch.Created, e.Payload)
+			delta[e.Key] = e.Digest
+		case prev != e.Digest:
+			ch.Modified = append(ch.Modified, e.Payload)
+			delta[e.Key] = e.Digest
+		}
+		if seen {
+			found++
+		}
+	}
+	var gone []string
+	if found != len(last) { // some delivered key is no longer current
+		present := make(map[string]struct{}, len(current))
+		for _, e := range current {
+			present[e.Key] = struct{}{}
+		}
+		for key := range last {
+			if _, ok := present[key]; !ok {
+				gone = append(gone, key)
+			}
+		}
+		sort.Strings(gone)
+	}
+	for _, key := range gone {
+		p := map[string]any{"key": key}
+		if deletedPayload != nil {
+			if dp := deletedPayload(key); dp != nil {
+				p = dp
+			}
+		}
+		ch.Deleted = append(ch.Deleted, p)
+	}
+	return ch, delta, gone
+}
+
 // DeletedPayload is the payload of a resource known only by its key.
 func DeletedPayload(key string) map[string]any {
 	k, ok := status.ParseResourceKey(key)

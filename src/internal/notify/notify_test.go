@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -555,4 +558,29 @@ func TestDeliveriesInFlightAreCapped(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
+}
+
+// TestDiffDeltaIsDiffThenDeltaOf: the notification's one-pass diff says
+// what Diff and deltaOf said together, on random delivered and current
+// states.
+func TestDiffDeltaIsDiffThenDeltaOf(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 500 {
+		last := map[string]string{}
+		for i := range rng.IntN(20) {
+			last[fmt.Sprintf("k%d", i*2)] = fmt.Sprint(rng.IntN(3))
+		}
+		var current []Entry
+		for i := range rng.IntN(40) {
+			if rng.IntN(3) > 0 {
+				current = append(current, Entry{Key: fmt.Sprintf("k%d", i), Digest: fmt.Sprint(rng.IntN(3)), Payload: map[string]any{"i": i}})
+			}
+		}
+		wantCh, next := Diff(last, current, DeletedPayload)
+		wantDelta, wantGone := deltaOf(last, next)
+		ch, delta, gone := diffDelta(last, current, DeletedPayload)
+		if !reflect.DeepEqual(ch, wantCh) || !reflect.DeepEqual(delta, wantDelta) || !reflect.DeepEqual(gone, wantGone) {
+			t.Fatalf("last %v current %v:\ngot  %v %v %v\nwant %v %v %v", last, current, ch, delta, gone, wantCh, wantDelta, wantGone)
+		}
+	}
 }

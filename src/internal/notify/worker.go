@@ -291,7 +291,7 @@ func (w *Worker) freeze(ctx context.Context, st *State) error {
 	if err != nil {
 		return err
 	}
-	changes, next := Diff(st.Delivered, entries, DeletedPayload)
+	changes, delta, gone := diffDelta(st.Delivered, entries, DeletedPayload)
 	head := headOf(envelope)
 	if changes.Empty() && head == st.Head {
 		return nil
@@ -304,7 +304,6 @@ func (w *Worker) freeze(ctx context.Context, st *State) error {
 	if err != nil {
 		return err
 	}
-	delta, gone := deltaOf(st.Delivered, next)
 	st.Sequence++
 	now := w.opts.Now().UTC()
 	st.Pending = &Pending{ID: newID(), Sequence: st.Sequence, Timestamp: now, ChangedAt: changedAt.UTC(),

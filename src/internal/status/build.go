@@ -202,6 +202,12 @@ type Input struct {
 	// withRsync makes a type=cluster answer carry each resource's rsync
 	// status too, for notification entries, which report both views.
 	withRsync bool
+	// summaries, for a context from the cache, keeps what each placement
+	// adds to an output=summary answer between answers (memo.go).
+	summaries *summaryState
+	// cached says the context is the cache's: its placements stay the
+	// same values across answers, as summaries needs.
+	cached bool
 	// deferDetail makes output=detail note where each detail comes from
 	// rather than build it: the answer is then written a resource at a
 	// time (WriteJSON), and only one detail is in memory at once.
@@ -219,56 +225,16 @@ func Build(in Input, q Query) Response {
 		resp.EMCOHeader.CompositeApp, resp.EMCOHeader.Version, resp.EMCOHeader.CompositeProfile = in.Header.CompositeApp, in.Header.Version, in.Header.CompositeProfile
 	}
 	t := newTally(q.Type)
-	resp.SyncCounts = t.sync
-	allReady := true
+	allReady, nApps := true, 0
 	if in.Context != nil {
 		resp.Status = in.Context.Status.Status
 		resp.DeployedStatus = in.Context.Status.Status
 		resp.StatusMessage, resp.StatusReasons = in.Context.Status.Error, in.Context.Status.Reasons
-		apps := map[string]*App{}
-		var order []string
-		// A summary counts each cluster as it is built and keeps none of
-		// it, so its resources are built in one reused slice: at fleet
-		// size (10,000 placements) the kept clusters were most of the
-		// query's time and memory.
-		summary := q.Output == OutputSummary
-		var scratch []Resource
-		appReady := map[string]bool{}
-		for _, p := range in.Context.Placements {
-			if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) || left(p) {
-				continue
-			}
-			c := buildCluster(in, q, p, scratch)
-			if len(c.Resources) == 0 && len(q.Resources)+len(q.Sync) > 0 {
-				continue
-			}
-			a := apps[p.App]
-			if a == nil {
-				a = &App{Name: p.App}
-				apps[p.App] = a
-				order = append(order, p.App)
-				appReady[p.App] = true
-			}
-			if summary {
-				appReady[p.App] = t.add(&c) && appReady[p.App]
-				scratch = c.Resources[:0]
-				continue
-			}
-			a.Clusters = append(a.Clusters, c)
-		}
-		sort.Strings(order)
-		for _, name := range order {
-			a := apps[name]
-			for i := range a.Clusters {
-				c := &a.Clusters[i]
-				appReady[name] = t.add(c) && appReady[name]
-				c.strip(q.Type, in.withRsync)
-			}
-			if q.Type == TypeCluster {
-				a.Ready = boolPtr(appReady[name])
-				allReady = allReady && appReady[name]
-			}
-			resp.Apps = append(resp.Apps, *a)
+		if q.Output == OutputSummary && in.summaries != nil {
+			t, allReady, nApps = in.summaries.summarize(in, q)
+		} else {
+			resp.Apps, allReady = buildApps(in, q, t)
+			nApps = len(resp.Apps)
 		}
 		if q.Type == TypeCluster {
 			resp.ReadyStatusEMCO = EMCONotReady
@@ -277,18 +243,72 @@ func Build(in Input, q Query) Response {
 			}
 		}
 	}
+	resp.SyncCounts = t.sync
 	byType, emcoReady, presence, ready := t.byType, t.emcoReady, t.presence, t.ready
 	resp.DeployedCounts, resp.ReadyCounts = byType, emcoReady
 	if q.Type == TypeRsync {
 		resp.RsyncStatus, resp.RsyncStatusEMCO = byType, byType
 	} else {
 		resp.ClusterStatus, resp.ClusterStatusEMCO, resp.ReadyStatus = presence, presence, ready
-		resp.Ready = boolPtr(allReady && in.Context != nil && len(resp.Apps) > 0)
+		resp.Ready = boolPtr(allReady && in.Context != nil && nApps > 0)
 	}
 	if q.Output == OutputSummary {
 		resp.Apps = nil
 	}
 	return resp
+}
+
+// buildApps builds the context's apps as q asks, counting them in t, and
+// says whether every app is ready (type=cluster).
+func buildApps(in Input, q Query, t *tally) ([]App, bool) {
+	var out []App
+	allReady := true
+	apps := map[string]*App{}
+	var order []string
+	// A summary counts each cluster as it is built and keeps none of
+	// it, so its resources are built in one reused slice: at fleet
+	// size (10,000 placements) the kept clusters were most of the
+	// query's time and memory.
+	summary := q.Output == OutputSummary
+	var scratch []Resource
+	appReady := map[string]bool{}
+	for _, p := range in.Context.Placements {
+		if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) || left(p) {
+			continue
+		}
+		c := buildCluster(in, q, p, scratch)
+		if len(c.Resources) == 0 && len(q.Resources)+len(q.Sync) > 0 {
+			continue
+		}
+		a := apps[p.App]
+		if a == nil {
+			a = &App{Name: p.App}
+			apps[p.App] = a
+			order = append(order, p.App)
+			appReady[p.App] = true
+		}
+		if summary {
+			appReady[p.App] = t.add(&c) && appReady[p.App]
+			scratch = c.Resources[:0]
+			continue
+		}
+		a.Clusters = append(a.Clusters, c)
+	}
+	sort.Strings(order)
+	for _, name := range order {
+		a := apps[name]
+		for i := range a.Clusters {
+			c := &a.Clusters[i]
+			appReady[name] = t.add(c) && appReady[name]
+			c.strip(q.Type, in.withRsync)
+		}
+		if q.Type == TypeCluster {
+			a.Ready = boolPtr(appReady[name])
+			allReady = allReady && appReady[name]
+		}
+		out = append(out, *a)
+	}
+	return out, allReady
 }
 
 // left reports a placement an update removed whole and rsync has deleted:

@@ -62,3 +62,23 @@ func BenchmarkBuildFleet(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSummaryFleet: the same summary from the cache's memo (what
+// the API answers), with a handful of clusters changed between answers
+// as under churn.
+func BenchmarkSummaryFleet(b *testing.B) {
+	in := fleetInput(10000)
+	q := Query{Type: TypeCluster, Output: OutputSummary}
+	var m memo[summaryState]
+	in.summaries = m.state("1", q, newSummaryState(q.Type))
+	Build(in, q)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		for range 10 {
+			in.Context.Placements[i%len(in.Context.Placements)].Rev++
+			i += 997
+		}
+		Build(in, q)
+	}
+}

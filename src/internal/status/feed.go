@@ -123,7 +123,18 @@ func (r *Reader) DIGFeed(ctx context.Context, dig catalog.Key, v url.Values) ([]
 	var entries []Entry
 	var resp Response
 	err = r.withInput(ctx, header, st, id, func(in Input) {
-		entries, resp = feed(in, q)
+		if !in.cached || in.Context == nil {
+			entries, resp = feed(in, q)
+			return
+		}
+		// From the cache: entries and a summary cost what changed since
+		// the last notification; output=all and detail, the whole answer
+		// a subscriber asked for, cost the DIG.
+		entries = r.feeds.state(id, q, newEntriesState).entries(in, q)
+		if q.Output == OutputSummary {
+			in.summaries = r.summaries.state(id, q, newSummaryState(q.Type))
+		}
+		resp = Build(in, q)
 	})
 	return entries, resp, headDigest(resp), err
 }

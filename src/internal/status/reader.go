@@ -39,6 +39,11 @@ type Reader struct {
 	// answers (the cache keeps references only); nil leaves those details
 	// out of answers from the cache.
 	Manifests ManifestSource
+
+	// summaries and feeds keep output=summary answers' per-placement
+	// counts and notification entries between answers (memo.go).
+	summaries memo[summaryState]
+	feeds     memo[entriesState]
 }
 
 // base is an Input without a context.
@@ -132,6 +137,9 @@ func (r *Reader) build(ctx context.Context, header Header, st catalog.DIGState, 
 	var resp Response
 	err := r.withFilteredInput(ctx, header, st, id, q, func(in Input) {
 		in.deferDetail = true
+		if q.Output == OutputSummary && in.cached {
+			in.summaries = r.summaries.state(id, q, newSummaryState(q.Type))
+		}
 		resp = Build(in, q)
 	})
 	resp.contextID, resp.manifests = id, r.Manifests
@@ -199,7 +207,7 @@ func (r *Reader) withInputE(ctx context.Context, header Header, emco EMCOHeader,
 			}
 			found = true
 			in := r.base(header, st)
-			in.Context, in.Clusters = cx, clusters
+			in.Context, in.Clusters, in.cached = cx, clusters, true
 			f(in)
 		})
 		if err != nil || found {

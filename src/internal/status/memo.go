@@ -1,0 +1,353 @@
+package status
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/argus-mc/argus/src/internal/appcontext"
+	"github.com/argus-mc/argus/src/internal/health"
+)
+
+// memo keeps, for answers from the cache, what each placement adds to an
+// answer of one kind (summaryState: its counts; entriesState: its
+// notification entries), per context and filters, so an answer rebuilds
+// only the placements that changed since the last one: at fleet size
+// (10,000 placements) rebuilding every placement was most of a summary's
+// and a notification's time, however few had changed.
+type memo[T any] struct {
+	mu    sync.Mutex
+	byKey map[memoKey]*T
+}
+
+// memoKey is one context's answers under one set of filters.
+type memoKey struct{ context, query string }
+
+// maxMemos bounds a memo: each kept state holds a record per placement
+// of its context, and callers choose the filters.
+const maxMemos = 16
+
+// state is the memo of context id's answers to q, made (by mk) on first use.
+func (m *memo[T]) state(id string, q Query, mk func() *T) *T {
+	k := memoKey{context: id, query: fmt.Sprintf("%s|%q|%v|%q|%q", q.Type, q.Apps, q.Clusters, q.Resources, q.Sync)}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.byKey[k]; s != nil {
+		return s
+	}
+	if m.byKey == nil {
+		m.byKey = map[memoKey]*T{}
+	}
+	if len(m.byKey) >= maxMemos {
+		for old := range m.byKey { // any one: an answer rebuilt is only slower once
+			delete(m.byKey, old)
+			break
+		}
+	}
+	s := mk()
+	m.byKey[k] = s
+	return s
+}
+
+func newSummaryState(typ string) func() *summaryState {
+	return func() *summaryState {
+		return &summaryState{parts: map[*appcontext.Placement]*summaryPart{}, total: newTally(typ),
+			fine: map[health.Status]int{}, apps: map[string]*appParts{}}
+	}
+}
+
+// summaryState is one summary's totals and what each placement added.
+type summaryState struct {
+	mu    sync.Mutex
+	parts map[*appcontext.Placement]*summaryPart
+	pass  uint64
+	// total holds the summed counts (worst and n unused: fine has them).
+	total *tally
+	fine  map[health.Status]int
+	apps  map[string]*appParts
+	// scratch is reused to build one placement at a time.
+	scratch []Resource
+	one     *tally
+}
+
+// appParts counts an app's placements in the answer, and those not ready.
+type appParts struct{ in, notReady int }
+
+// summaryPart is what one placement added to the summary, and what it
+// was derived from.
+type summaryPart struct {
+	from     partKey
+	seen     uint64
+	app      string
+	included bool
+	ready    bool
+	counts   []count
+	fine     []fineCount
+}
+
+// partKey is everything a placement's counts depend on beyond the query:
+// the placement's own changes (Rev), its cluster's state as answers show
+// it (not LastSeen, but whether the monitor counts as silent now), and the
+// context's status and namespace.
+type partKey struct {
+	rev       uint64
+	known     bool
+	cluster   appcontext.ClusterState
+	silent    bool
+	ctxStatus string
+	namespace string
+}
+
+// count is one value of one of the tally's maps and how often it occurs.
+type count struct {
+	field int // index into tally.fields
+	value string
+	n     int
+}
+
+type fineCount struct {
+	status health.Status
+	n      int
+}
+
+// fields lists the tally's count maps in a fixed order.
+func (t *tally) fields() [5]map[string]int {
+	return [5]map[string]int{t.byType, t.sync, t.ready, t.presence, t.emcoReady}
+}
+
+func keyOf(in Input, p *appcontext.Placement) partKey {
+	st, known := in.Clusters[p.Cluster]
+	k := partKey{rev: p.Rev, known: known, ctxStatus: in.Context.Status.Status, namespace: in.Context.Meta.Namespace}
+	if known {
+		k.silent = st.Monitor == appcontext.MonitorRunning && !st.Agent && in.SilentAfter > 0 && in.Now.Sub(st.LastSeen) > in.SilentAfter
+		st.Updated = time.Time{}
+		if !k.silent && st.Monitor != appcontext.MonitorSilent {
+			st.LastSeen = time.Time{} // a renewal alone changes nothing; a silent monitor's reason names it
+		}
+		k.cluster = st
+	}
+	return k
+}
+
+// entriesState is one context's notification entries under one set of
+// filters (Entries), placement by placement.
+type entriesState struct {
+	mu    sync.Mutex
+	parts map[*appcontext.Placement]*entriesPart
+	pass  uint64
+	n     int
+}
+
+type entriesPart struct {
+	from    partKey
+	seen    uint64
+	entries []Entry
+}
+
+func newEntriesState() *entriesState {
+	return &entriesState{parts: map[*appcontext.Placement]*entriesPart{}}
+}
+
+// entries is Entries(in, q), placements unchanged since the last call
+// answered from the memo. The entries are shared: callers must not change
+// them.
+func (s *entriesState) entries(in Input, q Query) []Entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pass++
+	out := make([]Entry, 0, s.n)
+	seen := 0
+	// Build lists apps by name and each app's clusters in placement
+	// order; the cache keeps placements sorted by app, so in placement
+	// order unless they are not.
+	var byApp []appEntries
+	if !slices.IsSortedFunc(in.Context.Placements, func(a, b *appcontext.Placement) int { return strings.Compare(a.App, b.App) }) {
+		byApp = []appEntries{}
+	}
+	for _, p := range in.Context.Placements {
+		if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) {
+			continue
+		}
+		k := keyOf(in, p)
+		part := s.parts[p]
+		if part == nil || part.from != k {
+			part = &entriesPart{from: k, entries: placementEntries(in, q, p)}
+			s.parts[p] = part
+		}
+		part.seen = s.pass
+		seen++
+		if byApp != nil {
+			byApp = append(byApp, appEntries{app: p.App, entries: part.entries})
+		} else {
+			out = append(out, part.entries...)
+		}
+	}
+	for p, part := range s.parts {
+		if seen == len(s.parts) {
+			break
+		}
+		if part.seen != s.pass {
+			delete(s.parts, p)
+		}
+	}
+	slices.SortStableFunc(byApp, func(a, b appEntries) int { return strings.Compare(a.app, b.app) })
+	for _, a := range byApp {
+		out = append(out, a.entries...)
+	}
+	if s.n = len(out); s.n == 0 {
+		return nil // as Entries
+	}
+	return out
+}
+
+type appEntries struct {
+	app     string
+	entries []Entry
+}
+
+// placementEntries is one placement's part of Entries.
+func placementEntries(in Input, q Query, p *appcontext.Placement) []Entry {
+	if left(p) {
+		return nil
+	}
+	q.Type, q.Output = TypeCluster, OutputDetail
+	in.withRsync = true
+	c := buildCluster(in, q, p, nil)
+	if len(c.Resources) == 0 && len(q.Resources)+len(q.Sync) > 0 {
+		return nil
+	}
+	out := make([]Entry, 0, len(c.Resources))
+	for _, r := range c.Resources {
+		out = append(out, entry(p.App, c, r))
+	}
+	return out
+}
+
+// summarize fills resp's counts for q from the memo: placements whose key
+// is unchanged keep their part, the others are built again and the
+// totals adjusted; placements gone since the last summary are taken out.
+// It returns the counts (the caller's to keep), whether every app counted
+// is ready and how many apps count.
+func (s *summaryState) summarize(in Input, q Query) (t *tally, allReady bool, apps int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pass++
+	seen := 0
+	for _, p := range in.Context.Placements {
+		if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) {
+			continue
+		}
+		k := keyOf(in, p)
+		part := s.parts[p]
+		if part == nil || part.from != k {
+			if part != nil {
+				s.apply(part, -1)
+			}
+			part = s.derive(in, q, p, k)
+			s.parts[p] = part
+			s.apply(part, 1)
+		}
+		part.seen = s.pass
+		seen++
+	}
+	for p, part := range s.parts {
+		if seen == len(s.parts) {
+			break // none gone: no need to look at them all
+		}
+		if part.seen != s.pass {
+			s.apply(part, -1)
+			delete(s.parts, p)
+		}
+	}
+	allReady = true
+	for _, a := range s.apps {
+		if a.in > 0 {
+			apps++
+			allReady = allReady && a.notReady == 0
+		}
+	}
+	return s.snapshot(q.Type), allReady, apps
+}
+
+// derive builds one placement as Build would and keeps what it adds.
+func (s *summaryState) derive(in Input, q Query, p *appcontext.Placement, k partKey) *summaryPart {
+	part := &summaryPart{from: k, app: p.App}
+	if left(p) {
+		return part
+	}
+	c := buildCluster(in, q, p, s.scratch)
+	s.scratch = c.Resources[:0]
+	if len(c.Resources) == 0 && len(q.Resources)+len(q.Sync) > 0 {
+		return part
+	}
+	part.included = true
+	if s.one == nil {
+		s.one = newTally(q.Type)
+	}
+	for _, m := range s.one.fields() {
+		clear(m)
+	}
+	part.ready = s.one.add(&c)
+	for i, m := range s.one.fields() {
+		for v, n := range m {
+			part.counts = append(part.counts, count{field: i, value: v, n: n})
+		}
+	}
+	if q.Type == TypeCluster {
+		fine := map[health.Status]int{}
+		for i := range c.Resources {
+			fine[health.Status(c.Resources[i].fine)]++
+		}
+		for st, n := range fine {
+			part.fine = append(part.fine, fineCount{status: st, n: n})
+		}
+	}
+	return part
+}
+
+// apply adds (sign 1) or removes (sign -1) a part from the totals; a
+// count that reaches zero goes, as a fresh build would not have it.
+func (s *summaryState) apply(part *summaryPart, sign int) {
+	if !part.included {
+		return
+	}
+	fields := s.total.fields()
+	for _, c := range part.counts {
+		m := fields[c.field]
+		if m[c.value] += sign * c.n; m[c.value] == 0 {
+			delete(m, c.value)
+		}
+	}
+	for _, f := range part.fine {
+		if s.fine[f.status] += sign * f.n; s.fine[f.status] == 0 {
+			delete(s.fine, f.status)
+		}
+	}
+	a := s.apps[part.app]
+	if a == nil {
+		a = &appParts{}
+		s.apps[part.app] = a
+	}
+	a.in += sign
+	if !part.ready {
+		a.notReady += sign
+	}
+	if a.in == 0 {
+		delete(s.apps, part.app)
+	}
+}
+
+// snapshot is the totals as a tally the caller may keep (the memo's maps
+// change with the next summary).
+func (s *summaryState) snapshot(typ string) *tally {
+	t := &tally{typ: typ, byType: maps.Clone(s.total.byType), sync: maps.Clone(s.total.sync), ready: maps.Clone(s.total.ready),
+		presence: maps.Clone(s.total.presence), emcoReady: maps.Clone(s.total.emcoReady), worst: health.Ready}
+	for st, n := range s.fine {
+		t.worst = health.Aggregate(t.worst, st)
+		t.n += n
+	}
+	return t
+}

@@ -1,0 +1,140 @@
+package status
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/argus-mc/argus/src/internal/appcontext"
+)
+
+// TestMemoMatchesBuild changes a DIG step by step as the cache would (a
+// placement's Rev bumped with each change) and checks that every summary
+// and every entry list from the memos is byte for byte the one built
+// afresh, for each type and filter.
+func TestMemoMatchesBuild(t *testing.T) {
+	in := fleetInput(60)
+	for _, p := range in.Context.Placements { // each its own, to change one
+		p.Statuses = maps.Clone(p.Statuses)
+		p.Resources = append([]appcontext.Resource(nil), p.Resources...)
+	}
+	for i, p := range in.Context.Placements[:20] {
+		if i%2 == 0 {
+			p.App = "other"
+		}
+		st := in.Clusters[p.Cluster]
+		st.Agent = false // judged silent by LastSeen's age
+		in.Clusters[p.Cluster] = st
+	}
+	queries := []Query{
+		{Type: TypeCluster, Output: OutputSummary},
+		{Type: TypeRsync, Output: OutputSummary},
+		{Type: TypeCluster, Output: OutputSummary, Apps: []string{"app"}},
+		{Type: TypeCluster, Output: OutputSummary, Clusters: []appcontext.ClusterRef{in.Context.Placements[3].Cluster, in.Context.Placements[40].Cluster}},
+		{Type: TypeCluster, Output: OutputSummary, Resources: []string{"cm1"}},
+		{Type: TypeRsync, Output: OutputSummary, Sync: []string{"Synced"}},
+		{Type: TypeCluster, Output: OutputSummary, Sync: []string{"OutOfSync", "Unknown"}},
+	}
+	var summaries memo[summaryState]
+	var feeds memo[entriesState]
+	rng := rand.New(rand.NewPCG(1, 2))
+	check := func(step string) {
+		t.Helper()
+		for _, q := range queries {
+			fresh, _ := json.Marshal(Build(in, q))
+			m := in
+			m.summaries = summaries.state("1", q, newSummaryState(q.Type))
+			got, _ := json.Marshal(Build(m, q))
+			if string(got) != string(fresh) {
+				t.Fatalf("after %s, query %+v:\nmemo  %s\nfresh %s", step, q, got, fresh)
+			}
+			if want, got := Entries(in, q), feeds.state("1", q, newEntriesState).entries(in, q); !reflect.DeepEqual(got, want) {
+				t.Fatalf("after %s, entries for %+v:\nmemo  %v\nfresh %v", step, q, got, want)
+			}
+		}
+	}
+	check("nothing")
+	changes := memoChanges(&in, rng)
+	for i := range 150 {
+		what := changes[rng.IntN(len(changes))]()
+		check(fmt.Sprintf("change %d (%s)", i, what))
+	}
+}
+
+// memoChanges are the changes TestMemoMatchesBuild makes, each as the
+// cache would make it, saying what it changed.
+func memoChanges(in *Input, rng *rand.Rand) []func() string {
+	return []func() string{
+		func() string {
+			p := in.Context.Placements[rng.IntN(len(in.Context.Placements))]
+			k := p.Resources[rng.IntN(len(p.Resources))].Key()
+			p.Statuses[k] = appcontext.ResourceStatus{Status: []string{appcontext.RsyncFailed, appcontext.RsyncApplied, appcontext.RsyncPending}[rng.IntN(3)], Error: "x"}
+			p.Rev++
+			return "a resource's rsync status"
+		},
+		func() string {
+			p := in.Context.Placements[rng.IntN(len(in.Context.Placements))]
+			if p.Bundle == nil {
+				p.Bundle = in.Context.Placements[len(in.Context.Placements)-1].Bundle
+			} else {
+				p.Bundle = nil
+			}
+			p.Rev++
+			return "a bundle"
+		},
+		func() string {
+			p := in.Context.Placements[rng.IntN(len(in.Context.Placements))]
+			st := in.Clusters[p.Cluster]
+			if st.Connectivity == appcontext.Available {
+				st.Connectivity, st.UnreachableSince = appcontext.Unreachable, in.Now
+			} else {
+				st.Connectivity, st.UnreachableSince = appcontext.Available, time.Time{}
+			}
+			in.Clusters[p.Cluster] = st
+			return "a cluster's connectivity"
+		},
+		func() string {
+			p := in.Context.Placements[rng.IntN(20)]
+			st := in.Clusters[p.Cluster]
+			st.LastSeen = in.Now // renewed: silent no more
+			in.Clusters[p.Cluster] = st
+			return "a lease renewed"
+		},
+		func() string { in.Now = in.Now.Add(20 * time.Second); return "time passing" },
+		func() string {
+			p := in.Context.Placements[rng.IntN(len(in.Context.Placements))]
+			st := in.Clusters[p.Cluster]
+			st.Monitor, st.LastSeen = appcontext.MonitorSilent, in.Now.Add(-time.Duration(rng.IntN(100))*time.Second)
+			in.Clusters[p.Cluster] = st
+			return "a monitor recorded silent"
+		},
+		func() string {
+			p := in.Context.Placements[rng.IntN(len(in.Context.Placements))]
+			delete(in.Clusters, p.Cluster)
+			return "a cluster's state gone"
+		},
+		func() string {
+			i := rng.IntN(len(in.Context.Placements))
+			in.Context.Placements = append(in.Context.Placements[:i:i], in.Context.Placements[i+1:]...)
+			return "a placement gone"
+		},
+		func() string {
+			src := in.Context.Placements[rng.IntN(len(in.Context.Placements))]
+			p := &appcontext.Placement{App: src.App, Cluster: appcontext.ClusterRef{Provider: "fleet", Name: fmt.Sprintf("n%d", rng.IntN(1000))},
+				Resources: src.Resources, Statuses: maps.Clone(src.Statuses), Bundle: src.Bundle}
+			in.Context.Placements = append(in.Context.Placements, p)
+			in.Clusters[p.Cluster] = appcontext.ClusterState{Connectivity: appcontext.Available, Monitor: appcontext.MonitorRunning, LastSeen: in.Now}
+			return "a placement added"
+		},
+		func() string {
+			st := in.Context.Status
+			st.Status = []string{appcontext.Instantiated, appcontext.Terminated}[rng.IntN(2)]
+			in.Context.Status = st
+			return "the context's status"
+		},
+	}
+}
