@@ -799,7 +799,7 @@ func TestManifestsApplyAndCRDMatchesTypes(t *testing.T) {
 
 // TestIsolatedChangeDelay measures the typical case: one change to a quiet
 // bundle (paced 1 s apart, longer than --min-write-interval), which goes out
-// after the coalesce window.
+// at once.
 func TestIsolatedChangeDelay(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)

@@ -10,10 +10,13 @@
 // Shape (as sample-controller): event handlers only enqueue keys. A kinds
 // workqueue starts and stops informers; a bundle workqueue, keyed by the
 // bundle's namespace/name, rebuilds a bundle's status from the informer
-// caches. Events for one bundle inside CoalesceWindow become one sync, and a
-// bundle is written at most once per MinWriteInterval; each write is a merge
-// patch of the whole status with the cached resourceVersion as precondition,
-// retried with backoff on conflict. Because the status is rebuilt from the
+// caches. A change after a quiet CoalesceWindow syncs its bundle at once;
+// changes within the window after a sync become one sync at its end. Writes
+// of one bundle draw on a token bucket of two that refills one per
+// MinWriteInterval (see pacer); each write is a merge patch of the whole
+// status with the cached resourceVersion as precondition, retried with
+// backoff on conflict, and a status the patch would not change is not
+// written. Because the status is rebuilt from the
 // caches and every list is written whole, a deleted object's entry always
 // disappears. Statuses too large for the API server are trimmed in steps.
 //

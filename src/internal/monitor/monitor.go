@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 
 	"github.com/argus-mc/argus/src/apis/k8splugin/v1alpha1"
 	"github.com/argus-mc/argus/src/internal/syncstate"
@@ -70,7 +72,7 @@ type Monitor struct {
 	watches     map[schema.GroupVersionKind]*kindWatch
 	failures    map[schema.GroupVersionKind]string
 	configKinds []schema.GroupVersionKind
-	lastWrite   map[string]time.Time
+	pacer       *pacer
 
 	ready atomic.Bool
 }
@@ -102,14 +104,14 @@ func New(opts Options) (*Monitor, error) {
 		return nil, fmt.Errorf("monitor: discovery client: %w", err)
 	}
 	m := &Monitor{
-		opts:      opts,
-		log:       opts.Logger,
-		dyn:       dyn,
-		kube:      kube,
-		mapper:    restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
-		watches:   map[schema.GroupVersionKind]*kindWatch{},
-		failures:  map[schema.GroupVersionKind]string{},
-		lastWrite: map[string]time.Time{},
+		opts:     opts,
+		log:      opts.Logger,
+		dyn:      dyn,
+		kube:     kube,
+		mapper:   restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
+		watches:  map[schema.GroupVersionKind]*kindWatch{},
+		failures: map[schema.GroupVersionKind]string{},
+		pacer:    newPacer(opts.CoalesceWindow, opts.MinWriteInterval, clock.RealClock{}),
 		bundles: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "bundles"}),
@@ -219,9 +221,10 @@ func (m *Monitor) onBundle(obj any) {
 
 func (m *Monitor) onBundleDeleted(obj any) {
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		m.mu.Lock()
-		delete(m.lastWrite, key)
-		m.mu.Unlock()
+		m.pacer.forget(key)
+		// A sync of it in flight records its pacing again; the sync this
+		// queues runs after that one and finds it gone.
+		m.bundles.Add(key)
 	}
 	// Kinds only this bundle wanted may now be stopped.
 	m.mu.RLock()
@@ -291,17 +294,26 @@ func (m *Monitor) bundlesFor(deploymentID string) []*unstructured.Unstructured {
 	return out
 }
 
-// enqueueBundle schedules a sync CoalesceWindow from now; events arriving
-// meanwhile join it (the delaying queue keeps one entry per key).
+// enqueueBundle schedules a sync: at once after a quiet window, else at the
+// end of the window (see pacer); events arriving meanwhile join it (the
+// delaying queue keeps one entry per key, at its earliest time).
 func (m *Monitor) enqueueBundle(b *unstructured.Unstructured) {
 	if key, err := cache.MetaNamespaceKeyFunc(b); err == nil {
-		m.bundles.AddAfter(key, m.opts.CoalesceWindow)
+		m.enqueueKey(key)
 	}
+}
+
+func (m *Monitor) enqueueKey(key string) {
+	if due := m.pacer.due(key); due > 0 {
+		m.bundles.AddAfter(key, due)
+		return
+	}
+	m.bundles.Add(key)
 }
 
 func (m *Monitor) enqueueAllBundles() {
 	for _, key := range m.bundleInformer.GetStore().ListKeys() {
-		m.bundles.AddAfter(key, m.opts.CoalesceWindow)
+		m.enqueueKey(key)
 	}
 }
 
@@ -524,8 +536,10 @@ func (m *Monitor) syncBundle(ctx context.Context, key string) error {
 		return err
 	}
 	if !exists {
+		m.pacer.forget(key)
 		return nil
 	}
+	m.pacer.syncing(key)
 	b := obj.(*unstructured.Unstructured)
 	sel := bundleSelector(b)
 	value := requiredDeploymentID(b)
@@ -557,7 +571,6 @@ func (m *Monitor) syncBundle(ctx context.Context, key string) error {
 			}
 		}
 	}
-	last := m.lastWrite[key]
 	m.mu.RUnlock()
 
 	status, err := buildStatus(objs, unwatched, b.GetGeneration(), m.opts.MaxStatusBytes)
@@ -567,7 +580,7 @@ func (m *Monitor) syncBundle(ctx context.Context, key string) error {
 	if same, err := sameStatus(b, status); err != nil || same {
 		return err
 	}
-	if wait := m.opts.MinWriteInterval - time.Since(last); wait > 0 {
+	if wait := m.pacer.writeWait(key); wait > 0 {
 		m.bundles.AddAfter(key, wait)
 		return nil
 	}
@@ -601,9 +614,7 @@ func (m *Monitor) writeStatus(ctx context.Context, b *unstructured.Unstructured,
 	if status.Trimmed {
 		m.metrics.trimmed.Inc()
 	}
-	m.mu.Lock()
-	m.lastWrite[key] = time.Now()
-	m.mu.Unlock()
+	m.pacer.wrote(key)
 	m.log.WithFields(logrus.Fields{"bundle": key, "resources": status.ResourceCount, "ready": status.Ready}).Debug("status written")
 	return nil
 }
@@ -624,8 +635,13 @@ func (m *Monitor) bundleWantedKinds(b *unstructured.Unstructured) []schema.Group
 	return out
 }
 
-// sameStatus reports whether the bundle already carries status, comparing
-// canonical JSON so that key order and number types do not matter.
+// sameStatus reports whether writing status would leave the bundle as it
+// is: the current status with status merge-patched onto it, as the API
+// server does, compared as canonical JSON (key order and number types do
+// not matter). A merge patch drops nulls (a pod condition's lastProbeTime),
+// so comparing status itself would find a difference in almost every
+// bundle, and rewrite it after every write. Every field and list is written
+// whole, so the patch leaves no stale key behind that this would miss.
 func sameStatus(b *unstructured.Unstructured, status v1alpha1.ResourceBundleStateStatus) (bool, error) {
 	current, found := b.Object["status"]
 	if !found {
@@ -635,12 +651,16 @@ func sameStatus(b *unstructured.Unstructured, status v1alpha1.ResourceBundleStat
 	if err != nil {
 		return false, err
 	}
-	raw, err := json.Marshal(status)
+	patch, err := json.Marshal(status)
+	if err != nil {
+		return false, err
+	}
+	merged, err := jsonpatch.MergePatch(have, patch)
 	if err != nil {
 		return false, err
 	}
 	var generic any
-	if err := json.Unmarshal(raw, &generic); err != nil {
+	if err := json.Unmarshal(merged, &generic); err != nil {
 		return false, err
 	}
 	want, err := json.Marshal(generic)

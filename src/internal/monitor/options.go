@@ -34,11 +34,16 @@ type Options struct {
 	// RenewInterval and LeaseDuration of the heartbeat; 0 means 10s and 30s.
 	RenewInterval time.Duration
 	LeaseDuration time.Duration
-	// CoalesceWindow is how long events for one bundle are gathered before
-	// a sync; 0 means 100ms.
+	// CoalesceWindow: an event after a quiet window syncs its bundle at
+	// once; events within the window after a sync are gathered into one
+	// sync at its end, so a bundle is rebuilt at most once per window.
+	// 0 means 50ms.
 	CoalesceWindow time.Duration
-	// MinWriteInterval is the least time between two writes of one bundle's
-	// status, bounding the write rate during churn; 0 means 500ms.
+	// MinWriteInterval bounds the write rate of one bundle's status during
+	// churn: one write per interval on average, at most two back to back
+	// (a change after a quiet period and the trailing write gathering what
+	// followed it), so at most 2 + T/interval writes in any span T.
+	// 0 means 500ms.
 	MinWriteInterval time.Duration
 	// MaxStatusBytes is the size a status is trimmed to; 0 means 1,000,000,
 	// well under the API server's 1.5 MiB object limit.
@@ -76,7 +81,7 @@ func (o *Options) defaults() error {
 		o.LeaseDuration = 30 * time.Second
 	}
 	if o.CoalesceWindow == 0 {
-		o.CoalesceWindow = 100 * time.Millisecond
+		o.CoalesceWindow = 50 * time.Millisecond
 	}
 	if o.MinWriteInterval == 0 {
 		o.MinWriteInterval = 500 * time.Millisecond

@@ -215,3 +215,33 @@ func TestEntriesCarryTheHashOfArgusFields(t *testing.T) {
 		t.Fatalf("the cache's hash key or managed fields leaked into the status: %s", data)
 	}
 }
+
+// A merge patch drops nulls, so the bundle the API server stores after a
+// write lacks the nulls the status carried (a condition's lastProbeTime):
+// the next sync must find it the same, or every write is followed by a
+// second one.
+func TestStatusWrittenIsFoundTheSame(t *testing.T) {
+	pod := readyPod("p")
+	conds := pod.Object["status"].(map[string]any)["conditions"].([]any)
+	conds[0].(map[string]any)["lastProbeTime"] = nil
+	st, err := buildStatus([]*unstructured.Unstructured{pod}, nil, 1, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(st)
+	if !strings.Contains(string(data), `"lastProbeTime":null`) {
+		t.Fatalf("the status carries no null to drop: %s", data)
+	}
+	stored := map[string]any{}
+	if err := json.Unmarshal([]byte(strings.ReplaceAll(string(data), `"lastProbeTime":null,`, "")), &stored); err != nil {
+		t.Fatal(err)
+	}
+	bundle := &unstructured.Unstructured{Object: map[string]any{"status": stored}}
+	if same, err := sameStatus(bundle, st); err != nil || !same {
+		t.Fatalf("the status as stored differs from the one written (same=%v, err=%v)", same, err)
+	}
+	st.PodStatuses[0].ReadyStatus = "NotReady"
+	if same, err := sameStatus(bundle, st); err != nil || same {
+		t.Fatalf("a changed entry is found the same (same=%v, err=%v)", same, err)
+	}
+}

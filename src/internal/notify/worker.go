@@ -79,6 +79,10 @@ type Worker struct {
 	changed atomic.Int64
 	// pendingOn is what this worker adds to the pending gauge.
 	pendingOn bool
+	// fresh is the ID of the pending payload this worker froze itself:
+	// only of that one does it know for sure whether it was POSTed (a
+	// stored Attempts is saved after the POST, and that save can fail).
+	fresh string
 }
 
 // save stores the state under the worker's guard.
@@ -309,6 +313,7 @@ func (w *Worker) freeze(ctx context.Context, st *State) error {
 	if err := w.save(ctx, *st); err != nil {
 		return err
 	}
+	w.fresh = st.Pending.ID
 	w.setPending(true)
 	return nil
 }
@@ -436,14 +441,17 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 // drop gives up a stored pending payload that cannot be assembled (not
 // JSON objects, or a part whose chunks are missing or corrupt): its
 // changes come again with the next. The next takes its sequence number
-// (no gap) only when it was never POSTed; a subscriber that may have
-// received a body under a number never gets another under it, so after
-// an attempt the next moves on (a gap, never a different repeat).
+// (no gap) only when this worker froze it and never POSTed it; a
+// subscriber that may have received a body under a number never gets
+// another under it, so otherwise the next moves on (a gap, never a
+// different repeat). A payload loaded from etcd may have been POSTed
+// whatever its stored Attempts says (saved after the POST, and that save
+// fails on a hand-over or an etcd outage).
 func (w *Worker) drop(st *State, err error) {
 	w.log.WithError(err).WithField("attempts", st.Attempts).
 		Error("cannot assemble the pending payload; its changes come with the next")
 	st.Sequence = st.Pending.Sequence
-	if st.Attempts == 0 {
+	if st.Attempts == 0 && st.Pending.ID == w.fresh {
 		st.Sequence--
 	}
 	st.Pending = nil

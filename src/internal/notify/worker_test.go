@@ -284,6 +284,36 @@ func TestPendingDeliverySurvivesRestart(t *testing.T) {
 	}
 }
 
+// A change made after the pending payload froze, while its POSTs fail,
+// and signalled to a process that then stops, is not lost: the next
+// process resends the payload as it was, then diffs against what that
+// payload delivered, so the deletion comes next (e2e TestDIGSubscriptions
+// restarts the orchestrator the same way).
+func TestChangeAfterThePendingPayloadSurvivesRestart(t *testing.T) {
+	states := statesFor(t)
+	rcv := newReceiver(t)
+	rcv.answer.Store(500)
+	key := testenv.UniqueName("sub")
+	w := &world{entries: map[string]string{"a": "1", "b": "1"}}
+	r := startWorker(t, states, key, w.source, rcv.srv.URL, 0)
+	w.set("a", "2")
+	r.w.Notify()
+	first := rcv.next(t) // frozen: a modified
+	w.set("b", "")
+	r.w.Notify() // waits behind the pending payload
+	r.stop(t)
+	rcv.answer.Store(200)
+	startWorker(t, states, key, w.source, rcv.srv.URL, 0)
+	p := rcv.nextDelivered(t)
+	if p.id != first.id || p.sequence != 1 || len(p.changes.Modified) != 1 || len(p.changes.Deleted) != 0 {
+		t.Fatalf("first after the restart: %+v, want the pending delivery %+v", p, first)
+	}
+	p = rcv.nextDelivered(t)
+	if p.sequence != 2 || len(p.changes.Deleted) != 1 || p.changes.Deleted[0]["key"] != "b" || len(p.changes.Modified)+len(p.changes.Created) != 0 {
+		t.Fatalf("next after the restart: %+v, want sequence 2 deleting b", p)
+	}
+}
+
 // A change signalled to a worker that stopped before freezing it (a PUT
 // restarting the worker, a process restart inside min-notify-interval)
 // leaves no trace but the world itself: the next worker looks once.
