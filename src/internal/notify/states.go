@@ -61,6 +61,79 @@ type State struct {
 
 	// legacy: Delivered came from LegacyDelivered and no shard has it yet.
 	legacy bool
+	// byShard indexes Delivered's keys by shard (shardOf), so a delivery
+	// writes the shards it touched without looking at every delivered key
+	// (indexShards; nil until then, and after Delivered is replaced).
+	byShard map[string]map[string]struct{}
+}
+
+// indexShards builds byShard, once.
+func (st *State) indexShards() {
+	if st.byShard != nil {
+		return
+	}
+	st.byShard = map[string]map[string]struct{}{}
+	for k := range st.Delivered {
+		st.index(k, false)
+	}
+}
+
+func (st *State) index(key string, remove bool) {
+	sh := shardOf(key)
+	m := st.byShard[sh]
+	if remove {
+		delete(m, key)
+		if len(m) == 0 {
+			delete(st.byShard, sh)
+		}
+		return
+	}
+	if m == nil {
+		m = map[string]struct{}{}
+		st.byShard[sh] = m
+	}
+	m[key] = struct{}{}
+}
+
+// shards are the delivered digests of the shards want names (all of
+// them when all is set), by shard: from the index when it is built.
+func (st *State) shards(want map[string]bool, all bool) map[string]map[string]string {
+	shards := map[string]map[string]string{}
+	put := func(sh, k, d string) {
+		if shards[sh] == nil {
+			shards[sh] = map[string]string{}
+		}
+		shards[sh][k] = d
+	}
+	if !all && st.byShard != nil {
+		for sh := range want {
+			for k := range st.byShard[sh] {
+				put(sh, k, st.Delivered[k])
+			}
+		}
+		return shards
+	}
+	for k, d := range st.Delivered {
+		if sh := shardOf(k); all || want[sh] {
+			put(sh, k, d)
+		}
+	}
+	return shards
+}
+
+// delivered moves Delivered (and its index) to where p brings the
+// subscriber.
+func (st *State) delivered(p *Pending) {
+	st.Delivered = p.apply(st.Delivered)
+	if st.byShard == nil {
+		return
+	}
+	for k := range p.Delta {
+		st.index(k, false)
+	}
+	for _, k := range p.Gone {
+		st.index(k, true)
+	}
 }
 
 // Pending is one frozen delivery and the digests it brings the subscriber to.
@@ -324,15 +397,7 @@ func (s *States) saveDelivered(ctx context.Context, key string, st State, touche
 	for _, k := range touched {
 		want[shardOf(k)] = true
 	}
-	shards := map[string]map[string]string{}
-	for k, d := range st.Delivered {
-		if sh := shardOf(k); all || want[sh] {
-			if shards[sh] == nil {
-				shards[sh] = map[string]string{}
-			}
-			shards[sh][k] = d
-		}
-	}
+	shards := st.shards(want, all)
 	if all {
 		if err := s.commit(ctx, guards, clientv3.OpDelete(s.shardPrefix(key), clientv3.WithPrefix())); err != nil {
 			return err

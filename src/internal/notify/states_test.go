@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -331,5 +333,38 @@ func TestNewerChunksLeaveTheNamedPayload(t *testing.T) {
 	}
 	if st, _, err := states.LoadWhole(ctx, key); err != nil || st.Pending.ID != "b" || !bytes.Equal(st.Pending.Envelope, newer.Envelope) {
 		t.Fatalf("the newer payload: %v", err)
+	}
+}
+
+// TestShardIndexFollowsDeliveries: the shards a delivery writes, taken
+// from the index kept across deliveries, are those a walk of every
+// delivered digest finds.
+func TestShardIndexFollowsDeliveries(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	key := func() string {
+		return status.ResourceKey{App: "a", ClusterProvider: "cp", Cluster: fmt.Sprintf("c%d", rng.IntN(5)), Kind: "ConfigMap",
+			Name: fmt.Sprintf("n%d", rng.IntN(6))}.String()
+	}
+	st := State{Delivered: map[string]string{key(): "0", key(): "1"}}
+	st.indexShards()
+	for range 300 {
+		p := &Pending{Delta: map[string]string{}}
+		for range rng.IntN(4) {
+			p.Delta[key()] = fmt.Sprint(rng.IntN(3))
+		}
+		for range rng.IntN(3) {
+			if k := key(); p.Delta[k] == "" {
+				p.Gone = append(p.Gone, k)
+			}
+		}
+		st.delivered(p)
+		want := map[string]bool{}
+		for _, k := range p.touched() {
+			want[shardOf(k)] = true
+		}
+		walked := State{Delivered: st.Delivered}
+		if got, exp := st.shards(want, false), walked.shards(want, false); !reflect.DeepEqual(got, exp) {
+			t.Fatalf("from the index %v, walking %v", got, exp)
+		}
 	}
 }

@@ -230,7 +230,7 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 		return st, err
 	}
 	_, st.Delivered = Diff(nil, entries, nil)
-	st.Head, st.Rebaseline = headOf(envelope), false
+	st.Head, st.Rebaseline, st.byShard = headOf(envelope), false, nil
 	if st.Pending != nil {
 		// Changed filters while a payload waited for its 2xx: it is still
 		// sent, under its sequence number, and once it is the subscriber
@@ -401,7 +401,9 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 		w.opts.Metrics.attempt(res.Outcome)
 		switch res.Outcome {
 		case Delivered:
-			st.Delivered, st.Head, st.Pending = p.apply(st.Delivered), p.NextHead, nil
+			st.indexShards()
+			st.delivered(p)
+			st.Head, st.Pending = p.NextHead, nil
 			st.LastNotify = w.opts.Now().UTC()
 			if !p.ChangedAt.IsZero() && p.ChangedAt.Unix() > 0 {
 				w.opts.Metrics.latency(w.opts.Now().Sub(p.ChangedAt))
