@@ -98,6 +98,9 @@ type cursor struct {
 	Instance string `json:"instance,omitempty"`
 	Status   string `json:"status,omitempty"`
 	Ready    bool   `json:"ready,omitempty"`
+	// Trimmed is the last entry deleted to keep Limit (0: none yet, or an
+	// earlier version's cursor, which trims from the first).
+	Trimmed int64 `json:"trimmed,omitempty"`
 	// Resources is where an earlier version kept the views recorded per
 	// resource, inline: read (into clusters), never written.
 	Resources map[string]resState `json:"resources,omitempty"`

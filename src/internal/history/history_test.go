@@ -328,6 +328,22 @@ func TestChunksAndLimit(t *testing.T) {
 	if l2, _ := store.List(ctx, g, Filter{}); l2[len(l2)-1].Seq != 251 {
 		t.Fatal("recording an unchanged group appended")
 	}
+	if cur.Trimmed != 101 {
+		t.Fatalf("the cursor says it trimmed up to %d, want 101", cur.Trimmed)
+	}
+	// A smaller limit (a restart with another one) trims from the last
+	// trim on, so nothing older stays behind.
+	small := &Store{cli: store.cli, prefix: store.prefix, limit: 100}
+	for i := range rs {
+		rs[i].RsyncStatus, rs[i].ClusterStatus, rs[i].ReadyStatus = "Applied", "Present", "Ready"
+	}
+	src.set(g, snapshot("Instantiating", false, rs...))
+	if err := newRecorder(t, small, src, &now).Record(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := store.List(ctx, g, Filter{}); len(l) != 100 || l[99].Seq != 501 {
+		t.Fatalf("%d entries after a smaller limit, the last %d; want the newest 100 of 501", len(l), l[len(l)-1].Seq)
+	}
 }
 
 // Run catches up on every group at start, follows Changed, honours the

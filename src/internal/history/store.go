@@ -141,15 +141,20 @@ func (s *Store) append(ctx context.Context, group string, cur cursor, rev int64,
 			}
 		}
 		ops = append(ops, s.clusterOps(group, next, touched)...)
+		if oldest := next.Seq - s.limit; oldest > next.Trimmed {
+			// Everything at or below oldest goes: the last Limit stay. From
+			// the last trim on, not from 0: etcd walks every key a range
+			// names, the deleted ones too until its next compaction, and
+			// at fleet size a trim from 0 walked tens of thousands per
+			// append (most of an idle orchestrator's CPU at 10,000 clusters).
+			ops = append(ops, clientv3.OpDelete(s.entryKey(group, next.Trimmed+1), clientv3.WithRange(s.entryKey(group, oldest+1))))
+			next.Trimmed = oldest
+		}
 		data, err := json.Marshal(next.head())
 		if err != nil {
 			return cur, rev, err
 		}
 		ops = append(ops, clientv3.OpPut(cKey, string(data)))
-		if oldest := next.Seq - s.limit; oldest > 0 {
-			// Everything at or below oldest goes: the last Limit stay.
-			ops = append(ops, clientv3.OpDelete(s.entryKey(group, 0), clientv3.WithRange(s.entryKey(group, oldest+1))))
-		}
 		resp, err := s.cli.Txn(ctx).If(guard()).Then(ops...).Commit()
 		if err != nil {
 			return cur, rev, fmt.Errorf("append history: %w", err)
