@@ -222,10 +222,11 @@ func (c *cursor) apply(e *Entry) {
 }
 
 // clone is a cursor that may change without changing c: the clusters'
-// maps are shared until it writes one (put).
-func (c cursor) clone() cursor {
-	out := c
-	out.clusters, out.owned = maps.Clone(c.clusters), nil
+// maps are shared until either writes one (put copies a map it does not
+// own, and neither owns any after this).
+func (c *cursor) clone() cursor {
+	out := *c
+	out.clusters, out.owned, c.owned = maps.Clone(c.clusters), nil, nil
 	return out
 }
 

@@ -34,9 +34,23 @@ func entriesOf(resp Response) []Entry {
 	var out []Entry
 	for _, a := range resp.Apps {
 		for _, c := range a.Clusters {
-			for _, r := range c.Resources {
-				out = append(out, entry(a.Name, c, r))
-			}
+			out = appendEntries(out, a.Name, c)
+		}
+	}
+	return out
+}
+
+// appendEntries appends a cluster's entries, one per key: two resources
+// of a chart can share one (a cluster-scoped object rendered with and
+// without a namespace, both found under none), and the notifier diffs
+// by key, so the first stands for both.
+func appendEntries(out []Entry, app string, c Cluster) []Entry {
+	seen := make(map[string]bool, len(c.Resources))
+	for _, r := range c.Resources {
+		e := entry(app, c, r)
+		if !seen[e.Key] {
+			seen[e.Key] = true
+			out = append(out, e)
 		}
 	}
 	return out

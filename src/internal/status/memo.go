@@ -20,7 +20,14 @@ import (
 // and a notification's time, however few had changed.
 type memo[T any] struct {
 	mu    sync.Mutex
-	byKey map[memoKey]*T
+	byKey map[memoKey]*memoed[T]
+	tick  uint64
+}
+
+// memoed is a kept state and when it was last used (memo.tick).
+type memoed[T any] struct {
+	state *T
+	used  uint64
 }
 
 // memoKey is one context's answers under one set of filters.
@@ -35,21 +42,27 @@ func (m *memo[T]) state(id string, q Query, mk func() *T) *T {
 	k := memoKey{context: id, query: fmt.Sprintf("%s|%q|%v|%q|%q", q.Type, q.Apps, q.Clusters, q.Resources, q.Sync)}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s := m.byKey[k]; s != nil {
-		return s
+	m.tick++
+	if e := m.byKey[k]; e != nil {
+		e.used = m.tick
+		return e.state
 	}
 	if m.byKey == nil {
-		m.byKey = map[memoKey]*T{}
+		m.byKey = map[memoKey]*memoed[T]{}
 	}
-	if len(m.byKey) >= maxMemos {
-		for old := range m.byKey { // any one: an answer rebuilt is only slower once
-			delete(m.byKey, old)
-			break
+	if len(m.byKey) >= maxMemos { // the least recently used goes
+		var lru memoKey
+		var oldest *memoed[T]
+		for k, e := range m.byKey {
+			if oldest == nil || e.used < oldest.used {
+				lru, oldest = k, e
+			}
 		}
+		delete(m.byKey, lru)
 	}
-	s := mk()
-	m.byKey[k] = s
-	return s
+	e := &memoed[T]{state: mk(), used: m.tick}
+	m.byKey[k] = e
+	return e.state
 }
 
 func newSummaryState(typ string) func() *summaryState {
@@ -219,11 +232,7 @@ func placementEntries(in Input, q Query, p *appcontext.Placement) []Entry {
 	if len(c.Resources) == 0 && len(q.Resources)+len(q.Sync) > 0 {
 		return nil
 	}
-	out := make([]Entry, 0, len(c.Resources))
-	for _, r := range c.Resources {
-		out = append(out, entry(p.App, c, r))
-	}
-	return out
+	return appendEntries(make([]Entry, 0, len(c.Resources)), p.App, c)
 }
 
 // summarize fills resp's counts for q from the memo: placements whose key

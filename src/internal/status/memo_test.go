@@ -138,3 +138,33 @@ func memoChanges(in *Input, rng *rand.Rand) []func() string {
 		},
 	}
 }
+
+// TestEntriesOnePerKey: two resources of a chart that end up under one key
+// make one entry (the notifier diffs by key: a second would hide a
+// deletion from its one-pass diff).
+func TestEntriesOnePerKey(t *testing.T) {
+	c := Cluster{ClusterProvider: "cp", Cluster: "c1", Resources: []Resource{
+		{GVK: GVK{"rbac.authorization.k8s.io", "v1", "ClusterRole"}, Name: "x", ReadyStatus: "Ready"},
+		{GVK: GVK{"rbac.authorization.k8s.io", "v1", "ClusterRole"}, Name: "x", ReadyStatus: "Ready"},
+		{GVK: GVK{"", "v1", "ConfigMap"}, Name: "x", Namespace: "ns", ReadyStatus: "Ready"},
+	}}
+	if got := appendEntries(nil, "app", c); len(got) != 2 {
+		t.Fatalf("%d entries, want 2: %v", len(got), got)
+	}
+}
+
+// TestMemoEvictsTheLeastRecentlyUsed: past maxMemos states, the one
+// used longest ago goes, not one in use.
+func TestMemoEvictsTheLeastRecentlyUsed(t *testing.T) {
+	var m memo[entriesState]
+	hot := m.state("hot", Query{}, newEntriesState)
+	for i := range 3 * maxMemos {
+		m.state(fmt.Sprint(i), Query{}, newEntriesState)
+		if m.state("hot", Query{}, newEntriesState) != hot {
+			t.Fatalf("the state in use was evicted after %d others", i+1)
+		}
+	}
+	if len(m.byKey) != maxMemos {
+		t.Fatalf("%d states kept, want %d", len(m.byKey), maxMemos)
+	}
+}
