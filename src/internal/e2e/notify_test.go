@@ -348,6 +348,16 @@ func checkRestartPending(t *testing.T, o *orch, fast *hook, subs string, start m
 	waitKnown(t, o, fast, start, "the 0 s subscriber, after the restart", func(m map[string]bool) bool {
 		return countPrefix(m, "cluster1/frontend") == 1
 	})
+	// A clean stop leaves its clusters' states to the next watcher: no
+	// callback says a resource went Unknown for want of one (and its pods
+	// deleted) and came back.
+	for _, p := range mustPosts(fast)[n:] {
+		for _, e := range p.doc.Changes.Modified {
+			if why, _ := e["reason"].(string); strings.HasPrefix(why, "no watcher reports") {
+				t.Errorf("callback %d after a clean restart: %v %v %s", p.seq, e["GVK"], e["name"], why)
+			}
+		}
+	}
 	return o
 }
 

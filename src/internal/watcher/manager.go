@@ -348,10 +348,22 @@ func (m *Manager) Forget(ref appcontext.ClusterRef) {
 func (m *Manager) stopAll() {
 	m.mu.Lock()
 	m.ctx = nil // no watcher starts from now on
+	stopped := make([]*clusterWatcher, 0, len(m.watchers))
 	for ref, w := range m.watchers {
 		w.cancel()
+		stopped = append(stopped, w)
 		delete(m.watchers, ref)
 	}
 	m.mu.Unlock()
 	m.wg.Wait()
+	// A clean stop hands its clusters over as Released does: the states
+	// they published stay, off this replica's lease (while its claims
+	// hold), until the next watcher — here after a restart, or another
+	// replica's — publishes its own. Left on the lease they went with it,
+	// and until then every subscriber heard each cluster's resources go
+	// Unknown and its pods deleted, then come back (a reader judges a
+	// state left behind silent by its age, as any other).
+	for _, w := range stopped {
+		w.detach()
+	}
 }
