@@ -153,7 +153,10 @@ func TestDeepJSONIsRefused(t *testing.T) {
 func TestWatchOutlivesServerTimeouts(t *testing.T) {
 	sharedClusters(t)
 	o := startOrchestrator(t, testenv.UniqueName("wto"), "/"+testenv.UniqueName("wto"), func(opts *orchestrator.Options) {
-		opts.HTTP = orchestrator.HTTPOptions{ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second}
+		// Short, but not shorter than an instantiate under -race on a
+		// loaded machine takes to answer (a clean-clone run's took over
+		// 2 s, and the server cut it: EOF).
+		opts.HTTP = orchestrator.HTTPOptions{ReadHeaderTimeout: time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 6 * time.Second}
 	})
 	onboard(t, o, nil)
 	events := o.watch(t, digPath+"/status?watch=true&type=rsync&output=summary")
@@ -165,7 +168,7 @@ func TestWatchOutlivesServerTimeouts(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no snapshot")
 	}
-	<-time.After(5 * time.Second) // the time passing is the point: past both timeouts
+	<-time.After(8 * time.Second) // the time passing is the point: past both timeouts
 	o.must(202, "POST", digPath+"/approve", nil)
 	o.must(202, "POST", digPath+"/instantiate", nil)
 	select {
