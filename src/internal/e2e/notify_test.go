@@ -354,7 +354,7 @@ func checkRestartPending(t *testing.T, o *orch, fast *hook, subs string, start m
 	for _, p := range mustPosts(fast)[n:] {
 		for _, e := range p.doc.Changes.Modified {
 			if why, _ := e["reason"].(string); strings.HasPrefix(why, "no watcher reports") {
-				t.Errorf("callback %d after a clean restart: %v %v %s", p.seq, e["GVK"], e["name"], why)
+				t.Errorf("callback %d after a clean restart: %v %v %v %s", p.seq, e["cluster"], e["GVK"], e["name"], why)
 			}
 		}
 	}

@@ -75,6 +75,10 @@ type Manager struct {
 	watchers map[appcontext.ClusterRef]*clusterWatcher
 	users    map[appcontext.ClusterRef]map[string]bool // cluster → live context ids
 	owned    map[appcontext.ClusterRef]bool            // handed to this process (with Claims)
+	// stopping are the watchers a clean stop took (stopAll) until it has
+	// left their states: Released, which the ownership set calls before
+	// it revokes the lease, leaves the state of one it finds there.
+	stopping map[appcontext.ClusterRef]*clusterWatcher
 	wg       sync.WaitGroup
 
 	// placed is what a cluster's bundles may report on: cluster → live
@@ -237,13 +241,21 @@ func (m *Manager) Released(item string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.owned, ref)
+	if w := m.stopping[ref]; w != nil {
+		// A clean stop under way: leave the state now, while the claim
+		// that guards the write still holds.
+		delete(m.stopping, ref)
+		w.stop()
+		w.detach(context.Background())
+		return
+	}
 	if w := m.watchers[ref]; w != nil {
 		w.stop()
 		delete(m.watchers, ref)
 		// Handed over while alive: the state it published stays, off this
 		// replica's lease, until the next watcher publishes its own, so
 		// a handover shows nothing when nothing changed.
-		w.detach()
+		w.detach(context.Background())
 		m.log.WithField("cluster", ref.String()).Info("watcher stopped: the cluster went to another replica")
 	}
 }
@@ -348,22 +360,29 @@ func (m *Manager) Forget(ref appcontext.ClusterRef) {
 func (m *Manager) stopAll() {
 	m.mu.Lock()
 	m.ctx = nil // no watcher starts from now on
-	stopped := make([]*clusterWatcher, 0, len(m.watchers))
+	m.stopping = map[appcontext.ClusterRef]*clusterWatcher{}
 	for ref, w := range m.watchers {
 		w.cancel()
-		stopped = append(stopped, w)
+		m.stopping[ref] = w
 		delete(m.watchers, ref)
 	}
 	m.mu.Unlock()
 	m.wg.Wait()
 	// A clean stop hands its clusters over as Released does: the states
-	// they published stay, off this replica's lease (while its claims
-	// hold), until the next watcher — here after a restart, or another
-	// replica's — publishes its own. Left on the lease they went with it,
-	// and until then every subscriber heard each cluster's resources go
-	// Unknown and its pods deleted, then come back (a reader judges a
-	// state left behind silent by its age, as any other).
-	for _, w := range stopped {
-		w.detach()
+	// they published stay, off this replica's lease, until the next
+	// watcher — after a restart, or another replica's — publishes its own.
+	// Left on the lease they went with it, and until then every subscriber
+	// heard each cluster's resources go Unknown and its pods deleted, then
+	// come back (a reader judges a state left behind silent by its age, as
+	// any other). The write is guarded by the claim, which the ownership
+	// set's revoke ends: the set calls Released before it revokes, and
+	// Released waits for the lock held here.
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, w := range m.stopping {
+		w.detach(ctx)
 	}
+	m.stopping = nil
 }

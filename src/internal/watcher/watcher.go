@@ -250,14 +250,14 @@ func (w *clusterWatcher) missingBundles(ctx context.Context) error {
 
 // detach leaves the published state in etcd off this watcher's lease, for
 // the cluster's next watcher to replace (see Manager.Released).
-func (w *clusterWatcher) detach() {
+func (w *clusterWatcher) detach(ctx context.Context) {
 	w.mu.Lock()
 	published, st := w.published, w.state
 	w.mu.Unlock()
 	if !published || w.fence.Lease() == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	err := w.m.opts.Store.PutClusterStateOn(ctx, w.ref, withMonitor(st), 0, w.fence.Guards()...)
 	if err != nil && !errors.Is(err, appcontext.ErrGuard) {
