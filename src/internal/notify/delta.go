@@ -25,33 +25,10 @@ func (c Changes) Empty() bool { return len(c.Created)+len(c.Deleted)+len(c.Modif
 // deletedPayload gives the payload of a resource that is gone (only its
 // key is known); nil sends {"key": key}.
 func Diff(last map[string]string, current []Entry, deletedPayload func(key string) map[string]any) (Changes, map[string]string) {
-	ch := Changes{Created: []map[string]any{}, Deleted: []map[string]any{}, Modified: []map[string]any{}}
+	ch, _, _ := diffDelta(last, current, deletedPayload)
 	next := make(map[string]string, len(current))
 	for _, e := range current {
 		next[e.Key] = e.Digest
-		prev, seen := last[e.Key]
-		switch {
-		case !seen:
-			ch.Created = append(ch.Created, e.Payload)
-		case prev != e.Digest:
-			ch.Modified = append(ch.Modified, e.Payload)
-		}
-	}
-	var gone []string
-	for key := range last {
-		if _, ok := next[key]; !ok {
-			gone = append(gone, key)
-		}
-	}
-	sort.Strings(gone)
-	for _, key := range gone {
-		p := map[string]any{"key": key}
-		if deletedPayload != nil {
-			if dp := deletedPayload(key); dp != nil {
-				p = dp
-			}
-		}
-		ch.Deleted = append(ch.Deleted, p)
 	}
 	return ch, next
 }

@@ -92,8 +92,7 @@ type appParts struct{ in, notReady int }
 // summaryPart is what one placement added to the summary, and what it
 // was derived from.
 type summaryPart struct {
-	from     partKey
-	seen     uint64
+	partMeta
 	app      string
 	included bool
 	ready    bool
@@ -145,6 +144,47 @@ func keyOf(in Input, p *appcontext.Placement) partKey {
 	return k
 }
 
+// partMeta is what every kept part records: the key it was derived from
+// and the last pass that saw its placement.
+type partMeta struct {
+	from partKey
+	seen uint64
+}
+
+func (m *partMeta) meta() *partMeta { return m }
+
+// walk visits the placements q selects, in order, for pass: a part that is
+// missing or whose key changed is derived again (derive gets the old one,
+// or nil), and each part is handed to each; then the parts of placements
+// gone since the last pass are handed to drop and forgotten.
+func walk[P interface{ meta() *partMeta }](in Input, q Query, parts map[*appcontext.Placement]P, pass uint64,
+	derive func(p *appcontext.Placement, k partKey, old P) P, each func(p *appcontext.Placement, part P), drop func(P)) {
+	seen := 0
+	for _, p := range in.Context.Placements {
+		if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) {
+			continue
+		}
+		k := keyOf(in, p)
+		part, had := parts[p]
+		if !had || part.meta().from != k {
+			part = derive(p, k, part)
+			parts[p] = part
+		}
+		part.meta().seen = pass
+		seen++
+		each(p, part)
+	}
+	for p, part := range parts {
+		if seen == len(parts) {
+			break // none gone: no need to look at them all
+		}
+		if part.meta().seen != pass {
+			drop(part)
+			delete(parts, p)
+		}
+	}
+}
+
 // entriesState is one context's notification entries under one set of
 // filters (Entries), placement by placement.
 type entriesState struct {
@@ -155,8 +195,7 @@ type entriesState struct {
 }
 
 type entriesPart struct {
-	from    partKey
-	seen    uint64
+	partMeta
 	entries []Entry
 }
 
@@ -172,7 +211,6 @@ func (s *entriesState) entries(in Input, q Query) []Entry {
 	defer s.mu.Unlock()
 	s.pass++
 	out := make([]Entry, 0, s.n)
-	seen := 0
 	// Build lists apps by name and each app's clusters in placement
 	// order; the cache keeps placements sorted by app, so in placement
 	// order unless they are not.
@@ -180,32 +218,18 @@ func (s *entriesState) entries(in Input, q Query) []Entry {
 	if !slices.IsSortedFunc(in.Context.Placements, func(a, b *appcontext.Placement) int { return strings.Compare(a.App, b.App) }) {
 		byApp = []appEntries{}
 	}
-	for _, p := range in.Context.Placements {
-		if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) {
-			continue
-		}
-		k := keyOf(in, p)
-		part := s.parts[p]
-		if part == nil || part.from != k {
-			part = &entriesPart{from: k, entries: placementEntries(in, q, p)}
-			s.parts[p] = part
-		}
-		part.seen = s.pass
-		seen++
-		if byApp != nil {
-			byApp = append(byApp, appEntries{app: p.App, entries: part.entries})
-		} else {
-			out = append(out, part.entries...)
-		}
-	}
-	for p, part := range s.parts {
-		if seen == len(s.parts) {
-			break
-		}
-		if part.seen != s.pass {
-			delete(s.parts, p)
-		}
-	}
+	walk(in, q, s.parts, s.pass,
+		func(p *appcontext.Placement, k partKey, _ *entriesPart) *entriesPart {
+			return &entriesPart{partMeta: partMeta{from: k}, entries: placementEntries(in, q, p)}
+		},
+		func(p *appcontext.Placement, part *entriesPart) {
+			if byApp != nil {
+				byApp = append(byApp, appEntries{app: p.App, entries: part.entries})
+			} else {
+				out = append(out, part.entries...)
+			}
+		},
+		func(*entriesPart) {})
 	slices.SortStableFunc(byApp, func(a, b appEntries) int { return strings.Compare(a.app, b.app) })
 	for _, a := range byApp {
 		out = append(out, a.entries...)
@@ -244,33 +268,17 @@ func (s *summaryState) summarize(in Input, q Query) (t *tally, allReady bool, ap
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pass++
-	seen := 0
-	for _, p := range in.Context.Placements {
-		if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) {
-			continue
-		}
-		k := keyOf(in, p)
-		part := s.parts[p]
-		if part == nil || part.from != k {
-			if part != nil {
-				s.apply(part, -1)
+	walk(in, q, s.parts, s.pass,
+		func(p *appcontext.Placement, k partKey, old *summaryPart) *summaryPart {
+			if old != nil {
+				s.apply(old, -1)
 			}
-			part = s.derive(in, q, p, k)
-			s.parts[p] = part
+			part := s.derive(in, q, p, k)
 			s.apply(part, 1)
-		}
-		part.seen = s.pass
-		seen++
-	}
-	for p, part := range s.parts {
-		if seen == len(s.parts) {
-			break // none gone: no need to look at them all
-		}
-		if part.seen != s.pass {
-			s.apply(part, -1)
-			delete(s.parts, p)
-		}
-	}
+			return part
+		},
+		func(*appcontext.Placement, *summaryPart) {},
+		func(part *summaryPart) { s.apply(part, -1) })
 	allReady = true
 	for _, a := range s.apps {
 		if a.in > 0 {
@@ -283,7 +291,7 @@ func (s *summaryState) summarize(in Input, q Query) (t *tally, allReady bool, ap
 
 // derive builds one placement as Build would and keeps what it adds.
 func (s *summaryState) derive(in Input, q Query, p *appcontext.Placement, k partKey) *summaryPart {
-	part := &summaryPart{from: k, app: p.App}
+	part := &summaryPart{partMeta: partMeta{from: k}, app: p.App}
 	if left(p) {
 		return part
 	}
