@@ -79,7 +79,9 @@ type Manager struct {
 	// left their states: Released, which the ownership set calls before
 	// it revokes the lease, leaves the state of one it finds there.
 	stopping map[appcontext.ClusterRef]*clusterWatcher
-	wg       sync.WaitGroup
+	// stopCtx bounds all of a clean stop's hand-over writes together.
+	stopCtx context.Context
+	wg      sync.WaitGroup
 
 	// placed is what a cluster's bundles may report on: cluster → live
 	// context id → its apps there. Its own lock: watchers read it while
@@ -246,7 +248,7 @@ func (m *Manager) Released(item string) {
 		// that guards the write still holds.
 		delete(m.stopping, ref)
 		w.stop()
-		w.detach(context.Background())
+		w.detach(m.stopCtx)
 		return
 	}
 	if w := m.watchers[ref]; w != nil {
@@ -361,6 +363,9 @@ func (m *Manager) stopAll() {
 	m.mu.Lock()
 	m.ctx = nil // no watcher starts from now on
 	m.stopping = map[appcontext.ClusterRef]*clusterWatcher{}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	m.stopCtx = stopCtx
 	for ref, w := range m.watchers {
 		w.cancel()
 		m.stopping[ref] = w
@@ -379,10 +384,8 @@ func (m *Manager) stopAll() {
 	// Released waits for the lock held here.
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	for _, w := range m.stopping {
-		w.detach(ctx)
+		w.detach(stopCtx)
 	}
-	m.stopping = nil
+	m.stopping, m.stopCtx = nil, nil
 }

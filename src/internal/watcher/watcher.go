@@ -52,9 +52,13 @@ type clusterWatcher struct {
 	// the bundles listed at start not yet stored (nil before the list),
 	// seen those stored so far, askedPublish that the list is in.
 	published, askedPublish bool
-	initial, seen           map[string]bool
-	renewTime               string
-	silence                 *time.Timer
+	// lastStored is the state last written on the lease, and detached
+	// says it was handed over (detach): nothing is written after that.
+	lastStored    *appcontext.ClusterState
+	detached      bool
+	initial, seen map[string]bool
+	renewTime     string
+	silence       *time.Timer
 	// bundles remembers which context and app each bundle key belongs to,
 	// so a delete can be recorded after the object left the cache.
 	bundles map[string][2]string
@@ -251,15 +255,21 @@ func (w *clusterWatcher) missingBundles(ctx context.Context) error {
 // detach leaves the published state in etcd off this watcher's lease, for
 // the cluster's next watcher to replace (see Manager.Released).
 func (w *clusterWatcher) detach(ctx context.Context) {
+	// Under writeMu, and nothing stored after: a write in flight (the
+	// silence timer's, which Stop does not wait for) would put the state
+	// back on the lease that is about to go.
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
 	w.mu.Lock()
-	published, st := w.published, w.state
+	last := w.lastStored
+	w.detached = true
 	w.mu.Unlock()
-	if !published || w.fence.Lease() == 0 {
+	if last == nil || w.fence.Lease() == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err := w.m.opts.Store.PutClusterStateOn(ctx, w.ref, withMonitor(st), 0, w.fence.Guards()...)
+	err := w.m.opts.Store.PutClusterStateOn(ctx, w.ref, *last, 0, w.fence.Guards()...)
 	if err != nil && !errors.Is(err, appcontext.ErrGuard) {
 		w.log.WithError(err).Warn("cannot leave the cluster's state to its next watcher; it goes with this replica's lease")
 	}
@@ -508,12 +518,24 @@ func (w *clusterWatcher) update(f func(*appcontext.ClusterState)) {
 
 // store writes the watcher's state on its claim's lease, under its guard.
 func (w *clusterWatcher) store(st appcontext.ClusterState) error {
+	w.mu.Lock()
+	detached := w.detached
+	w.mu.Unlock()
+	if detached {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := w.m.opts.Store.PutClusterStateOn(ctx, w.ref, withMonitor(st), w.fence.Lease(), w.fence.Guards()...)
+	st = withMonitor(st)
+	err := w.m.opts.Store.PutClusterStateOn(ctx, w.ref, st, w.fence.Lease(), w.fence.Guards()...)
 	if errors.Is(err, appcontext.ErrGuard) {
 		w.log.Info("cluster state not stored: the cluster is no longer this replica's")
 		return nil
+	}
+	if err == nil {
+		w.mu.Lock()
+		w.lastStored = &st
+		w.mu.Unlock()
 	}
 	return err
 }
