@@ -129,6 +129,15 @@ func (c *cursor) get(cluster, key string) (resState, bool) {
 	return rs, ok
 }
 
+// allClusters names every cluster with a recorded resource.
+func (c *cursor) allClusters() map[string]bool {
+	out := make(map[string]bool, len(c.clusters))
+	for cl := range c.clusters {
+		out[cl] = true
+	}
+	return out
+}
+
 // size is how many resources are recorded.
 func (c *cursor) size() int {
 	n := 0
@@ -287,10 +296,7 @@ func diffIn(c cursor, snap status.Snapshot, now time.Time, in map[string]bool) [
 	}
 	look := in // the clusters whose gone resources to look for
 	if look == nil {
-		look = make(map[string]bool, len(c.clusters))
-		for cl := range c.clusters {
-			look[cl] = true
-		}
+		look = c.allClusters()
 	}
 	for cl := range look {
 		for k, prev := range c.clusters[cl] {

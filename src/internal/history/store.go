@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -88,17 +89,18 @@ func (s *Store) load(ctx context.Context, group string) (cursor, int64, error) {
 		c.Resources, c.owned = nil, nil
 		return c, head[0].ModRevision, nil
 	}
-	c.clusters = map[string]map[string]resState{}
+	// Each record is one cluster's map already (clusterOps wrote it so),
+	// under the cluster's name.
+	c.clusters = make(map[string]map[string]resState, len(shards))
 	for _, kv := range shards {
 		var m map[string]resState
 		if err := json.Unmarshal(kv.Value, &m); err != nil {
 			return cursor{}, 0, fmt.Errorf("history cursor of %s: %w", kv.Key, err)
 		}
-		for k, v := range m {
-			c.put(k, v, false)
+		if len(m) > 0 {
+			c.clusters[strings.TrimPrefix(string(kv.Key), s.clustersPrefix(group))] = m
 		}
 	}
-	c.owned = nil
 	return c, head[0].ModRevision, nil
 }
 
@@ -174,10 +176,7 @@ func clusterOf(key string) string { return status.KeyCluster(key) }
 // as c has them; a cluster with no resource left loses its record.
 func (s *Store) clusterOps(group string, c cursor, touched map[string]bool) []clientv3.Op {
 	if touched == nil {
-		touched = make(map[string]bool, len(c.clusters))
-		for cl := range c.clusters {
-			touched[cl] = true
-		}
+		touched = c.allClusters()
 	}
 	var ops []clientv3.Op
 	for cl := range touched {

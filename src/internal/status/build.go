@@ -277,7 +277,7 @@ func buildApps(in Input, q Query, t *tally) ([]App, bool) {
 			continue
 		}
 		c := buildCluster(in, q, p, scratch)
-		if len(c.Resources) == 0 && len(q.Resources)+len(q.Sync) > 0 {
+		if filteredOut(q, &c) {
 			continue
 		}
 		a := apps[p.App]
@@ -309,6 +309,12 @@ func buildApps(in Input, q Query, t *tally) ([]App, bool) {
 		out = append(out, *a)
 	}
 	return out, allReady
+}
+
+// filteredOut reports a cluster that q's resource or sync filter left
+// without a resource: it is not part of the answer.
+func filteredOut(q Query, c *Cluster) bool {
+	return len(c.Resources) == 0 && len(q.Resources)+len(q.Sync) > 0
 }
 
 // left reports a placement an update removed whole and rsync has deleted:

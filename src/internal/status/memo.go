@@ -253,7 +253,7 @@ func placementEntries(in Input, q Query, p *appcontext.Placement) []Entry {
 	q.Type, q.Output = TypeCluster, OutputDetail
 	in.withRsync = true
 	c := buildCluster(in, q, p, nil)
-	if len(c.Resources) == 0 && len(q.Resources)+len(q.Sync) > 0 {
+	if filteredOut(q, &c) {
 		return nil
 	}
 	return appendEntries(make([]Entry, 0, len(c.Resources)), p.App, c)
@@ -297,7 +297,7 @@ func (s *summaryState) derive(in Input, q Query, p *appcontext.Placement, k part
 	}
 	c := buildCluster(in, q, p, s.scratch)
 	s.scratch = c.Resources[:0]
-	if len(c.Resources) == 0 && len(q.Resources)+len(q.Sync) > 0 {
+	if filteredOut(q, &c) {
 		return part
 	}
 	part.included = true
