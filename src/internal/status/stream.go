@@ -95,15 +95,39 @@ func (resp Response) writeCluster(ctx context.Context, w io.Writer, c Cluster) e
 		if err := resp.resolve(ctx, &r); err != nil {
 			return err
 		}
-		data, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		if err := writeItem(w, data, i > 0); err != nil {
+		if err := writeResource(w, r, i > 0); err != nil {
 			return err
 		}
 	}
 	_, err = io.WriteString(w, "]}")
+	return err
+}
+
+// writeResource writes r as json.Marshal would, but its detail (a
+// manifest of up to megabytes) straight from where it is kept: marshalling
+// it would copy it twice more (the encoder's buffer and its result), and
+// a client that stops reading would hold those copies until it is cut.
+func writeResource(w io.Writer, r Resource, comma bool) error {
+	detail := r.Detail
+	r.Detail = nil
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if len(detail) == 0 {
+		return writeItem(w, data, comma)
+	}
+	if !json.Valid(detail) {
+		return errors.New("status: a resource's detail is not JSON")
+	}
+	// Detail is the last field json.Marshal writes: reopen the object.
+	if err := writeItem(w, append(data[:len(data)-1], `,"detail":`...), comma); err != nil {
+		return err
+	}
+	if _, err := w.Write(detail); err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, "}")
 	return err
 }
 
