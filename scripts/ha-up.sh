@@ -141,6 +141,7 @@ for i in 1 2 3; do
     --listen-peer-urls "http://127.0.0.1:${peer[i]}" --initial-advertise-peer-urls "http://127.0.0.1:${peer[i]}" \
     --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token argus-ha \
     --auto-compaction-mode periodic --auto-compaction-retention 1h --log-level warn \
+    ${ARGUS_HA_DEBUG:+--enable-pprof} \
     >"$dir/logs/etcd$i.log" 2>&1 &
   pids+=($!)
   endpoints="${endpoints:+$endpoints,}http://127.0.0.1:${client[i]}"
@@ -160,12 +161,20 @@ wait_for FerretDB 60 "${pids[3]}" bash -c "exec 3<>/dev/tcp/127.0.0.1/$mongo" ||
 log "FerretDB up: mongodb://127.0.0.1:$mongo/"
 
 # The replicas.
-declare -a api
+declare -a api debug
 for i in $(seq "$replicas"); do
   port; api[i]=$REPLY
+  # ARGUS_HA_DEBUG=1: each replica serves its profiles on a loopback port
+  # of its own (--debug-listen), listed third in DIR/replicas (etcd's
+  # members serve theirs on their client URLs: --enable-pprof).
+  debug_flags=()
+  if [ "${ARGUS_HA_DEBUG:-}" = 1 ]; then
+    port; debug[i]=127.0.0.1:$REPLY
+    debug_flags=(--debug-listen "${debug[i]}")
+  fi
   "$orch" --listen "127.0.0.1:${api[i]}" --data-dir "$dir/orch$i" \
     --etcd-endpoints "$endpoints" --mongo-uri "mongodb://127.0.0.1:$mongo/" \
-    --replica-id "r$i" --advertise-url "http://127.0.0.1:${api[i]}" --log-format json "$@" \
+    --replica-id "r$i" --advertise-url "http://127.0.0.1:${api[i]}" --log-format json "${debug_flags[@]}" "$@" \
     >"$dir/logs/orch$i.log" 2>&1 &
   pids+=($!)
 done
@@ -174,7 +183,7 @@ for i in $(seq "$replicas"); do
     { tail -20 "$dir/logs/orch$i.log" >&2; exit 1; }
 done
 for i in $(seq "$replicas"); do
-  echo "http://127.0.0.1:${api[i]} ${pids[i + 3]}"
+  echo "http://127.0.0.1:${api[i]} ${pids[i + 3]}${debug[i]:+ ${debug[i]}}"
 done >"$dir/replicas.tmp"
 mv "$dir/replicas.tmp" "$dir/replicas"
 {

@@ -139,9 +139,22 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration,
 	onboardBench(b, a)
 	a.must(202, "POST", benchDIG+"/approve", nil)
 	start := time.Now()
+	cpuBefore := d.cpuByProcess()
+	instSaved := d.saveCPU(fmt.Sprintf("instantiate-%d", n), 30*time.Second)
+	var stopInstCount func() map[string]testenv.Writes
+	if ep := d.etcdEndpoint(); ep != "" {
+		if stopInstCount, err = testenv.CountWritesByPrefix(ep); err != nil {
+			b.Logf("cannot count etcd writes: %v", err)
+		}
+	}
 	a.must(202, "POST", benchDIG+"/instantiate", nil)
 	pollCount(b, 10*time.Minute, "every resource Applied", 5*n, func() int { return applied(a) })
 	res.instantiate = time.Since(start)
+	b.Logf("CPU while instantiating (s): %s", d.cpuSince(cpuBefore))
+	if stopInstCount != nil {
+		b.Logf("etcd writes while instantiating: %s", formatWrites(stopInstCount()))
+	}
+	<-instSaved
 	pollCount(b, 5*time.Minute, "every resource Ready", 5*n, func() int { return ready(a) })
 
 	// Idle: what the replicas use with every cluster connected and Ready,
@@ -407,4 +420,19 @@ func restart(b *testing.B, d *deployment, f *Fleet, n int) time.Duration {
 	}
 	poll(b, 5*time.Minute, "every agent connected again", func() bool { return f.Connected() == n })
 	return time.Since(start)
+}
+
+// formatWrites lists writes by prefix, most transactions first.
+func formatWrites(by map[string]testenv.Writes) string {
+	prefixes := make([]string, 0, len(by))
+	for p := range by {
+		prefixes = append(prefixes, p)
+	}
+	sort.Slice(prefixes, func(i, j int) bool { return by[prefixes[i]].Txns > by[prefixes[j]].Txns })
+	var b strings.Builder
+	for _, p := range prefixes {
+		w := by[p]
+		fmt.Fprintf(&b, "\n  %-40s txns=%d keys=%d bytes=%d", p, w.Txns, w.Keys, w.Bytes)
+	}
+	return b.String()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -81,4 +82,40 @@ func etcdAnswers(ep string) bool {
 	defer cancel()
 	_, err = cli.Status(ctx, ep)
 	return err == nil
+}
+
+// cpuByProcess is the CPU time (ms) so far of each process of the
+// deployment: its replicas, the stores ha-up.sh lists, and this process
+// (the agents).
+func (d *deployment) cpuByProcess() map[string]int64 {
+	out := map[string]int64{}
+	for i, pid := range d.pids {
+		_, out[fmt.Sprintf("r%d", i+1)] = procUsage(d.tb, pid)
+	}
+	if data, err := os.ReadFile(filepath.Join(d.dir, "stores")); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) == 3 {
+				if pid, err := strconv.Atoi(f[2]); err == nil {
+					_, out[f[0]] = procUsage(d.tb, pid)
+				}
+			}
+		}
+	}
+	_, out["agents"] = procUsage(d.tb, os.Getpid())
+	return out
+}
+
+// cpuSince is each process's CPU seconds since before, in name order.
+func (d *deployment) cpuSince(before map[string]int64) string {
+	now := d.cpuByProcess()
+	names := make([]string, 0, len(now))
+	for name := range now {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, name := range names {
+		fmt.Fprintf(&b, "%s=%.1f ", name, float64(now[name]-before[name])/1000)
+	}
+	return strings.TrimSpace(b.String())
 }

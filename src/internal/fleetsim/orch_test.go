@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,9 +41,9 @@ type deployment struct {
 	// ARGUS_FLEET_PROFILE); cancel stops it.
 	inProcess bool
 	cancel    context.CancelFunc
-	// debugPort serves the orchestrator's profiles (--debug-listen) when
-	// ARGUS_FLEET_HEAP names a directory for them; 0 otherwise.
-	debugPort int
+	// debug is where each replica serves its profiles (--debug-listen)
+	// when ARGUS_FLEET_HEAP names a directory for them; empty otherwise.
+	debug []string
 }
 
 // orchestratorFlags: every agent holds a connection of the API's port, so
@@ -54,7 +55,7 @@ var orchestratorFlags = []string{"--callback-allow", "127.0.0.1", "--log-format"
 func startSingle(tb testing.TB, bin, dir string) *deployment {
 	d := &deployment{tb: tb, bin: bin, dir: dir, port: freePort(tb), inProcess: os.Getenv("ARGUS_FLEET_PROFILE") != ""}
 	if os.Getenv("ARGUS_FLEET_HEAP") != "" && !d.inProcess {
-		d.debugPort = freePort(tb)
+		d.debug = []string{fmt.Sprintf("127.0.0.1:%d", freePort(tb))}
 	}
 	d.startProcess()
 	return d
@@ -74,8 +75,8 @@ func (d *deployment) startProcess() {
 		d.tb.Fatal(err)
 	}
 	args := append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", d.port), "--data-dir", filepath.Join(d.dir, "data")}, orchestratorFlags...)
-	if d.debugPort != 0 {
-		args = append(args, "--debug-listen", fmt.Sprintf("127.0.0.1:%d", d.debugPort))
+	if len(d.debug) > 0 {
+		args = append(args, "--debug-listen", d.debug[0])
 	}
 	d.cmd = exec.Command(d.bin, args...)
 	d.cmd.Stdout, d.cmd.Stderr = log, log
@@ -96,9 +97,15 @@ func (d *deployment) startProcess() {
 // own process group, stopped if the benchmark's process dies).
 func startHA(tb testing.TB, bin, dir string, n int) *deployment {
 	d := &deployment{tb: tb, bin: bin, dir: dir}
+	if os.Getenv("ARGUS_FLEET_HEAP") != "" {
+		tb.Setenv("ARGUS_HA_DEBUG", "1") // each replica serves its profiles
+	}
 	d.ha = testenv.StartHA(tb, testenv.HAOptions{Orchestrator: bin, Replicas: n, Dir: dir, Flags: orchestratorFlags})
 	for _, r := range d.ha.Replicas {
 		d.urls, d.pids = append(d.urls, r.URL), append(d.pids, r.PID)
+		if r.Debug != "" {
+			d.debug = append(d.debug, r.Debug)
+		}
 	}
 	return d
 }
@@ -142,44 +149,65 @@ func freePort(tb testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// saveHeap writes the orchestrator's heap profile (after a GC), its
-// runtime statistics and goroutines, and its /proc status to
-// ARGUS_FLEET_HEAP/<name>.*, when it serves its profiles.
+// saveHeap writes each replica's heap profile (after a GC), its runtime
+// statistics and goroutines, and its /proc status to
+// ARGUS_FLEET_HEAP/<name>[-rN].*, when it serves its profiles.
 func (d *deployment) saveHeap(name string) {
-	if d.debugPort == 0 {
-		return
-	}
 	dir := os.Getenv("ARGUS_FLEET_HEAP")
-	for file, path := range map[string]string{
-		name + ".heap.pprof":     "heap?gc=1",
-		name + ".memstats.txt":   "heap?debug=1",
-		name + ".goroutines.txt": "goroutine?debug=1",
-	} {
-		if err := fetchTo(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/%s", d.debugPort, path), filepath.Join(dir, file)); err != nil {
-			d.tb.Logf("profile %s: %v", file, err)
+	for i, addr := range d.debug {
+		base := d.profileName(name, i)
+		for file, path := range map[string]string{
+			base + ".heap.pprof":     "heap?gc=1",
+			base + ".memstats.txt":   "heap?debug=1",
+			base + ".goroutines.txt": "goroutine?debug=1",
+		} {
+			if err := fetchTo(fmt.Sprintf("http://%s/debug/pprof/%s", addr, path), filepath.Join(dir, file)); err != nil {
+				d.tb.Logf("profile %s: %v", file, err)
+			}
 		}
-	}
-	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.pids[0])); err == nil {
-		_ = os.WriteFile(filepath.Join(dir, name+".status.txt"), data, 0o644)
+		if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.pids[i])); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, base+".status.txt"), data, 0o644)
+		}
 	}
 }
 
-// saveCPU writes a CPU profile of the orchestrator over the next d to
-// ARGUS_FLEET_HEAP/<name>.cpu.pprof, when it serves its profiles; the
-// channel closes once it is written.
+// profileName is name for one replica, name-rN for each of several.
+func (d *deployment) profileName(name string, i int) string {
+	if len(d.debug) == 1 {
+		return name
+	}
+	return fmt.Sprintf("%s-r%d", name, i+1)
+}
+
+// saveCPU writes a CPU profile of each replica over the next dur to
+// ARGUS_FLEET_HEAP/<name>[-rN].cpu.pprof, when it serves its profiles;
+// the channel closes once they are written.
 func (d *deployment) saveCPU(name string, dur time.Duration) <-chan struct{} {
 	done := make(chan struct{})
-	if d.debugPort == 0 {
-		close(done)
-		return done
+	var wg sync.WaitGroup
+	urls := map[string]string{}
+	for i, addr := range d.debug {
+		urls[d.profileName(name, i)] = "http://" + addr
 	}
-	url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", d.debugPort, int(dur.Seconds()))
-	file := filepath.Join(os.Getenv("ARGUS_FLEET_HEAP"), name+".cpu.pprof")
-	go func() {
-		defer close(done)
-		if err := fetchTo(url, file); err != nil {
-			d.tb.Logf("CPU profile: %v", err)
+	if len(d.debug) > 0 && d.ha != nil { // and etcd's members (--enable-pprof)
+		for member, url := range d.ha.Stores() {
+			if strings.HasPrefix(url, "http://") {
+				urls[name+"-"+member] = url
+			}
 		}
+	}
+	for base, addr := range urls {
+		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", addr, int(dur.Seconds()))
+		file := filepath.Join(os.Getenv("ARGUS_FLEET_HEAP"), base+".cpu.pprof")
+		wg.Go(func() {
+			if err := fetchTo(url, file); err != nil {
+				d.tb.Logf("CPU profile: %v", err)
+			}
+		})
+	}
+	go func() {
+		wg.Wait()
+		close(done)
 	}()
 	return done
 }

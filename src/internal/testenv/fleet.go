@@ -47,32 +47,75 @@ func (r FleetLine) String() string {
 // called, and returns how many keys were put or deleted and their bytes
 // (key and value): all a deployment wrote meanwhile.
 func CountWrites(endpoints ...string) (stop func() (keys, bytes int64), err error) {
+	stopBy, err := CountWritesByPrefix(endpoints...)
+	if err != nil {
+		return nil, err
+	}
+	return func() (int64, int64) {
+		var keys, bytes int64
+		for _, w := range stopBy() {
+			keys, bytes = keys+w.Keys, bytes+w.Bytes
+		}
+		return keys, bytes
+	}, nil
+}
+
+// Writes is what etcd took under one key prefix: keys put or deleted,
+// their bytes, and the transactions (revisions) that wrote them.
+type Writes struct {
+	Keys, Bytes, Txns int64
+}
+
+// CountWritesByPrefix is CountWrites by key prefix (a key's first three
+// path segments, "/argus/fleet/work"): where a deployment's writes go.
+func CountWritesByPrefix(endpoints ...string) (stop func() map[string]Writes, err error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
-	var keys, bytes int64
+	by := map[string]Writes{}
 	ch := cli.Watch(ctx, "", clientv3.WithPrefix())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for resp := range ch {
 			mu.Lock()
+			seen := map[string]int64{}
 			for _, ev := range resp.Events {
-				keys++
-				bytes += int64(len(ev.Kv.Key) + len(ev.Kv.Value))
+				p := keyPrefix(string(ev.Kv.Key))
+				w := by[p]
+				w.Keys++
+				w.Bytes += int64(len(ev.Kv.Key) + len(ev.Kv.Value))
+				if seen[p] != ev.Kv.ModRevision {
+					seen[p] = ev.Kv.ModRevision
+					w.Txns++
+				}
+				by[p] = w
 			}
 			mu.Unlock()
 		}
 	}()
-	return func() (int64, int64) {
+	return func() map[string]Writes {
 		cancel()
 		<-done
 		_ = cli.Close()
 		mu.Lock()
 		defer mu.Unlock()
-		return keys, bytes
+		return by
 	}, nil
+}
+
+// keyPrefix is a key's first three path segments.
+func keyPrefix(key string) string {
+	n := 0
+	for i := range len(key) {
+		if key[i] == '/' {
+			if n++; n == 4 {
+				return key[:i]
+			}
+		}
+	}
+	return key
 }

@@ -49,6 +49,8 @@ type HA struct {
 type HAReplica struct {
 	URL string
 	PID int
+	// Debug is where it serves its profiles (ARGUS_HA_DEBUG=1), or "".
+	Debug string
 }
 
 // StartHA runs scripts/ha-up.sh and returns once it says it is ready
@@ -111,7 +113,7 @@ func StartHA(tb testing.TB, opts HAOptions) *HA {
 	return h
 }
 
-// readReplicas reads ha-up.sh's replicas file: "URL PID" a line.
+// readReplicas reads ha-up.sh's replicas file: "URL PID [DEBUG]" a line.
 func readReplicas(tb testing.TB, path string) []HAReplica {
 	f, err := os.Open(path)
 	if err != nil {
@@ -121,12 +123,35 @@ func readReplicas(tb testing.TB, path string) []HAReplica {
 	var out []HAReplica
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		url, pid, ok := strings.Cut(sc.Text(), " ")
-		p, err := strconv.Atoi(pid)
-		if !ok || err != nil {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 || len(f) > 3 {
 			tb.Fatalf("replicas line %q", sc.Text())
 		}
-		out = append(out, HAReplica{URL: url, PID: p})
+		p, err := strconv.Atoi(f[1])
+		if err != nil {
+			tb.Fatalf("replicas line %q", sc.Text())
+		}
+		r := HAReplica{URL: f[0], PID: p}
+		if len(f) == 3 {
+			r.Debug = f[2]
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// Stores are the stores the script started, by name (e1, e2, e3,
+// ferretdb), with their addresses, from DIR/stores.
+func (h *HA) Stores() map[string]string {
+	out := map[string]string{}
+	data, err := os.ReadFile(filepath.Join(h.Dir, "stores"))
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 3 {
+			out[f[0]] = f[1]
+		}
 	}
 	return out
 }
