@@ -81,6 +81,9 @@ func (a *App) serve(ctx context.Context, life *lifecycle, ls *listeners, st *sto
 	serveHTTP2(srv)
 	if a.cert != nil {
 		srv.TLSConfig = a.cert.ServerConfig()
+		// Agents that offer the fleet's ALPN protocol are served on gRPC's
+		// own transport, on this port; the rest (h2, HTTP/1.1) as before.
+		w.fleet.hub.ServeNative(srv)
 	}
 	served := life.add("API", func(context.Context) error {
 		var err error

@@ -122,6 +122,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	for i := 0; ; i++ {
 		select {
 		case err := <-clusterErr: // the cluster side ended on its own
+			if ctx.Err() != nil { // or with ctx, while a reconnect waited
+				return nil
+			}
 			if err == nil {
 				err = errors.New("the agent's cluster side stopped")
 			}

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/argus-mc/argus/src/apis/fleet"
 )
 
 // endpoint is one orchestrator URL the agent may dial.
@@ -53,7 +55,10 @@ func parseEndpoint(raw string, roots *x509.CertPool) (endpoint, error) {
 	// name has; it is also where gRPC applies $HTTPS_PROXY.
 	e.target = "dns:///" + hp
 	if u.Scheme == "https" {
-		e.tls = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: host}
+		// pb.ALPN first: an orchestrator that knows it serves the stream on
+		// gRPC's own transport; anything else (an L7 proxy, an older
+		// orchestrator) picks the "h2" gRPC appends.
+		e.tls = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: host, NextProtos: []string{pb.ALPN}}
 	}
 	return e, nil
 }

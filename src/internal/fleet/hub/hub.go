@@ -108,7 +108,8 @@ type Hub struct {
 	opts    Options
 	keys    keys
 	log     *logrus.Entry
-	srv     *grpc.Server
+	srv     *grpc.Server // streams through Handler
+	native  *native      // streams on gRPC's own transport (ServeNative)
 	writer  *writer
 	metrics *metrics
 
@@ -175,6 +176,7 @@ func New(opts Options) (*Hub, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	pb.RegisterFleetServer(h.srv, h)
+	h.native = newNative(h, nativeServerOptions()...)
 	opts.Credentials.OnChange(h.credentialsChanged)
 	return h, nil
 }
@@ -200,10 +202,14 @@ func (h *Hub) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// Stop ends every agent's stream (they reconnect, to this replica once it
-// serves again or to another). Call it before the HTTP server's graceful
-// shutdown, which would otherwise wait for the streams.
-func (h *Hub) Stop() { h.srv.Stop() }
+// Stop ends every agent's stream, on either transport (they reconnect, to
+// this replica once it serves again or to another). Call it before the
+// HTTP server's graceful shutdown, which would otherwise wait for the
+// streams.
+func (h *Hub) Stop() {
+	h.srv.Stop()
+	h.native.close()
+}
 
 // Run follows the work records, the agents' progress and the session keys
 // until ctx ends; then it ends every stream and waits for its goroutines.
@@ -232,6 +238,7 @@ func (h *Hub) Run(ctx context.Context) error {
 		h.goOwned(func() { h.follow(ctx, w.name, w.prefix, w.apply, ready.Done) })
 	}
 	h.goOwned(func() { h.writer.run(ctx) })
+	h.goOwned(h.native.serve)
 	h.goOwned(func() { h.keepLease(ctx) })
 	h.goOwned(func() { h.keep(ctx) })
 	waitCtx(ctx, &ready)
@@ -241,7 +248,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	h.mu.Lock()
 	h.stopping = true // no stream handler starts from now on
 	h.mu.Unlock()
-	h.srv.Stop()
+	h.Stop()
 	h.wg.Wait()
 	h.mu.Lock()
 	if h.lease != nil {

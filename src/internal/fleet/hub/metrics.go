@@ -4,11 +4,16 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	pb "github.com/argus-mc/argus/src/apis/fleet"
 )
 
 // metrics are the hub's Prometheus metrics.
 type metrics struct {
-	agents  prometheus.Gauge
+	agents prometheus.Gauge
+	// streams are the agents' streams by the transport they came on
+	// (native, http2).
+	streams *prometheus.GaugeVec
 	reports prometheus.Counter
 	txns    prometheus.Counter
 	ops     prometheus.Counter
@@ -24,6 +29,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		agents: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "argus", Subsystem: "fleet", Name: "agents_connected",
 			Help: "Pull clusters' agents with a stream to this replica."}),
+		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "argus", Subsystem: "fleet", Name: "streams",
+			Help: "Agents' streams to this replica by transport: native (gRPC's own HTTP/2, TLS ALPN " + pb.ALPN + ") or http2 (through the API server's HTTP/2: plain-http loopback agents, agents behind an L7 proxy, older agents)."},
+			[]string{"transport"}),
 		reports: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "argus", Subsystem: "fleet", Name: "reports_total",
 			Help: "Status reports received from agents."}),
 		txns: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "argus", Subsystem: "fleet", Name: "write_transactions_total",
@@ -37,7 +45,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		throttled: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "argus", Subsystem: "fleet", Name: "reports_throttled_total",
 			Help: "Status reports that waited for their cluster's etcd write budget."}),
 	}
-	for _, c := range []prometheus.Collector{m.agents, m.reports, m.txns, m.ops, m.batches, m.refused, m.throttled} {
+	for _, t := range []string{transportNative, transportHTTP2} {
+		m.streams.WithLabelValues(t) // shown as 0 before the first
+	}
+	for _, c := range []prometheus.Collector{m.agents, m.streams, m.reports, m.txns, m.ops, m.batches, m.refused, m.throttled} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("hub: register metrics: %w", err)
 		}

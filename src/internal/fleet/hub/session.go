@@ -73,8 +73,14 @@ type item struct {
 // agent; beyond it the session sends the cluster's work again instead.
 const maxBufferedEvents = 1024
 
-// Connect serves one agent's stream (the Fleet service).
+// Connect serves one agent's stream (the Fleet service) that came through
+// Handler.
 func (h *Hub) Connect(stream pb.Fleet_ConnectServer) error {
+	return h.connect(stream, transportHTTP2)
+}
+
+// connect serves one agent's stream that came on transport.
+func (h *Hub) connect(stream pb.Fleet_ConnectServer, transport string) error {
 	if !h.enter() {
 		return status.Error(codes.Unavailable, "the fleet hub is starting or stopping")
 	}
@@ -90,6 +96,9 @@ func (h *Hub) Connect(stream pb.Fleet_ConnectServer) error {
 		return err
 	}
 	defer h.dismiss(ref)
+	streams := h.metrics.streams.WithLabelValues(transport)
+	streams.Inc()
+	defer streams.Dec()
 	hello, err := h.hello(stream)
 	if err != nil {
 		return err
@@ -107,7 +116,7 @@ func (h *Hub) Connect(stream pb.Fleet_ConnectServer) error {
 		s.finish()
 		return err
 	}
-	s.log.WithField("work_revision", hello.GetWorkRevision()).Info("agent connected")
+	s.log.WithFields(logrus.Fields{"work_revision": hello.GetWorkRevision(), "transport": transport}).Info("agent connected")
 	// The receiver ends when the stream does, which is when this handler
 	// returns (a Recv cannot be interrupted otherwise): the hub waits for it.
 	h.wg.Add(1)

@@ -1,0 +1,160 @@
+package hub
+
+import (
+	"crypto/tls"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	pb "github.com/argus-mc/argus/src/apis/fleet"
+)
+
+// The transports a stream can come on (the streams metric's label).
+const (
+	transportNative = "native" // gRPC's own HTTP/2, TLS negotiated pb.ALPN
+	transportHTTP2  = "http2"  // net/http's HTTP/2, through Handler
+)
+
+// native serves the TLS connections that negotiated pb.ALPN with a gRPC
+// server on its own transport: per idle stream it holds no pooled read
+// buffer, no net/http connection state and fewer goroutines than
+// ServeHTTP on net/http's HTTP/2 server, and writes frames in batches
+// (docs/architecture.md, "Fleet transport"). net/http hands each
+// connection over (TLSNextProto); a listener fed by a channel passes it
+// to the gRPC server.
+type native struct {
+	srv   *grpc.Server
+	conns chan net.Conn // unbuffered: a connection is either accepted or not
+	done  chan struct{} // closed by close
+	once  sync.Once
+}
+
+// nativeServerOptions are the native server's options, chosen for many
+// idle streams: no read buffer (the TLS connection buffers a record
+// already), a write buffer shared from a pool instead of one per
+// connection, and the message limits and keepalive enforcement of the
+// Handler path's server. A peer silent for 30 s is probed and dropped 15 s
+// later, as serveHTTP2 does on the API's server; agents ping and report
+// more often than that, so the probe costs nothing while they live.
+func nativeServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 15 * time.Second}),
+		grpc.ReadBufferSize(0),
+		grpc.WriteBufferSize(16 << 10),
+		grpc.SharedWriteBuffer(true),
+		// An agent holds one stream; a few more for one being replaced.
+		grpc.MaxConcurrentStreams(8),
+		// The agent's metadata is a bearer token: bound what a peer may
+		// send as headers well below gRPC's default of 16 MiB.
+		grpc.MaxHeaderListSize(64 << 10),
+		// The HTTP/2 preface and settings, after net/http's TLS handshake.
+		grpc.ConnectionTimeout(10 * time.Second),
+	}
+}
+
+func newNative(h *Hub, opts ...grpc.ServerOption) *native {
+	n := &native{srv: grpc.NewServer(opts...), conns: make(chan net.Conn), done: make(chan struct{})}
+	pb.RegisterFleetServer(n.srv, nativeFleet{h})
+	return n
+}
+
+// nativeFleet is the Fleet service as the native server serves it: the
+// hub's, its streams labelled.
+type nativeFleet struct{ *Hub }
+
+func (n nativeFleet) Connect(stream pb.Fleet_ConnectServer) error {
+	return n.connect(stream, transportNative)
+}
+
+// serve runs the gRPC server until close.
+func (n *native) serve() { _ = n.srv.Serve(nativeListener{n}) }
+
+// close ends every native stream and connection and refuses new ones
+// (net/http closes those itself).
+func (n *native) close() {
+	n.once.Do(func() { close(n.done) })
+	n.srv.Stop()
+}
+
+// handOver serves c natively; it returns once c is closed, as net/http
+// closes the connection when a TLSNextProto function returns. The
+// connection stays counted against the API's connection cap until then.
+func (n *native) handOver(_ *http.Server, c *tls.Conn, _ http.Handler) {
+	nc := &nativeConn{Conn: c, closed: make(chan struct{})}
+	select {
+	case n.conns <- nc:
+	case <-n.done:
+		return
+	}
+	<-nc.closed // gRPC closes it: its peer left, or close
+}
+
+// nativeConn tells handOver when gRPC has closed the connection.
+type nativeConn struct {
+	*tls.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *nativeConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { close(c.closed) })
+	return err
+}
+
+// nativeListener gives the gRPC server the connections handed over.
+type nativeListener struct{ n *native }
+
+func (l nativeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.n.conns:
+		return c, nil
+	case <-l.n.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l nativeListener) Close() error {
+	l.n.once.Do(func() { close(l.n.done) })
+	return nil
+}
+
+func (nativeListener) Addr() net.Addr { return nativeAddr{} }
+
+type nativeAddr struct{}
+
+func (nativeAddr) Network() string { return "tls" }
+func (nativeAddr) String() string  { return pb.ALPN }
+
+// ServeNative lets srv hand the TLS connections that negotiate pb.ALPN to
+// the hub's native gRPC server; call it after setting srv.TLSConfig and
+// before serving. pb.ALPN is listed first: Go's TLS server picks by its
+// own preference, so an agent that offers it gets it, and every other
+// client negotiates "h2" or "http/1.1" (which net/http adds after it) as
+// before. Without TLS it does nothing: ALPN is TLS's.
+func (h *Hub) ServeNative(srv *http.Server) {
+	if srv.TLSConfig == nil {
+		return
+	}
+	cfg := srv.TLSConfig.Clone()
+	cfg.NextProtos = append([]string{pb.ALPN}, slices.DeleteFunc(slices.Clone(cfg.NextProtos), func(p string) bool { return p == pb.ALPN })...)
+	srv.TLSConfig = cfg
+	if srv.Protocols == nil {
+		// A TLSNextProto map without "h2" would turn net/http's HTTP/2
+		// off unless the protocols are set: keep its defaults.
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetHTTP2(true)
+	}
+	if srv.TLSNextProto == nil {
+		srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	}
+	srv.TLSNextProto[pb.ALPN] = h.native.handOver
+}
