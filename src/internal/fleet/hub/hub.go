@@ -99,6 +99,9 @@ type Options struct {
 	Now        func() time.Time
 	Logger     *logrus.Entry
 	Registerer prometheus.Registerer
+
+	// nativeOptions replace nativeServerOptions (tests measure them).
+	nativeOptions []grpc.ServerOption
 }
 
 // Hub serves pull clusters' agents. Run starts its watches; Handler puts
@@ -176,7 +179,10 @@ func New(opts Options) (*Hub, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	pb.RegisterFleetServer(h.srv, h)
-	h.native = newNative(h, nativeServerOptions()...)
+	if opts.nativeOptions == nil {
+		opts.nativeOptions = nativeServerOptions()
+	}
+	h.native = newNative(h, opts.nativeOptions...)
 	opts.Credentials.OnChange(h.credentialsChanged)
 	return h, nil
 }
