@@ -16,6 +16,9 @@
 # on SIGTERM or SIGINT stops the replicas, then the stores, and exits.
 # Replicas are named r1..rN (--replica-id); logs are in DIR/logs. Each run
 # starts afresh: the stores' data under DIR is removed first.
+# ARGUS_HA_TLS_CA=FILE: the replicas serve HTTPS (--tls-cert-file and
+# --tls-key-file among the flags after "--"), verified by FILE; their
+# URLs are https.
 set -euo pipefail
 
 usage() {
@@ -161,6 +164,12 @@ wait_for FerretDB 60 "${pids[3]}" bash -c "exec 3<>/dev/tcp/127.0.0.1/$mongo" ||
 log "FerretDB up: mongodb://127.0.0.1:$mongo/"
 
 # The replicas.
+scheme=http
+curl_tls=()
+if [ -n "${ARGUS_HA_TLS_CA:-}" ]; then
+  scheme=https
+  curl_tls=(--cacert "$ARGUS_HA_TLS_CA")
+fi
 declare -a api debug
 for i in $(seq "$replicas"); do
   port; api[i]=$REPLY
@@ -174,16 +183,16 @@ for i in $(seq "$replicas"); do
   fi
   "$orch" --listen "127.0.0.1:${api[i]}" --data-dir "$dir/orch$i" \
     --etcd-endpoints "$endpoints" --mongo-uri "mongodb://127.0.0.1:$mongo/" \
-    --replica-id "r$i" --advertise-url "http://127.0.0.1:${api[i]}" --log-format json "${debug_flags[@]}" "$@" \
+    --replica-id "r$i" --advertise-url "$scheme://127.0.0.1:${api[i]}" --log-format json "${debug_flags[@]}" "$@" \
     >"$dir/logs/orch$i.log" 2>&1 &
   pids+=($!)
 done
 for i in $(seq "$replicas"); do
-  wait_for "replica r$i" 120 "${pids[i + 3]}" curl -fsS "http://127.0.0.1:${api[i]}/readyz" ||
+  wait_for "replica r$i" 120 "${pids[i + 3]}" curl -fsS "${curl_tls[@]}" "$scheme://127.0.0.1:${api[i]}/readyz" ||
     { tail -20 "$dir/logs/orch$i.log" >&2; exit 1; }
 done
 for i in $(seq "$replicas"); do
-  echo "http://127.0.0.1:${api[i]} ${pids[i + 3]}${debug[i]:+ ${debug[i]}}"
+  echo "$scheme://127.0.0.1:${api[i]} ${pids[i + 3]}${debug[i]:+ ${debug[i]}}"
 done >"$dir/replicas.tmp"
 mv "$dir/replicas.tmp" "$dir/replicas"
 {

@@ -49,6 +49,11 @@ import (
 // ARGUS_FLEET_SUB_OUTPUT=all makes it ask for the whole answer in every
 // callback, as the default subscription does (tens of megabytes at
 // 10,000 clusters, built and sent per callback).
+//
+// ARGUS_FLEET_TLS=1 serves the replicas' API over HTTPS with a test CA
+// the agents are given, as production agents reach it: their streams
+// then come on the native transport (docs/fleet.md); without it they
+// speak plain http to loopback, through net/http's HTTP/2.
 func BenchmarkFleet(b *testing.B) {
 	sizes := os.Getenv("ARGUS_FLEET_SIZES")
 	if sizes == "" {
@@ -107,7 +112,7 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration,
 		d = startHA(b, bin, dir, replicas)
 	}
 	defer d.stop()
-	a := api{tb: b, base: d.urls[0], hc: &http.Client{Timeout: 2 * time.Minute}}
+	a := api{tb: b, base: d.urls[0], hc: d.client(2 * time.Minute)}
 	res := fleetResult{clusters: n, replicas: replicas}
 	rss0, _ := d.usage()
 
@@ -116,11 +121,12 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration,
 		names[i] = fmt.Sprintf("c%05d", i)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	tokens, err := Register(ctx, RegisterOptions{API: d.urls[0], Provider: "fleet", Clusters: names, Label: "fleet"})
+	tokens, err := Register(ctx, RegisterOptions{API: d.urls[0], Provider: "fleet", Clusters: names, Label: "fleet",
+		HTTP: d.client(30 * time.Second)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	f, err := New(Options{Orchestrators: d.urls, Tokens: tokens, Seed: 26})
+	f, err := New(Options{Orchestrators: d.urls, Tokens: tokens, Seed: 26, RootCAs: d.roots()})
 	if err != nil {
 		b.Fatal(err)
 	}

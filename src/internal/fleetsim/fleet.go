@@ -2,6 +2,7 @@ package fleetsim
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math"
@@ -33,6 +34,9 @@ type Options struct {
 	// half a period later, as links that drop.
 	FlapEvery    time.Duration
 	FlapFraction float64
+	// RootCAs verify https orchestrators (agent.Options.RootCAs); nil
+	// means the system's.
+	RootCAs *x509.CertPool
 	// BackoffBase and BackoffMax bound each agent's reconnect wait (the
 	// agent's defaults when 0).
 	BackoffBase, BackoffMax time.Duration
@@ -93,7 +97,7 @@ func New(opts Options) (*Fleet, error) {
 	for _, n := range names {
 		c := &simCluster{name: n, kube: newMemCluster(n), up: make(chan struct{}, 1)}
 		a, err := agent.New(agent.Options{Orchestrators: opts.Orchestrators, JoinToken: opts.Tokens[n], Cluster: c.kube,
-			Credentials: &memCredentials{}, BackoffBase: opts.BackoffBase, BackoffMax: opts.BackoffMax,
+			Credentials: &memCredentials{}, RootCAs: opts.RootCAs, BackoffBase: opts.BackoffBase, BackoffMax: opts.BackoffMax,
 			Version: "fleetsim", Logger: opts.Logger.WithField("cluster", n)})
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", n, err)

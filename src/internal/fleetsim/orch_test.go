@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +26,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/testenv"
+	"github.com/argus-mc/argus/src/internal/testenv/testcert"
 )
 
 // deployment is the orchestrator under benchmark: one process on
@@ -44,6 +48,60 @@ type deployment struct {
 	// debug is where each replica serves its profiles (--debug-listen)
 	// when ARGUS_FLEET_HEAP names a directory for them; empty otherwise.
 	debug []string
+	// tls is the test CA the replicas serve HTTPS with (ARGUS_FLEET_TLS=1,
+	// as production agents reach them: on the native transport); nil
+	// serves plain http.
+	tls *benchTLS
+}
+
+// benchTLS is a throwaway certificate for 127.0.0.1, its own CA.
+type benchTLS struct {
+	certFile, keyFile, caFile string
+	roots                     *x509.CertPool
+}
+
+// newBenchTLS writes a test certificate into dir when ARGUS_FLEET_TLS=1.
+func newBenchTLS(tb testing.TB, dir string) *benchTLS {
+	if os.Getenv("ARGUS_FLEET_TLS") != "1" {
+		return nil
+	}
+	pair := testcert.New(tb, "argus-fleet-bench")
+	t := &benchTLS{caFile: filepath.Join(dir, "ca.crt"), roots: pair.Pool()}
+	t.certFile, t.keyFile = pair.Write(tb, dir)
+	testcert.WriteFile(tb, t.caFile, pair.CertPEM)
+	return t
+}
+
+// flags are the orchestrator's flags for d: orchestratorFlags, and the
+// certificate with TLS.
+func (d *deployment) flags() []string {
+	if d.tls == nil {
+		return orchestratorFlags
+	}
+	return append(slices.Clone(orchestratorFlags), "--tls-cert-file", d.tls.certFile, "--tls-key-file", d.tls.keyFile)
+}
+
+// scheme is the replicas' URL scheme.
+func (d *deployment) scheme() string {
+	if d.tls == nil {
+		return "http"
+	}
+	return "https"
+}
+
+// roots verify the replicas' certificate; nil without TLS.
+func (d *deployment) roots() *x509.CertPool {
+	if d.tls == nil {
+		return nil
+	}
+	return d.tls.roots
+}
+
+// client is an HTTP client of the replicas' API.
+func (d *deployment) client(timeout time.Duration) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: d.roots()}
+	return &http.Client{Timeout: timeout, Transport: tr}
 }
 
 // orchestratorFlags: every agent holds a connection of the API's port, so
@@ -54,6 +112,7 @@ var orchestratorFlags = []string{"--callback-allow", "127.0.0.1", "--log-format"
 // startSingle runs one orchestrator on embedded stores under dir.
 func startSingle(tb testing.TB, bin, dir string) *deployment {
 	d := &deployment{tb: tb, bin: bin, dir: dir, port: freePort(tb), inProcess: os.Getenv("ARGUS_FLEET_PROFILE") != ""}
+	d.tls = newBenchTLS(tb, dir)
 	if os.Getenv("ARGUS_FLEET_HEAP") != "" && !d.inProcess {
 		d.debug = []string{fmt.Sprintf("127.0.0.1:%d", freePort(tb))}
 	}
@@ -74,7 +133,7 @@ func (d *deployment) startProcess() {
 	if err != nil {
 		d.tb.Fatal(err)
 	}
-	args := append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", d.port), "--data-dir", filepath.Join(d.dir, "data")}, orchestratorFlags...)
+	args := append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", d.port), "--data-dir", filepath.Join(d.dir, "data")}, d.flags()...)
 	if len(d.debug) > 0 {
 		args = append(args, "--debug-listen", d.debug[0])
 	}
@@ -88,19 +147,22 @@ func (d *deployment) startProcess() {
 		d.done <- d.cmd.Wait()
 		_ = log.Close()
 	}()
-	d.urls = []string{fmt.Sprintf("http://127.0.0.1:%d", d.port)}
+	d.urls = []string{fmt.Sprintf("%s://127.0.0.1:%d", d.scheme(), d.port)}
 	d.pids = []int{d.cmd.Process.Pid}
-	waitReady(d.tb, d.urls[0], d.done)
+	waitReady(d.tb, d.client(10*time.Second), d.urls[0], d.done)
 }
 
 // startHA runs scripts/ha-up.sh with n replicas of bin (testenv.HA: its
 // own process group, stopped if the benchmark's process dies).
 func startHA(tb testing.TB, bin, dir string, n int) *deployment {
-	d := &deployment{tb: tb, bin: bin, dir: dir}
+	d := &deployment{tb: tb, bin: bin, dir: dir, tls: newBenchTLS(tb, dir)}
 	if os.Getenv("ARGUS_FLEET_HEAP") != "" {
 		tb.Setenv("ARGUS_HA_DEBUG", "1") // each replica serves its profiles
 	}
-	d.ha = testenv.StartHA(tb, testenv.HAOptions{Orchestrator: bin, Replicas: n, Dir: dir, Flags: orchestratorFlags})
+	if d.tls != nil {
+		tb.Setenv("ARGUS_HA_TLS_CA", d.tls.caFile) // ha-up.sh's readiness checks and URLs
+	}
+	d.ha = testenv.StartHA(tb, testenv.HAOptions{Orchestrator: bin, Replicas: n, Dir: dir, Flags: d.flags()})
 	for _, r := range d.ha.Replicas {
 		d.urls, d.pids = append(d.urls, r.URL), append(d.pids, r.PID)
 		if r.Debug != "" {
@@ -122,8 +184,12 @@ func (d *deployment) startInProcess() {
 	if err != nil {
 		d.tb.Fatal(err)
 	}
-	app, err := orchestrator.New(orchestrator.Options{Listen: fmt.Sprintf("127.0.0.1:%d", d.port), DataDir: filepath.Join(d.dir, "data"),
-		CallbackAllow: []string{"127.0.0.1"}, Logger: log})
+	opts := orchestrator.Options{Listen: fmt.Sprintf("127.0.0.1:%d", d.port), DataDir: filepath.Join(d.dir, "data"),
+		CallbackAllow: []string{"127.0.0.1"}, Logger: log}
+	if d.tls != nil {
+		opts.TLSCertFile, opts.TLSKeyFile = d.tls.certFile, d.tls.keyFile
+	}
+	app, err := orchestrator.New(opts)
 	if err != nil {
 		d.tb.Fatal(err)
 	}
@@ -135,7 +201,7 @@ func (d *deployment) startInProcess() {
 	case err := <-d.done:
 		d.tb.Fatalf("orchestrator stopped: %v", err)
 	}
-	d.urls, d.pids = []string{fmt.Sprintf("http://127.0.0.1:%d", d.port)}, []int{os.Getpid()}
+	d.urls, d.pids = []string{fmt.Sprintf("%s://127.0.0.1:%d", d.scheme(), d.port)}, []int{os.Getpid()}
 	d.cmd = nil
 }
 
@@ -290,7 +356,7 @@ func procUsage(tb testing.TB, pid int) (rssKiB, cpuMs int64) {
 	return rssKiB, (ut + st) * 10
 }
 
-func waitReady(tb testing.TB, base string, done chan error) {
+func waitReady(tb testing.TB, hc *http.Client, base string, done chan error) {
 	poll(tb, 3*time.Minute, base+" ready", func() bool {
 		select {
 		case err := <-done:
@@ -298,7 +364,7 @@ func waitReady(tb testing.TB, base string, done chan error) {
 			tb.Fatalf("orchestrator ended: %v", err)
 		default:
 		}
-		resp, err := http.Get(base + "/readyz")
+		resp, err := hc.Get(base + "/readyz")
 		if err != nil {
 			return false
 		}
