@@ -438,7 +438,7 @@ func formatWrites(by map[string]testenv.Writes) string {
 	var b strings.Builder
 	for _, p := range prefixes {
 		w := by[p]
-		fmt.Fprintf(&b, "\n  %-40s txns=%d keys=%d bytes=%d", p, w.Txns, w.Keys, w.Bytes)
+		fmt.Fprintf(&b, "%s txns=%d keys=%d bytes=%d; ", p, w.Txns, w.Keys, w.Bytes)
 	}
-	return b.String()
+	return strings.TrimSuffix(b.String(), "; ") // one line: a benchmark's log is cut after a few
 }

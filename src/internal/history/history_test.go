@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/status"
@@ -311,8 +313,16 @@ func TestChunksAndLimit(t *testing.T) {
 		rs = append(rs, r)
 	}
 	src.set(g, snapshot("Instantiating", false, rs...))
+	before, err := env.Etcd.Client.Get(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := rec.Record(ctx, g); err != nil {
 		t.Fatal(err)
+	}
+	// The 101 entries the limit drops at once were never written.
+	if puts := entryPuts(t, store, g, before.Header.Revision); puts != 150 {
+		t.Fatalf("%d entries written for the newest 150 of 251", puts)
 	}
 	l, _ := store.List(ctx, g, Filter{})
 	if len(l) != 150 || l[0].Seq != 102 || l[149].Seq != 251 {
@@ -344,6 +354,35 @@ func TestChunksAndLimit(t *testing.T) {
 	if l, _ := store.List(ctx, g, Filter{}); len(l) != 100 || l[99].Seq != 501 {
 		t.Fatalf("%d entries after a smaller limit, the last %d; want the newest 100 of 501", len(l), l[len(l)-1].Seq)
 	}
+}
+
+// entryPuts counts the entries of group written after etcd revision rev.
+func entryPuts(t *testing.T, store *Store, group string, rev int64) int {
+	t.Helper()
+	now, err := env.Etcd.Client.Get(t.Context(), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	puts := 0
+	// The group's last write (its cursor) is at now's revision or before.
+	last := int64(0)
+	for resp := range env.Etcd.Client.Watch(ctx, store.groupPrefix(group), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+		for _, ev := range resp.Events {
+			if ev.Type == clientv3.EventTypePut && strings.HasPrefix(string(ev.Kv.Key), store.entriesPrefix(group)) {
+				puts++
+			}
+			last = ev.Kv.ModRevision
+		}
+		if last >= now.Header.Revision || resp.Err() != nil {
+			break
+		}
+		if r, err := env.Etcd.Client.Get(ctx, store.cursorKey(group)); err == nil && len(r.Kvs) > 0 && last >= r.Kvs[0].ModRevision {
+			break
+		}
+	}
+	return puts
 }
 
 // Run catches up on every group at start, follows Changed, honours the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -46,18 +47,29 @@ func (h *Hub) Publish(ctx context.Context, c *appcontext.Context, p *appcontext.
 		return 0, errdefs.TooLarge("the work of app %s on %s is %d bytes, more than %d", p.App, p.Cluster, len(data), maxWorkRecord)
 	}
 	key := h.keys.work(p.Cluster, c.Meta.ID, p.App)
-	resp, err := h.opts.Client.Get(ctx, key)
-	if err != nil {
-		return 0, fmt.Errorf("read the work of %s on %s: %w", p.App, p.Cluster, err)
+	for attempt := 1; ; attempt++ {
+		resp, err := h.opts.Client.Get(ctx, key)
+		if err != nil {
+			return 0, fmt.Errorf("read the work of %s on %s: %w", p.App, p.Cluster, err)
+		}
+		var was int64 // 0: no record
+		if len(resp.Kvs) > 0 {
+			if sameWork(resp.Kvs[0].Value, rec) {
+				return resp.Kvs[0].ModRevision, nil
+			}
+			was = resp.Kvs[0].ModRevision
+		}
+		// Batched with other placements' work and the agents' reports;
+		// written only over the record just compared.
+		gen, err := h.writer.put(ctx, key, clientv3.Compare(clientv3.ModRevision(key), "=", was), clientv3.OpPut(key, string(data)), len(key)+len(data))
+		if errors.Is(err, errSuperseded) && attempt < 3 {
+			continue // written meanwhile: compare with that
+		}
+		if err != nil {
+			return 0, fmt.Errorf("publish the work of %s on %s: %w", p.App, p.Cluster, err)
+		}
+		return gen, nil
 	}
-	if len(resp.Kvs) > 0 && sameWork(resp.Kvs[0].Value, rec) {
-		return resp.Kvs[0].ModRevision, nil
-	}
-	put, err := h.opts.Client.Put(ctx, key, string(data))
-	if err != nil {
-		return 0, fmt.Errorf("publish the work of %s on %s: %w", p.App, p.Cluster, err)
-	}
-	return put.Header.Revision, nil
 }
 
 // sameWork reports whether a stored record asks what rec asks. An update

@@ -9,7 +9,8 @@ import (
 )
 
 // errSuperseded is a write refused by its guard: the session it was made
-// for is no longer the cluster's (the agent reconnected elsewhere).
+// for is no longer the cluster's (the agent reconnected elsewhere), or the
+// work record it replaces changed since it was read.
 var errSuperseded = errors.New("the agent's session was superseded")
 
 // writer commits what agents report. Whatever waits while a transaction
@@ -24,12 +25,15 @@ type writer struct {
 }
 
 // part is one cluster's writes, committed atomically under its guard.
+// cluster names what the part writes: no two parts of one transaction
+// share it (a placement's work record is named by its key).
 type part struct {
 	cluster string
 	guard   clientv3.Cmp
 	ops     []clientv3.Op
 	bytes   int
 	done    chan error
+	rev     int64 // the transaction's revision, set before done
 }
 
 // Limits of one transaction: etcd refuses more than 128 operations at one
@@ -54,21 +58,38 @@ func (w *writer) write(ctx context.Context, cluster string, guard clientv3.Cmp, 
 		for _, n := range sizes[start:end] {
 			p.bytes += n
 		}
-		select {
-		case w.in <- p:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		select {
-		case err := <-p.done:
-			if err != nil {
-				return err
-			}
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := w.submit(ctx, p); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// put commits one write under guard in the next transaction, named id,
+// and returns the transaction's revision; errSuperseded when the guard
+// failed. Thousands of placements published at once cost a transaction
+// per hundred of them, not one each.
+func (w *writer) put(ctx context.Context, id string, guard clientv3.Cmp, op clientv3.Op, size int) (int64, error) {
+	p := &part{cluster: id, guard: guard, ops: []clientv3.Op{op}, bytes: size, done: make(chan error, 1)}
+	if err := w.submit(ctx, p); err != nil {
+		return 0, err
+	}
+	return p.rev, nil
+}
+
+// submit queues p and waits until its transaction committed.
+func (w *writer) submit(ctx context.Context, p *part) error {
+	select {
+	case w.in <- p:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-p.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // run commits parts until ctx ends.
@@ -122,6 +143,7 @@ func (w *writer) commit(ctx context.Context, batch []*part) {
 		case !resp.Responses[i].GetResponseTxn().GetSucceeded():
 			p.done <- errSuperseded
 		default:
+			p.rev = resp.Header.Revision
 			p.done <- nil
 		}
 	}
