@@ -65,6 +65,21 @@ func tlsAgent(t *testing.T, url string, roots *x509.CertPool, creds *memCredenti
 	return a
 }
 
+// streamingOverTLS is a hub on a TLS port (natively served or not) and
+// edge's agent streaming to it on the transport that implies.
+func streamingOverTLS(t *testing.T, native bool) (*fixture, *agent.Agent, string, *x509.CertPool) {
+	t.Helper()
+	f := newFixture(t)
+	url, roots := f.serveTLS(t, native)
+	a := tlsAgent(t, url, roots, f.joined(t, edge))
+	transport := transportHTTP2
+	if native {
+		transport = transportNative
+	}
+	waitFor(t, "the agent streaming on "+transport, func() bool { return a.Connected() && f.streams(transport) == 1 })
+	return f, a, url, roots
+}
+
 func (f *fixture) streams(transport string) float64 {
 	var m dto.Metric
 	_ = f.hub.metrics.streams.WithLabelValues(transport).Write(&m)
@@ -75,10 +90,7 @@ func (f *fixture) streams(transport string) float64 {
 // only h2 (an L7 proxy, an older agent) through net/http's, and the API
 // answers HTTP/1.1 and h2 on the same port.
 func TestTLSPortServesNativeH2AndAPI(t *testing.T) {
-	f := newFixture(t)
-	url, roots := f.serveTLS(t, true)
-	a := tlsAgent(t, url, roots, f.joined(t, edge))
-	waitFor(t, "the agent streaming natively", func() bool { return a.Connected() && f.streams(transportNative) == 1 })
+	f, _, url, roots := streamingOverTLS(t, true)
 
 	// A gRPC client offering h2 only, with the agent's credential for
 	// another cluster.
@@ -132,10 +144,7 @@ func TestTLSPortServesNativeH2AndAPI(t *testing.T) {
 // Without ServeNative (an older orchestrator) the same agent negotiates
 // h2 and streams through Handler.
 func TestAgentFallsBackToH2(t *testing.T) {
-	f := newFixture(t)
-	url, roots := f.serveTLS(t, false)
-	a := tlsAgent(t, url, roots, f.joined(t, edge))
-	waitFor(t, "the agent streaming over h2", func() bool { return a.Connected() && f.streams(transportHTTP2) == 1 })
+	f, _, _, _ := streamingOverTLS(t, false)
 	if f.streams(transportNative) != 0 {
 		t.Fatal("a native stream without ServeNative")
 	}
@@ -145,10 +154,7 @@ func TestAgentFallsBackToH2(t *testing.T) {
 // its stream end and keeps retrying, refused); TestMain's goleak checks
 // that nothing of them is left.
 func TestStopEndsNativeStreams(t *testing.T) {
-	f := newFixture(t)
-	url, roots := f.serveTLS(t, true)
-	a := tlsAgent(t, url, roots, f.joined(t, edge))
-	waitFor(t, "the agent streaming natively", func() bool { return a.Connected() && f.streams(transportNative) == 1 })
+	f, a, url, roots := streamingOverTLS(t, true)
 	f.hub.Stop()
 	waitFor(t, "the agent disconnected", func() bool { return !a.Connected() && f.streams(transportNative) == 0 })
 	// A connection that negotiates the protocol now is closed at once.
