@@ -10,7 +10,8 @@
 # DIR/bin unless ARGUS_ORCHESTRATOR names a binary.
 #
 # Once every replica answers /readyz it writes DIR/replicas (one line per
-# replica: "URL PID"), DIR/stores (one line per store process: "NAME URL
+# replica: "URL PID", and its --debug-listen address third when
+# ARGUS_HA_DEBUG=1, which also runs etcd with --enable-pprof), DIR/stores (one line per store process: "NAME URL
 # PID", the etcd members e1..e3 and ferretdb, for tests that fail them)
 # and then DIR/ready. It stays in the foreground, and
 # on SIGTERM or SIGINT stops the replicas, then the stores, and exits.
@@ -144,7 +145,7 @@ for i in 1 2 3; do
     --listen-peer-urls "http://127.0.0.1:${peer[i]}" --initial-advertise-peer-urls "http://127.0.0.1:${peer[i]}" \
     --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token argus-ha \
     --auto-compaction-mode periodic --auto-compaction-retention 1h --log-level warn \
-    ${ARGUS_HA_DEBUG:+--enable-pprof} \
+    $([ "${ARGUS_HA_DEBUG:-}" = 1 ] && echo --enable-pprof) \
     >"$dir/logs/etcd$i.log" 2>&1 &
   pids+=($!)
   endpoints="${endpoints:+$endpoints,}http://127.0.0.1:${client[i]}"

@@ -182,7 +182,10 @@ func (s *Store) append(ctx context.Context, group string, cur cursor, rev int64,
 // for the trim to delete it doubled etcd's work for nothing. The records
 // of the clusters they touched are written (under guard; the cursor does
 // not move, as for an inline cursor's records), so the next entries and
-// a restarted recorder diff from where they left the resources.
+// a restarted recorder diff from where they left the resources. Unlike a
+// chunk, this write does not move the cursor: a recorder that stops (or
+// loses the group) before the first chunk leaves those transitions
+// unrecorded, a gap docs/status.md admits.
 func (s *Store) skip(ctx context.Context, group string, cur cursor, entries []Entry, guard clientv3.Cmp) (cursor, error) {
 	next := cur.clone()
 	touched := map[string]bool{}

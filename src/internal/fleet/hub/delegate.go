@@ -24,7 +24,8 @@ const maxWorkRecord = 1 << 20
 
 // Publish records a placement, or its deletion, as its cluster's work
 // (rsync.Delegate). The record's revision is the work's generation; an
-// unchanged record keeps its generation.
+// unchanged record keeps its generation. It writes through the hub's
+// writer, so it waits for Run (rsync runs under the same context).
 func (h *Hub) Publish(ctx context.Context, c *appcontext.Context, p *appcontext.Placement, kind rsync.WorkKind) (int64, error) {
 	rec := workRecord{Context: c.Meta.ID, App: p.App, StatusID: c.Meta.StatusID, Namespace: c.Meta.Namespace,
 		FieldValidation: c.Meta.FieldValidation, Delete: kind == rsync.WorkDelete, Update: kind == rsync.WorkUpdate,
@@ -62,8 +63,11 @@ func (h *Hub) Publish(ctx context.Context, c *appcontext.Context, p *appcontext.
 		// Batched with other placements' work and the agents' reports;
 		// written only over the record just compared.
 		gen, err := h.writer.put(ctx, key, clientv3.Compare(clientv3.ModRevision(key), "=", was), clientv3.OpPut(key, string(data)), len(key)+len(data))
-		if errors.Is(err, errSuperseded) && attempt < 3 {
-			continue // written meanwhile: compare with that
+		if errors.Is(err, errSuperseded) {
+			if attempt < 3 {
+				continue // written meanwhile: compare with that
+			}
+			return 0, fmt.Errorf("publish the work of %s on %s: it changed each of %d times it was written", p.App, p.Cluster, attempt)
 		}
 		if err != nil {
 			return 0, fmt.Errorf("publish the work of %s on %s: %w", p.App, p.Cluster, err)

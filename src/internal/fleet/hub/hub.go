@@ -244,7 +244,6 @@ func (h *Hub) Run(ctx context.Context) error {
 		h.goOwned(func() { h.follow(ctx, w.name, w.prefix, w.apply, ready.Done) })
 	}
 	h.goOwned(func() { h.writer.run(ctx) })
-	h.goOwned(h.native.serve)
 	h.goOwned(func() { h.keepLease(ctx) })
 	h.goOwned(func() { h.keep(ctx) })
 	waitCtx(ctx, &ready)

@@ -32,6 +32,8 @@ type native struct {
 	conns chan net.Conn // unbuffered: a connection is either accepted or not
 	done  chan struct{} // closed by close
 	once  sync.Once
+	start sync.Once
+	wg    sync.WaitGroup // the server's Serve
 }
 
 // nativeServerOptions are the native server's options, chosen for many
@@ -45,7 +47,11 @@ func nativeServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 15 * time.Second}),
+		// A connection with no stream for 2 minutes (the API's idle
+		// timeout) is closed: the token is asked for only when a stream
+		// opens, and a client that never opens one would otherwise hold
+		// a connection slot forever. An agent always holds its stream.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 15 * time.Second, MaxConnectionIdle: 2 * time.Minute}),
 		grpc.ReadBufferSize(0),
 		grpc.WriteBufferSize(16 << 10),
 		grpc.SharedWriteBuffer(true),
@@ -73,14 +79,21 @@ func (n nativeFleet) Connect(stream pb.Fleet_ConnectServer) error {
 	return n.connect(stream, transportNative)
 }
 
-// serve runs the gRPC server until close.
-func (n *native) serve() { _ = n.srv.Serve(nativeListener{n}) }
+// serve starts the gRPC server, once, until close: from ServeNative on,
+// so a connection handed over never waits for the hub's Run (which may
+// wait for etcd); streams are refused until the hub has started.
+func (n *native) serve() {
+	n.start.Do(func() {
+		n.wg.Go(func() { _ = n.srv.Serve(nativeListener{n}) })
+	})
+}
 
-// close ends every native stream and connection and refuses new ones
-// (net/http closes those itself).
+// close ends every native stream and connection, refuses new ones (net/http
+// closes those itself) and waits for the server.
 func (n *native) close() {
 	n.once.Do(func() { close(n.done) })
 	n.srv.Stop()
+	n.wg.Wait()
 }
 
 // handOver serves c natively; it returns once c is closed, as net/http
@@ -157,4 +170,5 @@ func (h *Hub) ServeNative(srv *http.Server) {
 		srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
 	}
 	srv.TLSNextProto[pb.ALPN] = h.native.handOver
+	h.native.serve()
 }

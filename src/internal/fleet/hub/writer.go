@@ -37,12 +37,19 @@ type part struct {
 }
 
 // Limits of one transaction: etcd refuses more than 128 operations at one
-// level (--max-txn-ops) and requests over 1.5 MiB (--max-request-bytes).
+// level (--max-txn-ops), a nested transaction getting only what its
+// parent leaves (128 less the parent's operations, fits below), and
+// requests over 1.5 MiB (--max-request-bytes).
 const (
+	maxTxnOps   = 128
 	maxPartOps  = 100
 	maxTxnParts = 100
 	maxTxnBytes = 1 << 20
 )
+
+// fits reports whether a transaction of parts sub-transactions, the
+// largest of widest operations, is one etcd takes.
+func fits(parts, widest int) bool { return parts <= maxTxnParts && parts+widest <= maxTxnOps }
 
 func newWriter(cli *clientv3.Client, m *metrics) *writer {
 	return &writer{cli: cli, metrics: m, in: make(chan *part, 256)}
@@ -108,15 +115,19 @@ func (w *writer) run(ctx context.Context) {
 			}
 		}
 		clusters := map[string]bool{batch[0].cluster: true}
+		widest := len(batch[0].ops)
 	gather:
 		for len(batch) < maxTxnParts {
 			select {
 			case p := <-w.in:
-				if clusters[p.cluster] || bytes+p.bytes > maxTxnBytes {
-					next = p // two parts of a cluster would write one key twice
+				// Two parts of a cluster would write one key twice; a wide
+				// part among many would leave it too few operations.
+				if clusters[p.cluster] || bytes+p.bytes > maxTxnBytes || !fits(len(batch)+1, max(widest, len(p.ops))) {
+					next = p
 					break gather
 				}
 				clusters[p.cluster] = true
+				widest = max(widest, len(p.ops))
 				batch, bytes = append(batch, p), bytes+p.bytes
 			default:
 				break gather
@@ -139,7 +150,7 @@ func (w *writer) commit(ctx context.Context, batch []*part) {
 	for i, p := range batch {
 		switch {
 		case err != nil:
-			p.done <- fmt.Errorf("store what the agent reported: %w", err)
+			p.done <- fmt.Errorf("commit the fleet's writes: %w", err)
 		case !resp.Responses[i].GetResponseTxn().GetSucceeded():
 			p.done <- errSuperseded
 		default:
