@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -57,7 +56,7 @@ const (
 type chaos struct {
 	t      *testing.T
 	h      *haSet
-	stores map[string]storeProc
+	stores map[string]testenv.HAStore
 	etcd   *clientv3.Client
 	hook   *hook
 	rev    int
@@ -67,11 +66,6 @@ type chaos struct {
 	restarted []*exec.Cmd
 }
 
-// storeProc is one store process of the stack.
-type storeProc struct {
-	url string
-	pid int
-}
 
 func TestHAChaos(t *testing.T) {
 	alone(t)
@@ -111,12 +105,15 @@ func newChaos(t *testing.T) *chaos {
 	c := &chaos{t: t, down: map[string]bool{}, rev: 1}
 	c.h = startHA(t, 3, "--callback-allow", "127.0.0.1", "--lease-ttl", chaosTTL.String())
 	t.Cleanup(c.cleanup)
-	c.stores = readStores(t, filepath.Join(c.h.dir, "stores"))
+	stores, err := testenv.ReadHAStores(filepath.Join(c.h.dir, "stores"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.stores = stores
 	var eps []string
 	for _, name := range []string{"e1", "e2", "e3"} {
-		eps = append(eps, c.stores[name].url)
+		eps = append(eps, c.stores[name].URL)
 	}
-	var err error
 	c.etcd, err = clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +133,7 @@ func newChaos(t *testing.T) *chaos {
 func (c *chaos) cleanup() {
 	defer removeApp(c.t, chaosApp)
 	for _, s := range c.stores {
-		_ = syscall.Kill(s.pid, syscall.SIGCONT)
+		_ = syscall.Kill(s.PID, syscall.SIGCONT)
 	}
 	for _, r := range c.h.replicas {
 		_ = syscall.Kill(r.pid, syscall.SIGCONT)
@@ -152,28 +149,6 @@ func (c *chaos) cleanup() {
 			<-done
 		}
 	}
-}
-
-func readStores(t *testing.T, path string) map[string]storeProc {
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	out := map[string]storeProc{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) != 3 {
-			t.Fatalf("stores line %q", sc.Text())
-		}
-		pid, err := strconv.Atoi(fields[2])
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[fields[0]] = storeProc{url: fields[1], pid: pid}
-	}
-	return out
 }
 
 // onboard registers the clusters and a DIG of chaosPerCl ConfigMaps per
@@ -945,7 +920,7 @@ func (c *chaos) etcdLeaderKilled(t *testing.T) {
 	leader := ""
 	for _, name := range []string{"e1", "e2", "e3"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		st, err := c.etcd.Status(ctx, c.stores[name].url)
+		st, err := c.etcd.Status(ctx, c.stores[name].URL)
 		cancel()
 		if err == nil && st.Leader == st.Header.MemberId {
 			leader = name
@@ -954,9 +929,9 @@ func (c *chaos) etcdLeaderKilled(t *testing.T) {
 	if leader == "" {
 		t.Fatal("no etcd leader")
 	}
-	args := cmdline(t, c.stores[leader].pid)
+	args := cmdline(t, c.stores[leader].PID)
 	c.update(c.alive())
-	sendSignal(t, c.stores[leader].pid, syscall.SIGKILL)
+	sendSignal(t, c.stores[leader].PID, syscall.SIGKILL)
 	took := c.waitRev(c.rev, "the update applied after the etcd leader died")
 	c.alive().waitStatus2(chaosDIG, "type=rsync", "every ConfigMap Applied after the update", allRsync("Applied", "Updated"))
 	t.Logf("killed the etcd leader %s right after an update: applied everywhere %s after the kill", leader, took.Round(time.Millisecond))
@@ -965,12 +940,12 @@ func (c *chaos) etcdLeaderKilled(t *testing.T) {
 	c.checkCallbacks(t, n0)
 	cmd := c.restart(t, args, filepath.Join(c.h.dir, "logs", leader+".log"))
 	s := c.stores[leader]
-	s.pid = cmd.Process.Pid
+	s.PID = cmd.Process.Pid
 	c.stores[leader] = s
 	deadline := time.Now().Add(time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := c.etcd.Status(ctx, s.url)
+		_, err := c.etcd.Status(ctx, s.URL)
 		cancel()
 		if err == nil {
 			break
@@ -992,11 +967,11 @@ func (c *chaos) storeDown(t *testing.T, outage time.Duration) {
 	c.restore(t)
 	c.waitQuiet(t)
 	fer := c.stores["ferretdb"]
-	stoppedAt := sendSignal(t, fer.pid, syscall.SIGSTOP)
+	stoppedAt := sendSignal(t, fer.PID, syscall.SIGSTOP)
 	resumed := false
 	defer func() {
 		if !resumed {
-			sendSignal(t, fer.pid, syscall.SIGCONT)
+			sendSignal(t, fer.PID, syscall.SIGCONT)
 		}
 	}()
 	var lat []time.Duration
@@ -1057,7 +1032,7 @@ func (c *chaos) storeDown(t *testing.T, outage time.Duration) {
 		}
 		time.Sleep(200 * time.Millisecond) // the outage's pace of probes
 	}
-	sendSignal(t, fer.pid, syscall.SIGCONT)
+	sendSignal(t, fer.PID, syscall.SIGCONT)
 	resumed = true
 	slices.Sort(lat)
 	t.Logf("FerretDB stopped %s: %d status answers, p50 %s, p99 %s, max %s (through %s, %s into the outage); history and lists max %s; "+

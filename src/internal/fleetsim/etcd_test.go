@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,12 +18,8 @@ import (
 // lists, or the embedded server's client port among the orchestrator's
 // listening loopback sockets ("" when neither is found, e.g. in process).
 func (d *deployment) etcdEndpoint() string {
-	if data, err := os.ReadFile(filepath.Join(d.dir, "stores")); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && strings.HasPrefix(f[0], "e") {
-				return f[1]
-			}
-		}
+	if d.ha != nil {
+		return d.ha.Stores()["e1"].URL
 	}
 	if d.cmd == nil || len(d.pids) != 1 {
 		return ""
@@ -92,13 +87,9 @@ func (d *deployment) cpuByProcess() map[string]int64 {
 	for i, pid := range d.pids {
 		_, out[fmt.Sprintf("r%d", i+1)] = procUsage(d.tb, pid)
 	}
-	if data, err := os.ReadFile(filepath.Join(d.dir, "stores")); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if f := strings.Fields(line); len(f) == 3 {
-				if pid, err := strconv.Atoi(f[2]); err == nil {
-					_, out[f[0]] = procUsage(d.tb, pid)
-				}
-			}
+	if d.ha != nil {
+		for name, st := range d.ha.Stores() {
+			_, out[name] = procUsage(d.tb, st.PID)
 		}
 	}
 	_, out["agents"] = procUsage(d.tb, os.Getpid())

@@ -256,9 +256,9 @@ func (d *deployment) saveCPU(name string, dur time.Duration) <-chan struct{} {
 		urls[d.profileName(name, i)] = "http://" + addr
 	}
 	if len(d.debug) > 0 && d.ha != nil { // and etcd's members (--enable-pprof)
-		for member, url := range d.ha.Stores() {
-			if strings.HasPrefix(url, "http://") {
-				urls[name+"-"+member] = url
+		for member, st := range d.ha.Stores() {
+			if strings.HasPrefix(st.URL, "http://") {
+				urls[name+"-"+member] = st.URL
 			}
 		}
 	}

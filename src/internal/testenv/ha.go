@@ -3,6 +3,7 @@ package testenv
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,18 +141,39 @@ func readReplicas(tb testing.TB, path string) []HAReplica {
 	return out
 }
 
-// Stores are the stores the script started, by name (e1, e2, e3,
-// ferretdb), with their addresses, from DIR/stores.
-func (h *HA) Stores() map[string]string {
-	out := map[string]string{}
-	data, err := os.ReadFile(filepath.Join(h.Dir, "stores"))
+// HAStore is one store process ha-up.sh started.
+type HAStore struct {
+	URL string
+	PID int
+}
+
+// ReadHAStores reads ha-up.sh's stores file ("NAME URL PID" a line: the
+// etcd members e1..e3 and ferretdb), for tests that fail or profile them.
+func ReadHAStores(path string) (map[string]HAStore, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return out
+		return nil, err
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) == 3 {
-			out[f[0]] = f[1]
+	out := map[string]HAStore{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			return nil, fmt.Errorf("stores line %q", line)
 		}
+		pid, err := strconv.Atoi(f[2])
+		if err != nil {
+			return nil, fmt.Errorf("stores line %q", line)
+		}
+		out[f[0]] = HAStore{URL: f[1], PID: pid}
+	}
+	return out, nil
+}
+
+// Stores are the stores the script started, by name (DIR/stores).
+func (h *HA) Stores() map[string]HAStore {
+	out, err := ReadHAStores(filepath.Join(h.Dir, "stores"))
+	if err != nil {
+		h.tb.Fatal(err)
 	}
 	return out
 }
