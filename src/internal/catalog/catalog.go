@@ -247,6 +247,12 @@ func (c *Catalog) alive(ctx context.Context, k *Kind, key Key) error {
 	if err != nil {
 		return err
 	}
+	return c.aliveDoc(ctx, k, key, doc)
+}
+
+// aliveDoc is alive's verdict on an object's document: Conflict while a
+// live delete works on it.
+func (c *Catalog) aliveDoc(ctx context.Context, k *Kind, key Key, doc bson.Raw) error {
 	if marked, stale := c.staleDoc(ctx, doc, fieldDeleting, fieldDeletingBy); marked && !stale {
 		return errdefs.Conflict("%s is being deleted", k.describe(key))
 	}
@@ -798,7 +804,21 @@ func (r *Resource[S]) CountWhere(ctx context.Context, filter bson.M) (int64, err
 // Each calls f with every object of the kind, whatever its parent, and its
 // key; used to resume work for all of them at start-up.
 func (r *Resource[S]) Each(ctx context.Context, f func(Key, Object[S]) error) error {
-	cur, err := r.coll.Find(ctx, bson.D{notPending})
+	return r.each(ctx, bson.D{notPending}, f)
+}
+
+// keySort orders documents by their key fields, as the index orders entries.
+func (r *Resource[S]) keySort() bson.D {
+	sort := bson.D{}
+	for _, f := range r.kind.KeyFields() {
+		sort = append(sort, bson.E{Key: f, Value: 1})
+	}
+	return sort
+}
+
+// each calls f with every object MongoDB finds by filter, and its key.
+func (r *Resource[S]) each(ctx context.Context, filter bson.D, f func(Key, Object[S]) error) error {
+	cur, err := r.coll.Find(ctx, filter, options.Find().SetSort(r.keySort()))
 	if err != nil {
 		return fmt.Errorf("list %ss: %w", r.kind.Name, err)
 	}
