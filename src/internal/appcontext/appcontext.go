@@ -574,6 +574,47 @@ func (s *Store) GetWithoutManifests(ctx context.Context, id string) (*Context, e
 	return s.get(ctx, id, newLeanBuilder(), s.ctxPrefix(id)+"app/")
 }
 
+// Placed reads which apps a context places on which clusters, and its
+// status id, from the keys alone: what a cluster's watcher needs, without
+// the values a whole read carries (a context on 10,000 clusters is
+// 110,000 keys and 33 MB, read by every replica each time its status
+// changes).
+func (s *Store) Placed(ctx context.Context, id string) (statusID string, placed map[ClusterRef]map[string]bool, err error) {
+	prefix := s.ctxPrefix(id) + "app/"
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.metaKey(id)),
+		clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+	).Commit()
+	if err != nil {
+		return "", nil, fmt.Errorf("read context %s: %w", id, err)
+	}
+	metaKVs := resp.Responses[0].GetResponseRange().Kvs
+	if len(metaKVs) == 0 {
+		return "", nil, errdefs.NotFound("context %s not found", id)
+	}
+	var m Meta
+	if err := json.Unmarshal(metaKVs[0].Value, &m); err != nil {
+		return "", nil, fmt.Errorf("context %s: meta: %w", id, err)
+	}
+	placed = map[ClusterRef]map[string]bool{}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		// app/<app>/cluster/<cluster>/…, as the builder reads them
+		parts := strings.SplitN(strings.TrimPrefix(string(kv.Key), prefix), "/", 4)
+		if len(parts) < 4 || parts[1] != "cluster" {
+			continue
+		}
+		ref, err := ParseClusterRef(parts[2])
+		if err != nil {
+			continue
+		}
+		if placed[ref] == nil {
+			placed[ref] = map[string]bool{}
+		}
+		placed[ref][parts[0]] = true
+	}
+	return m.StatusID, placed, nil
+}
+
 func (s *Store) get(ctx context.Context, id string, b *builder, ranged string) (*Context, error) {
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(s.metaKey(id)),

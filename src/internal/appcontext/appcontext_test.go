@@ -73,6 +73,14 @@ func TestCreateGetUpdateList(t *testing.T) {
 	if _, err := s.Get(ctx, "12345"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("missing context: %v", err)
 	}
+	// Placed names what Get places, from the keys alone.
+	statusID, placed, err := s.Placed(ctx, id)
+	if err != nil || statusID != id || fmt.Sprint(placed) != fmt.Sprint(map[ClusterRef]map[string]bool{c1: {"db": true, "web": true}}) {
+		t.Fatalf("placed = %q %v, %v", statusID, placed, err)
+	}
+	if _, _, err := s.Placed(ctx, "12345"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("placed of a missing context: %v", err)
+	}
 }
 
 func TestIDsAndRefs(t *testing.T) {

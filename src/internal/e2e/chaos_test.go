@@ -66,7 +66,6 @@ type chaos struct {
 	restarted []*exec.Cmd
 }
 
-
 func TestHAChaos(t *testing.T) {
 	alone(t)
 	startMonitors(t, sim)

@@ -34,8 +34,8 @@ import (
 //	       status_summary_p50_ms=… status_all_p50_ms=… callback_p50_ms=… callback_p99_ms=…
 //	       etcd_keys_per_change=… etcd_bytes_per_change=… lost=…
 //
-// Memory and CPU are the replicas' own (/proc), idle, less what they
-// used before any cluster joined; churn is 10,000 changes a minute over
+// Memory and CPU are the replicas' own (/proc), idle for a minute (one
+// last-seen cycle), less what they used before any cluster joined; churn is 10,000 changes a minute over
 // the fleet for ARGUS_FLEET_CHURN_S (60) seconds; lost counts the changes
 // the simulator made that no callback named within 30 s; etcd keys and
 // bytes per change are everything etcd took during the churn (a watch on
@@ -167,7 +167,11 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration,
 	// after 15 s for what the instantiation left (history, sync state) to
 	// settle.
 	<-time.After(15 * time.Second) // a settling window, not a synchronisation
-	idle := 20 * time.Second
+	// A whole last-seen cycle (the hub's LastSeenInterval, a minute): each
+	// connected cluster's state is written once in it, and clusters that
+	// reported together at the instantiation are written together, so a
+	// shorter window would catch that burst or miss it by chance.
+	idle := time.Minute
 	stopProfile := profile(b, fmt.Sprintf("idle-%d", n))
 	idleSaved := d.saveCPU(fmt.Sprintf("idle-%d", n), idle)
 	_, cpu0 := d.usage()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -160,19 +161,16 @@ func (m *Manager) contextChanged(ctx context.Context, id, status string) {
 	apps := map[appcontext.ClusterRef]map[string]bool{}
 	statusID := ""
 	if live(status) {
-		c, err := m.opts.Store.Get(ctx, id)
+		var err error
+		statusID, apps, err = m.opts.Store.Placed(ctx, id)
 		if err != nil {
 			m.log.WithError(err).WithField("context", id).Warn("cannot read context")
 			return
 		}
-		statusID = c.Meta.StatusID
-		for _, p := range c.Placements {
-			if apps[p.Cluster] == nil {
-				apps[p.Cluster] = map[string]bool{}
-				clusters = append(clusters, p.Cluster)
-			}
-			apps[p.Cluster][p.App] = true
+		for ref := range apps {
+			clusters = append(clusters, ref)
 		}
+		slices.SortFunc(clusters, func(a, b appcontext.ClusterRef) int { return strings.Compare(a.String(), b.String()) })
 	}
 	m.setPlaced(id, apps)
 	m.setStatusID(id, statusID)

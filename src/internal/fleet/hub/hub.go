@@ -115,6 +115,7 @@ type Hub struct {
 	native  *native      // streams on gRPC's own transport (ServeNative)
 	writer  *writer
 	metrics *metrics
+	blobs   *blobCache
 
 	started chan struct{} // closed once the watches are up
 	wg      sync.WaitGroup
@@ -174,6 +175,7 @@ func New(opts Options) (*Hub, error) {
 		sessions: map[appcontext.ClusterRef]*session{}, quotas: map[appcontext.ClusterRef]*clusterQuota{}, followers: map[placementKey]map[uint64]chan progressRecordRev{}}
 	h.keeper.init()
 	h.writer = newWriter(opts.Client, m)
+	h.blobs = newBlobCache(opts.Contexts)
 	h.srv = grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),

@@ -582,7 +582,7 @@ func (s *session) blobs(req *pb.BlobRequest) error {
 		if err := s.waitRoom(); err != nil {
 			return err
 		}
-		data, err := s.h.opts.Contexts.ReadBlob(s.ctx, id, sum)
+		data, err := s.h.blobs.get(s.ctx, id, sum)
 		if err != nil {
 			s.log.WithError(err).Debug("manifest not found; the agent gets the work's next change")
 			data = nil
