@@ -380,3 +380,37 @@ func TestScopedChanges(t *testing.T) {
 	}
 	wait("the context's status", func(sc Scope) bool { return sc.All })
 }
+
+// A cluster state change counts for status keys unless only its Updated
+// time moved, or LastSeen of an agent's cluster whose monitor is not
+// Silent.
+func TestClusterKeyChanged(t *testing.T) {
+	now := time.Now().UTC()
+	agent := ClusterState{Connectivity: Available, Monitor: MonitorRunning, Agent: true, LastSeen: now, Updated: now}
+	push := agent
+	push.Agent = false
+	silent := agent
+	silent.Monitor = MonitorSilent
+	later := func(st ClusterState) ClusterState {
+		st.LastSeen, st.Updated = now.Add(time.Minute), now.Add(time.Minute)
+		return st
+	}
+	updated := agent
+	updated.Updated = now.Add(time.Second)
+	for name, c := range map[string]struct {
+		a, b ClusterState
+		want bool
+	}{
+		"agent renewed":        {agent, later(agent), false},
+		"updated alone":        {agent, updated, false},
+		"push renewed":         {push, later(push), true},
+		"silent agent renewed": {silent, later(silent), true},
+		"agent went silent":    {agent, silent, true},
+		"agent became push":    {agent, push, true},
+		"unreachable":          {agent, ClusterState{Connectivity: Unreachable, Monitor: MonitorRunning, Agent: true, LastSeen: now}, true},
+	} {
+		if got := ClusterKeyChanged(c.a, c.b); got != c.want {
+			t.Errorf("%s: %t, want %t", name, got, c.want)
+		}
+	}
+}

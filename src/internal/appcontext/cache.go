@@ -28,7 +28,11 @@ type Cache struct {
 	mu       sync.RWMutex
 	contexts map[string]*builder
 	clusters map[ClusterRef]ClusterState
-	ready    chan struct{}
+	// clusterGen changes with every cluster state change that a status
+	// key derives from (see ClusterKeyChanged); starts at 1, so 0 can
+	// mean "unknown" to readers.
+	clusterGen uint64
+	ready      chan struct{}
 	once     sync.Once
 	// rev is the etcd revision the cache reflects: every change up to it
 	// has been applied. revCh is closed (and replaced) when it advances.
@@ -71,7 +75,7 @@ func NewCache(store *Store, log *logrus.Entry) *Cache {
 	if log == nil {
 		log = logrus.NewEntry(logging.Discard())
 	}
-	return &Cache{store: store, log: log, contexts: map[string]*builder{}, clusters: map[ClusterRef]ClusterState{}, ready: make(chan struct{}),
+	return &Cache{store: store, log: log, contexts: map[string]*builder{}, clusters: map[ClusterRef]ClusterState{}, clusterGen: 1, ready: make(chan struct{}),
 		revCh: make(chan struct{})}
 }
 
@@ -282,11 +286,17 @@ func (c *Cache) applyLocked(key string, value []byte, deleted bool) ([]string, *
 		old, known := c.clusters[ref]
 		if deleted {
 			delete(c.clusters, ref)
+			if known {
+				c.clusterGen++
+			}
 			return c.groupsOnLocked(ref), &ref
 		}
 		var st ClusterState
 		if err = json.Unmarshal(value, &st); err == nil {
 			c.clusters[ref] = st
+			if !known || ClusterKeyChanged(old, st) {
+				c.clusterGen++
+			}
 			if !known || visiblyDifferent(old, st) {
 				return c.groupsOnLocked(ref), &ref
 			}
@@ -321,6 +331,20 @@ func placementCluster(sub string) *ClusterRef {
 func visiblyDifferent(a, b ClusterState) bool {
 	return a.Connectivity != b.Connectivity || a.Monitor != b.Monitor || a.Reason != b.Reason || a.UnusableReason != b.UnusableReason ||
 		!a.UnreachableSince.Equal(b.UnreachableSince)
+}
+
+// ClusterKeyChanged reports a change in anything of a cluster's state a
+// status answer may derive from: all but Updated, and but LastSeen while
+// both are an agent's cluster whose monitor is not Silent (the hub
+// records such a cluster's silence itself, so its LastSeen, renewed each
+// minute, shows nowhere). status's memo relies on it to skip clusters
+// whose state has not changed.
+func ClusterKeyChanged(a, b ClusterState) bool {
+	a.Updated, b.Updated = time.Time{}, time.Time{}
+	if a.Agent && b.Agent && a.Monitor != MonitorSilent && b.Monitor != MonitorSilent {
+		a.LastSeen, b.LastSeen = time.Time{}, time.Time{}
+	}
+	return a != b
 }
 
 // groupsOnLocked lists the groups of the contexts placing on a cluster.
@@ -358,6 +382,13 @@ func (c *Cache) builder(id string) *builder {
 // View calls f with the context (nil if unknown) and every cluster's state,
 // under the cache's read lock: f must not keep or change them.
 func (c *Cache) View(ctx context.Context, id string, f func(*Context, map[ClusterRef]ClusterState)) error {
+	return c.ViewGen(ctx, id, func(cx *Context, clusters map[ClusterRef]ClusterState, _ uint64) { f(cx, clusters) })
+}
+
+// ViewGen is View with the cluster states' generation: it is the same
+// (and never 0) while no cluster state changed in anything but Updated,
+// and LastSeen of an agent's cluster whose monitor is not Silent.
+func (c *Cache) ViewGen(ctx context.Context, id string, f func(*Context, map[ClusterRef]ClusterState, uint64)) error {
 	if err := c.WaitLoaded(ctx); err != nil {
 		return err
 	}
@@ -367,7 +398,7 @@ func (c *Cache) View(ctx context.Context, id string, f func(*Context, map[Cluste
 	if b := c.contexts[id]; b != nil && b.ctx.Meta.ID != "" {
 		cx = b.ctx
 	}
-	f(cx, c.clusters)
+	f(cx, c.clusters, c.clusterGen)
 	return nil
 }
 

@@ -208,6 +208,10 @@ type Input struct {
 	// cached says the context is the cache's: its placements stay the
 	// same values across answers, as summaries needs.
 	cached bool
+	// clusterGen is the cache's generation of Clusters (0: not the
+	// cache's): while it stays, the memo need not look up the state of an
+	// agent's cluster again (memo.go).
+	clusterGen uint64
 	// deferDetail makes output=detail note where each detail comes from
 	// rather than build it: the answer is then written a resource at a
 	// time (WriteJSON), and only one detail is in memory at once.

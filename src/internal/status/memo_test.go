@@ -16,7 +16,17 @@ import (
 // placement's Rev bumped with each change) and checks that every summary
 // and every entry list from the memos is byte for byte the one built
 // afresh, for each type and filter.
+//
+// With the cache's cluster generation (as appcontext.Cache keeps it) the
+// memos skip looking up the clusters whose state did not change, and
+// must still answer the same.
 func TestMemoMatchesBuild(t *testing.T) {
+	for _, withGen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("generation=%t", withGen), func(t *testing.T) { testMemoMatchesBuild(t, withGen) })
+	}
+}
+
+func testMemoMatchesBuild(t *testing.T, withGen bool) {
 	in := fleetInput(60)
 	for _, p := range in.Context.Placements { // each its own, to change one
 		p.Statuses = maps.Clone(p.Statuses)
@@ -42,8 +52,20 @@ func TestMemoMatchesBuild(t *testing.T) {
 	var summaries memo[summaryState]
 	var feeds memo[entriesState]
 	rng := rand.New(rand.NewPCG(1, 2))
+	seen := maps.Clone(in.Clusters)
 	check := func(step string) {
 		t.Helper()
+		if withGen { // as the cache counts them
+			changed := len(seen) != len(in.Clusters)
+			for ref, st := range in.Clusters {
+				old, ok := seen[ref]
+				changed = changed || !ok || appcontext.ClusterKeyChanged(old, st)
+			}
+			if changed || in.clusterGen == 0 {
+				in.clusterGen++
+			}
+			seen = maps.Clone(in.Clusters)
+		}
 		for _, q := range queries {
 			fresh, _ := json.Marshal(Build(in, q))
 			m := in
@@ -103,6 +125,13 @@ func memoChanges(in *Input, rng *rand.Rand) []func() string {
 			st.LastSeen = in.Now // renewed: silent no more
 			in.Clusters[p.Cluster] = st
 			return "a lease renewed"
+		},
+		func() string {
+			p := in.Context.Placements[20+rng.IntN(len(in.Context.Placements)-20)]
+			st := in.Clusters[p.Cluster]
+			st.LastSeen, st.Updated = in.Now, in.Now // an agent's cluster renewed: no answer shows it
+			in.Clusters[p.Cluster] = st
+			return "an agent's last-seen renewed"
 		},
 		func() string { in.Now = in.Now.Add(20 * time.Second); return "time passing" },
 		func() string {

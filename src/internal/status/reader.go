@@ -201,13 +201,13 @@ func (r *Reader) withInputE(ctx context.Context, header Header, emco EMCOHeader,
 	}
 	if r.Cache != nil && id != "" {
 		found := false
-		err := r.Cache.View(ctx, id, func(cx *appcontext.Context, clusters map[appcontext.ClusterRef]appcontext.ClusterState) {
+		err := r.Cache.ViewGen(ctx, id, func(cx *appcontext.Context, clusters map[appcontext.ClusterRef]appcontext.ClusterState, gen uint64) {
 			if cx == nil {
 				return
 			}
 			found = true
 			in := r.base(header, st)
-			in.Context, in.Clusters, in.cached = cx, clusters, true
+			in.Context, in.Clusters, in.cached, in.clusterGen = cx, clusters, true, gen
 			f(in)
 		})
 		if err != nil || found {
