@@ -304,12 +304,12 @@ func statusP50(a api, q string) time.Duration {
 	return percentile(took, 50)
 }
 
-func percentile(d []time.Duration, p int) time.Duration {
+func percentile(d []time.Duration, p float64) time.Duration {
 	if len(d) == 0 {
 		return 0
 	}
 	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-	return d[min(len(d)-1, len(d)*p/100)]
+	return d[min(len(d)-1, int(float64(len(d))*p/100))]
 }
 
 // delivery is one resource a callback named as modified.
@@ -342,16 +342,28 @@ func churn(b *testing.B, a api, f *Fleet, d time.Duration, output string) (p50, 
 	}))
 	defer srv.Close()
 	a.must(201, "POST", benchDIG+"/status/subscriptions", map[string]any{"name": "bench", "callback-url": srv.URL, "type": "cluster", "output": output})
+	// The churn starts once the subscription took its baseline (its
+	// last-update-time is set): changes before that are measured against
+	// the baseline's taking, not against delivery.
+	took := poll(b, 2*time.Minute, "the subscription's baseline", func() bool {
+		var v struct {
+			Updated time.Time `json:"last-update-time"`
+		}
+		_, body := a.do("GET", benchDIG+"/status/subscriptions/bench", nil)
+		return json.Unmarshal(body, &v) == nil && !v.Updated.IsZero()
+	})
+	b.Logf("the subscription's baseline taken in %s", took.Round(time.Millisecond))
 	before := len(f.Changes())
 	f.SetChurn(10000 / float64(len(f.Clusters())))
 	<-time.After(d) // the churn's length, not a synchronisation
 	f.SetChurn(0)
 	changes := f.Changes()[before:]
 	var lat []time.Duration
-	match := func() (int, []time.Duration) {
+	var slow map[int]int // changes over 500 ms, by the second of the churn they were made in
+	match := func() (int, []time.Duration, map[int]int) {
 		mu.Lock()
 		defer mu.Unlock()
-		missing, lat := 0, lat[:0]
+		missing, lat, slow := 0, lat[:0], map[int]int{}
 		for _, c := range changes {
 			got, ok := firstDelivery(seen[changeKey(c)], c)
 			if !ok {
@@ -359,12 +371,15 @@ func churn(b *testing.B, a api, f *Fleet, d time.Duration, output string) (p50, 
 				continue
 			}
 			lat = append(lat, got.Sub(c.At))
+			if got.Sub(c.At) > 500*time.Millisecond {
+				slow[int(c.At.Sub(changes[0].At).Seconds())]++
+			}
 		}
-		return missing, lat
+		return missing, lat, slow
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		lost, lat = match()
+		lost, lat, slow = match()
 		if lost == 0 || time.Now().After(deadline) {
 			break
 		}
@@ -378,7 +393,8 @@ func churn(b *testing.B, a api, f *Fleet, d time.Duration, output string) (p50, 
 		}
 		mu.Unlock()
 	}
-	b.Logf("%d changes in %s, %d delivered", len(changes), d, len(lat))
+	b.Logf("%d changes in %s, %d delivered; p90 %s, p99.9 %s, max %s; over 500 ms by second of the churn: %v", len(changes), d, len(lat),
+		percentile(lat, 90).Round(time.Millisecond), percentile(lat, 99.9).Round(time.Millisecond), percentile(lat, 100).Round(time.Millisecond), slow)
 	return percentile(lat, 50), percentile(lat, 99), len(changes), lost
 }
 
