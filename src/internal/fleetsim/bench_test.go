@@ -196,7 +196,9 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration,
 			b.Logf("cannot count etcd writes: %v", err)
 		}
 	}
+	d.saveMetrics("before-churn-" + fmt.Sprint(n))
 	res.cbP50, res.cbP99, res.changes, res.lost = churn(b, a, f, churnFor, output)
+	d.saveMetrics("after-churn-" + fmt.Sprint(n))
 	if stopCount != nil && res.changes > 0 {
 		keys, bytes := stopCount()
 		res.etcdKeys, res.etcdBytes = float64(keys)/float64(res.changes), float64(bytes)/float64(res.changes)

@@ -278,6 +278,22 @@ func (d *deployment) saveCPU(name string, dur time.Duration) <-chan struct{} {
 	return done
 }
 
+// saveMetrics writes each etcd member's metrics to
+// ARGUS_FLEET_HEAP/<name>-eN.metrics.txt, when they serve their profiles:
+// its disk's fsync and commit histograms say whether a stall was etcd's.
+func (d *deployment) saveMetrics(name string) {
+	if len(d.debug) == 0 || d.ha == nil {
+		return
+	}
+	for member, st := range d.ha.Stores() {
+		if strings.HasPrefix(st.URL, "http://") {
+			if err := fetchTo(st.URL+"/metrics", filepath.Join(os.Getenv("ARGUS_FLEET_HEAP"), name+"-"+member+".metrics.txt")); err != nil {
+				d.tb.Logf("metrics: %v", err)
+			}
+		}
+	}
+}
+
 func fetchTo(url, file string) error {
 	resp, err := http.Get(url)
 	if err != nil {
