@@ -381,9 +381,10 @@ func TestScopedChanges(t *testing.T) {
 	wait("the context's status", func(sc Scope) bool { return sc.All })
 }
 
-// A cluster state change counts for status keys unless only its Updated
-// time moved, or LastSeen of an agent's cluster whose monitor is not
-// Silent.
+// A cluster state change counts for status's memo unless only its
+// Updated time moved, or LastSeen of an agent's cluster whose monitor is
+// not Silent, or it is between two push clusters' states (looked up at
+// every pass anyway).
 func TestClusterKeyChanged(t *testing.T) {
 	now := time.Now().UTC()
 	agent := ClusterState{Connectivity: Available, Monitor: MonitorRunning, Agent: true, LastSeen: now, Updated: now}
@@ -403,7 +404,8 @@ func TestClusterKeyChanged(t *testing.T) {
 	}{
 		"agent renewed":        {agent, later(agent), false},
 		"updated alone":        {agent, updated, false},
-		"push renewed":         {push, later(push), true},
+		"push renewed":         {push, later(push), false},
+		"push unreachable":     {push, ClusterState{Connectivity: Unreachable, Monitor: MonitorRunning, LastSeen: now}, false},
 		"silent agent renewed": {silent, later(silent), true},
 		"agent went silent":    {agent, silent, true},
 		"agent became push":    {agent, push, true},

@@ -28,12 +28,12 @@ type Cache struct {
 	mu       sync.RWMutex
 	contexts map[string]*builder
 	clusters map[ClusterRef]ClusterState
-	// clusterGen changes with every cluster state change that a status
-	// key derives from (see ClusterKeyChanged); starts at 1, so 0 can
-	// mean "unknown" to readers.
+	// clusterGen changes with every cluster state that appears, goes, or
+	// changes as ClusterKeyChanged says; starts at 1, so 0 can mean
+	// "unknown" to readers.
 	clusterGen uint64
 	ready      chan struct{}
-	once     sync.Once
+	once       sync.Once
 	// rev is the etcd revision the cache reflects: every change up to it
 	// has been applied. revCh is closed (and replaced) when it advances.
 	rev   int64
@@ -333,13 +333,18 @@ func visiblyDifferent(a, b ClusterState) bool {
 		!a.UnreachableSince.Equal(b.UnreachableSince)
 }
 
-// ClusterKeyChanged reports a change in anything of a cluster's state a
-// status answer may derive from: all but Updated, and but LastSeen while
-// both are an agent's cluster whose monitor is not Silent (the hub
-// records such a cluster's silence itself, so its LastSeen, renewed each
-// minute, shows nowhere). status's memo relies on it to skip clusters
-// whose state has not changed.
+// ClusterKeyChanged reports a change of a cluster's state that status's
+// memo would not see without looking the cluster up again: anything but
+// Updated, and but LastSeen while both are an agent's cluster whose
+// monitor is not Silent (the hub records such a cluster's silence
+// itself, so its LastSeen, renewed each minute, shows nowhere). A change
+// from one push cluster's state to another does not count: the memo
+// looks push clusters up at every pass anyway (their silence depends on
+// the time), and their watchers renew LastSeen with every Lease renewal.
 func ClusterKeyChanged(a, b ClusterState) bool {
+	if !a.Agent && !b.Agent {
+		return false
+	}
 	a.Updated, b.Updated = time.Time{}, time.Time{}
 	if a.Agent && b.Agent && a.Monitor != MonitorSilent && b.Monitor != MonitorSilent {
 		a.LastSeen, b.LastSeen = time.Time{}, time.Time{}
@@ -386,8 +391,8 @@ func (c *Cache) View(ctx context.Context, id string, f func(*Context, map[Cluste
 }
 
 // ViewGen is View with the cluster states' generation: it is the same
-// (and never 0) while no cluster state changed in anything but Updated,
-// and LastSeen of an agent's cluster whose monitor is not Silent.
+// (and never 0) while no cluster state appeared, went, or changed as
+// ClusterKeyChanged says.
 func (c *Cache) ViewGen(ctx context.Context, id string, f func(*Context, map[ClusterRef]ClusterState, uint64)) error {
 	if err := c.WaitLoaded(ctx); err != nil {
 		return err

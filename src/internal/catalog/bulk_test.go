@@ -10,10 +10,11 @@ import (
 	"github.com/argus-mc/argus/src/internal/errdefs"
 )
 
-// EachUnder reads every label of a provider's clusters, past one read's
-// batch and in key order, and nothing of another provider; AliveAll
-// answers for more keys than one read holds, and refuses a missing
-// cluster and one being deleted. Run with and without the index.
+// EachUnder reads every label of a provider's clusters, in one read or
+// many and in key order, and nothing of another provider; AliveAll
+// answers for more keys than one read holds, and names the key it
+// refuses: a missing cluster, one being deleted. Run with and without
+// the index.
 func TestReadsOfManyObjects(t *testing.T) {
 	for _, name := range []string{"mongo", "indexed"} {
 		t.Run(name, func(t *testing.T) {
@@ -27,7 +28,7 @@ func TestReadsOfManyObjects(t *testing.T) {
 			}
 			var keys []Key
 			var want []string
-			for i := range listBatch + 2 {
+			for i := range readBatch + 2 {
 				cl := fmt.Sprintf("c%02d", i)
 				keys = append(keys, Key{"p", cl})
 				if err := clusters.Create(ctx, Key{"p", cl}, obj(cl)); err != nil {
@@ -52,31 +53,33 @@ func TestReadsOfManyObjects(t *testing.T) {
 			if err := labels.Create(ctx, Key{"q", "d", "x"}, obj("x")); err != nil {
 				t.Fatal(err)
 			}
-			var got []string
-			err := labels.EachUnder(ctx, Key{"p"}, func(k Key, o Object[Empty]) error {
-				if o.Metadata.Name != k[2] {
-					return fmt.Errorf("label %v is named %q", k, o.Metadata.Name)
+			for _, page := range []int{eachBatch, 5} { // one read, and many
+				var got []string
+				err := labels.eachUnder(ctx, Key{"p"}, page, func(k Key, o Object[Empty]) error {
+					if o.Metadata.Name != k[2] {
+						return fmt.Errorf("label %v is named %q", k, o.Metadata.Name)
+					}
+					got = append(got, strings.Join(k, " "))
+					return nil
+				})
+				if err != nil || strings.Join(got, ",") != strings.Join(want, ",") {
+					t.Fatalf("labels under p, %d a read: %v (%v), want %v", page, got, err, want)
 				}
-				got = append(got, strings.Join(k, " "))
-				return nil
-			})
-			if err != nil || strings.Join(got, ",") != strings.Join(want, ",") {
-				t.Fatalf("labels under p: %v (%v), want %v", got, err, want)
 			}
 			stop := errors.New("stop")
 			if err := labels.EachUnder(ctx, Key{}, func(Key, Object[Empty]) error { return stop }); !errors.Is(err, stop) {
 				t.Fatalf("f's error: %v", err)
 			}
 
-			if err := clusters.AliveAll(ctx, append(keys, Key{"q", "d"})); err != nil {
-				t.Fatal(err)
+			if key, err := clusters.AliveAll(ctx, append(keys, Key{"q", "d"})); err != nil || key != nil {
+				t.Fatal(key, err)
 			}
-			if err := clusters.AliveAll(ctx, append(keys, Key{"q", "nope"})); !errors.Is(err, errdefs.ErrNotFound) {
-				t.Fatalf("a missing cluster: %v", err)
+			if key, err := clusters.AliveAll(ctx, append(keys, Key{"q", "nope"})); !errors.Is(err, errdefs.ErrNotFound) || fmt.Sprint(key) != "[q nope]" {
+				t.Fatalf("a missing cluster: %v %v", key, err)
 			}
-			err = clusters.Delete(ctx, Key{"q", "e"}, func(ctx context.Context) error {
-				if err := clusters.AliveAll(ctx, append(keys, Key{"q", "e"})); !errors.Is(err, errdefs.ErrConflict) {
-					return fmt.Errorf("a cluster being deleted: %v", err)
+			err := clusters.Delete(ctx, Key{"q", "e"}, func(ctx context.Context) error {
+				if key, err := clusters.AliveAll(ctx, append(keys, Key{"q", "e"})); !errors.Is(err, errdefs.ErrConflict) || fmt.Sprint(key) != "[q e]" {
+					return fmt.Errorf("a cluster being deleted: %v %v", key, err)
 				}
 				return nil
 			})

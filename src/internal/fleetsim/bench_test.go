@@ -168,7 +168,8 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration,
 	// settle.
 	<-time.After(15 * time.Second) // a settling window, not a synchronisation
 	// A whole last-seen cycle (the hub's LastSeenInterval, a minute): each
-	// connected cluster's state is written once in it, and clusters that
+	// connected cluster's state is written about once in it (at the first
+	// heartbeat a minute after the last write), and clusters that
 	// reported together at the instantiation are written together, so a
 	// shorter window would catch that burst or miss it by chance.
 	idle := time.Minute
@@ -344,17 +345,6 @@ func churn(b *testing.B, a api, f *Fleet, d time.Duration, output string) (p50, 
 	}))
 	defer srv.Close()
 	a.must(201, "POST", benchDIG+"/status/subscriptions", map[string]any{"name": "bench", "callback-url": srv.URL, "type": "cluster", "output": output})
-	// The churn starts once the subscription took its baseline (its
-	// last-update-time is set): changes before that are measured against
-	// the baseline's taking, not against delivery.
-	took := poll(b, 2*time.Minute, "the subscription's baseline", func() bool {
-		var v struct {
-			Updated time.Time `json:"last-update-time"`
-		}
-		_, body := a.do("GET", benchDIG+"/status/subscriptions/bench", nil)
-		return json.Unmarshal(body, &v) == nil && !v.Updated.IsZero()
-	})
-	b.Logf("the subscription's baseline taken in %s", took.Round(time.Millisecond))
 	before := len(f.Changes())
 	f.SetChurn(10000 / float64(len(f.Clusters())))
 	<-time.After(d) // the churn's length, not a synchronisation

@@ -295,6 +295,7 @@ func (d *deployment) saveMetrics(name string) {
 }
 
 func fetchTo(url, file string) error {
+	// No timeout: a CPU profile takes as long as it was asked to.
 	resp, err := http.Get(url)
 	if err != nil {
 		return err

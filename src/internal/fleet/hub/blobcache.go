@@ -2,8 +2,10 @@ package hub
 
 import (
 	"context"
+	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/sync/singleflight"
 )
 
 // The manifests the hub sends agents are content-addressed and checked
@@ -16,6 +18,7 @@ import (
 const (
 	blobCacheEntries = 256
 	blobCacheMax     = 64 << 10
+	blobReadTimeout  = 30 * time.Second
 )
 
 // blobReader reads a context's manifest by its hash, checked.
@@ -25,8 +28,9 @@ type blobReader interface {
 
 // blobCache keeps recently sent manifests by hash.
 type blobCache struct {
-	read blobReader
-	lru  *lru.Cache[string, []byte]
+	read   blobReader
+	lru    *lru.Cache[string, []byte]
+	flight singleflight.Group
 }
 
 func newBlobCache(read blobReader) *blobCache {
@@ -44,12 +48,21 @@ func (c *blobCache) get(ctx context.Context, id, sum string) ([]byte, error) {
 	if data, ok := c.lru.Get(sum); ok {
 		return data, nil
 	}
-	data, err := c.read.ReadBlob(ctx, id, sum)
+	// Keyed by hash alone: whichever context's copy is read, the bytes
+	// are the same (ReadBlob checks them). The read is the flight's, not
+	// its first caller's: that agent going away must not fail it for the
+	// others waiting on it.
+	v, err, _ := c.flight.Do(sum, func() (any, error) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), blobReadTimeout)
+		defer cancel()
+		data, err := c.read.ReadBlob(rctx, id, sum)
+		if err == nil && len(data) <= blobCacheMax {
+			c.lru.Add(sum, data)
+		}
+		return data, err
+	})
 	if err != nil {
 		return nil, err
 	}
-	if len(data) <= blobCacheMax {
-		c.lru.Add(sum, data)
-	}
-	return data, nil
+	return v.([]byte), nil
 }
