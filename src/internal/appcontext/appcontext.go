@@ -580,10 +580,9 @@ func (s *Store) GetWithoutManifests(ctx context.Context, id string) (*Context, e
 // 110,000 keys and 33 MB, read by every replica each time its status
 // changes).
 func (s *Store) Placed(ctx context.Context, id string) (statusID string, placed map[ClusterRef]map[string]bool, err error) {
-	prefix := s.ctxPrefix(id) + "app/"
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(s.metaKey(id)),
-		clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.ctxPrefix(id)+"app/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 	).Commit()
 	if err != nil {
 		return "", nil, fmt.Errorf("read context %s: %w", id, err)
@@ -598,19 +597,14 @@ func (s *Store) Placed(ctx context.Context, id string) (statusID string, placed 
 	}
 	placed = map[ClusterRef]map[string]bool{}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		// app/<app>/cluster/<cluster>/…, as the builder reads them
-		parts := strings.SplitN(strings.TrimPrefix(string(kv.Key), prefix), "/", 4)
-		if len(parts) < 4 || parts[1] != "cluster" {
-			continue
-		}
-		ref, err := ParseClusterRef(parts[2])
-		if err != nil {
+		app, ref, _, ok := placementKey(strings.TrimPrefix(string(kv.Key), s.ctxPrefix(id)))
+		if !ok {
 			continue
 		}
 		if placed[ref] == nil {
 			placed[ref] = map[string]bool{}
 		}
-		placed[ref][parts[0]] = true
+		placed[ref][app] = true
 	}
 	return m.StatusID, placed, nil
 }

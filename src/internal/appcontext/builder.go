@@ -79,25 +79,22 @@ func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 		b.ctx.Heal = &req
 		return nil
 	}
-	parts := strings.Split(rest, "/")
-	if len(parts) < 5 || parts[0] != "app" || parts[2] != "cluster" {
+	app, ref, sub, ok := placementKey(rest)
+	if !ok {
 		return nil
 	}
-	ref, err := ParseClusterRef(parts[3])
-	if err != nil {
-		return nil
-	}
-	p := b.placement(parts[1], ref)
+	parts := strings.Split(sub, "/")
+	p := b.placement(app, ref)
 	p.Rev++
 	switch {
-	case len(parts) == 5 && parts[4] == "bundle":
+	case len(parts) == 1 && parts[0] == "bundle":
 		if deleted {
 			p.Bundle = nil
 			return nil
 		}
 		var snap BundleSnapshot
 		if err := json.Unmarshal(v, &snap); err != nil {
-			return fmt.Errorf("bundle of %s on %s: %w", parts[1], parts[3], err)
+			return fmt.Errorf("bundle of %s on %s: %w", app, ref, err)
 		}
 		if len(snap.Status) > 0 && !snap.Deleted {
 			var st v1alpha1.ResourceBundleStateStatus
@@ -106,9 +103,9 @@ func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 			}
 		}
 		p.Bundle = &snap
-	case len(parts) == 9 && parts[4] == "res":
-		key := strings.Join(parts[5:8], "/")
-		switch parts[8] {
+	case len(parts) == 5 && parts[0] == "res":
+		key := strings.Join(parts[1:4], "/")
+		switch parts[4] {
 		case "manifest":
 			if deleted {
 				p.removeResource(key)
@@ -135,6 +132,22 @@ func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 		}
 	}
 	return nil
+}
+
+// placementKey splits a context's key below its prefix,
+// "app/<app>/cluster/<cluster>/<sub>", into the placement it belongs to
+// and the rest; false for any other key. The builder, the cache and
+// Placed all read placements from keys this way.
+func placementKey(key string) (app string, ref ClusterRef, sub string, ok bool) {
+	parts := strings.SplitN(key, "/", 5)
+	if len(parts) < 5 || parts[0] != "app" || parts[2] != "cluster" || parts[4] == "" {
+		return "", ClusterRef{}, "", false
+	}
+	ref, err := ParseClusterRef(parts[3])
+	if err != nil {
+		return "", ClusterRef{}, "", false
+	}
+	return parts[1], ref, parts[4], true
 }
 
 func (b *builder) placement(app string, ref ClusterRef) *Placement {

@@ -315,15 +315,10 @@ func (c *Cache) applyLocked(key string, value []byte, deleted bool) ([]string, *
 // placementCluster is the cluster of a context key under
 // app/<app>/cluster/<ref>/…, nil for any other.
 func placementCluster(sub string) *ClusterRef {
-	parts := strings.SplitN(sub, "/", 5)
-	if len(parts) < 5 || parts[0] != "app" || parts[2] != "cluster" {
-		return nil
+	if _, ref, _, ok := placementKey(sub); ok {
+		return &ref
 	}
-	ref, err := ParseClusterRef(parts[3])
-	if err != nil {
-		return nil
-	}
-	return &ref
+	return nil
 }
 
 // visiblyDifferent reports a cluster state change a status answer shows: a

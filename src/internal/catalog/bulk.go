@@ -40,7 +40,7 @@ func (r *Resource[S]) eachUnder(ctx context.Context, ancestor Key, page int, f f
 	}
 	x := r.cat.index()
 	if x == nil {
-		return r.each(ctx, append(keyFilter(r.kind, ancestor), notPending), f)
+		return r.each(ctx, append(keyFilter(r.kind, ancestor), notPending), r.keySort(), f)
 	}
 	own := x.prefix + r.kind.Collection + "/"
 	prefix := x.children(r.kind, ancestor)

@@ -804,7 +804,7 @@ func (r *Resource[S]) CountWhere(ctx context.Context, filter bson.M) (int64, err
 // Each calls f with every object of the kind, whatever its parent, and its
 // key; used to resume work for all of them at start-up.
 func (r *Resource[S]) Each(ctx context.Context, f func(Key, Object[S]) error) error {
-	return r.each(ctx, bson.D{notPending}, f)
+	return r.each(ctx, bson.D{notPending}, nil, f)
 }
 
 // keySort orders documents by their key fields, as the index orders entries.
@@ -816,9 +816,14 @@ func (r *Resource[S]) keySort() bson.D {
 	return sort
 }
 
-// each calls f with every object MongoDB finds by filter, and its key.
-func (r *Resource[S]) each(ctx context.Context, filter bson.D, f func(Key, Object[S]) error) error {
-	cur, err := r.coll.Find(ctx, filter, options.Find().SetSort(r.keySort()))
+// each calls f with every object MongoDB finds by filter (in sort's
+// order, when given), and its key.
+func (r *Resource[S]) each(ctx context.Context, filter, sort bson.D, f func(Key, Object[S]) error) error {
+	opts := options.Find()
+	if sort != nil {
+		opts.SetSort(sort)
+	}
+	cur, err := r.coll.Find(ctx, filter, opts)
 	if err != nil {
 		return fmt.Errorf("list %ss: %w", r.kind.Name, err)
 	}

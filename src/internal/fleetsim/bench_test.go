@@ -35,8 +35,9 @@ import (
 //	       etcd_keys_per_change=… etcd_bytes_per_change=… lost=…
 //
 // Memory and CPU are the replicas' own (/proc), idle for a minute (one
-// last-seen cycle), less what they used before any cluster joined; churn is 10,000 changes a minute over
-// the fleet for ARGUS_FLEET_CHURN_S (60) seconds; lost counts the changes
+// last-seen cycle), less what they used before any cluster joined; churn
+// is 10,000 changes a minute over the fleet for ARGUS_FLEET_CHURN_S (60)
+// seconds; lost counts the changes
 // the simulator made that no callback named within 30 s; etcd keys and
 // bytes per change are everything etcd took during the churn (a watch on
 // all keys), divided by the changes. ARGUS_FLEET_HEAP=DIR (one replica)

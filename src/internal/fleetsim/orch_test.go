@@ -255,12 +255,8 @@ func (d *deployment) saveCPU(name string, dur time.Duration) <-chan struct{} {
 	for i, addr := range d.debug {
 		urls[d.profileName(name, i)] = "http://" + addr
 	}
-	if len(d.debug) > 0 && d.ha != nil { // and etcd's members (--enable-pprof)
-		for member, st := range d.ha.Stores() {
-			if strings.HasPrefix(st.URL, "http://") {
-				urls[name+"-"+member] = st.URL
-			}
-		}
+	for member, url := range d.etcdDebug() { // and etcd's members (--enable-pprof)
+		urls[name+"-"+member] = url
 	}
 	for base, addr := range urls {
 		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", addr, int(dur.Seconds()))
@@ -282,16 +278,26 @@ func (d *deployment) saveCPU(name string, dur time.Duration) <-chan struct{} {
 // ARGUS_FLEET_HEAP/<name>-eN.metrics.txt, when they serve their profiles:
 // its disk's fsync and commit histograms say whether a stall was etcd's.
 func (d *deployment) saveMetrics(name string) {
+	for member, url := range d.etcdDebug() {
+		if err := fetchTo(url+"/metrics", filepath.Join(os.Getenv("ARGUS_FLEET_HEAP"), name+"-"+member+".metrics.txt")); err != nil {
+			d.tb.Logf("metrics: %v", err)
+		}
+	}
+}
+
+// etcdDebug is each etcd member's URL by name, when the replicas serve
+// their profiles (ha-up.sh then runs etcd with --enable-pprof).
+func (d *deployment) etcdDebug() map[string]string {
+	out := map[string]string{}
 	if len(d.debug) == 0 || d.ha == nil {
-		return
+		return out
 	}
 	for member, st := range d.ha.Stores() {
 		if strings.HasPrefix(st.URL, "http://") {
-			if err := fetchTo(st.URL+"/metrics", filepath.Join(os.Getenv("ARGUS_FLEET_HEAP"), name+"-"+member+".metrics.txt")); err != nil {
-				d.tb.Logf("metrics: %v", err)
-			}
+			out[member] = st.URL
 		}
 	}
+	return out
 }
 
 func fetchTo(url, file string) error {

@@ -48,11 +48,13 @@ func (c *blobCache) get(ctx context.Context, id, sum string) ([]byte, error) {
 	if data, ok := c.lru.Get(sum); ok {
 		return data, nil
 	}
-	// Keyed by hash alone: whichever context's copy is read, the bytes
-	// are the same (ReadBlob checks them). The read is the flight's, not
-	// its first caller's: that agent going away must not fail it for the
-	// others waiting on it.
-	v, err, _ := c.flight.Do(sum, func() (any, error) {
+	// Kept by hash alone: whichever context's copy was read, the bytes
+	// are the same (ReadBlob checks them). A read in flight is shared by
+	// the agents asking for the same context's copy (another context's
+	// may be gone, pruned, while this one's is not), and is the flight's,
+	// not its first caller's: that agent going away must not fail it for
+	// the others waiting on it.
+	v, err, _ := c.flight.Do(id+"/"+sum, func() (any, error) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), blobReadTimeout)
 		defer cancel()
 		data, err := c.read.ReadBlob(rctx, id, sum)
