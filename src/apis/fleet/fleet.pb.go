@@ -1070,7 +1070,9 @@ func (x *Blob) GetData() []byte {
 // the hub acknowledged.
 type StatusReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Numbers the reports of one stream from 1; StatusAck names it.
+	// Numbers the reports of one stream from 1; StatusAck names it. A
+	// heartbeat (a report with nothing but the monitor) may be 0: it is
+	// not acknowledged, and nothing of it is sent again.
 	Seq        int64              `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	Placements []*PlacementReport `protobuf:"bytes,2,rep,name=placements,proto3" json:"placements,omitempty"`
 	Bundles    []*BundleReport    `protobuf:"bytes,3,rep,name=bundles,proto3" json:"bundles,omitempty"`

@@ -22,7 +22,8 @@ func running() (string, string) { return appcontext.MonitorRunning, "" }
 var web = WorkKey{Context: "1", App: "web"}
 
 // Unacknowledged status is sent again after a reconnect, acknowledged
-// status never; a heartbeat carries only the monitor.
+// status never; a heartbeat carries only the monitor and is not
+// numbered (the hub does not acknowledge it).
 func TestUplinkResendsOnlyWhatWasNotAcknowledged(t *testing.T) {
 	u := newUplink()
 	u.Statuses(web, 7, map[string]appcontext.ResourceStatus{"ConfigMap/default/a": {Status: appcontext.RsyncApplied}})
@@ -49,8 +50,11 @@ func TestUplinkResendsOnlyWhatWasNotAcknowledged(t *testing.T) {
 		t.Fatalf("everything was acknowledged, yet %v", r)
 	}
 	hb := u.next(true, running)
-	if hb == nil || len(hb.Placements) != 0 || len(hb.Bundles) != 0 || hb.Monitor == nil {
-		t.Fatalf("heartbeat %v", hb)
+	if hb == nil || len(hb.Placements) != 0 || len(hb.Bundles) != 0 || hb.Monitor == nil || hb.GetSeq() != 0 {
+		t.Fatalf("heartbeat %v, want the monitor alone, unnumbered", hb)
+	}
+	if len(u.inflight) != 0 {
+		t.Fatalf("a heartbeat waits for an acknowledgement: %v", u.inflight)
 	}
 	u.resendAll()
 	if r := u.next(false, running); r == nil || len(r.Placements[0].Resources) != 2 || len(r.Bundles) != 1 {

@@ -52,6 +52,12 @@ func nativeServerOptions() []grpc.ServerOption {
 		// opens, and a client that never opens one would otherwise hold
 		// a connection slot forever. An agent always holds its stream.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 15 * time.Second, MaxConnectionIdle: 2 * time.Minute}),
+		// Fixed flow-control windows: gRPC's default sizes them by
+		// pinging the peer after data arrives (BDP estimation), a ping and
+		// its answer for each heartbeat of each agent — most of an idle
+		// fleet's packets. 256 KiB lets a 2 MiB report through in eight
+		// round trips and bounds what a peer can make the hub buffer.
+		grpc.InitialWindowSize(256 << 10), grpc.InitialConnWindowSize(256 << 10),
 		grpc.ReadBufferSize(0),
 		grpc.WriteBufferSize(16 << 10),
 		grpc.SharedWriteBuffer(true),

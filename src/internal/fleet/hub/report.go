@@ -63,7 +63,8 @@ func checkReport(r *pb.StatusReport) error {
 	return nil
 }
 
-// report stores what the agent reported, then acknowledges it.
+// report stores what the agent reported, then acknowledges it (unless it
+// is unnumbered).
 func (s *session) report(r *pb.StatusReport) error {
 	s.h.metrics.reports.Inc()
 	if err := checkReport(r); err != nil {
@@ -116,7 +117,9 @@ func (s *session) report(r *pb.StatusReport) error {
 		}
 	}
 	s.mu.Unlock()
-	s.queue(&pb.HubMessage{Body: &pb.HubMessage_StatusAck{StatusAck: &pb.StatusAck{Seq: r.GetSeq()}}})
+	if r.GetSeq() != 0 { // 0: a heartbeat, which is never sent again
+		s.queue(&pb.HubMessage{Body: &pb.HubMessage_StatusAck{StatusAck: &pb.StatusAck{Seq: r.GetSeq()}}})
+	}
 	return nil
 }
 

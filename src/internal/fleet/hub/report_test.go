@@ -102,3 +102,44 @@ func TestReportBehindHelloIsStored(t *testing.T) {
 		t.Fatalf("the report was acknowledged, but its bundle is not stored (stored: %v, %+v)", ok, snap)
 	}
 }
+
+// A heartbeat (an unnumbered report) is taken in — the monitor's state is
+// stored — but not acknowledged; a numbered report is.
+func TestHeartbeatIsNotAcknowledged(t *testing.T) {
+	f := newFixture(t)
+	st, _, err := f.rogue(t, f.joined(t, edge).c.Credential).hello(edge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(seq int64, state string) {
+		r := &pb.StatusReport{Seq: seq, Monitor: &pb.Monitor{State: state}}
+		if err := st.Send(&pb.AgentMessage{Body: &pb.AgentMessage_Report{Report: r}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	monitor := func() string {
+		states, err := f.store.ClusterStates(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return states[edge].Monitor
+	}
+	send(0, appcontext.MonitorNotInstalled)
+	waitFor(t, "the heartbeat's monitor state stored", func() bool { return monitor() == appcontext.MonitorNotInstalled })
+	send(1, appcontext.MonitorRunning)
+	for {
+		m, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := m.GetStatusAck(); a != nil {
+			if a.GetSeq() != 1 {
+				t.Fatalf("acknowledged report %d, want only the numbered one (1)", a.GetSeq())
+			}
+			break
+		}
+	}
+	if got := monitor(); got != appcontext.MonitorRunning {
+		t.Fatalf("monitor %q after the numbered report, want Running", got)
+	}
+}
