@@ -360,12 +360,17 @@ type Context struct {
 	Heal *HealRequest
 }
 
-// Placement returns the placement of app on cluster, or nil.
+// Placement returns the placement of app on cluster, or nil, by a binary
+// search of the placements in their order (rsync asks once per placement
+// it follows: a scan made a DIG on 10,000 clusters quadratic).
 func (c *Context) Placement(app string, cluster ClusterRef) *Placement {
-	for _, p := range c.Placements {
-		if p.App == app && p.Cluster == cluster {
-			return p
-		}
+	ref := cluster.String()
+	i := sort.Search(len(c.Placements), func(i int) bool {
+		q := c.Placements[i]
+		return q.App > app || q.App == app && q.Cluster.String() >= ref
+	})
+	if i < len(c.Placements) && c.Placements[i].App == app && c.Placements[i].Cluster == cluster {
+		return c.Placements[i]
 	}
 	return nil
 }

@@ -276,8 +276,9 @@ func buildApps(in Input, q Query, t *tally) ([]App, bool) {
 	summary := q.Output == OutputSummary
 	var scratch []Resource
 	appReady := map[string]bool{}
+	inClusters := clusterMatcher(q.Clusters)
 	for _, p := range in.Context.Placements {
-		if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) || left(p) {
+		if !match(q.Apps, p.App) || !inClusters(p.Cluster) || left(p) {
 			continue
 		}
 		c := buildCluster(in, q, p, scratch)
@@ -734,6 +735,24 @@ func match(filter []string, v string) bool {
 	return false
 }
 
+// clusterMatcher is matchCluster of filter, through a set when the filter
+// is long: a history pass asks for every cluster a batch of changes
+// touched (thousands while a DIG on a fleet is instantiated), and a scan
+// of them per placement made that pass quadratic.
+func clusterMatcher(filter []appcontext.ClusterRef) func(appcontext.ClusterRef) bool {
+	if len(filter) <= 8 {
+		return func(c appcontext.ClusterRef) bool { return matchCluster(filter, c) }
+	}
+	set := make(map[appcontext.ClusterRef]struct{}, len(filter))
+	for _, f := range filter {
+		set[f] = struct{}{}
+	}
+	return func(c appcontext.ClusterRef) bool {
+		_, ok := set[c]
+		return ok
+	}
+}
+
 func matchCluster(filter []appcontext.ClusterRef, c appcontext.ClusterRef) bool {
 	if len(filter) == 0 {
 		return true
@@ -770,8 +789,9 @@ func Drift(in Input, q Query) []appcontext.Drifted {
 	if in.Context == nil {
 		return nil
 	}
+	inClusters := clusterMatcher(q.Clusters)
 	for _, p := range in.Context.Placements {
-		if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) || left(p) {
+		if !match(q.Apps, p.App) || !inClusters(p.Cluster) || left(p) {
 			continue
 		}
 		bundle, index := bundleOf(p)

@@ -119,8 +119,9 @@ func Lists(in Input, q Query) any {
 			return out
 		}
 		q.Output, q.Resources = OutputAll, nil
+		inClusters := clusterMatcher(q.Clusters)
 		for _, p := range in.Context.Placements {
-			if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) || left(p) {
+			if !match(q.Apps, p.App) || !inClusters(p.Cluster) || left(p) {
 				continue
 			}
 			e := ResourcesByAppEntry{App: p.App, ClusterProvider: p.Cluster.Provider, Cluster: p.Cluster.Name, Resources: []ResourceEntry{}}

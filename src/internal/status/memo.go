@@ -175,8 +175,9 @@ func (m *partMeta) meta() *partMeta { return m }
 func walk[P interface{ meta() *partMeta }](in Input, q Query, parts map[*appcontext.Placement]P, pass uint64,
 	derive func(p *appcontext.Placement, k partKey, old P) P, each func(p *appcontext.Placement, part P), drop func(P)) {
 	seen := 0
+	inClusters := clusterMatcher(q.Clusters)
 	for _, p := range in.Context.Placements {
-		if !match(q.Apps, p.App) || !matchCluster(q.Clusters, p.Cluster) {
+		if !match(q.Apps, p.App) || !inClusters(p.Cluster) {
 			continue
 		}
 		part, had := parts[p]
