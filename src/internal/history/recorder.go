@@ -89,8 +89,8 @@ type Recorder struct {
 	// Run's catch-up, which lists every group after the queue exists.
 	queue workqueue.TypedRateLimitingInterface[string]
 	// seen is when each new resource still settling (settle) was first
-	// seen, by group and resource key.
-	seen map[string]map[string]time.Time
+	// seen, by group.
+	seen map[string]sightings
 	// scopes are what changed of each queued group since it was last
 	// taken; states what is known of each group recorded (a worker has a
 	// group to itself while it records it, the workqueue sees to that).
@@ -129,7 +129,7 @@ func NewRecorder(opts RecorderOptions) (*Recorder, error) {
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return time.Now().UTC() }
 	}
-	r := &Recorder{opts: opts, log: opts.Logger, resync: make(chan struct{}, 1), seen: map[string]map[string]time.Time{},
+	r := &Recorder{opts: opts, log: opts.Logger, resync: make(chan struct{}, 1), seen: map[string]sightings{},
 		scopes: map[string]appcontext.Scope{}, states: map[string]*groupState{},
 		entries: prometheus.NewCounter(prometheus.CounterOpts{Name: "argus_history_entries_total",
 			Help: "History entries recorded by this process."}),
@@ -458,18 +458,17 @@ func (gs *groupState) ready() bool {
 
 // setSeen keeps a group's first sightings of resources still settling,
 // of the clusters in (all when nil): those of others stay.
-func (r *Recorder) setSeen(group string, held map[string]time.Time, in map[string]bool) {
+func (r *Recorder) setSeen(group string, held sightings, in map[string]bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if in != nil {
-		for k, t := range r.seen[group] {
-			if _, ok := held[k]; !ok && !in[status.KeyCluster(k)] {
-				if held == nil {
-					held = map[string]time.Time{}
-				}
-				held[k] = t
-			}
+	if cur := r.seen[group]; in != nil && len(cur) > 0 {
+		for cl := range in {
+			delete(cur, cl)
 		}
+		for cl, m := range held {
+			cur[cl] = m
+		}
+		held = cur
 	}
 	if len(held) == 0 {
 		delete(r.seen, group)

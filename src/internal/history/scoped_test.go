@@ -236,3 +236,38 @@ func TestScopedRecordKeepsTheHeldBackReRecord(t *testing.T) {
 		t.Fatalf("the held-back ConfigMap was not recorded when its window closed: %s", d)
 	}
 }
+
+// A record of some clusters keeps the first sightings of resources
+// settling on the others: a pod first seen on c0, still not Ready when
+// its window closes, is recorded then, though a record of c1 came between.
+func TestScopedRecordKeepsOtherClustersSightings(t *testing.T) {
+	ctx := context.Background()
+	store := NewStore(StoreOptions{Client: env.Etcd.Client, Prefix: env.EtcdPrefix()})
+	src := &scopedSource{world: map[string]status.ResourceState{}}
+	src.set(res(key("a", "c0", "Pod", "p"), "", "Present", "Pending", "containers not ready"))
+	src.set(res(key("a", "c1", "ConfigMap", "cm"), "Applied", "Present", "Ready", ""))
+	const g = "instance:sighted"
+	now := t0
+	rec := newRecorder(t, store, src, &now)
+	due, err := rec.record(ctx, g, &appcontext.Scope{All: true})
+	if err != nil || !due.Equal(t0.Add(SettleWindow)) {
+		t.Fatalf("the first record: due %v %v, want %v", due, err, t0.Add(SettleWindow))
+	}
+	now = t0.Add(500 * time.Millisecond)
+	src.set(res(key("a", "c1", "ConfigMap", "cm"), "Applied", "Present", "NotReady", "gone bad"))
+	c1 := appcontext.ClusterRef{Provider: "cp", Name: "c1"}
+	if _, err := rec.record(ctx, g, &appcontext.Scope{Clusters: map[appcontext.ClusterRef]bool{c1: true}}); err != nil {
+		t.Fatal(err)
+	}
+	now = t0.Add(SettleWindow + 10*time.Millisecond)
+	if _, err := rec.record(ctx, g, nil); err != nil {
+		t.Fatal(err)
+	}
+	l, err := store.List(ctx, g, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := describe(l); !strings.Contains(d, "resource:Pod/p ->,Present,Pending") {
+		t.Fatalf("the pod first seen on c0 was not recorded when its window closed: %s", d)
+	}
+}

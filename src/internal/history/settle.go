@@ -27,18 +27,18 @@ const SettleWindow = 2 * time.Second
 // still holds, and when to look again (zero when it holds nothing).
 // Anything rsync failed, retries or waits for, anything going away, and any
 // change long after an apply is never held.
-func settle(c cursor, snap status.Snapshot, now time.Time, seen map[string]time.Time) (status.Snapshot, map[string]time.Time, time.Time) {
+func settle(c cursor, snap status.Snapshot, now time.Time, seen sightings) (status.Snapshot, sightings, time.Time) {
 	var next time.Time
-	held := map[string]time.Time{}
+	held := sightings{}
 	out := snap
 	out.Resources = make([]status.ResourceState, 0, len(snap.Resources))
 	for _, r := range snap.Resources {
-		k := r.Key.String()
-		prev, known := c.get(keyCluster(r.Key), k)
+		k, cl := r.Key.String(), keyCluster(r.Key)
+		prev, known := c.get(cl, k)
 		start, sighted := r.Since, false
 		if start.IsZero() && !known {
 			start, sighted = now, true
-			if t, ok := seen[k]; ok {
+			if t, ok := seen[cl][k]; ok {
 				start = t
 			}
 		}
@@ -50,7 +50,7 @@ func settle(c cursor, snap status.Snapshot, now time.Time, seen map[string]time.
 			next = until
 		}
 		if sighted {
-			held[k] = start
+			held.put(cl, k, start)
 		}
 		if known {
 			r.RsyncStatus, r.ClusterStatus, r.ReadyStatus, r.SyncStatus = prev.Rsync, prev.Cluster, prev.Ready, prev.Sync
@@ -58,6 +58,20 @@ func settle(c cursor, snap status.Snapshot, now time.Time, seen map[string]time.
 		}
 	}
 	return out, held, next
+}
+
+// sightings are when resources still settling were first seen, by
+// cluster and resource key: a pass over some clusters replaces theirs
+// alone, without walking the others' (thousands, on a fleet).
+type sightings map[string]map[string]time.Time
+
+func (s sightings) put(cluster, key string, t time.Time) {
+	m := s[cluster]
+	if m == nil {
+		m = map[string]time.Time{}
+		s[cluster] = m
+	}
+	m[key] = t
 }
 
 // settling reports a resource still settling at now, its window opened at

@@ -47,7 +47,7 @@ func TestSettleFoldsTheApplyTimeBlips(t *testing.T) {
 			"status:Instantiated/true>Instantiated/false | resource:ConfigMap/sink-configmap Applied,Present,Ready>Applied,NotPresent,NotPresent", 0},
 	}
 	var cur cursor
-	var seen map[string]time.Time
+	var seen sightings
 	for i, s := range steps {
 		now := t0.Add(s.at)
 		settled, held, again := settle(cur, s.snap, now, seen)
