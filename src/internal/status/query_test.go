@@ -11,7 +11,9 @@ import (
 // filter matches every cluster, the "none" filter of SnapshotOf matches
 // none, a long filter exactly its clusters.
 func TestClusterMatcher(t *testing.T) {
-	ref := func(i int) appcontext.ClusterRef { return appcontext.ClusterRef{Provider: "p", Name: fmt.Sprintf("c%d", i)} }
+	ref := func(i int) appcontext.ClusterRef {
+		return appcontext.ClusterRef{Provider: "p", Name: fmt.Sprintf("c%d", i)}
+	}
 	var long []appcontext.ClusterRef
 	for i := 0; i < 100; i += 2 {
 		long = append(long, ref(i))
