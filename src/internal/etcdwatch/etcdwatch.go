@@ -140,7 +140,7 @@ func (f *Follower) list(ctx context.Context) (int64, error) {
 				continue // the consumer has it
 			}
 			f.known[key] = kv.ModRevision
-			b.Events = append(b.Events, eventOf(kv, false))
+			b.Events = append(b.Events, eventOf(key, kv, false))
 		}
 	}
 	var gone []string
@@ -159,8 +159,11 @@ func (f *Follower) list(ctx context.Context) (int64, error) {
 	return rev, nil
 }
 
-func eventOf(kv *mvccpb.KeyValue, deleted bool) Event {
-	ev := Event{Key: string(kv.Key), Deleted: deleted, ModRevision: kv.ModRevision}
+// eventOf is kv's event under key, the string the Follower keeps for it:
+// consumers that keep the key share it instead of a copy of their own
+// (110,000 keys of a context on a fleet).
+func eventOf(key string, kv *mvccpb.KeyValue, deleted bool) Event {
+	ev := Event{Key: key, Deleted: deleted, ModRevision: kv.ModRevision}
 	if !deleted {
 		ev.Value, ev.CreateRevision, ev.Lease = kv.Value, kv.CreateRevision, kv.Lease
 	}
@@ -230,7 +233,7 @@ func (f *Follower) watch(ctx context.Context, rev int64, retry *backoff.Backoff)
 			} else {
 				f.known[key] = ev.Kv.ModRevision
 			}
-			b.Events = append(b.Events, eventOf(ev.Kv, ev.Type == mvccpb.DELETE))
+			b.Events = append(b.Events, eventOf(key, ev.Kv, ev.Type == mvccpb.DELETE))
 			revs[r.i] = max(revs[r.i], ev.Kv.ModRevision)
 		}
 		b.Revision = revs[0]

@@ -419,3 +419,19 @@ func TestWriterGuardsEachPart(t *testing.T) {
 }
 
 var _ rsync.Delegate = (*Hub)(nil)
+
+// An install is written without reading first; over a record already
+// there (a replica taking an instantiation over) it is compared as an
+// update is: the same work keeps its generation, other work gets a new one.
+func TestPublishInstallOverARecord(t *testing.T) {
+	f := newFixture(t)
+	c := f.newContext(t, "a")
+	gen := f.publish(t, c, "a")
+	if again := f.publish(t, c, "a"); again != gen {
+		t.Fatalf("the same install again: generation %d, want %d kept", again, gen)
+	}
+	c.Meta.Namespace = "other"
+	if changed := f.publish(t, c, "a"); changed <= gen {
+		t.Fatalf("another install over the record: generation %d, want more than %d", changed, gen)
+	}
+}
