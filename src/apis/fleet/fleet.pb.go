@@ -1071,8 +1071,9 @@ func (x *Blob) GetData() []byte {
 type StatusReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Numbers the reports of one stream from 1; StatusAck names it. A
-	// heartbeat (a report with nothing but the monitor) may be 0: it is
-	// not acknowledged, and nothing of it is sent again.
+	// heartbeat (a report with nothing but the monitor) may be 0: nothing
+	// of it is sent again, and the hub acknowledges it (with 0) only when
+	// it sent the agent nothing else for a while.
 	Seq        int64              `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	Placements []*PlacementReport `protobuf:"bytes,2,rep,name=placements,proto3" json:"placements,omitempty"`
 	Bundles    []*BundleReport    `protobuf:"bytes,3,rep,name=bundles,proto3" json:"bundles,omitempty"`

@@ -355,7 +355,7 @@ type Placement struct {
 type Context struct {
 	Meta       Meta
 	Status     Status
-	Placements []*Placement // sorted by app, then cluster
+	Placements []*Placement // sorted by app, then Cluster.String() (Placement searches them)
 	// Heal is the pending sync request, if any.
 	Heal *HealRequest
 }

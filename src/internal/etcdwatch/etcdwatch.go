@@ -159,9 +159,9 @@ func (f *Follower) list(ctx context.Context) (int64, error) {
 	return rev, nil
 }
 
-// eventOf is kv's event under key, the string the Follower keeps for it:
-// consumers that keep the key share it instead of a copy of their own
-// (110,000 keys of a context on a fleet).
+// eventOf is kv's event under key, the string the Follower made for it
+// (and keeps, for a key new to it): a consumer keeping a new key shares it
+// instead of a copy of its own (110,000 keys of a context on a fleet).
 func eventOf(key string, kv *mvccpb.KeyValue, deleted bool) Event {
 	ev := Event{Key: key, Deleted: deleted, ModRevision: kv.ModRevision}
 	if !deleted {

@@ -297,7 +297,9 @@ func (r *Recorder) next(ctx context.Context, queue workqueue.TypedRateLimitingIn
 }
 
 // Record diffs a group's current state against its cursor and appends
-// the transitions. A subject that is gone has its history dropped.
+// the transitions. A subject that is gone has its history dropped. It is
+// for a Recorder that is not running (tests, tools): Run's workers record
+// a group one at a time, and Record beside them would not be.
 func (r *Recorder) Record(ctx context.Context, group string) error {
 	_, err := r.record(ctx, group, &appcontext.Scope{All: true})
 	return err

@@ -54,6 +54,10 @@ func (h *Hub) Publish(ctx context.Context, c *appcontext.Context, p *appcontext.
 	// one — a replica taking over an instantiation — and the record is
 	// read and compared as for an update.
 	guess := kind == rsync.WorkInstall
+	attempts := 3 // writes over a record read and compared
+	if guess {
+		attempts++
+	}
 	for attempt := 1; ; attempt++ {
 		var was int64 // 0: no record
 		if !guess || attempt > 1 {
@@ -69,10 +73,11 @@ func (h *Hub) Publish(ctx context.Context, c *appcontext.Context, p *appcontext.
 			}
 		}
 		// Batched with other placements' work and the agents' reports;
-		// written only over the record just compared.
+		// written only over the record just compared (or, guessing, over
+		// none).
 		gen, err := h.writer.put(ctx, key, clientv3.Compare(clientv3.ModRevision(key), "=", was), clientv3.OpPut(key, string(data)), len(key)+len(data))
 		if errors.Is(err, errSuperseded) {
-			if attempt < 4 {
+			if attempt < attempts {
 				continue // written meanwhile (or before, against the guess): compare with that
 			}
 			return 0, fmt.Errorf("publish the work of %s on %s: it changed each of %d times it was written", p.App, p.Cluster, attempt)

@@ -55,9 +55,11 @@ func nativeServerOptions() []grpc.ServerOption {
 		// Fixed flow-control windows: gRPC's default sizes them by
 		// pinging the peer after data arrives (BDP estimation), a ping and
 		// its answer for each heartbeat of each agent — most of an idle
-		// fleet's packets. 256 KiB lets a 2 MiB report through in eight
-		// round trips and bounds what a peer can make the hub buffer.
-		grpc.InitialWindowSize(256 << 10), grpc.InitialConnWindowSize(256 << 10),
+		// fleet's packets. A stream buffers at most its window (64 KiB, the
+		// default's start; gRPC opens it to a whole message once the hub
+		// reads that message), and the connection's 256 KiB paces a large
+		// report.
+		grpc.InitialWindowSize(64 << 10), grpc.InitialConnWindowSize(256 << 10),
 		grpc.ReadBufferSize(0),
 		grpc.WriteBufferSize(16 << 10),
 		grpc.SharedWriteBuffer(true),

@@ -63,8 +63,15 @@ func checkReport(r *pb.StatusReport) error {
 	return nil
 }
 
-// report stores what the agent reported, then acknowledges it (unless it
-// is unnumbered).
+// idleAckAfter is how long a stream may carry nothing to the agent before a
+// heartbeat (an unnumbered report, never sent again, so not acknowledged
+// for itself) is acknowledged all the same: a stream silent one way looks
+// dead to the agent's keepalive (30 s without a read makes it ping) and to
+// L7 proxies between (nginx's grpc_read_timeout is 60 s).
+const idleAckAfter = 20 * time.Second
+
+// report stores what the agent reported, then acknowledges it (a
+// heartbeat only when the stream was otherwise quiet for idleAckAfter).
 func (s *session) report(r *pb.StatusReport) error {
 	s.h.metrics.reports.Inc()
 	if err := checkReport(r); err != nil {
@@ -117,7 +124,7 @@ func (s *session) report(r *pb.StatusReport) error {
 		}
 	}
 	s.mu.Unlock()
-	if r.GetSeq() != 0 { // 0: a heartbeat, which is never sent again
+	if r.GetSeq() != 0 || s.h.opts.Now().UnixNano()-s.lastSend.Load() >= int64(idleAckAfter) {
 		s.queue(&pb.HubMessage{Body: &pb.HubMessage_StatusAck{StatusAck: &pb.StatusAck{Seq: r.GetSeq()}}})
 	}
 	return nil

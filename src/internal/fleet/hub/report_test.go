@@ -2,7 +2,9 @@ package hub
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -104,9 +106,11 @@ func TestReportBehindHelloIsStored(t *testing.T) {
 }
 
 // A heartbeat (an unnumbered report) is taken in — the monitor's state is
-// stored — but not acknowledged; a numbered report is.
+// stored — but not acknowledged, unless the stream carried nothing to the
+// agent for idleAckAfter; a numbered report always is.
 func TestHeartbeatIsNotAcknowledged(t *testing.T) {
-	f := newFixture(t)
+	var skew atomic.Int64
+	f := newFixture(t, func(o *Options) { o.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) } })
 	st, _, err := f.rogue(t, f.joined(t, edge).c.Credential).hello(edge)
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +119,17 @@ func TestHeartbeatIsNotAcknowledged(t *testing.T) {
 		r := &pb.StatusReport{Seq: seq, Monitor: &pb.Monitor{State: state}}
 		if err := st.Send(&pb.AgentMessage{Body: &pb.AgentMessage_Report{Report: r}}); err != nil {
 			t.Fatal(err)
+		}
+	}
+	acked := func() int64 {
+		for {
+			m, err := st.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a := m.GetStatusAck(); a != nil {
+				return a.GetSeq()
+			}
 		}
 	}
 	monitor := func() string {
@@ -127,19 +142,17 @@ func TestHeartbeatIsNotAcknowledged(t *testing.T) {
 	send(0, appcontext.MonitorNotInstalled)
 	waitFor(t, "the heartbeat's monitor state stored", func() bool { return monitor() == appcontext.MonitorNotInstalled })
 	send(1, appcontext.MonitorRunning)
-	for {
-		m, err := st.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if a := m.GetStatusAck(); a != nil {
-			if a.GetSeq() != 1 {
-				t.Fatalf("acknowledged report %d, want only the numbered one (1)", a.GetSeq())
-			}
-			break
-		}
+	if seq := acked(); seq != 1 {
+		t.Fatalf("acknowledged report %d, want only the numbered one (1)", seq)
 	}
 	if got := monitor(); got != appcontext.MonitorRunning {
 		t.Fatalf("monitor %q after the numbered report, want Running", got)
+	}
+	// Nothing sent to the agent for idleAckAfter: its next heartbeat is
+	// acknowledged, so the stream is not silent one way.
+	skew.Store(int64(idleAckAfter))
+	send(0, appcontext.MonitorRunning)
+	if seq := acked(); seq != 0 {
+		t.Fatalf("acknowledged report %d, want the heartbeat (0)", seq)
 	}
 }

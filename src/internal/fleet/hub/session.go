@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -37,6 +38,10 @@ type session struct {
 	wake   chan struct{}
 	quota  *clusterQuota
 	room   chan struct{} // a send made room in the queue
+	// lastSend is when the sender last sent the agent anything (Unix
+	// nanoseconds): a heartbeat is acknowledged when nothing else was for
+	// idleAckAfter.
+	lastSend atomic.Int64
 
 	mu      sync.Mutex
 	out     []*pb.HubMessage
@@ -376,7 +381,7 @@ func (s *session) sendLoop() {
 				s.writeSilent()
 			}
 			for _, m := range out {
-				if err := s.stream.Send(m); err != nil {
+				if err := s.send(m); err != nil {
 					s.end(err)
 					return
 				}
@@ -397,13 +402,20 @@ func (s *session) sendLoop() {
 			}
 			for _, m := range batches {
 				s.h.metrics.batches.Inc()
-				if err := s.stream.Send(m); err != nil {
+				if err := s.send(m); err != nil {
 					s.end(err)
 					return
 				}
 			}
 		}
 	}
+}
+
+// send sends m, noting when.
+func (s *session) send(m *pb.HubMessage) error {
+	err := s.stream.Send(m)
+	s.lastSend.Store(s.h.opts.Now().UnixNano())
+	return err
 }
 
 // workEvent hands a change of a work record to its cluster's session here.
