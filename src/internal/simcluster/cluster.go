@@ -16,10 +16,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/retry"
 )
 
 const (
@@ -331,7 +333,19 @@ func (c *Cluster) createNodes(ctx context.Context) error {
 				"type": "kwok",
 			},
 		}}
-		if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		// Retried (0.5 to 8 s apart): a cluster's own etcd, on a machine
+		// busy with other tests, may answer its first writes "request
+		// timed out".
+		err := retry.OnError(wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Steps: 5}, func(err error) bool {
+			return ctx.Err() == nil && !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err)
+		}, func() error {
+			_, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return nil // an attempt that timed out made it after all
+			}
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("%s: create node %s: %w", c.Name, name, err)
 		}
 	}
