@@ -198,76 +198,55 @@ func listAtLeast(t *testing.T, store *Store, g string, n int) []Entry {
 	return l
 }
 
-// A record of some clusters keeps the group's earlier re-record, due for a
-// resource held back while it settles on another cluster: when it comes
-// (with no scope, as the queue brings it), that resource is recorded.
-func TestScopedRecordKeepsTheHeldBackReRecord(t *testing.T) {
-	ctx := context.Background()
-	store := NewStore(StoreOptions{Client: env.Etcd.Client, Prefix: env.EtcdPrefix()})
-	src := &scopedSource{world: map[string]status.ResourceState{}}
-	settlingCM := key("a", "c0", "ConfigMap", "new")
-	src.set(since(res(settlingCM, "Applied", "NotPresent", "NotPresent", "not found"), t0))
-	src.set(res(key("a", "c1", "ConfigMap", "cm"), "Applied", "Present", "Ready", ""))
-	const g = "instance:held"
-	now := t0.Add(100 * time.Millisecond)
-	rec := newRecorder(t, store, src, &now)
-	due, err := rec.record(ctx, g, &appcontext.Scope{All: true})
-	if err != nil || !due.Equal(t0.Add(SettleWindow)) {
-		t.Fatalf("the first record: due %v %v, want %v", due, err, t0.Add(SettleWindow))
-	}
-	// A change on c1, recorded from c1 alone, within c0's window.
-	now = t0.Add(500 * time.Millisecond)
-	src.set(res(key("a", "c1", "ConfigMap", "cm"), "Applied", "Present", "NotReady", "gone bad"))
-	c1 := appcontext.ClusterRef{Provider: "cp", Name: "c1"}
-	due, err = rec.record(ctx, g, &appcontext.Scope{Clusters: map[appcontext.ClusterRef]bool{c1: true}})
-	if err != nil || !due.Equal(t0.Add(SettleWindow)) {
-		t.Errorf("the record of c1: due %v %v, want c0's %v", due, err, t0.Add(SettleWindow))
-	}
-	// c0's window closes: the queue brings the group back without a scope.
-	now = t0.Add(SettleWindow + 10*time.Millisecond)
-	if _, err := rec.record(ctx, g, nil); err != nil {
-		t.Fatal(err)
-	}
-	l, err := store.List(ctx, g, Filter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := describe(l); !strings.Contains(d, "resource:ConfigMap/new ->Applied,NotPresent,NotPresent") {
-		t.Fatalf("the held-back ConfigMap was not recorded when its window closed: %s", d)
-	}
-}
-
-// A record of some clusters keeps the first sightings of resources
-// settling on the others: a pod first seen on c0, still not Ready when
-// its window closes, is recorded then, though a record of c1 came between.
-func TestScopedRecordKeepsOtherClustersSightings(t *testing.T) {
-	ctx := context.Background()
-	store := NewStore(StoreOptions{Client: env.Etcd.Client, Prefix: env.EtcdPrefix()})
-	src := &scopedSource{world: map[string]status.ResourceState{}}
-	src.set(res(key("a", "c0", "Pod", "p"), "", "Present", "Pending", "containers not ready"))
-	src.set(res(key("a", "c1", "ConfigMap", "cm"), "Applied", "Present", "Ready", ""))
-	const g = "instance:sighted"
-	now := t0
-	rec := newRecorder(t, store, src, &now)
-	due, err := rec.record(ctx, g, &appcontext.Scope{All: true})
-	if err != nil || !due.Equal(t0.Add(SettleWindow)) {
-		t.Fatalf("the first record: due %v %v, want %v", due, err, t0.Add(SettleWindow))
-	}
-	now = t0.Add(500 * time.Millisecond)
-	src.set(res(key("a", "c1", "ConfigMap", "cm"), "Applied", "Present", "NotReady", "gone bad"))
-	c1 := appcontext.ClusterRef{Provider: "cp", Name: "c1"}
-	if _, err := rec.record(ctx, g, &appcontext.Scope{Clusters: map[appcontext.ClusterRef]bool{c1: true}}); err != nil {
-		t.Fatal(err)
-	}
-	now = t0.Add(SettleWindow + 10*time.Millisecond)
-	if _, err := rec.record(ctx, g, nil); err != nil {
-		t.Fatal(err)
-	}
-	l, err := store.List(ctx, g, Filter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := describe(l); !strings.Contains(d, "resource:Pod/p ->,Present,Pending") {
-		t.Fatalf("the pod first seen on c0 was not recorded when its window closed: %s", d)
+// A record of some clusters keeps what the group holds back on the
+// others: a resource settling on c0 — a ConfigMap rsync applied (its window
+// opens at the apply) or a pod (at its first sighting) — is recorded when
+// its window closes and the queue brings the group back without a scope,
+// though a record of c1 alone came between, itself due then.
+func TestScopedRecordKeepsWhatSettlesElsewhere(t *testing.T) {
+	for name, c := range map[string]struct {
+		settling status.ResourceState
+		first    time.Time // of the first record
+		want     string
+	}{
+		"held": {since(res(key("a", "c0", "ConfigMap", "new"), "Applied", "NotPresent", "NotPresent", "not found"), t0),
+			t0.Add(100 * time.Millisecond), "resource:ConfigMap/new ->Applied,NotPresent,NotPresent"},
+		"sighted": {res(key("a", "c0", "Pod", "p"), "", "Present", "Pending", "containers not ready"),
+			t0, "resource:Pod/p ->,Present,Pending"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			store := NewStore(StoreOptions{Client: env.Etcd.Client, Prefix: env.EtcdPrefix()})
+			src := &scopedSource{world: map[string]status.ResourceState{}}
+			src.set(c.settling)
+			src.set(res(key("a", "c1", "ConfigMap", "cm"), "Applied", "Present", "Ready", ""))
+			g := "instance:" + name
+			now := c.first
+			rec := newRecorder(t, store, src, &now)
+			due, err := rec.record(ctx, g, &appcontext.Scope{All: true})
+			if err != nil || !due.Equal(t0.Add(SettleWindow)) {
+				t.Fatalf("the first record: due %v %v, want %v", due, err, t0.Add(SettleWindow))
+			}
+			// A change on c1, recorded from c1 alone, within c0's window.
+			now = t0.Add(500 * time.Millisecond)
+			src.set(res(key("a", "c1", "ConfigMap", "cm"), "Applied", "Present", "NotReady", "gone bad"))
+			c1 := appcontext.ClusterRef{Provider: "cp", Name: "c1"}
+			due, err = rec.record(ctx, g, &appcontext.Scope{Clusters: map[appcontext.ClusterRef]bool{c1: true}})
+			if err != nil || !due.Equal(t0.Add(SettleWindow)) {
+				t.Errorf("the record of c1: due %v %v, want c0's %v", due, err, t0.Add(SettleWindow))
+			}
+			// c0's window closes: the queue brings the group back without a scope.
+			now = t0.Add(SettleWindow + 10*time.Millisecond)
+			if _, err := rec.record(ctx, g, nil); err != nil {
+				t.Fatal(err)
+			}
+			l, err := store.List(ctx, g, Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := describe(l); !strings.Contains(d, c.want) {
+				t.Fatalf("%s was not recorded when its window closed: %s", c.want, d)
+			}
+		})
 	}
 }
