@@ -84,7 +84,9 @@ func TestConsoleLeadsWithTheCause(t *testing.T) {
 func causeDIG(t *testing.T) (*orch, *monitors) {
 	t.Helper()
 	o := startOrchestrator(t, testenv.UniqueName("cause"), "/"+testenv.UniqueName("cause"),
-		func(opts *orchestrator.Options) { opts.MonitorSilentAfter = 4 * time.Second })
+		func(opts *orchestrator.Options) {
+			opts.MonitorSilentAfter, opts.Fleet.Heartbeat = 4*time.Second, time.Second
+		})
 	onboard(t, o, []any{map[string]any{"app": "frontend", "values": map[string]any{"replicaCount": "2"}}})
 	mons := startMonitorsRenewing(t, sim, time.Second)
 	o.must(202, "POST", digPath+"/approve", nil)

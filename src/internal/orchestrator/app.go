@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,8 +55,9 @@ type Options struct {
 	// defaults (catalog.DefaultMaxObjectBytes, DefaultMaxProjectBytes, and
 	// a quarter of the etcd quota for MaxTotalBytes).
 	CatalogLimits catalog.Limits
-	// MonitorSilentAfter is how long a monitor's Lease may stay unrenewed
-	// before the monitor is Silent; 0 means 30s.
+	// MonitorSilentAfter is how long a monitor's Lease may stay unrenewed,
+	// or a pull cluster's agent send no report, before the monitor is
+	// Silent; 0 means 30s.
 	MonitorSilentAfter time.Duration
 	// V1CreateWait bounds how long POST /v1/instance waits for the first
 	// apply to finish before it answers, as k8splugin answers once the
@@ -335,6 +337,12 @@ func New(opts Options) (*App, error) {
 	}
 	if opts.LeaseTTL < 0 {
 		return nil, errors.New("orchestrator: --lease-ttl cannot be negative")
+	}
+	if opts.MonitorSilentAfter < 0 || opts.Fleet.Heartbeat < 0 {
+		return nil, errors.New("orchestrator: --monitor-silent-after and --fleet-heartbeat cannot be negative")
+	}
+	if silent, hb := cmp.Or(opts.MonitorSilentAfter, 30*time.Second), cmp.Or(opts.Fleet.Heartbeat, 10*time.Second); hb >= silent {
+		return nil, fmt.Errorf("orchestrator: --fleet-heartbeat (%s) must be shorter than --monitor-silent-after (%s), or every idle agent's monitor is Silent between its reports", hb, silent)
 	}
 	if t := opts.LogicalClouds.CertTTL; t != 0 && t < 10*time.Minute {
 		return nil, errors.New("orchestrator: --logical-cloud-cert-ttl must be at least 10m, the least a cluster issues")

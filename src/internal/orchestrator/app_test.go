@@ -218,3 +218,19 @@ func TestProfilesOnTheirOwnPort(t *testing.T) {
 		}
 	}
 }
+
+// A heartbeat as long as the silence that follows a missed one would make
+// every idle agent's monitor Silent between its reports: refused.
+func TestHeartbeatShorterThanSilence(t *testing.T) {
+	for _, o := range []Options{
+		{MonitorSilentAfter: 10 * time.Second},
+		{Fleet: FleetOptions{Heartbeat: 30 * time.Second}},
+		{MonitorSilentAfter: 20 * time.Second, Fleet: FleetOptions{Heartbeat: time.Minute}},
+		{MonitorSilentAfter: -time.Second},
+	} {
+		o.DataDir = t.TempDir()
+		if _, err := New(o); err == nil {
+			t.Errorf("silent after %s, heartbeat %s: accepted", o.MonitorSilentAfter, o.Fleet.Heartbeat)
+		}
+	}
+}
