@@ -341,7 +341,8 @@ func New(opts Options) (*App, error) {
 	if opts.MonitorSilentAfter < 0 || opts.Fleet.Heartbeat < 0 {
 		return nil, errors.New("orchestrator: --monitor-silent-after and --fleet-heartbeat cannot be negative")
 	}
-	if silent, hb := cmp.Or(opts.MonitorSilentAfter, 30*time.Second), cmp.Or(opts.Fleet.Heartbeat, 10*time.Second); hb >= silent {
+	// Agents report every whole second of the heartbeat, at least one.
+	if silent, hb := cmp.Or(opts.MonitorSilentAfter, 30*time.Second), max(time.Second, cmp.Or(opts.Fleet.Heartbeat, 10*time.Second).Truncate(time.Second)); hb >= silent {
 		return nil, fmt.Errorf("orchestrator: --fleet-heartbeat (%s) must be shorter than --monitor-silent-after (%s), or every idle agent's monitor is Silent between its reports", hb, silent)
 	}
 	if t := opts.LogicalClouds.CertTTL; t != 0 && t < 10*time.Minute {

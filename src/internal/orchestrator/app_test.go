@@ -226,11 +226,13 @@ func TestHeartbeatShorterThanSilence(t *testing.T) {
 		{MonitorSilentAfter: 10 * time.Second},
 		{Fleet: FleetOptions{Heartbeat: 30 * time.Second}},
 		{MonitorSilentAfter: 20 * time.Second, Fleet: FleetOptions{Heartbeat: time.Minute}},
+		{MonitorSilentAfter: 800 * time.Millisecond, Fleet: FleetOptions{Heartbeat: 500 * time.Millisecond}}, // agents report every second
 		{MonitorSilentAfter: -time.Second},
+		{Fleet: FleetOptions{Heartbeat: -time.Second}},
 	} {
 		o.DataDir = t.TempDir()
-		if _, err := New(o); err == nil {
-			t.Errorf("silent after %s, heartbeat %s: accepted", o.MonitorSilentAfter, o.Fleet.Heartbeat)
+		if _, err := New(o); err == nil || !strings.Contains(err.Error(), "--fleet-heartbeat") {
+			t.Errorf("silent after %s, heartbeat %s: %v, want a refusal naming --fleet-heartbeat", o.MonitorSilentAfter, o.Fleet.Heartbeat, err)
 		}
 	}
 }

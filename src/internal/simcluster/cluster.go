@@ -333,11 +333,12 @@ func (c *Cluster) createNodes(ctx context.Context) error {
 				"type": "kwok",
 			},
 		}}
-		// Retried (0.5 to 8 s apart): a cluster's own etcd, on a machine
-		// busy with other tests, may answer its first writes "request
-		// timed out".
-		err := retry.OnError(wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Steps: 5}, func(err error) bool {
-			return ctx.Err() == nil && !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err)
+		// Retried (0.5 to 4 s apart) when the API server says it could
+		// not answer in time: the clusters' etcd, on a machine busy with
+		// other tests, may answer a first write "request timed out".
+		err := retry.OnError(wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Steps: 5, Jitter: 0.1}, func(err error) bool {
+			return ctx.Err() == nil && (apierrors.IsInternalError(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+				apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err))
 		}, func() error {
 			_, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {

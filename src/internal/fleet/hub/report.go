@@ -63,15 +63,19 @@ func checkReport(r *pb.StatusReport) error {
 	return nil
 }
 
-// idleAckAfter is how long a stream may carry nothing to the agent before a
-// heartbeat (an unnumbered report, never sent again, so not acknowledged
-// for itself) is acknowledged all the same: a stream silent one way looks
-// dead to the agent's keepalive (30 s without a read makes it ping) and to
-// L7 proxies between (nginx's grpc_read_timeout is 60 s).
-const idleAckAfter = 20 * time.Second
+// maxQuietToAgent is the longest the hub lets a stream carry nothing to
+// the agent: a heartbeat (an unnumbered report, never sent again, so not
+// acknowledged for itself) is acknowledged all the same when waiting for
+// the next one would leave the stream quiet longer. A stream silent one
+// way looks dead to the agent's keepalive (30 s without a read makes it
+// ping) and to L7 proxies between (nginx's grpc_read_timeout is 60 s). At
+// the default 10 s heartbeat, every other heartbeat is acknowledged; a
+// heartbeat of 25 s or more has each acknowledged, and cannot keep a
+// stream through a proxy whose read timeout is shorter than it.
+const maxQuietToAgent = 25 * time.Second
 
 // report stores what the agent reported, then acknowledges it (a
-// heartbeat only when the stream was otherwise quiet for idleAckAfter).
+// heartbeat only as maxQuietToAgent asks).
 func (s *session) report(r *pb.StatusReport) error {
 	s.h.metrics.reports.Inc()
 	if err := checkReport(r); err != nil {
@@ -124,7 +128,7 @@ func (s *session) report(r *pb.StatusReport) error {
 		}
 	}
 	s.mu.Unlock()
-	if r.GetSeq() != 0 || s.h.opts.Now().UnixNano()-s.lastSend.Load() >= int64(idleAckAfter) {
+	if quiet := time.Duration(s.h.opts.Now().UnixNano() - s.lastSend.Load()); r.GetSeq() != 0 || quiet+s.h.opts.Heartbeat >= maxQuietToAgent {
 		s.queue(&pb.HubMessage{Body: &pb.HubMessage_StatusAck{StatusAck: &pb.StatusAck{Seq: r.GetSeq()}}})
 	}
 	return nil

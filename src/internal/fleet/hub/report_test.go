@@ -106,8 +106,9 @@ func TestReportBehindHelloIsStored(t *testing.T) {
 }
 
 // A heartbeat (an unnumbered report) is taken in — the monitor's state is
-// stored — but not acknowledged, unless the stream carried nothing to the
-// agent for idleAckAfter; a numbered report always is.
+// stored — but not acknowledged, unless waiting for the next heartbeat
+// would leave the stream quiet towards the agent for maxQuietToAgent; a
+// numbered report always is.
 func TestHeartbeatIsNotAcknowledged(t *testing.T) {
 	var skew atomic.Int64
 	f := newFixture(t, func(o *Options) { o.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) } })
@@ -148,9 +149,10 @@ func TestHeartbeatIsNotAcknowledged(t *testing.T) {
 	if got := monitor(); got != appcontext.MonitorRunning {
 		t.Fatalf("monitor %q after the numbered report, want Running", got)
 	}
-	// Nothing sent to the agent for idleAckAfter: its next heartbeat is
-	// acknowledged, so the stream is not silent one way.
-	skew.Store(int64(idleAckAfter))
+	// Nothing sent to the agent for long enough that the next heartbeat
+	// would come too late: this one is acknowledged, so the stream is not
+	// silent one way.
+	skew.Store(int64(maxQuietToAgent))
 	send(0, appcontext.MonitorRunning)
 	if seq := acked(); seq != 0 {
 		t.Fatalf("acknowledged report %d, want the heartbeat (0)", seq)

@@ -39,8 +39,8 @@ type session struct {
 	quota  *clusterQuota
 	room   chan struct{} // a send made room in the queue
 	// lastSend is when the sender last sent the agent anything (Unix
-	// nanoseconds): a heartbeat is acknowledged when nothing else was for
-	// idleAckAfter.
+	// nanoseconds): a heartbeat is acknowledged when the stream would
+	// otherwise stay quiet longer than maxQuietToAgent.
 	lastSend atomic.Int64
 
 	mu      sync.Mutex
