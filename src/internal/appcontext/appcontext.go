@@ -364,15 +364,21 @@ type Context struct {
 // search of the placements in their order (rsync asks once per placement
 // it follows: a scan made a DIG on 10,000 clusters quadratic).
 func (c *Context) Placement(app string, cluster ClusterRef) *Placement {
-	ref := cluster.String()
-	i := sort.Search(len(c.Placements), func(i int) bool {
-		q := c.Placements[i]
-		return q.App > app || q.App == app && q.Cluster.String() >= ref
-	})
+	i := placementAt(c.Placements, app, cluster)
 	if i < len(c.Placements) && c.Placements[i].App == app && c.Placements[i].Cluster == cluster {
 		return c.Placements[i]
 	}
 	return nil
+}
+
+// placementAt is where app's placement on ref is, or goes, in placements
+// in a Context's order: by app, then Cluster.String().
+func placementAt(placements []*Placement, app string, ref ClusterRef) int {
+	key := ref.String()
+	return sort.Search(len(placements), func(i int) bool {
+		q := placements[i]
+		return q.App > app || q.App == app && q.Cluster.String() >= key
+	})
 }
 
 // Store reads and writes contexts in etcd.
@@ -585,9 +591,10 @@ func (s *Store) GetWithoutManifests(ctx context.Context, id string) (*Context, e
 // 110,000 keys and 33 MB, read by every replica each time its status
 // changes).
 func (s *Store) Placed(ctx context.Context, id string) (statusID string, placed map[ClusterRef]map[string]bool, err error) {
+	prefix := s.ctxPrefix(id)
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(s.metaKey(id)),
-		clientv3.OpGet(s.ctxPrefix(id)+"app/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(prefix+"app/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 	).Commit()
 	if err != nil {
 		return "", nil, fmt.Errorf("read context %s: %w", id, err)
@@ -602,7 +609,7 @@ func (s *Store) Placed(ctx context.Context, id string) (statusID string, placed 
 	}
 	placed = map[ClusterRef]map[string]bool{}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		app, ref, _, ok := placementKey(strings.TrimPrefix(string(kv.Key), s.ctxPrefix(id)))
+		app, ref, _, ok := placementKey(strings.TrimPrefix(string(kv.Key), prefix))
 		if !ok {
 			continue
 		}

@@ -157,10 +157,7 @@ func (b *builder) placement(app string, ref ClusterRef) *Placement {
 	}
 	p := &Placement{App: app, Cluster: ref, Statuses: map[string]ResourceStatus{}}
 	b.byPlacement[pk] = p
-	i := sort.Search(len(b.ctx.Placements), func(i int) bool {
-		q := b.ctx.Placements[i]
-		return q.App > app || q.App == app && q.Cluster.String() >= ref.String()
-	})
+	i := placementAt(b.ctx.Placements, app, ref)
 	b.ctx.Placements = append(b.ctx.Placements, nil)
 	copy(b.ctx.Placements[i+1:], b.ctx.Placements[i:])
 	b.ctx.Placements[i] = p

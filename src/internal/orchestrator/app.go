@@ -19,6 +19,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/authn"
 	"github.com/argus-mc/argus/src/internal/catalog"
+	"github.com/argus-mc/argus/src/internal/fleet/hub"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/reload"
@@ -341,8 +342,7 @@ func New(opts Options) (*App, error) {
 	if opts.MonitorSilentAfter < 0 || opts.Fleet.Heartbeat < 0 {
 		return nil, errors.New("orchestrator: --monitor-silent-after and --fleet-heartbeat cannot be negative")
 	}
-	// Agents report every whole second of the heartbeat, at least one.
-	if silent, hb := cmp.Or(opts.MonitorSilentAfter, 30*time.Second), max(time.Second, cmp.Or(opts.Fleet.Heartbeat, 10*time.Second).Truncate(time.Second)); hb >= silent {
+	if silent, hb := cmp.Or(opts.MonitorSilentAfter, hub.DefaultSilentAfter), hub.ReportInterval(opts.Fleet.Heartbeat); hb >= silent {
 		return nil, fmt.Errorf("orchestrator: --fleet-heartbeat (%s) must be shorter than --monitor-silent-after (%s), or every idle agent's monitor is Silent between its reports", hb, silent)
 	}
 	if t := opts.LogicalClouds.CertTTL; t != 0 && t < 10*time.Minute {

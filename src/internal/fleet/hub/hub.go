@@ -71,7 +71,7 @@ type Options struct {
 	// its monitor is Silent; 0 means 30s.
 	SilentAfter time.Duration
 	// Heartbeat is how often agents report when nothing changed; 0 means
-	// 10s.
+	// DefaultHeartbeat (ReportInterval says what agents make of it).
 	Heartbeat time.Duration
 	// LastSeenInterval is how often a quiet connected cluster's last-seen
 	// time is written; 0 means 1m.
@@ -132,6 +132,23 @@ type Hub struct {
 }
 
 // New returns a Hub.
+// DefaultHeartbeat and DefaultSilentAfter are Options' Heartbeat and
+// SilentAfter when not set.
+const (
+	DefaultHeartbeat   = 10 * time.Second
+	DefaultSilentAfter = 30 * time.Second
+)
+
+// ReportInterval is how often an agent reports when nothing changed, for
+// a hub whose Heartbeat is heartbeat: the Welcome carries whole seconds,
+// and agents take at least one.
+func ReportInterval(heartbeat time.Duration) time.Duration {
+	if heartbeat <= 0 {
+		heartbeat = DefaultHeartbeat
+	}
+	return max(time.Second, heartbeat.Truncate(time.Second))
+}
+
 func New(opts Options) (*Hub, error) {
 	if opts.Client == nil || opts.Contexts == nil || opts.Observed == nil || opts.Credentials == nil {
 		return nil, errors.New("hub: Client, Contexts, Observed and Credentials are required")
@@ -143,8 +160,8 @@ func New(opts Options) (*Hub, error) {
 	}
 	def(&opts.LeaseTTL, 10*time.Second)
 	def(&opts.UnreachableAfter, 15*time.Second)
-	def(&opts.SilentAfter, 30*time.Second)
-	def(&opts.Heartbeat, 10*time.Second)
+	def(&opts.SilentAfter, DefaultSilentAfter)
+	opts.Heartbeat = ReportInterval(opts.Heartbeat)
 	def(&opts.LastSeenInterval, time.Minute)
 	defInt := func(n *int, v int) {
 		if *n <= 0 {

@@ -122,16 +122,30 @@ func TestHeartbeatIsNotAcknowledged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	acked := func() int64 {
+	acks := make(chan int64, 4)
+	go func() { // until the stream ends with the test
+		defer close(acks)
 		for {
 			m, err := st.Recv()
 			if err != nil {
-				t.Fatal(err)
+				return
 			}
 			if a := m.GetStatusAck(); a != nil {
-				return a.GetSeq()
+				acks <- a.GetSeq()
 			}
 		}
+	}()
+	acked := func() int64 {
+		select {
+		case seq, ok := <-acks:
+			if !ok {
+				t.Fatal("the stream ended")
+			}
+			return seq
+		case <-time.After(30 * time.Second):
+			t.Fatal("no acknowledgement within 30 s")
+		}
+		return 0
 	}
 	monitor := func() string {
 		states, err := f.store.ClusterStates(t.Context())
