@@ -71,8 +71,11 @@ func TestFenceFailsBeforeTakeover(t *testing.T) {
 	l := newLedger(t)
 	cut, proxy := env.EtcdBehindProxy(t)
 	all := items(8)
-	victim := startReplica(t, cut, prefix, "victim", 3*time.Second, l.handler("victim"), all)
-	survivor := startReplica(t, env.Etcd.Client, prefix, "survivor", 3*time.Second, l.handler("survivor"), all)
+	// A 6 s TTL leaves the victim 2 s between its renew deadline and the
+	// takeover to run its releases: with 3 s (1 s to spare) a CI run under
+	// -race and the e2e suite saw a release come after the takeover.
+	victim := startReplica(t, cut, prefix, "victim", 6*time.Second, l.handler("victim"), all)
+	survivor := startReplica(t, env.Etcd.Client, prefix, "survivor", 6*time.Second, l.handler("survivor"), all)
 	var item string
 	waitFor(t, "items shared", 30*time.Second, func() (bool, string) {
 		owned := victim.kind.Owned()
@@ -99,7 +102,7 @@ func TestFenceFailsBeforeTakeover(t *testing.T) {
 	if fencedAt.IsZero() || !fencedAt.Before(takenAt) {
 		t.Fatalf("the victim's fence failed at %v, after the survivor took the item (%v after the cut)", fencedAt.Sub(cutAt), takenAt.Sub(cutAt))
 	}
-	t.Logf("cut off: fenced after %s, taken over after %s (TTL 3s, renew deadline 2s)",
+	t.Logf("cut off: fenced after %s, taken over after %s (TTL 6s, renew deadline 4s)",
 		fencedAt.Sub(cutAt).Round(10*time.Millisecond), takenAt.Sub(cutAt).Round(10*time.Millisecond))
 	if err := f.Check(); !errors.Is(err, ErrFenced) {
 		t.Fatalf("check = %v", err)
