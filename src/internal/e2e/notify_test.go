@@ -264,12 +264,14 @@ func TestDIGSubscriptions(t *testing.T) {
 	during := o.apiP99(500)
 	o.must(202, "DELETE", subs+"/hung", nil)
 	after := o.apiP99(500)
-	// Target ≤ 2× without; asserted at 5× that (10×) of the smaller of
-	// before and after (the one the machine's load disturbed less), and
-	// never under 100 ms: tens of milliseconds on 2 shared cores under
-	// -race are scheduling noise. A receiver that held status reads up
-	// would cost its callback timeout, seconds.
-	limit := max(10*min(baseline, after), 100*time.Millisecond)
+	// Target ≤ 2× without, reported here and in docs/benchmarks.md. The
+	// assertion is what isolation means: a read held up behind the
+	// hanging delivery would cost its attempt timeout (10 s), so the
+	// limit is a fifth of that, or 10× the quieter of before and after
+	// if more. A limit of a few hundred milliseconds failed CI once
+	// (260 ms against 236: a p99 of 500 reads on 2 shared cores under
+	// -race, with other packages' tests running, is scheduling noise).
+	limit := max(10*min(baseline, after), notify.DefaultAttemptTimeout/5)
 	t.Logf("status API p99: %s before, %s while a subscriber hangs, %s after it is deleted (target ≤ 2× without; fails over %s)",
 		baseline.Round(time.Microsecond), during.Round(time.Microsecond), after.Round(time.Microsecond), limit.Round(time.Microsecond))
 	if during > limit {

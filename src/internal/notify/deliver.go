@@ -74,11 +74,15 @@ func Sign(secret string, timestamp int64, body []byte) string {
 	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
 }
 
+// DefaultAttemptTimeout bounds a POST to a callback unless
+// DelivererOptions say otherwise.
+const DefaultAttemptTimeout = 10 * time.Second
+
 // DelivererOptions configures a Deliverer. The zero value refuses
 // callbacks to loopback, link-local, unspecified, broadcast, multicast and
 // cloud metadata addresses and allows the rest (private ranges included).
 type DelivererOptions struct {
-	// AttemptTimeout bounds each POST; 0 means 10s.
+	// AttemptTimeout bounds each POST; 0 means DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
 	// Allow names host names ("hooks.example.com", "*.example.com"),
 	// addresses and CIDRs callbacks may reach although the defaults or a
@@ -120,7 +124,7 @@ type Deliverer struct {
 // the subscription was made (DNS rebinding).
 func NewDeliverer(opts DelivererOptions) (*Deliverer, error) {
 	if opts.AttemptTimeout == 0 {
-		opts.AttemptTimeout = 10 * time.Second
+		opts.AttemptTimeout = DefaultAttemptTimeout
 	}
 	if opts.Resolver == nil {
 		opts.Resolver = net.DefaultResolver
