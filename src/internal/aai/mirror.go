@@ -24,12 +24,12 @@ type envelope struct {
 
 // source computes an instance's current resources for its worker.
 func (s *Sink) source(id string) notify.Source {
-	return func(ctx context.Context) ([]notify.Entry, any, error) {
+	return func(ctx context.Context) (notify.Runs, any, error) {
 		entries, ready, err := s.opts.Feeds.InstanceFeed(ctx, id)
 		if err != nil {
 			return nil, nil, err
 		}
-		return entries, envelope{InstanceID: id, Ready: ready}, nil
+		return notify.Runs{entries}, envelope{InstanceID: id, Ready: ready}, nil
 	}
 }
 

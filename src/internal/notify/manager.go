@@ -136,7 +136,7 @@ type Feeds interface {
 	InstanceFeed(ctx context.Context, id string) (entries []Entry, ready bool, err error)
 	// DIGFeed also returns the head digest: what of the answer beyond its
 	// resources counts as a change (the lifecycle status, readiness).
-	DIGFeed(ctx context.Context, dig catalog.Key, q url.Values) (entries []Entry, response any, head string, err error)
+	DIGFeed(ctx context.Context, dig catalog.Key, q url.Values) (entries Runs, response any, head string, err error)
 }
 
 // ManagerOptions configures a Manager.
@@ -349,7 +349,7 @@ func (m *Manager) listen(group string, f func()) func() {
 type memoEntry struct {
 	gen      uint64
 	done     chan struct{}
-	entries  []Entry
+	entries  Runs
 	response any
 	head     string
 	ready    bool
@@ -370,7 +370,9 @@ func (m *Manager) feed(ctx context.Context, subj Subject, q url.Values) (*memoEn
 		// fail it for them.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		if subj.Kind == SubjectInstance {
-			e.entries, e.ready, e.err = m.opts.Feeds.InstanceFeed(cctx, subj.Key[0])
+			var flat []Entry
+			flat, e.ready, e.err = m.opts.Feeds.InstanceFeed(cctx, subj.Key[0])
+			e.entries = Runs{flat}
 		} else {
 			e.entries, e.response, e.head, e.err = m.opts.Feeds.DIGFeed(cctx, subj.Key, q)
 		}
@@ -431,7 +433,7 @@ func (d digEnvelope) MarshalJSON() ([]byte, error) {
 
 func (m *Manager) source(subj Subject, sub Subscription) Source {
 	q := sub.Query()
-	return func(ctx context.Context) ([]Entry, any, error) {
+	return func(ctx context.Context) (Runs, any, error) {
 		e, err := m.feed(ctx, subj, q)
 		if err != nil {
 			return nil, nil, err

@@ -38,7 +38,7 @@ func (w *Watch) Baseline(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	_, w.last = Diff(nil, entries, nil)
+	w.last = digestsOf(entries)
 	w.seq++
 	return w.seq, nil
 }
@@ -53,7 +53,7 @@ func (w *Watch) Next(ctx context.Context) (seq int64, data []byte, ok bool, err 
 	if err != nil {
 		return 0, nil, false, err
 	}
-	changes, next := Diff(w.last, entries, DeletedPayload)
+	changes, next := Diff(w.last, entries.Flat(), DeletedPayload)
 	if changes.Empty() {
 		return 0, nil, false, nil
 	}

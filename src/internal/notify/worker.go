@@ -19,10 +19,11 @@ import (
 	"github.com/argus-mc/argus/src/internal/logging"
 )
 
-// Source computes a subscription's current view: one Entry per resource and
-// the rest of the payload (instance id, ready, status fields...), a value
-// that marshals to a JSON object.
-type Source func(ctx context.Context) (entries []Entry, envelope any, err error)
+// Source computes a subscription's current view: one Entry per resource,
+// in runs that are never changed once handed out (Runs), and the rest of
+// the payload (instance id, ready, status fields...), a value that
+// marshals to a JSON object.
+type Source func(ctx context.Context) (entries Runs, envelope any, err error)
 
 // Sender delivers one frozen payload; *Deliverer POSTs it to a callback.
 type Sender interface {
@@ -83,6 +84,11 @@ type Worker struct {
 	// only of that one does it know for sure whether it was POSTed (a
 	// stored Attempts is saved after the POST, and that save can fail).
 	fresh string
+	// clean names the runs known to match the delivered digests entry for
+	// entry, which a freeze skips; frozen, the runs of the payload fresh
+	// names, which match once it is delivered. Both are in memory only: a
+	// new worker compares everything once.
+	clean, frozen runSet
 }
 
 // save stores the state under the worker's guard.
@@ -122,7 +128,7 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 		opts.Now = time.Now
 	}
 	return &Worker{opts: opts, log: opts.Logger.WithField("subscription", opts.Key),
-		trigger: make(chan struct{}, 1), ready: make(chan struct{})}, nil
+		trigger: make(chan struct{}, 1), ready: make(chan struct{}), clean: runSet{}, frozen: runSet{}}, nil
 }
 
 // Ready is closed once the worker knows its baseline: changes after that
@@ -229,7 +235,8 @@ func (w *Worker) start(ctx context.Context) (State, error) {
 	if err != nil {
 		return st, err
 	}
-	_, st.Delivered = Diff(nil, entries, nil)
+	st.Delivered = digestsOf(entries)
+	w.clean.reset(entries)
 	st.Head, st.Rebaseline, st.byShard = headOf(envelope), false, nil
 	if st.Pending != nil {
 		// Changed filters while a payload waited for its 2xx: it is still
@@ -291,9 +298,10 @@ func (w *Worker) freeze(ctx context.Context, st *State) error {
 	if err != nil {
 		return err
 	}
-	changes, delta, gone := diffDelta(st.Delivered, entries, DeletedPayload)
+	changes, delta, gone := diffDelta(st.Delivered, entries, w.clean, DeletedPayload)
 	head := headOf(envelope)
 	if changes.Empty() && head == st.Head {
+		w.clean.reset(entries) // no delta, nothing gone: every run matches
 		return nil
 	}
 	env, err := marshalEnvelope(envelope)
@@ -314,6 +322,7 @@ func (w *Worker) freeze(ctx context.Context, st *State) error {
 		return err
 	}
 	w.fresh = st.Pending.ID
+	w.frozen.reset(entries)
 	w.setPending(true)
 	return nil
 }
@@ -403,6 +412,7 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 		case Delivered:
 			st.indexShards()
 			st.delivered(p)
+			w.deliveredRuns(p)
 			st.Head, st.Pending = p.NextHead, nil
 			st.LastNotify = w.opts.Now().UTC()
 			if !p.ChangedAt.IsZero() && p.ChangedAt.Unix() > 0 {
@@ -438,6 +448,18 @@ func (w *Worker) deliver(ctx context.Context, st *State) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// deliveredRuns follows the delivered digests' move to p: the runs p was
+// frozen from match them now. Of a payload another worker froze (resent
+// after a restart or a hand-over) no run is known to match.
+func (w *Worker) deliveredRuns(p *Pending) {
+	if p.ID == w.fresh {
+		w.clean, w.frozen = w.frozen, w.clean
+	} else {
+		clear(w.clean)
+	}
+	clear(w.frozen)
 }
 
 // drop gives up a stored pending payload that cannot be assembled (not

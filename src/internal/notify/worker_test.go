@@ -1,14 +1,17 @@
 package notify
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,7 +21,10 @@ import (
 	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
-// world is a subscription's changing view, as a Source.
+// world is a subscription's changing view, as a Source. Its entries come
+// in runs, one per key's first letter, kept until one of their entries
+// changes, as the status engine's memo keeps a placement's: the workers
+// under test skip the runs they know were delivered.
 type world struct {
 	mu      sync.Mutex
 	entries map[string]string // key → digest
@@ -26,6 +32,8 @@ type world struct {
 	envelope map[string]any
 	// pad adds random bytes to a resource's payload: key → how many.
 	pad map[string]int
+	// runs are the runs handed out, by first letter.
+	runs map[string][]Entry
 }
 
 func (w *world) set(key, digest string) {
@@ -36,6 +44,15 @@ func (w *world) set(key, digest string) {
 	} else {
 		w.entries[key] = digest
 	}
+	delete(w.runs, key[:1])
+}
+
+// rebuild hands the runs of keys starting with letter out anew, their
+// entries unchanged.
+func (w *world) rebuild(letter string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.runs, letter)
 }
 
 func randomBytes(n int) []byte {
@@ -44,16 +61,34 @@ func randomBytes(n int) []byte {
 	return b
 }
 
-func (w *world) source(context.Context) ([]Entry, any, error) {
+func (w *world) source(context.Context) (Runs, any, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []Entry
-	for k, d := range w.entries {
-		e := Entry{Key: k, Digest: d, Payload: map[string]any{"name": k, "digest": d}}
-		if n := w.pad[k]; n > 0 {
-			e.Payload["pad"] = hex.EncodeToString(randomBytes(n / 2))
+	if w.runs == nil {
+		w.runs = map[string][]Entry{}
+	}
+	keys := slices.Sorted(maps.Keys(w.entries))
+	var out Runs
+	for len(keys) > 0 {
+		letter := keys[0][:1]
+		n := 1
+		for n < len(keys) && keys[n][:1] == letter {
+			n++
 		}
-		out = append(out, e)
+		run, ok := w.runs[letter]
+		if !ok {
+			for _, k := range keys[:n] {
+				d := w.entries[k]
+				e := Entry{Key: k, Digest: d, Payload: map[string]any{"name": k, "digest": d}}
+				if n := w.pad[k]; n > 0 {
+					e.Payload["pad"] = hex.EncodeToString(randomBytes(n / 2))
+				}
+				run = append(run, e)
+			}
+			w.runs[letter] = run
+		}
+		out = append(out, run)
+		keys = keys[n:]
 	}
 	if w.envelope != nil {
 		return out, w.envelope, nil
@@ -182,6 +217,40 @@ func TestChangesAreDeliveredInSequence(t *testing.T) {
 	if p := rcv.next(t); p.sequence != 3 || len(p.changes.Deleted) != 1 {
 		t.Fatalf("third POST = %+v", p)
 	}
+}
+
+// A worker skips the runs it knows were delivered, and only those: a run
+// of a delivered payload is skipped until it changes, a refused payload's
+// changes come again with the next, and a run handed out anew with the
+// same entries is no change.
+func TestSkippedRunsLoseNothing(t *testing.T) {
+	states := statesFor(t)
+	rcv := newReceiver(t)
+	w := &world{entries: map[string]string{"a1": "1", "a2": "1", "b1": "1", "b2": "1", "c1": "1"}}
+	r := startWorker(t, states, testenv.UniqueName("sub"), w.source, rcv.srv.URL, 0)
+	names := func(ms []map[string]any) []string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, fmt.Sprint(cmp.Or(m["name"], m["key"]))) // a deletion names only the key
+		}
+		slices.Sort(out)
+		return out
+	}
+	step := func(what string, answer int, change func(), modified, deleted []string) {
+		t.Helper()
+		rcv.answer.Store(int64(answer))
+		change()
+		r.w.Notify()
+		p := rcv.next(t)
+		if got := names(p.changes.Modified); !slices.Equal(got, modified) || !slices.Equal(names(p.changes.Deleted), deleted) || len(p.changes.Created) > 0 {
+			t.Fatalf("%s: modified %v deleted %v created %v, want modified %v deleted %v", what, got, names(p.changes.Deleted), names(p.changes.Created), modified, deleted)
+		}
+	}
+	step("a1 changes", 200, func() { w.set("a1", "2") }, []string{"a1"}, nil)
+	step("b1 changes, refused", 400, func() { w.set("b1", "2") }, []string{"b1"}, nil)
+	step("c1 changes", 200, func() { w.set("c1", "2") }, []string{"b1", "c1"}, nil)
+	step("a2 goes, b rebuilt as it was", 200, func() { w.set("a2", ""); w.rebuild("b") }, nil, []string{"a2"})
+	step("b2 changes", 200, func() { w.set("b2", "2") }, []string{"b2"}, nil)
 }
 
 func TestServerErrorsAreRetriedWithoutLossOrGap(t *testing.T) {

@@ -17,6 +17,37 @@ type Entry struct {
 	Digest  string
 }
 
+// Runs are a view's entries in runs, in order (a placement's each, when
+// they come from the memo). A run is never changed once handed out: one
+// handed out again (the same first element and length) holds the same
+// entries, so a consumer that compared it before can skip it.
+type Runs [][]Entry
+
+// Len is how many entries the runs hold.
+func (r Runs) Len() int {
+	n := 0
+	for _, run := range r {
+		n += len(run)
+	}
+	return n
+}
+
+// Flat is the entries in one slice.
+func (r Runs) Flat() []Entry {
+	n := r.Len()
+	switch {
+	case n == 0:
+		return nil
+	case len(r) == 1:
+		return r[0]
+	}
+	out := make([]Entry, 0, n)
+	for _, run := range r {
+		out = append(out, run...)
+	}
+	return out
+}
+
 // Digest hashes what makes a resource "modified" (SPEC section 8): its
 // readiness and reason, its rsync status (with its sync state and heal
 // count) and cluster status, and its object's

@@ -119,9 +119,10 @@ func instanceReady(entries []Entry) bool {
 	return allReady(statuses)
 }
 
-// DIGFeed is a DIG's entries for a subscription's filters and the status
-// response those filters give.
-func (r *Reader) DIGFeed(ctx context.Context, dig catalog.Key, v url.Values) ([]Entry, any, string, error) {
+// DIGFeed is a DIG's entries for a subscription's filters, in runs (one a
+// placement when they come from the cache), and the status response those
+// filters give.
+func (r *Reader) DIGFeed(ctx context.Context, dig catalog.Key, v url.Values) (Runs, any, string, error) {
 	q, err := ParseQuery(v)
 	if err != nil {
 		return nil, nil, "", err
@@ -134,11 +135,14 @@ func (r *Reader) DIGFeed(ctx context.Context, dig catalog.Key, v url.Values) ([]
 	if err != nil {
 		return nil, nil, "", err
 	}
-	var entries []Entry
+	var entries Runs
 	var resp Response
 	err = r.withInput(ctx, header, st, id, func(in Input) {
 		if !in.cached || in.Context == nil {
-			entries, resp = feed(in, q)
+			var flat []Entry
+			if flat, resp = feed(in, q); len(flat) > 0 {
+				entries = Runs{flat}
+			}
 			return
 		}
 		// From the cache: entries and a summary cost what changed since

@@ -221,14 +221,15 @@ func newEntriesState() *entriesState {
 	return &entriesState{parts: map[*appcontext.Placement]*entriesPart{}}
 }
 
-// entries is Entries(in, q), placements unchanged since the last call
-// answered from the memo. The entries are shared: callers must not change
-// them.
-func (s *entriesState) entries(in Input, q Query) []Entry {
+// entries is Entries(in, q) in runs, one a placement, placements
+// unchanged since the last call answered from the memo: their runs are the
+// ones handed out before (see Runs). The entries are shared: callers must
+// not change them.
+func (s *entriesState) entries(in Input, q Query) Runs {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pass++
-	out := make([]Entry, 0, s.n)
+	out := make(Runs, 0, s.n)
 	// Build lists apps by name and each app's clusters in placement
 	// order; the cache keeps placements sorted by app, so in placement
 	// order unless they are not.
@@ -241,16 +242,18 @@ func (s *entriesState) entries(in Input, q Query) []Entry {
 			return &entriesPart{partMeta: partMeta{from: k}, entries: placementEntries(in, q, p)}
 		},
 		func(p *appcontext.Placement, part *entriesPart) {
-			if byApp != nil {
+			switch {
+			case len(part.entries) == 0:
+			case byApp != nil:
 				byApp = append(byApp, appEntries{app: p.App, entries: part.entries})
-			} else {
-				out = append(out, part.entries...)
+			default:
+				out = append(out, part.entries)
 			}
 		},
 		func(*entriesPart) {})
 	slices.SortStableFunc(byApp, func(a, b appEntries) int { return strings.Compare(a.app, b.app) })
 	for _, a := range byApp {
-		out = append(out, a.entries...)
+		out = append(out, a.entries)
 	}
 	if s.n = len(out); s.n == 0 {
 		return nil // as Entries

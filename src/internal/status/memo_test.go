@@ -74,7 +74,7 @@ func testMemoMatchesBuild(t *testing.T, withGen bool) {
 			if string(got) != string(fresh) {
 				t.Fatalf("after %s, query %+v:\nmemo  %s\nfresh %s", step, q, got, fresh)
 			}
-			if want, got := Entries(in, q), feeds.state("1", q, newEntriesState).entries(in, q); !reflect.DeepEqual(got, want) {
+			if want, got := Entries(in, q), feeds.state("1", q, newEntriesState).entries(in, q).Flat(); !reflect.DeepEqual(got, want) {
 				t.Fatalf("after %s, entries for %+v:\nmemo  %v\nfresh %v", step, q, got, want)
 			}
 		}
