@@ -114,7 +114,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.DurationVar(&s.opts.Fleet.JoinTokenTTL, "fleet-join-token-ttl", time.Hour, "how long a pull cluster's join token may be exchanged by its agent (single use)")
 	fs.DurationVar(&s.opts.Fleet.UnreachableAfter, "fleet-unreachable-after", 15*time.Second, "how long a pull cluster may have no stream from its agent before it is Unreachable and its resources Unknown")
 	fs.DurationVar(&s.opts.Fleet.Heartbeat, "fleet-heartbeat", 10*time.Second, "how often agents report when nothing changed (their monitor is Silent after --monitor-silent-after without a report)")
-	fs.DurationVar(&s.opts.MonitorSilentAfter, "monitor-silent-after", 30*time.Second, "how long a cluster's monitor may go unheard — its Lease unrenewed, or a pull cluster's agent without a report — before it is Silent and the cluster's resources Unknown; longer than --fleet-heartbeat and than the monitors' --lease-renew-interval")
+	fs.DurationVar(&s.opts.MonitorSilentAfter, "monitor-silent-after", appcontext.DefaultSilentAfter, "how long a cluster's monitor may go unheard — its Lease unrenewed, or a pull cluster's agent without a report — before it is Silent and the cluster's resources Unknown; longer than --fleet-heartbeat and than the monitors' --lease-renew-interval")
 	fs.IntVar(&s.opts.Fleet.MaxAgents, "fleet-max-agents", 20000, "most pull clusters' agents this replica serves at once; more are told to try another replica")
 	fs.StringVar(&s.opts.AAI.URL, "aai-url", "", "ONAP AAI base URL (e.g. https://aai:8443/aai/v24); empty turns the AAI sink off")
 	fs.StringVar(&s.opts.AAI.Username, "aai-username", "", "AAI user name")

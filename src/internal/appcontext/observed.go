@@ -166,6 +166,12 @@ const (
 	MonitorNotInstalled = "NotInstalled"
 )
 
+// DefaultSilentAfter is how long a running monitor may go unheard before
+// it counts as Silent, where the deployment does not say
+// (--monitor-silent-after): the watchers, the hub and status answers share
+// it.
+const DefaultSilentAfter = 30 * time.Second
+
 // ClusterState is what a cluster's watcher knows about it, stored at
 // /clusters/<provider>+<cluster>.
 type ClusterState struct {

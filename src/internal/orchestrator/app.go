@@ -16,6 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/argus-mc/argus/src/internal/api"
+	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/archive"
 	"github.com/argus-mc/argus/src/internal/authn"
 	"github.com/argus-mc/argus/src/internal/catalog"
@@ -58,7 +59,7 @@ type Options struct {
 	CatalogLimits catalog.Limits
 	// MonitorSilentAfter is how long a monitor's Lease may stay unrenewed,
 	// or a pull cluster's agent send no report, before the monitor is
-	// Silent; 0 means 30s.
+	// Silent; 0 means appcontext.DefaultSilentAfter.
 	MonitorSilentAfter time.Duration
 	// V1CreateWait bounds how long POST /v1/instance waits for the first
 	// apply to finish before it answers, as k8splugin answers once the
@@ -342,7 +343,7 @@ func New(opts Options) (*App, error) {
 	if opts.MonitorSilentAfter < 0 || opts.Fleet.Heartbeat < 0 {
 		return nil, errors.New("orchestrator: --monitor-silent-after and --fleet-heartbeat cannot be negative")
 	}
-	if silent, hb := cmp.Or(opts.MonitorSilentAfter, hub.DefaultSilentAfter), hub.ReportInterval(opts.Fleet.Heartbeat); hb >= silent {
+	if silent, hb := cmp.Or(opts.MonitorSilentAfter, appcontext.DefaultSilentAfter), hub.ReportInterval(opts.Fleet.Heartbeat); hb >= silent {
 		return nil, fmt.Errorf("orchestrator: --fleet-heartbeat (%s) must be shorter than --monitor-silent-after (%s), or every idle agent's monitor is Silent between its reports", hb, silent)
 	}
 	if t := opts.LogicalClouds.CertTTL; t != 0 && t < 10*time.Minute {

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sort"
@@ -317,10 +318,7 @@ func (r *Reader) ClusterOverview(ctx context.Context, replica string, owners Wat
 	if r.Now != nil {
 		now = r.Now()
 	}
-	silent := r.SilentAfter
-	if silent == 0 {
-		silent = 30 * time.Second
-	}
+	silent := cmp.Or(r.SilentAfter, appcontext.DefaultSilentAfter)
 	for _, ref := range refs {
 		cs := ClusterState{ClusterProvider: ref.Provider, Cluster: ref.Name, Connectivity: Unknown, Monitor: Unknown}
 		if st, ok := states[ref]; ok {

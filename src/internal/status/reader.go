@@ -53,7 +53,7 @@ func (r *Reader) base(header Header, st catalog.DIGState) Input {
 		in.Now = r.Now()
 	}
 	if in.SilentAfter == 0 {
-		in.SilentAfter = 30 * time.Second
+		in.SilentAfter = appcontext.DefaultSilentAfter
 	}
 	return in
 }

@@ -100,7 +100,7 @@ func New(opts Options) (*Manager, error) {
 		return nil, errors.New("watcher: Store and Clusters are required")
 	}
 	if opts.SilentAfter == 0 {
-		opts.SilentAfter = 30 * time.Second
+		opts.SilentAfter = appcontext.DefaultSilentAfter
 	}
 	if opts.LeaseNamespace == "" {
 		opts.LeaseNamespace = "kube-system"

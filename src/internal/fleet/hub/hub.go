@@ -131,12 +131,11 @@ type Hub struct {
 	keeper    keeper
 }
 
-// New returns a Hub.
 // DefaultHeartbeat and DefaultSilentAfter are Options' Heartbeat and
 // SilentAfter when not set.
 const (
 	DefaultHeartbeat   = 10 * time.Second
-	DefaultSilentAfter = 30 * time.Second
+	DefaultSilentAfter = appcontext.DefaultSilentAfter
 )
 
 // ReportInterval is how often an agent reports when nothing changed, for
@@ -149,6 +148,7 @@ func ReportInterval(heartbeat time.Duration) time.Duration {
 	return max(time.Second, heartbeat.Truncate(time.Second))
 }
 
+// New returns a Hub.
 func New(opts Options) (*Hub, error) {
 	if opts.Client == nil || opts.Contexts == nil || opts.Observed == nil || opts.Credentials == nil {
 		return nil, errors.New("hub: Client, Contexts, Observed and Credentials are required")
