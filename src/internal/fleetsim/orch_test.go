@@ -227,7 +227,7 @@ func (d *deployment) saveHeap(name string) {
 			base + ".memstats.txt":   "heap?debug=1",
 			base + ".goroutines.txt": "goroutine?debug=1",
 		} {
-			if err := fetchTo(fmt.Sprintf("http://%s/debug/pprof/%s", addr, path), filepath.Join(dir, file)); err != nil {
+			if err := fetchTo(fmt.Sprintf("http://%s/debug/pprof/%s", addr, path), filepath.Join(dir, file), fetchTimeout); err != nil {
 				d.tb.Logf("profile %s: %v", file, err)
 			}
 		}
@@ -262,7 +262,7 @@ func (d *deployment) saveCPU(name string, dur time.Duration) <-chan struct{} {
 		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", addr, int(dur.Seconds()))
 		file := filepath.Join(os.Getenv("ARGUS_FLEET_HEAP"), base+".cpu.pprof")
 		wg.Go(func() {
-			if err := fetchTo(url, file); err != nil {
+			if err := fetchTo(url, file, dur+fetchTimeout); err != nil {
 				d.tb.Logf("CPU profile: %v", err)
 			}
 		})
@@ -279,7 +279,7 @@ func (d *deployment) saveCPU(name string, dur time.Duration) <-chan struct{} {
 // its disk's fsync and commit histograms say whether a stall was etcd's.
 func (d *deployment) saveMetrics(name string) {
 	for member, url := range d.etcdDebug() {
-		if err := fetchTo(url+"/metrics", filepath.Join(os.Getenv("ARGUS_FLEET_HEAP"), name+"-"+member+".metrics.txt")); err != nil {
+		if err := fetchTo(url+"/metrics", filepath.Join(os.Getenv("ARGUS_FLEET_HEAP"), name+"-"+member+".metrics.txt"), fetchTimeout); err != nil {
 			d.tb.Logf("metrics: %v", err)
 		}
 	}
@@ -300,9 +300,19 @@ func (d *deployment) etcdDebug() map[string]string {
 	return out
 }
 
-func fetchTo(url, file string) error {
-	// No timeout: a CPU profile takes as long as it was asked to.
-	resp, err := http.Get(url)
+// fetchTimeout bounds a profile's or metrics' fetch beyond what it was
+// asked to take: a replica that stopped answering must not hold the
+// benchmark up.
+const fetchTimeout = 30 * time.Second
+
+func fetchTo(url, file string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
 	}
