@@ -207,10 +207,20 @@ func (p *monitorProc) stop(t testing.TB) {
 			t.Errorf("monitor exit: %v\n%s", err, p.logs.String())
 			p.mu.Unlock()
 		}
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		t.Error("monitor did not stop within 15s of SIGTERM")
+	case <-time.After(30 * time.Second): // the kubelet's default grace period, after which it kills
+		// A goroutine dump (SIGQUIT) says what held the stop up: once in
+		// CI, under -race on a loaded machine, 15 s were not enough.
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		p.mu.Lock()
+		logs := p.logs.String()
+		p.mu.Unlock()
+		t.Errorf("monitor did not stop within 30s of SIGTERM; the end of its output:\n%s", logs[max(0, len(logs)-64<<10):])
 	}
 }
 

@@ -361,6 +361,9 @@ func (m *Monitor) processNextKind(ctx context.Context) bool {
 		return false
 	}
 	defer m.kinds.Done(gvk)
+	if ctx.Err() != nil {
+		return false // stopping (see processNextBundle)
+	}
 	if err := m.syncKind(ctx, gvk); err != nil {
 		m.log.WithError(err).WithField("kind", formatGVK(gvk)).Warn("cannot watch kind; retrying")
 		m.kinds.AddRateLimited(gvk)
@@ -514,6 +517,11 @@ func (m *Monitor) processNextBundle(ctx context.Context) bool {
 		return false
 	}
 	defer m.bundles.Done(key)
+	if ctx.Err() != nil {
+		// Stopping: a shut-down queue still hands out what it holds, and
+		// rebuilding a large bundle only to fail its write held a stop up.
+		return false
+	}
 	start := time.Now()
 	err := m.syncBundle(ctx, key)
 	m.metrics.syncs.Observe(time.Since(start).Seconds())
