@@ -17,7 +17,7 @@ import (
 // Fleet registers pull clusters and joins their agents (join.Service).
 type Fleet interface {
 	Register(ctx context.Context, ref appcontext.ClusterRef) (join.Token, error)
-	Exchange(ctx context.Context, token string) (join.Credential, error)
+	Exchange(ctx context.Context, token, chosen string) (join.Credential, error)
 	Revoke(ctx context.Context, ref appcontext.ClusterRef) error
 	Pulls(ref appcontext.ClusterRef) bool
 }
@@ -100,6 +100,9 @@ func (s *server) fleetRoutes(r *mux.Router, clusters *catalog.Resource[catalog.C
 	r.HandleFunc(pJoin, s.handle(func(s *server, w http.ResponseWriter, r *http.Request) error {
 		var body struct {
 			Token string `json:"token"`
+			// Credential, when set, is the one the agent chose (see
+			// join.Service.Exchange): its exchange can then be repeated.
+			Credential string `json:"credential"`
 		}
 		if err := s.decodeJSON(w, r, &body); err != nil {
 			return err
@@ -107,7 +110,7 @@ func (s *server) fleetRoutes(r *mux.Router, clusters *catalog.Resource[catalog.C
 		if len(body.Token) > join.MaxTokenLength {
 			return errdefs.Unauthorized("the join token is unknown, expired or already used")
 		}
-		cred, err := s.opts.Fleet.Exchange(r.Context(), body.Token)
+		cred, err := s.opts.Fleet.Exchange(r.Context(), body.Token, body.Credential)
 		if err != nil {
 			return err
 		}

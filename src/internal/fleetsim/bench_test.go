@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/argus-mc/argus/src/internal/testenv"
 	"github.com/argus-mc/argus/src/internal/testenv/tgz"
 )
@@ -127,7 +129,11 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration,
 	if err != nil {
 		b.Fatal(err)
 	}
-	f, err := New(Options{Orchestrators: d.urls, Tokens: tokens, Seed: 26, RootCAs: d.roots()})
+	opts := Options{Orchestrators: d.urls, Tokens: tokens, Seed: 26, RootCAs: d.roots()}
+	if dir := os.Getenv("ARGUS_FLEET_HEAP"); dir != "" { // the agents' warnings, kept with the profiles
+		opts.Logger = agentLog(b, filepath.Join(dir, fmt.Sprintf("agents-%d.log", n)))
+	}
+	f, err := New(opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -140,7 +146,12 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration,
 		cancel()
 		<-ran
 	}()
-	took := pollCount(b, 5*time.Minute+time.Duration(n)*30*time.Millisecond, "every agent connected", n, f.Connected)
+	took := pollCount(b, 5*time.Minute+time.Duration(n)*30*time.Millisecond, "every agent connected", n, func() int {
+		if errs := f.Errors(); len(errs) > 0 { // it will never connect
+			b.Fatalf("%d agents stopped, the first: %v", len(errs), errs[0])
+		}
+		return f.Connected()
+	})
 	b.Logf("%d clusters registered and connected (%s to connect)", n, took.Round(time.Millisecond))
 
 	onboardBench(b, a)
@@ -454,4 +465,17 @@ func formatWrites(by map[string]testenv.Writes) string {
 		fmt.Fprintf(&b, "%s txns=%d keys=%d bytes=%d; ", p, w.Txns, w.Keys, w.Bytes)
 	}
 	return strings.TrimSuffix(b.String(), "; ") // one line: a benchmark's log is cut after a few
+}
+
+// agentLog writes the simulated agents' warnings to file.
+func agentLog(tb testing.TB, file string) *logrus.Entry {
+	out, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = out.Close() })
+	log := logrus.New()
+	log.SetOutput(out)
+	log.SetLevel(logrus.WarnLevel)
+	return logrus.NewEntry(log)
 }

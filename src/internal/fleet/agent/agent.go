@@ -19,6 +19,7 @@ import (
 
 	pb "github.com/argus-mc/argus/src/apis/fleet"
 	"github.com/argus-mc/argus/src/internal/backoff"
+	joinsvc "github.com/argus-mc/argus/src/internal/fleet/join"
 	"github.com/argus-mc/argus/src/internal/logging"
 )
 
@@ -201,12 +202,19 @@ func (a *Agent) credential(ctx context.Context) (c Credential, joined time.Time,
 }
 
 // join exchanges the join token at the first orchestrator that answers,
-// and keeps the credential. A refused token ends it at once.
+// and keeps the credential. A refused token ends it at once. Every attempt
+// names the same credential, of the agent's choosing: an attempt whose
+// answer was lost spent the token, and the next is then answered the same
+// (join.Service.Exchange) instead of refused.
 func (a *Agent) join(ctx context.Context) (Credential, error) {
+	chosen, err := joinsvc.NewCredential()
+	if err != nil {
+		return Credential{}, err
+	}
 	retry := a.retry()
 	for i := 0; ; i++ {
 		e := a.endpoints[i%len(a.endpoints)]
-		c, err := join(ctx, a.http, e, a.opts.JoinToken)
+		c, err := join(ctx, a.http, e, a.opts.JoinToken, chosen)
 		if err == nil {
 			if err := a.opts.Credentials.Save(ctx, c); err != nil {
 				return Credential{}, err

@@ -98,9 +98,11 @@ type joinAnswer struct {
 // maxJoinAnswer bounds what the join request reads back.
 const maxJoinAnswer = 64 << 10
 
-// join exchanges the join token for a credential at one orchestrator.
-func join(ctx context.Context, client *http.Client, e endpoint, token string) (Credential, error) {
-	body, _ := json.Marshal(map[string]string{"token": token})
+// join exchanges the join token for a credential at one orchestrator,
+// naming the credential the agent chose (an orchestrator that does not
+// know the field makes one and answers it).
+func join(ctx context.Context, client *http.Client, e endpoint, token, chosen string) (Credential, error) {
+	body, _ := json.Marshal(map[string]string{"token": token, "credential": chosen})
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, e.base+"/v2/fleet/join", bytes.NewReader(body))

@@ -55,7 +55,7 @@ func TestJoinOverTLSIsVerified(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.http.CloseIdleConnections()
-	c, err := join(t.Context(), a.http, a.endpoints[1], "tok")
+	c, err := join(t.Context(), a.http, a.endpoints[1], "tok", "")
 	if err != nil || c.Credential != "c" || c.Cluster.Name != "edge" {
 		t.Fatalf("join with the orchestrator's CA: %+v %v", c, err)
 	}
@@ -66,7 +66,7 @@ func TestJoinOverTLSIsVerified(t *testing.T) {
 	}
 	defer untrusting.http.CloseIdleConnections()
 	before := joins
-	_, err = join(t.Context(), untrusting.http, untrusting.endpoints[0], "tok")
+	_, err = join(t.Context(), untrusting.http, untrusting.endpoints[0], "tok", "")
 	var unknown x509.UnknownAuthorityError
 	if !errors.As(err, &unknown) || errors.Is(err, ErrRefused) || joins != before {
 		t.Fatalf("join without the orchestrator's CA: %v (joins %d→%d), want an unknown authority", err, before, joins)
@@ -88,7 +88,7 @@ func TestJoinIsNeverRedirected(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.http.CloseIdleConnections()
-	if _, err := join(t.Context(), a.http, a.endpoints[0], "tok"); err == nil || got.Load() != 0 {
+	if _, err := join(t.Context(), a.http, a.endpoints[0], "tok", ""); err == nil || got.Load() != 0 {
 		t.Fatalf("a redirected join: %v, %d requests elsewhere; want an error and none", err, got.Load())
 	}
 }

@@ -95,7 +95,7 @@ func (f *fixture) joined(t *testing.T, ref appcontext.ClusterRef) *memCredential
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := f.join.Exchange(t.Context(), tok.Token)
+	c, err := f.join.Exchange(t.Context(), tok.Token, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,6 +70,10 @@ type tokenRecord struct {
 	Cluster string    `json:"cluster"`
 	Secret  string    `json:"secret"` // sha256 (hex) of the secret part
 	Expires time.Time `json:"expires"`
+	// Spent is the sha256 (hex) of the credential an agent chose when it
+	// exchanged the token: the same exchange again (an agent whose answer
+	// was lost) gets the same answer until the token expires.
+	Spent string `json:"spent,omitempty"`
 }
 
 // ModePull is the mode of a cluster whose agent pulls its work.
@@ -177,12 +181,22 @@ var errRefused = errdefs.Unauthorized("the join token is unknown, expired or alr
 const MaxTokenLength = 256
 
 // Exchange trades a join token for the agent's credential, once: the
-// token is deleted and the credential's hash recorded in the same
-// transaction, so two agents racing with one token never both succeed.
-func (s *Service) Exchange(ctx context.Context, token string) (Credential, error) {
+// credential's hash is recorded and the token spent in one transaction, so
+// two agents racing with one token never both succeed.
+//
+// An agent may choose its credential (chosen, CheckChosen's form; "" has
+// one made here). Then the exchange can be repeated with the same token
+// and credential until the token expires, and answers the same: an agent
+// whose answer was lost (a timeout, a cut connection, with thousands
+// joining at once) would otherwise find its token spent and stay out for
+// good. A token exchanged without a chosen credential is deleted.
+func (s *Service) Exchange(ctx context.Context, token, chosen string) (Credential, error) {
 	id, secret, ok := strings.Cut(strings.TrimSpace(token), ".")
 	if !ok || id == "" || len(token) > MaxTokenLength || strings.ContainsAny(id, "/") {
 		return Credential{}, errRefused
+	}
+	if err := CheckChosen(chosen); err != nil {
+		return Credential{}, err
 	}
 	resp, err := s.opts.Client.Get(ctx, s.tokenKey(id))
 	if err != nil {
@@ -210,22 +224,44 @@ func (s *Service) Exchange(ctx context.Context, token string) (Credential, error
 		return Credential{}, errRefused
 	}
 	var rec record
-	if err := json.Unmarshal(cresp.Kvs[0].Value, &rec); err != nil || rec.Token != id {
+	if err := json.Unmarshal(cresp.Kvs[0].Value, &rec); err != nil {
 		return Credential{}, errRefused
 	}
-	_, cred, err := newSecret()
-	if err != nil {
-		return Credential{}, err
+	if tok.Spent != "" {
+		// Spent: the same exchange again is answered as it was, while the
+		// credential it gave is the cluster's.
+		if chosen != "" && subtle.ConstantTimeCompare([]byte(tok.Spent), []byte(hash(chosen))) == 1 && rec.Credential == tok.Spent {
+			return Credential{Cluster: ref, Credential: chosen}, nil
+		}
+		return Credential{}, errRefused
+	}
+	if rec.Token != id {
+		return Credential{}, errRefused
+	}
+	cred := chosen
+	if cred == "" {
+		if _, cred, err = newSecret(); err != nil {
+			return Credential{}, err
+		}
 	}
 	rec.Token, rec.Credential, rec.Joined = "", hash(cred), s.opts.Now().UTC()
 	recJSON, err := json.Marshal(rec)
 	if err != nil {
 		return Credential{}, err
 	}
+	spend := clientv3.OpDelete(s.tokenKey(id))
+	if chosen != "" {
+		tok.Spent = rec.Credential
+		tokJSON, err := json.Marshal(tok)
+		if err != nil {
+			return Credential{}, err
+		}
+		spend = clientv3.OpPut(s.tokenKey(id), string(tokJSON), clientv3.WithIgnoreLease()) // gone with its lease, at its expiry
+	}
 	txn, err := s.opts.Client.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(s.tokenKey(id)), "=", resp.Kvs[0].ModRevision),
 		clientv3.Compare(clientv3.ModRevision(s.clusterKey(ref)), "=", cresp.Kvs[0].ModRevision),
-	).Then(clientv3.OpDelete(s.tokenKey(id)), clientv3.OpPut(s.clusterKey(ref), string(recJSON))).Commit()
+	).Then(spend, clientv3.OpPut(s.clusterKey(ref), string(recJSON))).Commit()
 	if err != nil {
 		return Credential{}, fmt.Errorf("join: %w", err)
 	}
@@ -234,6 +270,36 @@ func (s *Service) Exchange(ctx context.Context, token string) (Credential, error
 	}
 	s.log.WithField("cluster", ref.String()).Info("agent joined; its credential replaces any earlier one")
 	return Credential{Cluster: ref, Credential: cred}, nil
+}
+
+// MinChosenLength is the shortest credential an agent may choose: 256
+// bits in unpadded base64url, as the credentials made here.
+const MinChosenLength = 43
+
+// CheckChosen says whether an agent's chosen credential has the form of
+// one: empty (none chosen), or MinChosenLength to MaxTokenLength
+// characters of unpadded base64url. An agent makes it of crypto/rand, as
+// NewCredential does; the form is all the orchestrator can check.
+func CheckChosen(chosen string) error {
+	if chosen == "" {
+		return nil
+	}
+	if len(chosen) < MinChosenLength || len(chosen) > MaxTokenLength || strings.IndexFunc(chosen, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+	}) >= 0 {
+		return errdefs.Invalid("a chosen agent credential is %d to %d characters of unpadded base64url", MinChosenLength, MaxTokenLength)
+	}
+	return nil
+}
+
+// NewCredential makes a credential for an agent to choose: 256 random
+// bits, unpadded base64url.
+func NewCredential() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("join: random: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
 // Authenticate returns the cluster a credential belongs to and the

@@ -78,7 +78,7 @@ func TestTokenIsSingleUseAndCredentialAuthenticates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := svc.Exchange(ctx, tok.Token)
+			c, err := svc.Exchange(ctx, tok.Token, "")
 			if err == nil {
 				wins.Add(1)
 				mu.Lock()
@@ -96,7 +96,7 @@ func TestTokenIsSingleUseAndCredentialAuthenticates(t *testing.T) {
 	if cred.Cluster != edge {
 		t.Fatalf("credential for %v, want %v", cred.Cluster, edge)
 	}
-	if _, err := svc.Exchange(ctx, tok.Token); !errors.Is(err, errdefs.ErrUnauthorized) {
+	if _, err := svc.Exchange(ctx, tok.Token, ""); !errors.Is(err, errdefs.ErrUnauthorized) {
 		t.Fatalf("reused token: %v, want unauthorized", err)
 	}
 	eventually(t, "credential known", func() bool { ref, _, err := svc.Authenticate(cred.Credential); return err == nil && ref == edge })
@@ -128,7 +128,7 @@ func TestExpiredTokenIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.add(61 * time.Second)
-	if _, err := svc.Exchange(t.Context(), tok.Token); !errors.Is(err, errdefs.ErrUnauthorized) {
+	if _, err := svc.Exchange(t.Context(), tok.Token, ""); !errors.Is(err, errdefs.ErrUnauthorized) {
 		t.Fatalf("expired token: %v, want unauthorized", err)
 	}
 }
@@ -141,7 +141,7 @@ func TestNewTokenVoidsTheOldAndRejoinReplacesTheCredential(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cred1, err := svc.Exchange(ctx, first.Token)
+	cred1, err := svc.Exchange(ctx, first.Token, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,10 +153,10 @@ func TestNewTokenVoidsTheOldAndRejoinReplacesTheCredential(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Exchange(ctx, second.Token); !errors.Is(err, errdefs.ErrUnauthorized) {
+	if _, err := svc.Exchange(ctx, second.Token, ""); !errors.Is(err, errdefs.ErrUnauthorized) {
 		t.Fatalf("superseded token: %v, want unauthorized", err)
 	}
-	cred2, err := svc.Exchange(ctx, third.Token)
+	cred2, err := svc.Exchange(ctx, third.Token, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestRevokeEndsTheCredentialEverywhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cred, err := svc.Exchange(t.Context(), tok.Token)
+	cred, err := svc.Exchange(t.Context(), tok.Token, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,5 +209,71 @@ func TestRevokeEndsTheCredentialEverywhere(t *testing.T) {
 	defer mu.Unlock()
 	if len(events) == 0 || events[len(events)-1] {
 		t.Fatalf("change events %v; want the last to say deleted", events)
+	}
+}
+
+// An agent that chose its credential can repeat its exchange (its answer
+// was lost) and is answered the same; nobody else can with that token,
+// and once the cluster's credential changed or the cluster is gone, not
+// it either.
+func TestExchangeWithAChosenCredentialCanBeRepeated(t *testing.T) {
+	t.Parallel()
+	svc, _ := start(t, Options{})
+	ctx := t.Context()
+	tok, err := svc.Register(ctx, edge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := NewCredential()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := NewCredential()
+	for i := range 2 { // the answer to the first is lost
+		c, err := svc.Exchange(ctx, tok.Token, mine)
+		if err != nil || c.Credential != mine || c.Cluster != edge {
+			t.Fatalf("exchange %d with the chosen credential: %+v %v", i+1, c, err)
+		}
+	}
+	for name, chosen := range map[string]string{"another credential": other, "none": ""} {
+		if _, err := svc.Exchange(ctx, tok.Token, chosen); !errors.Is(err, errdefs.ErrUnauthorized) {
+			t.Fatalf("the spent token with %s: %v, want unauthorized", name, err)
+		}
+	}
+	eventually(t, "the chosen credential authenticates", func() bool { _, _, err := svc.Authenticate(mine); return err == nil })
+
+	// A new token exchanged: the cluster's credential is no longer mine.
+	next, err := svc.Register(ctx, edge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Exchange(ctx, next.Token, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Exchange(ctx, tok.Token, mine); !errors.Is(err, errdefs.ErrUnauthorized) {
+		t.Fatalf("repeating an exchange whose credential was replaced: %v, want unauthorized", err)
+	}
+	if _, err := svc.Exchange(ctx, next.Token, other); err != nil {
+		t.Fatalf("repeating the current exchange: %v", err)
+	}
+	if err := svc.Revoke(ctx, edge); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Exchange(ctx, next.Token, other); !errors.Is(err, errdefs.ErrUnauthorized) {
+		t.Fatalf("repeating an exchange of a deleted cluster: %v, want unauthorized", err)
+	}
+}
+
+func TestCheckChosen(t *testing.T) {
+	good, _ := NewCredential()
+	for chosen, ok := range map[string]bool{
+		"": true, good: true, strings.Repeat("a", MinChosenLength): true, strings.Repeat("a", MaxTokenLength): true,
+		strings.Repeat("a", MinChosenLength-1): false, strings.Repeat("a", MaxTokenLength+1): false,
+		strings.Repeat("a", 50) + "=": false, strings.Repeat("a", 50) + "/": false, strings.Repeat("a", 50) + " ": false,
+		strings.Repeat("é", 30): false,
+	} {
+		if err := CheckChosen(chosen); (err == nil) != ok || err != nil && !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("CheckChosen(%q) = %v, want ok %v", chosen, err, ok)
+		}
 	}
 }
