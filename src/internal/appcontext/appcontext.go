@@ -353,9 +353,12 @@ type Placement struct {
 
 // Context is everything stored for one context.
 type Context struct {
-	Meta       Meta
-	Status     Status
-	Placements []*Placement // sorted by app, then Cluster.String() (Placement searches them)
+	Meta   Meta
+	Status Status
+	// Placements are sorted by app, then Cluster.String() (Placement
+	// searches them), and only grow, by insertion: status's memo takes a
+	// list with the same first element and length for the same list.
+	Placements []*Placement
 	// Heal is the pending sync request, if any.
 	Heal *HealRequest
 }

@@ -82,3 +82,25 @@ func BenchmarkSummaryFleet(b *testing.B) {
 		Build(in, q)
 	}
 }
+
+// BenchmarkEntriesFleet: a notification's entries of that DIG from the
+// memo, with a handful of placements changed between notifications as
+// under churn (the rest answered from the memo without a lookup each).
+func BenchmarkEntriesFleet(b *testing.B) {
+	in := fleetInput(10000)
+	in.clusterGen = 1
+	q := Query{Type: TypeCluster, Output: OutputSummary}
+	s := newEntriesState()
+	s.entries(in, q)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		for range 10 {
+			in.Context.Placements[i%len(in.Context.Placements)].Rev++
+			i += 997
+		}
+		if runs := s.entries(in, q); len(runs) != 10000 {
+			b.Fatalf("%d runs", len(runs))
+		}
+	}
+}

@@ -67,7 +67,7 @@ func (m *memo[T]) state(id string, q Query, mk func() *T) *T {
 
 func newSummaryState(typ string) func() *summaryState {
 	return func() *summaryState {
-		return &summaryState{parts: map[*appcontext.Placement]*summaryPart{}, total: newTally(typ),
+		return &summaryState{parts: newParts[*summaryPart](), total: newTally(typ),
 			fine: map[health.Status]int{}, apps: map[string]*appParts{}}
 	}
 }
@@ -75,7 +75,7 @@ func newSummaryState(typ string) func() *summaryState {
 // summaryState is one summary's totals and what each placement added.
 type summaryState struct {
 	mu    sync.Mutex
-	parts map[*appcontext.Placement]*summaryPart
+	parts *parts[*summaryPart]
 	pass  uint64
 	// total holds the summed counts (worst and n unused: fine has them).
 	total *tally
@@ -168,37 +168,81 @@ func (m *partMeta) current(in Input, p *appcontext.Placement) bool {
 
 func (m *partMeta) meta() *partMeta { return m }
 
+// parts are what each placement added to one kind of answer (a memo's
+// state is for one set of filters), by placement and, for the placements
+// list last walked, by index: a context's placements only grow, by
+// insertion, so a list with the same first element and length is the same
+// list, and a walk of it needs no lookup per placement (10,000 map
+// lookups, and the filters' matching, were most of a walk that found few
+// placements changed).
+type parts[P interface{ meta() *partMeta }] struct {
+	by map[*appcontext.Placement]P
+	// list is the placements list last walked; at and selected are by
+	// its index: the part (if any), whether the filters select it.
+	list     []*appcontext.Placement
+	at       []P
+	has      []bool
+	selected []bool
+}
+
+func newParts[P interface{ meta() *partMeta }]() *parts[P] {
+	return &parts[P]{by: map[*appcontext.Placement]P{}}
+}
+
+// aligned reports whether pl is the list last walked.
+func (ps *parts[P]) aligned(pl []*appcontext.Placement) bool {
+	return len(pl) > 0 && len(pl) == len(ps.list) && &pl[0] == &ps.list[0]
+}
+
 // walk visits the placements q selects, in order, for pass: a part that is
 // missing or whose key changed is derived again (derive gets the old one,
 // or nil), and each part is handed to each; then the parts of placements
 // gone since the last pass are handed to drop and forgotten.
-func walk[P interface{ meta() *partMeta }](in Input, q Query, parts map[*appcontext.Placement]P, pass uint64,
+func walk[P interface{ meta() *partMeta }](in Input, q Query, ps *parts[P], pass uint64,
 	derive func(p *appcontext.Placement, k partKey, old P) P, each func(p *appcontext.Placement, part P), drop func(P)) {
+	pl := in.Context.Placements
+	aligned := ps.aligned(pl)
+	var inClusters func(appcontext.ClusterRef) bool
+	if !aligned {
+		ps.list = pl
+		ps.at, ps.has, ps.selected = make([]P, len(pl)), make([]bool, len(pl)), make([]bool, len(pl))
+		inClusters = clusterMatcher(q.Clusters)
+	}
 	seen := 0
-	inClusters := clusterMatcher(q.Clusters)
-	for _, p := range in.Context.Placements {
-		if !match(q.Apps, p.App) || !inClusters(p.Cluster) {
-			continue
+	for i, p := range pl {
+		var part P
+		var had bool
+		if aligned {
+			if !ps.selected[i] {
+				continue
+			}
+			part, had = ps.at[i], ps.has[i]
+		} else {
+			if !match(q.Apps, p.App) || !inClusters(p.Cluster) {
+				continue
+			}
+			ps.selected[i] = true
+			part, had = ps.by[p]
 		}
-		part, had := parts[p]
 		if !had || !part.meta().current(in, p) {
 			if k := keyOf(in, p); !had || part.meta().from != k {
 				part = derive(p, k, part)
-				parts[p] = part
+				ps.by[p] = part
 			}
 			part.meta().gen = in.clusterGen
 		}
+		ps.at[i], ps.has[i] = part, true
 		part.meta().seen = pass
 		seen++
 		each(p, part)
 	}
-	for p, part := range parts {
-		if seen == len(parts) {
+	for p, part := range ps.by {
+		if seen == len(ps.by) {
 			break // none gone: no need to look at them all
 		}
 		if part.meta().seen != pass {
 			drop(part)
-			delete(parts, p)
+			delete(ps.by, p)
 		}
 	}
 }
@@ -207,7 +251,7 @@ func walk[P interface{ meta() *partMeta }](in Input, q Query, parts map[*appcont
 // filters (Entries), placement by placement.
 type entriesState struct {
 	mu    sync.Mutex
-	parts map[*appcontext.Placement]*entriesPart
+	parts *parts[*entriesPart]
 	pass  uint64
 	n     int
 }
@@ -218,7 +262,7 @@ type entriesPart struct {
 }
 
 func newEntriesState() *entriesState {
-	return &entriesState{parts: map[*appcontext.Placement]*entriesPart{}}
+	return &entriesState{parts: newParts[*entriesPart]()}
 }
 
 // entries is Entries(in, q) in runs, one a placement, placements
