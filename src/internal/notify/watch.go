@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	"maps"
 )
 
 // Watch follows a subject's changes for one Server-Sent Events stream. It
@@ -53,7 +54,7 @@ func (w *Watch) Next(ctx context.Context) (seq int64, data []byte, ok bool, err 
 	if err != nil {
 		return 0, nil, false, err
 	}
-	changes, next := Diff(w.last, entries.Flat(), DeletedPayload)
+	changes, delta, gone := diffDelta(w.last, entries, nil, DeletedPayload)
 	if changes.Empty() {
 		return 0, nil, false, nil
 	}
@@ -61,7 +62,10 @@ func (w *Watch) Next(ctx context.Context) (seq int64, data []byte, ok bool, err 
 	if err != nil {
 		return 0, nil, false, err
 	}
-	w.last = next
+	maps.Copy(w.last, delta)
+	for _, key := range gone {
+		delete(w.last, key)
+	}
 	w.seq++
 	return w.seq, data, true, nil
 }

@@ -32,22 +32,6 @@ func (r Runs) Len() int {
 	return n
 }
 
-// Flat is the entries in one slice.
-func (r Runs) Flat() []Entry {
-	n := r.Len()
-	switch {
-	case n == 0:
-		return nil
-	case len(r) == 1:
-		return r[0]
-	}
-	out := make([]Entry, 0, n)
-	for _, run := range r {
-		out = append(out, run...)
-	}
-	return out
-}
-
 // Digest hashes what makes a resource "modified" (SPEC section 8): its
 // readiness and reason, its rsync status (with its sync state and heal
 // count) and cluster status, and its object's

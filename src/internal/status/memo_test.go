@@ -74,7 +74,7 @@ func testMemoMatchesBuild(t *testing.T, withGen bool) {
 			if string(got) != string(fresh) {
 				t.Fatalf("after %s, query %+v:\nmemo  %s\nfresh %s", step, q, got, fresh)
 			}
-			if want, got := Entries(in, q), feeds.state("1", q, newEntriesState).entries(in, q).Flat(); !reflect.DeepEqual(got, want) {
+			if want, got := Entries(in, q), flat(feeds.state("1", q, newEntriesState).entries(in, q)); !reflect.DeepEqual(got, want) {
 				t.Fatalf("after %s, entries for %+v:\nmemo  %v\nfresh %v", step, q, got, want)
 			}
 		}
@@ -196,4 +196,13 @@ func TestMemoEvictsTheLeastRecentlyUsed(t *testing.T) {
 	if len(m.byKey) != maxMemos {
 		t.Fatalf("%d states kept, want %d", len(m.byKey), maxMemos)
 	}
+}
+
+// flat is runs' entries in one slice, nil for none (as Entries).
+func flat(runs Runs) []Entry {
+	var out []Entry
+	for _, run := range runs {
+		out = append(out, run...)
+	}
+	return out
 }

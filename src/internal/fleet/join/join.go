@@ -120,7 +120,10 @@ type Credential struct {
 }
 
 // Register records ref as a pull cluster (if it is not one yet) and
-// returns a new join token for it; a token given out before is void.
+// returns a new join token for it; a token given out before and not yet
+// exchanged is void (one exchanged with a chosen credential stays until
+// its lease ends, answering only a repeat of that exchange while the
+// credential is the cluster's).
 func (s *Service) Register(ctx context.Context, ref appcontext.ClusterRef) (Token, error) {
 	id, secret, err := newSecret()
 	if err != nil {
@@ -198,63 +201,84 @@ func (s *Service) Exchange(ctx context.Context, token, chosen string) (Credentia
 	if err := CheckChosen(chosen); err != nil {
 		return Credential{}, err
 	}
+	// A repeated exchange may race the first (its handler still running
+	// after the agent gave up on it): the loser of the transaction reads
+	// again and finds the token spent for its own credential.
+	for range 3 {
+		cred, done, err := s.exchange(ctx, id, secret, chosen)
+		if done || err != nil {
+			return cred, err
+		}
+	}
+	return Credential{}, errRefused
+}
+
+// exchange is one attempt of Exchange; done is false when its transaction
+// lost a race and the token is worth reading again.
+func (s *Service) exchange(ctx context.Context, id, secret, chosen string) (Credential, bool, error) {
 	resp, err := s.opts.Client.Get(ctx, s.tokenKey(id))
 	if err != nil {
-		return Credential{}, fmt.Errorf("join: %w", err)
+		return Credential{}, true, fmt.Errorf("join: %w", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Credential{}, errRefused
+		return Credential{}, true, errRefused
 	}
 	var tok tokenRecord
 	if err := json.Unmarshal(resp.Kvs[0].Value, &tok); err != nil {
-		return Credential{}, errRefused
+		return Credential{}, true, errRefused
 	}
 	if subtle.ConstantTimeCompare([]byte(tok.Secret), []byte(hash(secret))) != 1 || !s.opts.Now().Before(tok.Expires) {
-		return Credential{}, errRefused
+		return Credential{}, true, errRefused
 	}
 	ref, err := appcontext.ParseClusterRef(tok.Cluster)
 	if err != nil {
-		return Credential{}, errRefused
+		return Credential{}, true, errRefused
 	}
-	cresp, err := s.opts.Client.Get(ctx, s.clusterKey(ref))
+	// The record as of the token's read: a transaction between the two
+	// reads would otherwise show a token not spent beside the record its
+	// spending wrote.
+	cresp, err := s.opts.Client.Get(ctx, s.clusterKey(ref), clientv3.WithRev(resp.Header.Revision))
 	if err != nil {
-		return Credential{}, fmt.Errorf("join: %w", err)
+		return Credential{}, true, fmt.Errorf("join: %w", err)
 	}
 	if len(cresp.Kvs) == 0 {
-		return Credential{}, errRefused
+		return Credential{}, true, errRefused
 	}
 	var rec record
 	if err := json.Unmarshal(cresp.Kvs[0].Value, &rec); err != nil {
-		return Credential{}, errRefused
+		return Credential{}, true, errRefused
 	}
 	if tok.Spent != "" {
 		// Spent: the same exchange again is answered as it was, while the
 		// credential it gave is the cluster's.
 		if chosen != "" && subtle.ConstantTimeCompare([]byte(tok.Spent), []byte(hash(chosen))) == 1 && rec.Credential == tok.Spent {
-			return Credential{Cluster: ref, Credential: chosen}, nil
+			return Credential{Cluster: ref, Credential: chosen}, true, nil
 		}
-		return Credential{}, errRefused
+		return Credential{}, true, errRefused
 	}
 	if rec.Token != id {
-		return Credential{}, errRefused
+		return Credential{}, true, errRefused
 	}
 	cred := chosen
 	if cred == "" {
 		if _, cred, err = newSecret(); err != nil {
-			return Credential{}, err
+			return Credential{}, true, err
 		}
+	} else if other, taken := s.credentialOwner(hash(chosen)); taken && other != ref {
+		// One credential for two clusters would be one identity for both.
+		return Credential{}, true, errdefs.Conflict("the chosen agent credential is another cluster's: choose one from crypto/rand")
 	}
 	rec.Token, rec.Credential, rec.Joined = "", hash(cred), s.opts.Now().UTC()
 	recJSON, err := json.Marshal(rec)
 	if err != nil {
-		return Credential{}, err
+		return Credential{}, true, err
 	}
 	spend := clientv3.OpDelete(s.tokenKey(id))
 	if chosen != "" {
 		tok.Spent = rec.Credential
 		tokJSON, err := json.Marshal(tok)
 		if err != nil {
-			return Credential{}, err
+			return Credential{}, true, err
 		}
 		spend = clientv3.OpPut(s.tokenKey(id), string(tokJSON), clientv3.WithIgnoreLease()) // gone with its lease, at its expiry
 	}
@@ -263,13 +287,25 @@ func (s *Service) Exchange(ctx context.Context, token, chosen string) (Credentia
 		clientv3.Compare(clientv3.ModRevision(s.clusterKey(ref)), "=", cresp.Kvs[0].ModRevision),
 	).Then(spend, clientv3.OpPut(s.clusterKey(ref), string(recJSON))).Commit()
 	if err != nil {
-		return Credential{}, fmt.Errorf("join: %w", err)
+		return Credential{}, true, fmt.Errorf("join: %w", err)
 	}
 	if !txn.Succeeded {
-		return Credential{}, errRefused
+		if chosen == "" {
+			return Credential{}, true, errRefused // without a chosen credential a lost race is final
+		}
+		return Credential{}, false, nil
 	}
 	s.log.WithField("cluster", ref.String()).Info("agent joined; its credential replaces any earlier one")
-	return Credential{Cluster: ref, Credential: cred}, nil
+	return Credential{Cluster: ref, Credential: cred}, true, nil
+}
+
+// credentialOwner is the cluster a credential's hash belongs to, as this
+// replica knows it.
+func (s *Service) credentialOwner(h string) (appcontext.ClusterRef, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ref, ok := s.byCred[h]
+	return ref, ok
 }
 
 // MinChosenLength is the shortest credential an agent may choose: 256
@@ -317,8 +353,10 @@ func (s *Service) Authenticate(credential string) (appcontext.ClusterRef, int64,
 	return ref, s.clusters[ref].epoch, nil
 }
 
-// Revoke deletes ref's record and join token: its agent's credential
-// stops working on every replica as soon as they see the deletion.
+// Revoke deletes ref's record and any join token not yet exchanged: its
+// agent's credential stops working on every replica as soon as they see
+// the deletion (a spent token left until its lease ends answers nothing
+// once the record is gone).
 func (s *Service) Revoke(ctx context.Context, ref appcontext.ClusterRef) error {
 	resp, err := s.opts.Client.Get(ctx, s.clusterKey(ref))
 	if err != nil {

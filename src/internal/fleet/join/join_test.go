@@ -264,6 +264,47 @@ func TestExchangeWithAChosenCredentialCanBeRepeated(t *testing.T) {
 	}
 }
 
+// Attempts of one exchange that race (the first's handler still running
+// when the agent retried) all get the credential; one chosen credential
+// is never a second cluster's.
+func TestRacingRepeatsOfAnExchange(t *testing.T) {
+	t.Parallel()
+	svc, _ := start(t, Options{})
+	ctx := t.Context()
+	tok, err := svc.Register(ctx, edge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, _ := NewCredential()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			c, err := svc.Exchange(ctx, tok.Token, mine)
+			if err == nil && c.Credential != mine {
+				err = errors.New("another credential: " + c.Credential)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a racing repeat: %v", err)
+		}
+	}
+	eventually(t, "the credential authenticates", func() bool { _, _, err := svc.Authenticate(mine); return err == nil })
+	second := appcontext.ClusterRef{Provider: "cp", Name: "edge02"}
+	tok2, err := svc.Register(ctx, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Exchange(ctx, tok2.Token, mine); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("another cluster's credential chosen: %v, want conflict", err)
+	}
+}
+
 func TestCheckChosen(t *testing.T) {
 	good, _ := NewCredential()
 	for chosen, ok := range map[string]bool{
