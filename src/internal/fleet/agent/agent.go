@@ -191,7 +191,7 @@ func (a *Agent) credential(ctx context.Context) (c Credential, joined time.Time,
 	if err != nil {
 		return Credential{}, time.Time{}, err
 	}
-	if kept != nil {
+	if kept != nil && !kept.pending() {
 		return *kept, time.Time{}, nil
 	}
 	if a.opts.JoinToken == "" {
@@ -203,11 +203,12 @@ func (a *Agent) credential(ctx context.Context) (c Credential, joined time.Time,
 
 // join exchanges the join token at the first orchestrator that answers,
 // and keeps the credential. A refused token ends it at once. Every attempt
-// names the same credential, of the agent's choosing: an attempt whose
-// answer was lost spent the token, and the next is then answered the same
+// names the same credential, of the agent's choosing, kept (pending)
+// before the first: an attempt whose answer was lost spent the token, and
+// the next, in this process or after a restart, is then answered the same
 // (join.Service.Exchange) instead of refused.
 func (a *Agent) join(ctx context.Context) (Credential, error) {
-	chosen, err := joinsvc.NewCredential()
+	chosen, err := a.chosenCredential(ctx)
 	if err != nil {
 		return Credential{}, err
 	}
@@ -230,6 +231,26 @@ func (a *Agent) join(ctx context.Context) (Credential, error) {
 			return Credential{}, ctx.Err()
 		}
 	}
+}
+
+// chosenCredential is the pending credential kept by an earlier join
+// attempt, or a new one, kept pending before it is named.
+func (a *Agent) chosenCredential(ctx context.Context) (string, error) {
+	kept, err := a.opts.Credentials.Load(ctx)
+	if err != nil {
+		return "", err
+	}
+	if kept != nil && kept.pending() {
+		return kept.Credential, nil
+	}
+	chosen, err := joinsvc.NewCredential()
+	if err != nil {
+		return "", err
+	}
+	if err := a.opts.Credentials.Save(ctx, Credential{Credential: chosen}); err != nil {
+		return "", err
+	}
+	return chosen, nil
 }
 
 // session runs one stream until it fails or ctx ends.

@@ -19,15 +19,21 @@ import (
 	"github.com/argus-mc/argus/src/internal/appcontext"
 )
 
-// Credential is the agent's own credential and the cluster it names.
+// Credential is the agent's own credential and the cluster it names. One
+// without a cluster is pending: chosen for a join whose answer has not
+// come yet, and named again by the next attempt, after a restart too.
 type Credential struct {
 	Cluster    appcontext.ClusterRef
 	Credential string
 }
 
+// pending reports a credential chosen for a join not yet answered.
+func (c Credential) pending() bool { return c.Cluster == appcontext.ClusterRef{} }
+
 // Credentials keeps the agent's credential across restarts.
 type Credentials interface {
-	// Load returns the kept credential; nil when there is none.
+	// Load returns the kept credential, pending or not; nil when there is
+	// none.
 	Load(ctx context.Context) (*Credential, error)
 	Save(ctx context.Context, c Credential) error
 }
@@ -60,7 +66,7 @@ func (s SecretCredentials) Load(ctx context.Context) (*Credential, error) {
 	}
 	c := &Credential{Cluster: appcontext.ClusterRef{Provider: string(sec.Data[keyProvider]), Name: string(sec.Data[keyCluster])},
 		Credential: string(sec.Data[keyCredential])}
-	if c.Cluster.Provider == "" || c.Cluster.Name == "" || c.Credential == "" {
+	if c.Credential == "" || (c.Cluster.Provider == "") != (c.Cluster.Name == "") {
 		return nil, nil // incomplete: join again
 	}
 	return c, nil

@@ -3,11 +3,17 @@ package agent
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/argus-mc/argus/src/internal/appcontext"
 )
 
 // nopCluster is a Cluster that does nothing: the join test needs none.
@@ -90,5 +96,82 @@ func TestJoinIsNeverRedirected(t *testing.T) {
 	defer a.http.CloseIdleConnections()
 	if _, err := join(t.Context(), a.http, a.endpoints[0], "tok", ""); err == nil || got.Load() != 0 {
 		t.Fatalf("a redirected join: %v, %d requests elsewhere; want an error and none", err, got.Load())
+	}
+}
+
+// Every join attempt names the credential the agent chose and kept
+// (pending) before the first, after a restart too: an attempt whose answer
+// was lost spent the token, and only the same credential gets it again.
+func TestJoinAttemptsNameOneKeptCredential(t *testing.T) {
+	var named []string
+	var lost atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Token, Credential string }
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		named = append(named, body.Credential)
+		if !lost.Swap(true) { // the first answer never arrives
+			if c, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				_ = c.Close()
+			}
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]string{"clusterProvider": "cp", "cluster": "edge", "credential": body.Credential})
+	}))
+	defer srv.Close()
+	creds := &memCredentials{}
+	newAgent := func() *Agent {
+		a, err := New(Options{Orchestrators: []string{srv.URL}, JoinToken: "id.secret", Cluster: nopCluster{}, Credentials: creds,
+			BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(a.http.CloseIdleConnections)
+		return a
+	}
+	// A first process: its attempt is cut, and it stops before the next.
+	first := newAgent()
+	chosen, err := first.chosenCredential(t.Context())
+	if err != nil || len(chosen) < 43 {
+		t.Fatalf("chosen %q: %v", chosen, err)
+	}
+	if _, err := join(t.Context(), first.http, first.endpoints[0], "id.secret", chosen); err == nil {
+		t.Fatal("the cut attempt succeeded")
+	}
+	// A restarted process names the same credential and keeps the answer.
+	c, err := newAgent().join(t.Context())
+	if err != nil || c.Credential != chosen || c.Cluster.Name != "edge" {
+		t.Fatalf("join after a restart: %+v %v", c, err)
+	}
+	if len(named) != 2 || named[0] != chosen || named[1] != chosen {
+		t.Fatalf("attempts named %q, want %q twice", named, chosen)
+	}
+	if kept, _ := creds.Load(t.Context()); kept == nil || kept.pending() || kept.Credential != chosen {
+		t.Fatalf("kept %+v", kept)
+	}
+	// A join after that (a new token) chooses anew.
+	if again, _ := newAgent().chosenCredential(t.Context()); again == chosen {
+		t.Fatal("a later join names the credential in use")
+	}
+}
+
+// The Secret keeps a pending credential as it keeps a joined one; a
+// Secret naming half a cluster is no credential.
+func TestSecretCredentialsKeepPending(t *testing.T) {
+	kube := fake.NewClientset()
+	s := SecretCredentials{Client: kube, Namespace: "argus-system", Name: "argus-agent"}
+	ctx := t.Context()
+	for _, c := range []Credential{{Credential: "chosen"}, {Cluster: appcontext.ClusterRef{Provider: "cp", Name: "edge"}, Credential: "chosen"}} {
+		if err := s.Save(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Load(ctx); err != nil || got == nil || *got != c {
+			t.Fatalf("kept %+v, loaded %+v %v", c, got, err)
+		}
+	}
+	if err := s.Save(ctx, Credential{Cluster: appcontext.ClusterRef{Provider: "cp"}, Credential: "chosen"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Load(ctx); err != nil || got != nil {
+		t.Fatalf("half a cluster loaded as %+v %v", got, err)
 	}
 }
