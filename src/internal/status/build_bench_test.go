@@ -75,12 +75,19 @@ func BenchmarkSummaryFleet(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		for range 10 {
-			in.Context.Placements[i%len(in.Context.Placements)].Rev++
-			i += 997
-		}
+		i = changeSome(in, i)
 		Build(in, q)
 	}
+}
+
+// changeSome marks 10 placements changed, spread over the DIG from i on,
+// as churn does between two answers; it returns where the next starts.
+func changeSome(in Input, i int) int {
+	for range 10 {
+		in.Context.Placements[i%len(in.Context.Placements)].Rev++
+		i += 997
+	}
+	return i
 }
 
 // BenchmarkEntriesFleet: a notification's entries of that DIG from the
@@ -95,10 +102,7 @@ func BenchmarkEntriesFleet(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		for range 10 {
-			in.Context.Placements[i%len(in.Context.Placements)].Rev++
-			i += 997
-		}
+		i = changeSome(in, i)
 		if runs := s.entries(in, q); len(runs) != 10000 {
 			b.Fatalf("%d runs", len(runs))
 		}
