@@ -153,7 +153,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case status.Code(err) == codes.Unauthenticated && a.opts.JoinToken != "" && !joinedNow:
 			// The cluster was registered anew: a new token may be given.
 			log.WithError(err).Warn("the kept credential was refused; joining again with the join token")
-			if cred, err = a.join(cctx); err != nil {
+			if cred, err = a.join(cctx, &cred); err != nil {
 				return err
 			}
 			joinedNow, joinedAt = true, time.Now()
@@ -195,20 +195,26 @@ func (a *Agent) credential(ctx context.Context) (c Credential, joined time.Time,
 		return *kept, time.Time{}, nil
 	}
 	if a.opts.JoinToken == "" {
+		if kept != nil {
+			return Credential{}, time.Time{}, fmt.Errorf("%w: the kept credential waits for its join to be answered, and no join token was given", ErrRefused)
+		}
 		return Credential{}, time.Time{}, fmt.Errorf("%w: no credential is kept and no join token was given", ErrRefused)
 	}
-	c, err = a.join(ctx)
+	c, err = a.join(ctx, kept)
 	return c, time.Now(), err
 }
 
 // join exchanges the join token at the first orchestrator that answers,
-// and keeps the credential. A refused token ends it at once. Every attempt
-// names the same credential, of the agent's choosing, kept (pending)
-// before the first: an attempt whose answer was lost spent the token, and
-// the next, in this process or after a restart, is then answered the same
-// (join.Service.Exchange) instead of refused.
-func (a *Agent) join(ctx context.Context) (Credential, error) {
-	chosen, err := a.chosenCredential(ctx)
+// and keeps the credential; kept is what the agent keeps now (nil: none).
+// A refused token ends it at once. Every attempt names the same
+// credential, of the agent's choosing: an attempt whose answer was lost
+// spent the token, and the next is then answered the same
+// (join.Service.Exchange) instead of refused. For a first join the choice
+// is kept (pending) before the first attempt, so a restart names it
+// again; a joined credential is never replaced by a pending one (a
+// re-join that is refused leaves the agent what it had).
+func (a *Agent) join(ctx context.Context, kept *Credential) (Credential, error) {
+	chosen, err := a.choose(ctx, kept)
 	if err != nil {
 		return Credential{}, err
 	}
@@ -226,6 +232,16 @@ func (a *Agent) join(ctx context.Context) (Credential, error) {
 		if errors.Is(err, ErrRefused) {
 			return Credential{}, err
 		}
+		if errors.Is(err, errChosenTaken) { // another cluster's: never with crypto/rand, unless a Secret was copied
+			if kept != nil && kept.pending() {
+				kept = nil // that choice is spoilt: keep the next instead
+			}
+			fresh, cerr := a.choose(ctx, kept)
+			if cerr != nil {
+				return Credential{}, cerr
+			}
+			chosen = fresh
+		}
 		a.log.WithError(err).Warn("cannot join yet; retrying")
 		if !retry.Wait(ctx) {
 			return Credential{}, ctx.Err()
@@ -233,13 +249,9 @@ func (a *Agent) join(ctx context.Context) (Credential, error) {
 	}
 }
 
-// chosenCredential is the pending credential kept by an earlier join
-// attempt, or a new one, kept pending before it is named.
-func (a *Agent) chosenCredential(ctx context.Context) (string, error) {
-	kept, err := a.opts.Credentials.Load(ctx)
-	if err != nil {
-		return "", err
-	}
+// choose is the credential a join names: a pending one kept, or a new
+// one, kept pending unless a joined credential is kept.
+func (a *Agent) choose(ctx context.Context, kept *Credential) (string, error) {
 	if kept != nil && kept.pending() {
 		return kept.Credential, nil
 	}
@@ -247,8 +259,10 @@ func (a *Agent) chosenCredential(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := a.opts.Credentials.Save(ctx, Credential{Credential: chosen}); err != nil {
-		return "", err
+	if kept == nil {
+		if err := a.opts.Credentials.Save(ctx, Credential{Credential: chosen}); err != nil {
+			return "", err
+		}
 	}
 	return chosen, nil
 }

@@ -90,6 +90,10 @@ func (s SecretCredentials) Save(ctx context.Context, c Credential) error {
 	return nil
 }
 
+// errChosenTaken is a chosen credential the orchestrator knows as another
+// cluster's: the join chooses anew.
+var errChosenTaken = errors.New("the chosen credential is taken")
+
 // ErrRefused is a join or credential the orchestrator refused: retrying
 // does not help, the operator must act (a new join token).
 var ErrRefused = errors.New("refused by the orchestrator")
@@ -127,6 +131,8 @@ func join(ctx context.Context, client *http.Client, e endpoint, token, chosen st
 	}
 	switch resp.StatusCode {
 	case http.StatusOK:
+	case http.StatusConflict:
+		return Credential{}, fmt.Errorf("%w: join at %s: %s", errChosenTaken, e.base, firstLine(data))
 	case http.StatusUnauthorized, http.StatusForbidden, http.StatusBadRequest:
 		return Credential{}, fmt.Errorf("%w: join at %s: %d %s", ErrRefused, e.base, resp.StatusCode, firstLine(data))
 	default:

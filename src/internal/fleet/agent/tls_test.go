@@ -130,7 +130,7 @@ func TestJoinAttemptsNameOneKeptCredential(t *testing.T) {
 	}
 	// A first process: its attempt is cut, and it stops before the next.
 	first := newAgent()
-	chosen, err := first.chosenCredential(t.Context())
+	chosen, err := first.choose(t.Context(), nil)
 	if err != nil || len(chosen) < 43 {
 		t.Fatalf("chosen %q: %v", chosen, err)
 	}
@@ -138,19 +138,33 @@ func TestJoinAttemptsNameOneKeptCredential(t *testing.T) {
 		t.Fatal("the cut attempt succeeded")
 	}
 	// A restarted process names the same credential and keeps the answer.
-	c, err := newAgent().join(t.Context())
+	c, _, err := newAgent().credential(t.Context())
 	if err != nil || c.Credential != chosen || c.Cluster.Name != "edge" {
 		t.Fatalf("join after a restart: %+v %v", c, err)
 	}
 	if len(named) != 2 || named[0] != chosen || named[1] != chosen {
 		t.Fatalf("attempts named %q, want %q twice", named, chosen)
 	}
-	if kept, _ := creds.Load(t.Context()); kept == nil || kept.pending() || kept.Credential != chosen {
+	kept, _ := creds.Load(t.Context())
+	if kept == nil || kept.pending() || kept.Credential != chosen {
 		t.Fatalf("kept %+v", kept)
 	}
-	// A join after that (a new token) chooses anew.
-	if again, _ := newAgent().chosenCredential(t.Context()); again == chosen {
-		t.Fatal("a later join names the credential in use")
+	// A re-join (the kept credential refused) chooses anew and keeps the
+	// joined credential until it has another: refused, it has the old.
+	refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "the join token is unknown, expired or already used", http.StatusUnauthorized)
+	}))
+	defer refuse.Close()
+	a, err := New(Options{Orchestrators: []string{refuse.URL}, JoinToken: "id.secret", Cluster: nopCluster{}, Credentials: creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.http.CloseIdleConnections()
+	if _, err := a.join(t.Context(), kept); !errors.Is(err, ErrRefused) {
+		t.Fatalf("refused re-join: %v", err)
+	}
+	if after, _ := creds.Load(t.Context()); after == nil || *after != *kept {
+		t.Fatalf("a refused re-join left %+v, want %+v", after, kept)
 	}
 }
 
