@@ -146,12 +146,7 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor time.Duration,
 		cancel()
 		<-ran
 	}()
-	took := pollCount(b, 5*time.Minute+time.Duration(n)*30*time.Millisecond, "every agent connected", n, func() int {
-		if errs := f.Errors(); len(errs) > 0 { // it will never connect
-			b.Fatalf("%d agents stopped, the first: %v", len(errs), errs[0])
-		}
-		return f.Connected()
-	})
+	took := waitConnected(b, f, n)
 	b.Logf("%d clusters registered and connected (%s to connect)", n, took.Round(time.Millisecond))
 
 	onboardBench(b, a)
@@ -478,4 +473,15 @@ func agentLog(tb testing.TB, file string) *logrus.Entry {
 	log.SetOutput(out)
 	log.SetLevel(logrus.WarnLevel)
 	return logrus.NewEntry(log)
+}
+
+// waitConnected waits until every agent of f has a stream, and fails at
+// once when one stopped (it never will).
+func waitConnected(b *testing.B, f *Fleet, n int) time.Duration {
+	return pollCount(b, 5*time.Minute+time.Duration(n)*30*time.Millisecond, "every agent connected", n, func() int {
+		if errs := f.Errors(); len(errs) > 0 {
+			b.Fatalf("%d agents stopped, the first: %v", len(errs), errs[0])
+		}
+		return f.Connected()
+	})
 }

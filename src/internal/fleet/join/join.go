@@ -320,9 +320,10 @@ func CheckChosen(chosen string) error {
 	if chosen == "" {
 		return nil
 	}
-	if len(chosen) < MinChosenLength || len(chosen) > MaxTokenLength || strings.IndexFunc(chosen, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
-	}) >= 0 {
+	base64URL := func(r rune) bool {
+		return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_'
+	}
+	if len(chosen) < MinChosenLength || len(chosen) > MaxTokenLength || strings.IndexFunc(chosen, func(r rune) bool { return !base64URL(r) }) >= 0 {
 		return errdefs.Invalid("a chosen agent credential is %d to %d characters of unpadded base64url", MinChosenLength, MaxTokenLength)
 	}
 	return nil
