@@ -44,19 +44,11 @@ type Changes struct {
 // Empty reports whether nothing changed.
 func (c Changes) Empty() bool { return len(c.Created)+len(c.Deleted)+len(c.Modified) == 0 }
 
-// Diff compares the current entries with the digests last delivered and
-// returns the changes and the digests to remember once they are delivered.
-// deletedPayload gives the payload of a resource that is gone (only its
-// key is known); nil sends {"key": key}.
-func Diff(last map[string]string, current []Entry, deletedPayload func(key string) map[string]any) (Changes, map[string]string) {
-	runs := Runs{current}
-	ch, _, _ := diffDelta(last, runs, nil, deletedPayload)
-	return ch, digestsOf(runs)
-}
-
-// diffDelta is Diff returning, instead of every current digest, only the
+// diffDelta compares the current entries with the digests last delivered
+// and returns the changes and, instead of every current digest, only the
 // delta a delivery brings (created and modified) and the keys gone, as
-// deltaOf would make them of Diff's: a notification then costs one lookup
+// deltaOf would make them; deletedPayload gives the payload of a resource
+// that is gone (only its key is known; nil sends {"key": key}): a notification then costs one lookup
 // per current entry, not the maps of the whole subject (Diff's and
 // deltaOf's were most of a notification at fleet size). Runs that clean
 // names are known to match last entry for entry and are not looked at

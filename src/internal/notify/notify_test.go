@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -52,18 +53,24 @@ func TestDiffAgainstLastDelivered(t *testing.T) {
 		return Entry{Key: key, Digest: digest, Payload: map[string]any{"name": key}}
 	}
 	last := map[string]string{"a": "1", "b": "1", "c": "1"}
-	ch, next := Diff(last, []Entry{e("a", "1"), e("b", "2"), e("d", "1")}, func(key string) map[string]any {
+	current := Runs{{e("a", "1"), e("b", "2"), e("d", "1")}}
+	ch, delta, gone := diffDelta(last, current, nil, func(key string) map[string]any {
 		return map[string]any{"name": key, "gone": true}
 	})
+	next := maps.Clone(last)
+	maps.Copy(next, delta)
+	for _, k := range gone {
+		delete(next, k)
+	}
 	if len(ch.Created) != 1 || ch.Created[0]["name"] != "d" || len(ch.Modified) != 1 || ch.Modified[0]["name"] != "b" ||
 		len(ch.Deleted) != 1 || ch.Deleted[0]["name"] != "c" || ch.Deleted[0]["gone"] != true {
 		t.Fatalf("changes = %+v", ch)
 	}
-	if len(next) != 3 || next["b"] != "2" {
+	if len(next) != 3 || next["b"] != "2" || !maps.Equal(next, digestsOf(current)) {
 		t.Fatalf("next = %v", next)
 	}
 	// A burst that returns to the delivered state is no change at all.
-	if ch, _ := Diff(next, []Entry{e("a", "1"), e("b", "2"), e("d", "1")}, nil); !ch.Empty() {
+	if ch, _, _ := diffDelta(next, current, nil, nil); !ch.Empty() {
 		t.Fatalf("no net change, got %+v", ch)
 	}
 }
@@ -592,13 +599,39 @@ func TestDiffDeltaIsDiffThenDeltaOf(t *testing.T) {
 				clean[&run[0]] = len(run)
 			}
 		}
-		wantCh, next := Diff(last, current, DeletedPayload)
+		wantCh, next := referenceDiff(last, current, DeletedPayload)
 		wantDelta, wantGone := deltaOf(last, next)
 		ch, delta, gone := diffDelta(last, runs, clean, DeletedPayload)
 		if !reflect.DeepEqual(ch, wantCh) || !reflect.DeepEqual(delta, wantDelta) || !reflect.DeepEqual(gone, wantGone) {
 			t.Fatalf("last %v current %v:\ngot  %v %v %v\nwant %v %v %v", last, current, ch, delta, gone, wantCh, wantDelta, wantGone)
 		}
 	}
+}
+
+// referenceDiff is the notification's diff written plainly, apart from
+// diffDelta: created and modified in current's order, deleted by key, and
+// every current digest.
+func referenceDiff(last map[string]string, current []Entry, deletedPayload func(string) map[string]any) (Changes, map[string]string) {
+	ch := Changes{Created: []map[string]any{}, Deleted: []map[string]any{}, Modified: []map[string]any{}}
+	next := map[string]string{}
+	for _, e := range current {
+		next[e.Key] = e.Digest
+		if prev, ok := last[e.Key]; !ok {
+			ch.Created = append(ch.Created, e.Payload)
+		} else if prev != e.Digest {
+			ch.Modified = append(ch.Modified, e.Payload)
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(last)) {
+		if _, ok := next[key]; !ok {
+			p := map[string]any{"key": key}
+			if dp := deletedPayload(key); dp != nil {
+				p = dp
+			}
+			ch.Deleted = append(ch.Deleted, p)
+		}
+	}
+	return ch, next
 }
 
 // BenchmarkDiffDelta: one notification's diff on a DIG over 10,000
