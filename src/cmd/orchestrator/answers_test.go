@@ -40,8 +40,10 @@ func TestSlowReadersOfLargeAnswers(t *testing.T) {
 		}
 	}
 	// Rendering 15 MB per app under -race on a loaded machine can pass the
-	// default render limit; rendering is not what this test is about.
-	p := startProc(t, nil, nil, "--data-dir", t.TempDir(), "--answer-write-timeout", "5s", "--render-timeout", "3m")
+	// default render limit, and the instantiate that waits for it the
+	// default request limit (2 minutes: a CI run's EOF); rendering is not
+	// what this test is about.
+	p := startProc(t, nil, nil, "--data-dir", t.TempDir(), "--answer-write-timeout", "5s", "--render-timeout", "5m", "--write-timeout", "6m")
 	base := "http://" + p.addr
 	// The DIG's apps render 1 MB ConfigMaps, 15 per app, onto a cluster
 	// that is not there (rsync retries): the answer is their manifests.
