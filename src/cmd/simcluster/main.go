@@ -21,6 +21,12 @@
 //
 //	simcluster fleet --orchestrator http://127.0.0.1:9015 --clusters 1000 --churn 10
 //
+// And the tests' stores (package storeproc): the embedded etcd, and
+// FerretDB with --mongo, in a process built without the race detector,
+// printing "stores: {json}" once they answer:
+//
+//	simcluster stores --dir /tmp/stores --mongo
+//
 // Exit codes: 0 on success (or after a clean stop), 1 when the work failed,
 // 2 for invalid arguments.
 package main
@@ -57,7 +63,8 @@ const usage = `usage:
   simcluster pod-state --kubeconfig FILE [--namespace NS] --selector SELECTOR --state not-ready|crashloop|failed|succeeded|ready
   simcluster receive [--listen ADDR] [--out FILE]
   simcluster json [PATH] < DOCUMENT
-  simcluster fleet [--orchestrator URLS] [--clusters N] [--churn PER_CLUSTER_PER_MIN] [--flap-every D] [--flap-fraction F]`
+  simcluster fleet [--orchestrator URLS] [--clusters N] [--churn PER_CLUSTER_PER_MIN] [--flap-every D] [--flap-fraction F]
+  simcluster stores --dir DIR [--mongo]`
 
 // run dispatches to a subcommand and returns the exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -78,6 +85,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return jsonCmd(args[1:], stdin, stdout, stderr)
 	case "fleet":
 		return fleet(ctx, args[1:], stdout, stderr)
+	case "stores":
+		return stores(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "simcluster: unknown subcommand %q\n%s\n", args[0], usage)
 	return 2

@@ -19,7 +19,7 @@ func goneDB(t *testing.T, name string) *mongo.Database {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cli, err := mongo.Connect(ctx, options.Client().ApplyURI(env.Mongo.EmbeddedURI()))
+	cli, err := mongo.Connect(ctx, options.Client().ApplyURI(env.MongoURI()))
 	if err != nil {
 		t.Fatal(err)
 	}

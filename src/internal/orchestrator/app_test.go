@@ -141,7 +141,9 @@ func TestExternalStores(t *testing.T) {
 	}
 
 	// Readiness really depends on the external etcd.
-	external.Etcd.Close()
+	if err := external.StopServers(); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		code, body := r.call(t, "GET", "/readyz", "")

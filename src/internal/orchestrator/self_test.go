@@ -6,8 +6,10 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/argus-mc/argus/src/internal/notify"
+	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 // Callbacks never reach this process, whatever --callback-allow says: not
@@ -21,11 +23,20 @@ func TestCallbacksNeverReachThePeerPortOrTheAPIByTheUnspecifiedAddress(t *testin
 		t.Fatal(err)
 	}
 	defer api.Close()
-	d, err := notify.NewDeliverer(notify.DelivererOptions{Allow: []string{"0.0.0.0/0", "::/0"}, Self: selfAddrs(env.Etcd, env.Mongo, api)})
+	// An etcd embedded in this process, as local mode runs it (the
+	// package's stores run in a process of their own).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	etcd, err := etcdstore.Open(ctx, etcdstore.Options{DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	peers := env.Etcd.PeerEndpoints()
+	defer etcd.Close()
+	d, err := notify.NewDeliverer(notify.DelivererOptions{Allow: []string{"0.0.0.0/0", "::/0"}, Self: selfAddrs(etcd, env.Mongo, api)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := etcd.PeerEndpoints()
 	if len(peers) == 0 {
 		t.Fatal("the embedded etcd names no peer URL")
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/argus-mc/argus/src/internal/logging"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
+	"github.com/argus-mc/argus/src/internal/storeproc"
 )
 
 // K8sVersion is the Kubernetes version the simulated clusters run.
@@ -82,6 +83,10 @@ type Options struct {
 	// status is whatever a client writes). About a third of a full
 	// cluster's memory, for benchmarks that need many clusters.
 	APIServerOnly bool
+	// StoresBinary, when set, runs the shared etcd as that program's
+	// stores process (package storeproc) instead of in this one: tests,
+	// built with the race detector, set it so etcd is not.
+	StoresBinary string
 
 	// pickPort chooses API server ports; nil means a free loopback port.
 	// Tests set it to hand out a busy one.
@@ -96,7 +101,8 @@ type Set struct {
 	Clusters []*Cluster
 	dir      string
 	log      *logrus.Entry
-	etcd     *etcdstore.Store
+	etcd     *etcdstore.Store   // in this process, or
+	etcdProc *storeproc.Process // in a stores process
 	stopOnce sync.Once
 }
 
@@ -138,11 +144,21 @@ func Start(ctx context.Context, opts Options) (*Set, error) {
 		}
 	}
 
-	etcd, err := etcdstore.Open(ctx, etcdstore.Options{DataDir: opts.Dir, Logger: opts.Logger.WithField("component", "etcd")})
-	if err != nil {
-		return nil, fmt.Errorf("shared etcd: %w", err)
+	s := &Set{dir: opts.Dir, log: opts.Logger}
+	var endpoints []string
+	if opts.StoresBinary != "" {
+		proc, err := storeproc.Start(ctx, storeproc.Options{Binary: opts.StoresBinary, Dir: filepath.Join(opts.Dir, "etcd")})
+		if err != nil {
+			return nil, fmt.Errorf("shared etcd: %w", err)
+		}
+		s.etcdProc, endpoints = proc, proc.Info().Etcd
+	} else {
+		etcd, err := etcdstore.Open(ctx, etcdstore.Options{DataDir: opts.Dir, Logger: opts.Logger.WithField("component", "etcd")})
+		if err != nil {
+			return nil, fmt.Errorf("shared etcd: %w", err)
+		}
+		s.etcd, endpoints = etcd, etcd.Endpoints()
 	}
-	s := &Set{etcd: etcd, dir: opts.Dir, log: opts.Logger}
 	for i := 1; i <= opts.Clusters; i++ {
 		name := "cluster" + strconv.Itoa(i)
 		s.Clusters = append(s.Clusters, &Cluster{
@@ -151,7 +167,7 @@ func Start(ctx context.Context, opts Options) (*Set, error) {
 			nodes:       opts.Nodes,
 			apiOnly:     opts.APIServerOnly,
 			binDir:      opts.BinDir,
-			etcdServers: strings.Join(etcd.Endpoints(), ","),
+			etcdServers: strings.Join(endpoints, ","),
 			log:         opts.Logger.WithField("cluster", name),
 			pickPort:    opts.pickPort,
 		})
@@ -189,6 +205,9 @@ func (s *Set) PIDs() []int {
 	for _, c := range s.Clusters {
 		pids = append(pids, c.PIDs()...)
 	}
+	if s.etcdProc != nil {
+		pids = append(pids, s.etcdProc.PID())
+	}
 	return pids
 }
 
@@ -201,7 +220,13 @@ func (s *Set) Stop() {
 			go func() { defer wg.Done(); c.stop() }()
 		}
 		wg.Wait()
-		if err := s.etcd.Close(); err != nil {
+		var err error
+		if s.etcdProc != nil {
+			err = s.etcdProc.Stop()
+		} else {
+			err = s.etcd.Close()
+		}
+		if err != nil {
 			s.log.WithError(err).Warn("closing the shared etcd")
 		}
 	})

@@ -11,10 +11,15 @@ import (
 	"github.com/argus-mc/argus/src/internal/simcluster"
 )
 
-// StartClusters starts n simulated clusters with their data under dir. It
-// never builds binaries: `make test` runs `make sim` first.
+// StartClusters starts n simulated clusters with their data under dir,
+// their etcd in a stores process (StoresBinary). It never builds the
+// Kubernetes binaries: `make test` runs `make sim` first.
 func StartClusters(ctx context.Context, dir string, n int) (*simcluster.Set, error) {
-	return simcluster.Start(ctx, simcluster.Options{Clusters: n, Dir: dir})
+	bin, err := StoresBinary(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	return simcluster.Start(ctx, simcluster.Options{Clusters: n, Dir: dir, StoresBinary: bin})
 }
 
 // Clusters starts n simulated clusters for one test and stops them when it

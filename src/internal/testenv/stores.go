@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,41 +17,82 @@ import (
 
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 	mongostore "github.com/argus-mc/argus/src/internal/store/mongo"
+	"github.com/argus-mc/argus/src/internal/storeproc"
 )
 
-// Stores are the embedded etcd and FerretDB servers of one test package.
+// Stores are the embedded etcd and FerretDB servers of one test package,
+// run by a stores process built without the race detector (package
+// storeproc), and the package's clients of them.
 type Stores struct {
 	Etcd  *etcdstore.Store
 	Mongo *mongostore.Store
 	Dir   string
+
+	proc *storeproc.Process
 }
 
-// StartStores starts both embedded stores with their data under dir.
+// StoresBinaryEnv names the program whose "stores" subcommand serves the
+// tests' stores: make test builds bin/simcluster and sets it. Unset, the
+// tests build it (go build, once per test binary and set of clusters).
+const StoresBinaryEnv = "ARGUS_STORES_BINARY"
+
+// StoresBinary returns the stores program, building it into dir when
+// StoresBinaryEnv is unset.
+func StoresBinary(ctx context.Context, dir string) (string, error) {
+	if bin := os.Getenv(StoresBinaryEnv); bin != "" {
+		return bin, nil
+	}
+	bin := filepath.Join(dir, "simcluster")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/argus-mc/argus/src/cmd/simcluster")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the stores program (or set %s): %v: %s", StoresBinaryEnv, err, out)
+	}
+	return bin, nil
+}
+
+// StartStores starts both embedded stores with their data under dir, in a
+// process of their own, and connects to them.
 func StartStores(ctx context.Context, dir string) (*Stores, error) {
-	e, err := etcdstore.Open(ctx, etcdstore.Options{DataDir: dir})
+	bin, err := StoresBinary(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
-	m, err := mongostore.Open(ctx, mongostore.Options{DataDir: dir})
+	proc, err := storeproc.Start(ctx, storeproc.Options{Binary: bin, Dir: dir, Mongo: true})
 	if err != nil {
-		_ = e.Close() // the FerretDB error is the one worth reporting
 		return nil, err
 	}
-	return &Stores{Etcd: e, Mongo: m, Dir: dir}, nil
+	s := &Stores{Dir: dir, proc: proc}
+	if s.Etcd, err = etcdstore.Open(ctx, etcdstore.Options{Endpoints: proc.Info().Etcd}); err != nil {
+		_ = proc.Stop() // the connect error is the one worth reporting
+		return nil, err
+	}
+	if s.Mongo, err = mongostore.Open(ctx, mongostore.Options{URI: proc.Info().Mongo}); err != nil {
+		_ = s.Etcd.Close()
+		_ = proc.Stop()
+		return nil, err
+	}
+	return s, nil
 }
 
-// Close stops both stores.
+// Close disconnects and stops the stores.
 func (s *Stores) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return errors.Join(s.Mongo.Close(ctx), s.Etcd.Close())
+	return errors.Join(s.Mongo.Close(ctx), s.Etcd.Close(), s.proc.Stop())
 }
 
-// EtcdEndpoints returns the embedded etcd's client URLs.
-func (s *Stores) EtcdEndpoints() []string { return s.Etcd.Endpoints() }
+// StopServers stops the stores process, leaving the clients to fail: a
+// test of what the orchestrator does when its stores go away.
+func (s *Stores) StopServers() error { return s.proc.Stop() }
 
-// MongoURI returns the embedded FerretDB's URI.
-func (s *Stores) MongoURI() string { return s.Mongo.EmbeddedURI() }
+// EtcdEndpoints returns etcd's client URLs.
+func (s *Stores) EtcdEndpoints() []string { return s.proc.Info().Etcd }
+
+// EtcdPeerEndpoints returns etcd's peer URLs.
+func (s *Stores) EtcdPeerEndpoints() []string { return s.proc.Info().EtcdPeers }
+
+// MongoURI returns FerretDB's URI.
+func (s *Stores) MongoURI() string { return s.proc.Info().Mongo }
 
 // Database returns a fresh, uniquely named database dropped when t ends, so
 // tests sharing the package's server never see each other's data.
