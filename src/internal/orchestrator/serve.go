@@ -77,21 +77,16 @@ func (a *App) serve(ctx context.Context, life *lifecycle, ls *listeners, st *sto
 	}
 	// Connections beyond the cap wait in the kernel's backlog; running out
 	// of descriptors anyway makes Serve back off and retry, never exit.
-	limited := netutil.LimitListener(ls.api, ls.maxConns)
+	var ln net.Listener = netutil.LimitListener(ls.api, ls.maxConns)
 	serveHTTP2(srv)
 	if a.cert != nil {
 		srv.TLSConfig = a.cert.ServerConfig()
 		// Agents that offer the fleet's ALPN protocol are served on gRPC's
 		// own transport, on this port; the rest (h2, HTTP/1.1) as before.
-		w.fleet.hub.ServeNative(srv)
+		ln = w.fleet.hub.ListenTLS(srv, ln)
 	}
 	served := life.add("API", func(context.Context) error {
-		var err error
-		if a.cert != nil {
-			err = srv.ServeTLS(limited, "", "")
-		} else {
-			err = srv.Serve(limited)
-		}
+		err := srv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) { // the drain below
 			return nil
 		}

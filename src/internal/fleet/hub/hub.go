@@ -112,7 +112,7 @@ type Hub struct {
 	keys    keys
 	log     *logrus.Entry
 	srv     *grpc.Server // streams through Handler
-	native  *native      // streams on gRPC's own transport (ServeNative)
+	native  *native      // streams on gRPC's own transport (ListenTLS)
 	writer  *writer
 	metrics *metrics
 	blobs   *blobCache

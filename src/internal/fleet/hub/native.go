@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"crypto/tls"
 	"net"
 	"net/http"
 	"slices"
@@ -24,9 +23,10 @@ const (
 // server on its own transport: per idle stream it holds no pooled read
 // buffer, no net/http connection state and fewer goroutines than
 // ServeHTTP on net/http's HTTP/2 server, and writes frames in batches
-// (docs/architecture.md, "Fleet transport"). net/http hands each
-// connection over (TLSNextProto); a listener fed by a channel passes it
-// to the gRPC server.
+// (docs/architecture.md, "Fleet transport"). ListenTLS's listener
+// completes each TLS handshake and passes those connections, through a
+// listener fed by a channel, to the gRPC server: net/http never sees
+// them, so no goroutine of its own waits on each for its life.
 type native struct {
 	srv   *grpc.Server
 	conns chan net.Conn // unbuffered: a connection is either accepted or not
@@ -87,7 +87,7 @@ func (n nativeFleet) Connect(stream pb.Fleet_ConnectServer) error {
 	return n.connect(stream, transportNative)
 }
 
-// serve starts the gRPC server, once, until close: from ServeNative on,
+// serve starts the gRPC server, once, until close: from ListenTLS on,
 // so a connection handed over never waits for the hub's Run (which may
 // wait for etcd); streams are refused until the hub has started.
 func (n *native) serve() {
@@ -102,32 +102,6 @@ func (n *native) close() {
 	n.once.Do(func() { close(n.done) })
 	n.srv.Stop()
 	n.wg.Wait()
-}
-
-// handOver serves c natively; it returns once c is closed, as net/http
-// closes the connection when a TLSNextProto function returns. The
-// connection stays counted against the API's connection cap until then.
-func (n *native) handOver(_ *http.Server, c *tls.Conn, _ http.Handler) {
-	nc := &nativeConn{Conn: c, closed: make(chan struct{})}
-	select {
-	case n.conns <- nc:
-	case <-n.done:
-		return
-	}
-	<-nc.closed // gRPC closes it: its peer left, or close
-}
-
-// nativeConn tells handOver when gRPC has closed the connection.
-type nativeConn struct {
-	*tls.Conn
-	once   sync.Once
-	closed chan struct{}
-}
-
-func (c *nativeConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() { close(c.closed) })
-	return err
 }
 
 // nativeListener gives the gRPC server the connections handed over.
@@ -154,29 +128,48 @@ type nativeAddr struct{}
 func (nativeAddr) Network() string { return "tls" }
 func (nativeAddr) String() string  { return pb.ALPN }
 
-// ServeNative lets srv hand the TLS connections that negotiate pb.ALPN to
-// the hub's native gRPC server; call it after setting srv.TLSConfig and
-// before serving. pb.ALPN is listed first: Go's TLS server picks by its
-// own preference, so an agent that offers it gets it, and every other
-// client negotiates "h2" or "http/1.1" (which net/http adds after it) as
-// before. Without TLS it does nothing: ALPN is TLS's.
-func (h *Hub) ServeNative(srv *http.Server) {
-	if srv.TLSConfig == nil {
-		return
-	}
+// ListenTLS returns the listener srv.Serve serves srv.TLSConfig's TLS on:
+// it completes each connection's handshake itself, hands those that
+// negotiated pb.ALPN to the hub's native gRPC server and returns the rest
+// (h2, HTTP/1.1), handshaken, to srv. pb.ALPN is listed first: Go's TLS
+// server picks by its own preference, so an agent that offers it gets it,
+// and every other client negotiates as before. A native connection holds
+// its slot of ln (a connection cap) until gRPC closes it. Call it after
+// setting srv.TLSConfig and srv.Protocols, and serve with srv.Serve (not
+// ServeTLS).
+func (h *Hub) ListenTLS(srv *http.Server, ln net.Listener) net.Listener {
 	cfg := srv.TLSConfig.Clone()
-	cfg.NextProtos = append([]string{pb.ALPN}, slices.DeleteFunc(slices.Clone(cfg.NextProtos), func(p string) bool { return p == pb.ALPN })...)
-	srv.TLSConfig = cfg
-	if srv.Protocols == nil {
-		// A TLSNextProto map without "h2" would turn net/http's HTTP/2
-		// off unless the protocols are set: keep its defaults.
-		srv.Protocols = new(http.Protocols)
-		srv.Protocols.SetHTTP1(true)
-		srv.Protocols.SetHTTP2(true)
+	protos := []string{pb.ALPN}
+	if srv.Protocols == nil || srv.Protocols.HTTP2() {
+		protos = append(protos, "h2")
 	}
-	if srv.TLSNextProto == nil {
-		srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	protos = append(protos, "http/1.1")
+	for _, p := range cfg.NextProtos {
+		if !slices.Contains(protos, p) {
+			protos = append(protos, p)
+		}
 	}
-	srv.TLSNextProto[pb.ALPN] = h.native.handOver
+	cfg.NextProtos = protos
 	h.native.serve()
+	return newSplitListener(splitOptions{inner: ln, tls: cfg, native: h.native, timeout: handshakeTimeout(srv),
+		logf: func(format string, args ...any) {
+			if srv.ErrorLog != nil {
+				srv.ErrorLog.Printf(format, args...)
+			}
+		}})
+}
+
+// handshakeTimeout is what net/http gives a TLS handshake: the least of
+// its positive read-header, read and write timeouts; 10 s without any.
+func handshakeTimeout(srv *http.Server) time.Duration {
+	var d time.Duration
+	for _, v := range []time.Duration{srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout} {
+		if v > 0 && (d == 0 || v < d) {
+			d = v
+		}
+	}
+	if d == 0 {
+		d = 10 * time.Second
+	}
+	return d
 }

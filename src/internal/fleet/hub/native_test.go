@@ -44,11 +44,13 @@ func (f *fixture) serveTLS(t *testing.T, native bool) (string, *x509.CertPool) {
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetHTTP2(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
+	serve := func() { _ = srv.ServeTLS(ln, "", "") }
 	if native {
-		f.hub.ServeNative(srv)
+		nl := f.hub.ListenTLS(srv, ln)
+		serve = func() { _ = srv.Serve(nl) }
 	}
 	served := make(chan struct{})
-	go func() { defer close(served); _ = srv.ServeTLS(ln, "", "") }()
+	go func() { defer close(served); serve() }()
 	t.Cleanup(func() { f.hub.Stop(); _ = srv.Close(); <-served })
 	return "https://" + ln.Addr().String(), pair.Pool()
 }
@@ -141,12 +143,12 @@ func TestTLSPortServesNativeH2AndAPI(t *testing.T) {
 	}
 }
 
-// Without ServeNative (an older orchestrator) the same agent negotiates
+// Without ListenTLS (an older orchestrator) the same agent negotiates
 // h2 and streams through Handler.
 func TestAgentFallsBackToH2(t *testing.T) {
 	f, _, _, _ := streamingOverTLS(t, false)
 	if f.streams(transportNative) != 0 {
-		t.Fatal("a native stream without ServeNative")
+		t.Fatal("a native stream without ListenTLS")
 	}
 }
 

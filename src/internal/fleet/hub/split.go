@@ -1,0 +1,142 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	pb "github.com/argus-mc/argus/src/apis/fleet"
+)
+
+// splitOptions configure a splitListener.
+type splitOptions struct {
+	inner   net.Listener
+	tls     *tls.Config
+	native  *native
+	timeout time.Duration // for each handshake
+	logf    func(format string, args ...any)
+}
+
+// splitListener accepts from inner, completes each TLS handshake on a
+// goroutine of its own (a slow client holds up no other), and sorts the
+// connection by the protocol it negotiated: pb.ALPN to the native gRPC
+// server, the rest to Accept.
+type splitListener struct {
+	opts   splitOptions
+	ready  chan net.Conn // handshaken, not native
+	errc   chan error    // inner's Accept failed
+	ctx    context.Context
+	cancel context.CancelFunc
+	start  sync.Once
+	closed sync.Once
+	wg     sync.WaitGroup // the accept loop and the handshakes
+}
+
+func newSplitListener(opts splitOptions) *splitListener {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &splitListener{opts: opts, ready: make(chan net.Conn), errc: make(chan error), ctx: ctx, cancel: cancel}
+}
+
+// Accept returns the next handshaken connection that is not native.
+func (l *splitListener) Accept() (net.Conn, error) {
+	l.start.Do(func() { l.wg.Go(l.acceptLoop) })
+	select {
+	case c := <-l.ready:
+		return c, nil
+	case err := <-l.errc:
+		return nil, err
+	case <-l.ctx.Done():
+		return nil, net.ErrClosed
+	}
+}
+
+// Close stops accepting, ends the handshakes in flight and waits for them.
+// Connections already handed over are their servers' to close.
+func (l *splitListener) Close() error {
+	var err error
+	l.closed.Do(func() {
+		l.cancel()
+		err = l.opts.inner.Close()
+		l.wg.Wait()
+	})
+	return err
+}
+
+func (l *splitListener) Addr() net.Addr { return l.opts.inner.Addr() }
+
+// acceptLoop accepts until inner is closed; an error goes to Accept's
+// caller, which (net/http) retries a temporary one by calling Accept again.
+func (l *splitListener) acceptLoop() {
+	for {
+		c, err := l.opts.inner.Accept()
+		if err != nil {
+			var ne net.Error
+			temporary := errors.As(err, &ne) && ne.Timeout() || isTemporary(err)
+			select {
+			case l.errc <- err:
+			case <-l.ctx.Done():
+				return
+			}
+			if !temporary {
+				return
+			}
+			continue
+		}
+		l.wg.Go(func() { l.handshake(c) })
+	}
+}
+
+// isTemporary reports an error that net/http backs off from and retries
+// (running out of descriptors, a connection reset before it was accepted).
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+// handshake completes c's TLS handshake within the timeout and passes it on.
+func (l *splitListener) handshake(c net.Conn) {
+	ctx, cancel := context.WithTimeout(l.ctx, l.opts.timeout)
+	defer cancel()
+	tc := tls.Server(c, l.opts.tls)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		var rh tls.RecordHeaderError
+		if errors.As(err, &rh) && rh.Conn != nil && looksLikeHTTP(rh.RecordHeader[:]) {
+			// As net/http answers plain HTTP on its TLS port.
+			_ = rh.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = io.WriteString(rh.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+			err = errors.New("client sent an HTTP request to an HTTPS server")
+		}
+		_ = c.Close()
+		l.opts.logf("http: TLS handshake error from %s: %v", c.RemoteAddr(), err)
+		return
+	}
+	if tc.ConnectionState().NegotiatedProtocol == pb.ALPN {
+		select {
+		case l.opts.native.conns <- tc:
+		case <-l.opts.native.done:
+			_ = tc.Close()
+		}
+		return
+	}
+	select {
+	case l.ready <- tc:
+	case <-l.ctx.Done():
+		_ = tc.Close()
+	}
+}
+
+// looksLikeHTTP reports a TLS record header that is the start of an HTTP
+// request instead.
+func looksLikeHTTP(hdr []byte) bool {
+	for _, m := range []string{"GET /", "HEAD ", "POST ", "PUT /", "OPTIO"} {
+		if bytes.HasPrefix(hdr, []byte(m)) {
+			return true
+		}
+	}
+	return false
+}
