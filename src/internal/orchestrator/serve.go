@@ -77,7 +77,7 @@ func (a *App) serve(ctx context.Context, life *lifecycle, ls *listeners, st *sto
 	}
 	// Connections beyond the cap wait in the kernel's backlog; running out
 	// of descriptors anyway makes Serve back off and retry, never exit.
-	var ln net.Listener = netutil.LimitListener(ls.api, ls.maxConns)
+	ln := netutil.LimitListener(ls.api, ls.maxConns)
 	serveHTTP2(srv)
 	if a.cert != nil {
 		srv.TLSConfig = a.cert.ServerConfig()

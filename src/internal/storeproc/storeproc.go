@@ -51,7 +51,7 @@ func Serve(ctx context.Context, opts ServeOptions, ready io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer etcd.Close()
+	defer func() { _ = etcd.Close() }() // the process ends; the data is a test's
 	info := Info{Etcd: etcd.Endpoints(), EtcdPeers: etcd.PeerEndpoints()}
 	if opts.Mongo {
 		m, err := mongostore.Open(octx, mongostore.Options{DataDir: opts.Dir, Logger: opts.Logger})
