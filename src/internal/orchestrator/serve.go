@@ -18,6 +18,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/console"
 	"github.com/argus-mc/argus/src/internal/errdefs"
+	"github.com/argus-mc/argus/src/internal/fleet/hub"
 	"github.com/argus-mc/argus/src/internal/ownership"
 	"github.com/argus-mc/argus/src/internal/status"
 )
@@ -83,7 +84,7 @@ func (a *App) serve(ctx context.Context, life *lifecycle, ls *listeners, st *sto
 		srv.TLSConfig = a.cert.ServerConfig()
 		// Agents that offer the fleet's ALPN protocol are served on gRPC's
 		// own transport, on this port; the rest (h2, HTTP/1.1) as before.
-		ln = w.fleet.hub.ListenTLS(srv, ln)
+		ln = w.fleet.hub.ListenTLS(srv, ln, hub.ListenOptions{Open: conns.open})
 	}
 	served := life.add("API", func(context.Context) error {
 		err := srv.Serve(ln)

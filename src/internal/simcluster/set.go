@@ -147,7 +147,7 @@ func Start(ctx context.Context, opts Options) (*Set, error) {
 	s := &Set{dir: opts.Dir, log: opts.Logger}
 	var endpoints []string
 	if opts.StoresBinary != "" {
-		proc, err := storeproc.Start(ctx, storeproc.Options{Binary: opts.StoresBinary, Dir: filepath.Join(opts.Dir, "etcd")})
+		proc, err := storeproc.Start(ctx, storeproc.Options{Binary: opts.StoresBinary, Dir: opts.Dir})
 		if err != nil {
 			return nil, fmt.Errorf("shared etcd: %w", err)
 		}

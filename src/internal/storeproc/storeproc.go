@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -107,6 +108,9 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 		args = append(args, "--mongo")
 	}
 	cmd := exec.Command(opts.Binary, args...)
+	// The child is killed when the thread that started it ends, not the
+	// process (prctl PR_SET_PDEATHSIG): the goroutine that starts and
+	// waits for it keeps its thread for the child's life.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -114,17 +118,24 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 	}
 	p := &Process{cmd: cmd, exited: make(chan struct{}), stderr: &tailBuffer{max: 8 << 10}}
 	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", opts.Binary, err)
-	}
+	started := make(chan error, 1)
 	infos := make(chan Info, 1)
-	go func() { // reads until the process closes its stdout, when it exits
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the child
+		if err := cmd.Start(); err != nil {
+			started <- fmt.Errorf("start %s: %w", opts.Binary, err)
+			return
+		}
+		started <- nil
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if rest, ok := strings.CutPrefix(sc.Text(), readyPrefix); ok {
 				var info Info
 				if json.Unmarshal([]byte(rest), &info) == nil {
-					infos <- info
+					select {
+					case infos <- info:
+					default: // said once already
+					}
 				}
 			}
 		}
@@ -132,6 +143,9 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 		p.err = cmd.Wait()
 		close(p.exited)
 	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
 	t := time.NewTimer(opts.Timeout)
 	defer t.Stop()
 	select {

@@ -15,7 +15,7 @@ func TestStartServeStop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	bin, err := testenv.StoresBinary(ctx, dir)
+	bin, err := testenv.StoresBinary(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

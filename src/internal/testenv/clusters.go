@@ -15,7 +15,7 @@ import (
 // their etcd in a stores process (StoresBinary). It never builds the
 // Kubernetes binaries: `make test` runs `make sim` first.
 func StartClusters(ctx context.Context, dir string, n int) (*simcluster.Set, error) {
-	bin, err := StoresBinary(ctx, dir)
+	bin, err := StoresBinary(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -33,17 +34,22 @@ type Stores struct {
 
 // StoresBinaryEnv names the program whose "stores" subcommand serves the
 // tests' stores: make test builds bin/simcluster and sets it. Unset, the
-// tests build it (go build, once per test binary and set of clusters).
+// tests build it (go build into the start's directory, each time: a plain
+// `go test` of one package, where the build cache makes it a link).
 const StoresBinaryEnv = "ARGUS_STORES_BINARY"
 
 // StoresBinary returns the stores program, building it into dir when
-// StoresBinaryEnv is unset.
-func StoresBinary(ctx context.Context, dir string) (string, error) {
+// StoresBinaryEnv is unset. The build has a deadline of its own (a cold
+// one on 2 cores, beside other packages' builds, takes minutes), not the
+// caller's start-up one.
+func StoresBinary(dir string) (string, error) {
 	if bin := os.Getenv(StoresBinaryEnv); bin != "" {
 		return bin, nil
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	bin := filepath.Join(dir, "simcluster")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/argus-mc/argus/src/cmd/simcluster")
+	cmd := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "github.com/argus-mc/argus/src/cmd/simcluster")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build the stores program (or set %s): %v: %s", StoresBinaryEnv, err, out)
 	}
@@ -53,7 +59,7 @@ func StoresBinary(ctx context.Context, dir string) (string, error) {
 // StartStores starts both embedded stores with their data under dir, in a
 // process of their own, and connects to them.
 func StartStores(ctx context.Context, dir string) (*Stores, error) {
-	bin, err := StoresBinary(ctx, dir)
+	bin, err := StoresBinary(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -87,9 +93,6 @@ func (s *Stores) StopServers() error { return s.proc.Stop() }
 
 // EtcdEndpoints returns etcd's client URLs.
 func (s *Stores) EtcdEndpoints() []string { return s.proc.Info().Etcd }
-
-// EtcdPeerEndpoints returns etcd's peer URLs.
-func (s *Stores) EtcdPeerEndpoints() []string { return s.proc.Info().EtcdPeers }
 
 // MongoURI returns FerretDB's URI.
 func (s *Stores) MongoURI() string { return s.proc.Info().Mongo }

@@ -1,12 +1,14 @@
 package hub
 
 import (
+	"log"
 	"net"
 	"net/http"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
@@ -68,7 +70,7 @@ func nativeServerOptions() []grpc.ServerOption {
 		// The agent's metadata is a bearer token: bound what a peer may
 		// send as headers well below gRPC's default of 16 MiB.
 		grpc.MaxHeaderListSize(64 << 10),
-		// The HTTP/2 preface and settings, after net/http's TLS handshake.
+		// The HTTP/2 preface and settings, after ListenTLS's TLS handshake.
 		grpc.ConnectionTimeout(10 * time.Second),
 	}
 }
@@ -96,8 +98,8 @@ func (n *native) serve() {
 	})
 }
 
-// close ends every native stream and connection, refuses new ones (net/http
-// closes those itself) and waits for the server.
+// close ends every native stream and connection, refuses new ones (the
+// split listener closes those) and waits for the server.
 func (n *native) close() {
 	n.once.Do(func() { close(n.done) })
 	n.srv.Stop()
@@ -128,6 +130,15 @@ type nativeAddr struct{}
 func (nativeAddr) Network() string { return "tls" }
 func (nativeAddr) String() string  { return pb.ALPN }
 
+// ListenOptions configure ListenTLS.
+type ListenOptions struct {
+	// Open, if set, counts the connections the listener holds that
+	// net/http never sees — those in their handshake and the agents'
+	// (native) ones — for the gauge net/http's ConnState feeds with the
+	// rest: together, what holds slots of the connection cap.
+	Open prometheus.Gauge
+}
+
 // ListenTLS returns the listener srv.Serve serves srv.TLSConfig's TLS on:
 // it completes each connection's handshake itself, hands those that
 // negotiated pb.ALPN to the hub's native gRPC server and returns the rest
@@ -136,8 +147,9 @@ func (nativeAddr) String() string  { return pb.ALPN }
 // and every other client negotiates as before. A native connection holds
 // its slot of ln (a connection cap) until gRPC closes it. Call it after
 // setting srv.TLSConfig and srv.Protocols, and serve with srv.Serve (not
-// ServeTLS).
-func (h *Hub) ListenTLS(srv *http.Server, ln net.Listener) net.Listener {
+// ServeTLS); srv.TLSConfig is replaced by one that names the protocols,
+// which is how net/http's Serve knows to set up HTTP/2.
+func (h *Hub) ListenTLS(srv *http.Server, ln net.Listener, opts ListenOptions) net.Listener {
 	cfg := srv.TLSConfig.Clone()
 	protos := []string{pb.ALPN}
 	if srv.Protocols == nil || srv.Protocols.HTTP2() {
@@ -150,13 +162,16 @@ func (h *Hub) ListenTLS(srv *http.Server, ln net.Listener) net.Listener {
 		}
 	}
 	cfg.NextProtos = protos
+	// net/http's own copy (its HTTP/2 set-up writes to it); the
+	// handshakes use cfg.
+	srv.TLSConfig = cfg.Clone()
+	logf := log.Printf // as net/http logs without an ErrorLog
+	if srv.ErrorLog != nil {
+		logf = srv.ErrorLog.Printf
+	}
 	h.native.serve()
 	return newSplitListener(splitOptions{inner: ln, tls: cfg, native: h.native, timeout: handshakeTimeout(srv),
-		logf: func(format string, args ...any) {
-			if srv.ErrorLog != nil {
-				srv.ErrorLog.Printf(format, args...)
-			}
-		}})
+		open: opts.Open, logf: logf})
 }
 
 // handshakeTimeout is what net/http gives a TLS handshake: the least of

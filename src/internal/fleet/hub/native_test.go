@@ -46,7 +46,7 @@ func (f *fixture) serveTLS(t *testing.T, native bool) (string, *x509.CertPool) {
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	serve := func() { _ = srv.ServeTLS(ln, "", "") }
 	if native {
-		nl := f.hub.ListenTLS(srv, ln)
+		nl := f.hub.ListenTLS(srv, ln, ListenOptions{})
 		serve = func() { _ = srv.Serve(nl) }
 	}
 	served := make(chan struct{})

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	pb "github.com/argus-mc/argus/src/apis/fleet"
 )
 
@@ -18,7 +20,8 @@ type splitOptions struct {
 	inner   net.Listener
 	tls     *tls.Config
 	native  *native
-	timeout time.Duration // for each handshake
+	timeout time.Duration    // for each handshake
+	open    prometheus.Gauge // optional: connections net/http does not see
 	logf    func(format string, args ...any)
 }
 
@@ -32,19 +35,21 @@ type splitListener struct {
 	errc   chan error    // inner's Accept failed
 	ctx    context.Context
 	cancel context.CancelFunc
-	start  sync.Once
 	closed sync.Once
 	wg     sync.WaitGroup // the accept loop and the handshakes
 }
 
+// newSplitListener starts accepting at once: the handshakes use their own
+// configuration, and what they finish waits for Accept.
 func newSplitListener(opts splitOptions) *splitListener {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &splitListener{opts: opts, ready: make(chan net.Conn), errc: make(chan error), ctx: ctx, cancel: cancel}
+	l := &splitListener{opts: opts, ready: make(chan net.Conn), errc: make(chan error), ctx: ctx, cancel: cancel}
+	l.wg.Go(l.acceptLoop)
+	return l
 }
 
 // Accept returns the next handshaken connection that is not native.
 func (l *splitListener) Accept() (net.Conn, error) {
-	l.start.Do(func() { l.wg.Go(l.acceptLoop) })
 	select {
 	case c := <-l.ready:
 		return c, nil
@@ -75,19 +80,21 @@ func (l *splitListener) acceptLoop() {
 	for {
 		c, err := l.opts.inner.Accept()
 		if err != nil {
-			var ne net.Error
-			temporary := errors.As(err, &ne) && ne.Timeout() || isTemporary(err)
 			select {
 			case l.errc <- err:
 			case <-l.ctx.Done():
 				return
 			}
-			if !temporary {
+			if !isTemporary(err) {
 				return
 			}
 			continue
 		}
-		l.wg.Go(func() { l.handshake(c) })
+		cc := &countedConn{Conn: c, open: l.opts.open}
+		if cc.open != nil {
+			cc.open.Inc()
+		}
+		l.wg.Go(func() { l.handshake(cc) })
 	}
 }
 
@@ -99,7 +106,7 @@ func isTemporary(err error) bool {
 }
 
 // handshake completes c's TLS handshake within the timeout and passes it on.
-func (l *splitListener) handshake(c net.Conn) {
+func (l *splitListener) handshake(c *countedConn) {
 	ctx, cancel := context.WithTimeout(l.ctx, l.opts.timeout)
 	defer cancel()
 	tc := tls.Server(c, l.opts.tls)
@@ -112,22 +119,45 @@ func (l *splitListener) handshake(c net.Conn) {
 			err = errors.New("client sent an HTTP request to an HTTPS server")
 		}
 		_ = c.Close()
-		l.opts.logf("http: TLS handshake error from %s: %v", c.RemoteAddr(), err)
+		if l.ctx.Err() == nil { // not the listener closing
+			l.opts.logf("http: TLS handshake error from %s: %v", c.RemoteAddr(), err)
+		}
 		return
 	}
 	if tc.ConnectionState().NegotiatedProtocol == pb.ALPN {
 		select {
-		case l.opts.native.conns <- tc:
+		case l.opts.native.conns <- tc: // counted until gRPC closes it
 		case <-l.opts.native.done:
 			_ = tc.Close()
 		}
 		return
 	}
+	c.uncount() // net/http counts it from here (ConnState)
 	select {
 	case l.ready <- tc:
 	case <-l.ctx.Done():
 		_ = tc.Close()
 	}
+}
+
+// countedConn counts itself in a gauge until it is closed or uncounted.
+type countedConn struct {
+	net.Conn
+	open prometheus.Gauge
+	once sync.Once
+}
+
+func (c *countedConn) uncount() {
+	c.once.Do(func() {
+		if c.open != nil {
+			c.open.Dec()
+		}
+	})
+}
+
+func (c *countedConn) Close() error {
+	c.uncount()
+	return c.Conn.Close()
 }
 
 // looksLikeHTTP reports a TLS record header that is the start of an HTTP

@@ -9,6 +9,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/net/netutil"
+
+	pb "github.com/argus-mc/argus/src/apis/fleet"
+	"github.com/argus-mc/argus/src/internal/testenv/testcert"
 )
 
 // A client that opens a connection and never handshakes holds up no other
@@ -50,4 +57,55 @@ func TestSplitListenerHandshakes(t *testing.T) {
 	if f.streams(transportNative) != 1 {
 		t.Fatal("the agent's native stream did not last")
 	}
+}
+
+// With net/http's default protocols (srv.Protocols nil), h2 still works
+// through ListenTLS; the connections net/http never sees — an agent's,
+// and any in its handshake — are counted in ListenOptions.Open until they
+// close, those it serves not (its ConnState counts them).
+func TestListenTLSDefaultsAndCounts(t *testing.T) {
+	f := newFixture(t)
+	pair := testcert.New(t, "argus")
+	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := prometheus.NewGauge(prometheus.GaugeOpts{Name: "open"})
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second,
+		Handler:   http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, r.Proto) }),
+		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}}
+	nl := f.hub.ListenTLS(srv, netutil.LimitListener(ln, 8), ListenOptions{Open: open})
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(nl) }()
+	t.Cleanup(func() { f.hub.Stop(); _ = srv.Close(); <-served })
+	gauge := func() float64 {
+		var m dto.Metric
+		_ = open.Write(&m)
+		return m.GetGauge().GetValue()
+	}
+
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pair.Pool()}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Get("https://" + ln.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if string(body) != "HTTP/2.0" {
+		t.Fatalf("served over %q, want HTTP/2.0", body)
+	}
+	waitFor(t, "net/http's connection uncounted", func() bool { return gauge() == 0 })
+
+	agent, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: pair.Pool(), NextProtos: []string{pb.ALPN}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the native connection counted", func() bool { return gauge() == 1 })
+	_ = agent.Close()
+	waitFor(t, "the closed native connection uncounted", func() bool { return gauge() == 0 })
 }
