@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -49,7 +48,7 @@ func StoresBinary(dir string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	bin := filepath.Join(dir, "simcluster")
-	cmd := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "github.com/argus-mc/argus/src/cmd/simcluster")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/argus-mc/argus/src/cmd/simcluster")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build the stores program (or set %s): %v: %s", StoresBinaryEnv, err, out)
 	}
