@@ -27,19 +27,9 @@ import (
 // roots that verify it.
 func (f *fixture) serveTLS(t *testing.T, native bool) (string, *x509.CertPool) {
 	t.Helper()
-	pair := testcert.New(t, "argus")
-	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, r.Proto) })
-	srv := &http.Server{Handler: f.hub.Handler(api), ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
-		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}}
+	ln, cfg, roots := tlsListener(t)
+	srv := &http.Server{Handler: f.hub.Handler(http.HandlerFunc(protoAPI)), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, TLSConfig: cfg}
 	srv.Protocols = new(http.Protocols) // as the orchestrator's serveHTTP2
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetHTTP2(true)
@@ -52,8 +42,27 @@ func (f *fixture) serveTLS(t *testing.T, native bool) (string, *x509.CertPool) {
 	served := make(chan struct{})
 	go func() { defer close(served); serve() }()
 	t.Cleanup(func() { f.hub.Stop(); _ = srv.Close(); <-served })
-	return "https://" + ln.Addr().String(), pair.Pool()
+	return "https://" + ln.Addr().String(), roots
 }
+
+// tlsListener is a loopback listener and a server TLS configuration for
+// it, with the roots that verify it.
+func tlsListener(t *testing.T) (net.Listener, *tls.Config, *x509.CertPool) {
+	t.Helper()
+	pair := testcert.New(t, "argus")
+	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, pair.Pool()
+}
+
+// protoAPI stands in for the API: it answers with the request's protocol.
+func protoAPI(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, r.Proto) }
 
 // tlsAgent runs the real agent code against url until the test ends.
 func tlsAgent(t *testing.T, url string, roots *x509.CertPool, creds *memCredentials) *agent.Agent {

@@ -15,7 +15,6 @@ import (
 	"golang.org/x/net/netutil"
 
 	pb "github.com/argus-mc/argus/src/apis/fleet"
-	"github.com/argus-mc/argus/src/internal/testenv/testcert"
 )
 
 // A client that opens a connection and never handshakes holds up no other
@@ -65,19 +64,9 @@ func TestSplitListenerHandshakes(t *testing.T) {
 // close, those it serves not (its ConnState counts them).
 func TestListenTLSDefaultsAndCounts(t *testing.T) {
 	f := newFixture(t)
-	pair := testcert.New(t, "argus")
-	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, cfg, roots := tlsListener(t)
 	open := prometheus.NewGauge(prometheus.GaugeOpts{Name: "open"})
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second,
-		Handler:   http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, r.Proto) }),
-		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(protoAPI), TLSConfig: cfg}
 	nl := f.hub.ListenTLS(srv, netutil.LimitListener(ln, 8), ListenOptions{Open: open})
 	served := make(chan struct{})
 	go func() { defer close(served); _ = srv.Serve(nl) }()
@@ -88,7 +77,7 @@ func TestListenTLSDefaultsAndCounts(t *testing.T) {
 		return m.GetGauge().GetValue()
 	}
 
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pair.Pool()}, ForceAttemptHTTP2: true}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Get("https://" + ln.Addr().String() + "/")
 	if err != nil {
@@ -101,7 +90,7 @@ func TestListenTLSDefaultsAndCounts(t *testing.T) {
 	}
 	waitFor(t, "net/http's connection uncounted", func() bool { return gauge() == 0 })
 
-	agent, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: pair.Pool(), NextProtos: []string{pb.ALPN}})
+	agent, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: roots, NextProtos: []string{pb.ALPN}})
 	if err != nil {
 		t.Fatal(err)
 	}
