@@ -85,6 +85,10 @@ type Options struct {
 	Mongo bool
 	// Timeout bounds the start; 0 means 2 minutes.
 	Timeout time.Duration
+
+	// onThread, for tests, runs on the thread that starts the child,
+	// after it started.
+	onThread func()
 }
 
 // Process is a running stores process.
@@ -110,7 +114,10 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 	cmd := exec.Command(opts.Binary, args...)
 	// The child is killed when the thread that started it ends, not the
 	// process (prctl PR_SET_PDEATHSIG): the goroutine that starts and
-	// waits for it keeps its thread for the child's life.
+	// waits for it keeps its thread for the child's life, and gives it
+	// back afterwards. A goroutine that ends locked ends its thread, and
+	// with it every other child that thread had started (a simulated
+	// cluster's controller manager, a render worker).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -121,10 +128,14 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 	started := make(chan error, 1)
 	infos := make(chan Info, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the child
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		if err := cmd.Start(); err != nil {
 			started <- fmt.Errorf("start %s: %w", opts.Binary, err)
 			return
+		}
+		if opts.onThread != nil {
+			opts.onThread()
 		}
 		started <- nil
 		sc := bufio.NewScanner(stdout)
