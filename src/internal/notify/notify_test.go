@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -489,38 +490,54 @@ func TestUnspecifiedAddressIsTheOrchestratorsOwn(t *testing.T) {
 	}
 }
 
-// blackHole accepts connections and never answers; it counts them.
+// blackHole accepts connections and never answers; it passes on those
+// that carry a delivery's request. Others are closed: under a busy test
+// run a client of a server that stopped can dial the port this listener
+// got after it (a CI run counted such a stranger as a third attempt).
 type blackHole struct {
 	ln    net.Listener
 	conns chan net.Conn
 }
 
 func newBlackHole(t *testing.T) *blackHole {
-	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := &blackHole{ln: ln, conns: make(chan net.Conn, 100)}
-	go func() {
+	var (
+		mu  sync.Mutex
+		all []net.Conn
+		wg  sync.WaitGroup
+	)
+	wg.Go(func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			b.conns <- c
+			mu.Lock()
+			all = append(all, c)
+			mu.Unlock()
+			wg.Go(func() {
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil || req.Header.Get(HeaderDelivery) == "" {
+					_ = c.Close()
+					return
+				}
+				b.conns <- c
+			})
 		}
-	}()
+	})
 	t.Cleanup(func() {
 		_ = ln.Close()
-		for {
-			select {
-			case c := <-b.conns:
-				_ = c.Close()
-			default:
-				return
-			}
+		mu.Lock()
+		for _, c := range all {
+			_ = c.Close()
 		}
+		mu.Unlock()
+		wg.Wait()
 	})
 	return b
 }
