@@ -416,3 +416,61 @@ func TestClusterKeyChanged(t *testing.T) {
 		}
 	}
 }
+
+// The cache keeps a bundle parsed and indexed, without the raw copy it
+// was parsed from (every placement of a fleet has one); Get keeps it.
+func TestCacheKeepsOneCopyOfABundle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := New(Options{Client: env.Etcd.Client, Prefix: env.EtcdPrefix()})
+	cache := runCache(t, s)
+	id := NewID()
+	c1 := ClusterRef{"cp", "c1"}
+	meta := Meta{ID: id, Kind: "dig", Group: "g/" + id, StatusID: id, Namespace: "default", Created: time.Now().UTC()}
+	if err := s.Create(ctx, meta, Status{Status: Instantiating}, []*Placement{{App: "a", Cluster: c1, Resources: []Resource{bigConfigMap("cm", 10)}}}); err != nil {
+		t.Fatal(err)
+	}
+	raw := `{"ready":true,"resourceCount":2,
+		"configMapStatuses":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","namespace":"default","labels":{"a":"b"}},"readyStatus":"Ready"}],
+		"resourceStatuses":[{"group":"example.com","version":"v1","kind":"Widget","name":"w","namespace":"default","object":{},"readyStatus":"Pending","reason":"r"}]}`
+	if err := s.PutBundle(ctx, id, "a", c1, BundleSnapshot{ResourceVersion: "7", Status: json.RawMessage(raw), Received: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(how string, b *BundleSnapshot, wantRaw bool) {
+		t.Helper()
+		if b == nil || b.Parsed == nil || len(b.Index) != 2 {
+			t.Fatalf("%s: bundle %+v", how, b)
+		}
+		if (len(b.Status) > 0) != wantRaw {
+			t.Errorf("%s: raw status of %d bytes", how, len(b.Status))
+		}
+		cm := b.Index[EntryRef{Kind: "ConfigMap", Namespace: "default", Name: "cm"}]
+		w := b.Index[EntryRef{Group: "example.com", Kind: "Widget", Namespace: "default", Name: "w"}]
+		if cm == nil || cm.Typed != &b.Parsed.ConfigMapStatuses[0] || cm.ReadyStatus != "Ready" ||
+			w == nil || w.Custom != &b.Parsed.ResourceStatuses[0] || w.Reason != "r" {
+			t.Fatalf("%s: index %+v", how, b.Index)
+		}
+	}
+	// Every write so far is in the cache once it reached this revision.
+	resp, err := env.Etcd.Client.Get(ctx, "/", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.WaitRevision(ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	var b *BundleSnapshot
+	if err := cache.View(ctx, id, func(c *Context, _ map[ClusterRef]ClusterState) {
+		if p := c.Placement("a", c1); p != nil {
+			b = p.Bundle
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	check("cache", b, false)
+	got, err := s.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("Get", got.Placement("a", c1).Bundle, true)
+}

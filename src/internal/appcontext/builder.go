@@ -100,6 +100,11 @@ func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 			var st v1alpha1.ResourceBundleStateStatus
 			if json.Unmarshal(snap.Status, &st) == nil {
 				snap.Parsed, snap.Index = &st, IndexBundle(&st)
+				if b.lean {
+					// Parsed holds all of it; a lean builder (the cache,
+					// rsync) keeps one copy per placement, not two.
+					snap.Status = nil
+				}
 			}
 		}
 		p.Bundle = &snap
@@ -164,6 +169,9 @@ func (b *builder) placement(app string, ref ClusterRef) *Placement {
 	return p
 }
 
+// exactGrowth is the size under which a placement's resources grow by one.
+const exactGrowth = 16
+
 // putResource inserts or replaces a resource, keeping apply order.
 func (p *Placement) putResource(r Resource) {
 	for i := range p.Resources {
@@ -173,6 +181,14 @@ func (p *Placement) putResource(r Resource) {
 		}
 	}
 	i := sort.Search(len(p.Resources), func(i int) bool { return p.Resources[i].Order > r.Order })
+	if n := len(p.Resources); n == cap(p.Resources) && n < exactGrowth {
+		// Grown one at a time, a placement of five resources holds five,
+		// not the eight doubling leaves (the cache holds every placement of
+		// a fleet).
+		grown := make([]Resource, n, n+1)
+		copy(grown, p.Resources)
+		p.Resources = grown
+	}
 	p.Resources = append(p.Resources, Resource{})
 	copy(p.Resources[i+1:], p.Resources[i:])
 	p.Resources[i] = r

@@ -41,8 +41,6 @@ type BundleEntry struct {
 	ReadyStatus, Reason          string
 	// Hash is the hash of the fields Argus manages on the live object.
 	Hash string
-	// Labels of the object (for v1 queries).
-	Labels map[string]string
 	// Owner is the object's controller (metadata.ownerReferences), if any.
 	Owner OwnerRef
 	// Typed or Custom is the entry itself.
@@ -74,21 +72,32 @@ func ownerOf(refs []metav1.OwnerReference) OwnerRef {
 // EntryRef identifies a bundle entry; a struct, so lookups allocate nothing.
 type EntryRef struct{ Group, Kind, Namespace, Name string }
 
-// IndexBundle indexes a bundle status's entries.
+// IndexBundle indexes a bundle status's entries. The entries share one
+// allocation and the strings of st: the cache keeps an index for every
+// placement of the fleet.
 func IndexBundle(st *v1alpha1.ResourceBundleStateStatus) map[EntryRef]*BundleEntry {
-	out := map[EntryRef]*BundleEntry{}
 	if st == nil {
-		return out
+		return map[EntryRef]*BundleEntry{}
 	}
-	for _, list := range [][]v1alpha1.ResourceStatus{st.PodStatuses, st.DeploymentStatuses, st.ServiceStatuses, st.ConfigMapStatuses,
+	lists := [][]v1alpha1.ResourceStatus{st.PodStatuses, st.DeploymentStatuses, st.ServiceStatuses, st.ConfigMapStatuses,
 		st.SecretStatuses, st.DaemonSetStatuses, st.IngressStatuses, st.JobStatuses, st.StatefulSetStatuses,
-		st.ReplicaSetStatuses, st.PersistentVolumeClaimStatuses, st.CronJobStatuses} {
+		st.ReplicaSetStatuses, st.PersistentVolumeClaimStatuses, st.CronJobStatuses}
+	n := len(st.ResourceStatuses)
+	for _, list := range lists {
+		n += len(list)
+	}
+	out := make(map[EntryRef]*BundleEntry, n)
+	entries := make([]BundleEntry, 0, n)
+	add := func(e BundleEntry) {
+		entries = append(entries, e)
+		out[EntryRef{e.Group, e.Kind, e.Namespace, e.Name}] = &entries[len(entries)-1]
+	}
+	for _, list := range lists {
 		for i := range list {
 			e := &list[i]
 			var meta struct {
 				Name      string                  `json:"name"`
 				Namespace string                  `json:"namespace"`
-				Labels    map[string]string       `json:"labels"`
 				Owners    []metav1.OwnerReference `json:"ownerReferences"`
 			}
 			_ = json.Unmarshal(e.Metadata.Raw, &meta)
@@ -96,15 +105,14 @@ func IndexBundle(st *v1alpha1.ResourceBundleStateStatus) map[EntryRef]*BundleEnt
 			if !found {
 				group = ""
 			}
-			out[EntryRef{group, e.Kind, meta.Namespace, meta.Name}] = &BundleEntry{Group: group, Kind: e.Kind, Name: meta.Name,
-				Namespace: meta.Namespace, ReadyStatus: e.ReadyStatus, Reason: e.Reason, Labels: meta.Labels, Typed: e, Hash: e.ManagedFieldsHash,
-				Owner: ownerOf(meta.Owners)}
+			add(BundleEntry{Group: group, Kind: e.Kind, Name: meta.Name, Namespace: meta.Namespace,
+				ReadyStatus: e.ReadyStatus, Reason: e.Reason, Typed: e, Hash: e.ManagedFieldsHash, Owner: ownerOf(meta.Owners)})
 		}
 	}
 	for i := range st.ResourceStatuses {
 		e := &st.ResourceStatuses[i]
-		out[EntryRef{e.Group, e.Kind, e.Namespace, e.Name}] = &BundleEntry{Group: e.Group, Kind: e.Kind, Name: e.Name,
-			Namespace: e.Namespace, ReadyStatus: e.ReadyStatus, Reason: e.Reason, Custom: e, Hash: e.ManagedFieldsHash}
+		add(BundleEntry{Group: e.Group, Kind: e.Kind, Name: e.Name, Namespace: e.Namespace,
+			ReadyStatus: e.ReadyStatus, Reason: e.Reason, Custom: e, Hash: e.ManagedFieldsHash})
 	}
 	return out
 }
