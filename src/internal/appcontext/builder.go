@@ -99,12 +99,14 @@ func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 		if len(snap.Status) > 0 && !snap.Deleted {
 			var st v1alpha1.ResourceBundleStateStatus
 			if json.Unmarshal(snap.Status, &st) == nil {
-				snap.Parsed, snap.Index = &st, IndexBundle(&st)
 				if b.lean {
-					// Parsed holds all of it; a lean builder (the cache,
-					// rsync) keeps one copy per placement, not two.
+					// A lean builder (the cache, rsync) keeps one copy
+					// of each placement's bundle, as small as it gets:
+					// Parsed holds all the raw status says.
+					trimBundle(&st)
 					snap.Status = nil
 				}
+				snap.Parsed, snap.Index = &st, IndexBundle(&st)
 			}
 		}
 		p.Bundle = &snap

@@ -72,6 +72,22 @@ func ownerOf(refs []metav1.OwnerReference) OwnerRef {
 // EntryRef identifies a bundle entry; a struct, so lookups allocate nothing.
 type EntryRef struct{ Group, Kind, Namespace, Name string }
 
+// trimBundle gives each of st's entry lists exactly its length: decoding
+// grows them by doubling, and the cache keeps one bundle per placement.
+// Call it before IndexBundle, which points into the lists.
+func trimBundle(st *v1alpha1.ResourceBundleStateStatus) {
+	for _, l := range []*[]v1alpha1.ResourceStatus{&st.PodStatuses, &st.DeploymentStatuses, &st.ServiceStatuses, &st.ConfigMapStatuses,
+		&st.SecretStatuses, &st.DaemonSetStatuses, &st.IngressStatuses, &st.JobStatuses, &st.StatefulSetStatuses,
+		&st.ReplicaSetStatuses, &st.PersistentVolumeClaimStatuses, &st.CronJobStatuses} {
+		if cap(*l) > len(*l) {
+			*l = append(make([]v1alpha1.ResourceStatus, 0, len(*l)), *l...)
+		}
+	}
+	if cap(st.ResourceStatuses) > len(st.ResourceStatuses) {
+		st.ResourceStatuses = append(make([]v1alpha1.CustomResourceStatus, 0, len(st.ResourceStatuses)), st.ResourceStatuses...)
+	}
+}
+
 // IndexBundle indexes a bundle status's entries. The entries share one
 // allocation and the strings of st: the cache keeps an index for every
 // placement of the fleet.
