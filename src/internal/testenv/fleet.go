@@ -27,20 +27,27 @@ type FleetLine struct {
 	// EtcdKeys and EtcdBytes are what etcd took per change under churn
 	// (-1 when not measured).
 	EtcdKeys, EtcdBytes float64
-	Lost                int
+	// SettledRSSKiB is RSSKiB again once the idle fleet has been left for
+	// the Go runtime's own forced-GC period and more; 0 when not measured
+	// (and then not printed).
+	SettledRSSKiB float64
+	Lost          int
 }
 
 func (r FleetLine) String() string {
 	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) }
-	mode := ""
+	mode, settled := "", ""
 	if r.Mode != "" {
 		mode = "mode=" + r.Mode + " "
 	}
+	if r.SettledRSSKiB > 0 {
+		settled = fmt.Sprintf("rss_settled_kib_per_cluster=%.1f ", r.SettledRSSKiB)
+	}
 	return fmt.Sprintf("fleet: %sclusters=%d replicas=%d rss_kib_per_cluster=%.1f cpu_ms_per_min_per_cluster=%.2f reconnect_s=%.1f "+
 		"instantiate_s=%.1f status_summary_p50_ms=%s status_all_p50_ms=%s callback_p50_ms=%s callback_p99_ms=%s "+
-		"etcd_keys_per_change=%.1f etcd_bytes_per_change=%.0f lost=%d",
+		"etcd_keys_per_change=%.1f etcd_bytes_per_change=%.0f %slost=%d",
 		mode, r.Clusters, r.Replicas, r.RSSKiB, r.CPUMs, r.Reconnect.Seconds(), r.Instantiate.Seconds(),
-		ms(r.SummaryP50), ms(r.AllP50), ms(r.CbP50), ms(r.CbP99), r.EtcdKeys, r.EtcdBytes, r.Lost)
+		ms(r.SummaryP50), ms(r.AllP50), ms(r.CbP50), ms(r.CbP99), r.EtcdKeys, r.EtcdBytes, settled, r.Lost)
 }
 
 // CountWrites watches every etcd key from now until the returned stop is

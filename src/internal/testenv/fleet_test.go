@@ -21,4 +21,9 @@ func TestFleetLine(t *testing.T) {
 	if got := l.String(); got != "fleet: mode=push "+want[len("fleet: "):] {
 		t.Errorf("push line: %s", got)
 	}
+	// Measured, the settled memory comes before lost, the last field.
+	l.Mode, l.SettledRSSKiB = "", 201.26
+	if got, want := l.String(), want[:len(want)-len("lost=0")]+"rss_settled_kib_per_cluster=201.3 lost=0"; got != want {
+		t.Errorf("with settled memory\n got %s\nwant %s", got, want)
+	}
 }
