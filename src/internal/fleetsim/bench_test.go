@@ -177,6 +177,39 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor, settle time.D
 	<-instSaved
 	pollCount(b, 5*time.Minute, "every resource Ready", 5*n, func() int { return ready(a) })
 
+	measureIdle(b, d, n, rss0, settle, &res)
+
+	res.summaryP50 = statusP50(a, "type=cluster&output=summary")
+	res.allP50 = statusP50(a, "type=cluster&output=all")
+
+	stopProfile := profile(b, fmt.Sprintf("churn-%d", n))
+	cpuSaved := d.saveCPU(fmt.Sprintf("churn-%d", n), min(churnFor, 30*time.Second))
+	res.etcdKeys, res.etcdBytes = -1, -1
+	var stopCount func() (int64, int64)
+	if ep := d.etcdEndpoint(); ep != "" {
+		if stopCount, err = testenv.CountWrites(ep); err != nil {
+			b.Logf("cannot count etcd writes: %v", err)
+		}
+	}
+	d.saveMetrics("before-churn-" + fmt.Sprint(n))
+	res.cbP50, res.cbP99, res.changes, res.lost = churn(b, a, f, churnFor, output)
+	d.saveMetrics("after-churn-" + fmt.Sprint(n))
+	if stopCount != nil && res.changes > 0 {
+		keys, bytes := stopCount()
+		res.etcdKeys, res.etcdBytes = float64(keys)/float64(res.changes), float64(bytes)/float64(res.changes)
+	}
+	stopProfile()
+	<-cpuSaved
+	if errs := f.Errors(); len(errs) > 0 {
+		b.Fatalf("agents stopped: %v", errs[0])
+	}
+	res.reconnect = restart(b, d, f, n)
+	return res
+}
+
+// measureIdle fills res's idle memory and CPU, and its settled memory
+// when settle is positive: the replicas' growth since rss0, per cluster.
+func measureIdle(b *testing.B, d *deployment, n int, rss0 int64, settle time.Duration, res *fleetResult) {
 	// Idle: what the replicas use with every cluster connected and Ready,
 	// after 15 s for what the instantiation left (history, sync state) to
 	// settle.
@@ -210,33 +243,6 @@ func runFleet(b *testing.B, bin string, n, replicas int, churnFor, settle time.D
 		res.settledKiB = float64(rss2-rss0) / float64(n)
 	}
 	d.saveHeap(fmt.Sprintf("idle-%d", n))
-
-	res.summaryP50 = statusP50(a, "type=cluster&output=summary")
-	res.allP50 = statusP50(a, "type=cluster&output=all")
-
-	stopProfile = profile(b, fmt.Sprintf("churn-%d", n))
-	cpuSaved := d.saveCPU(fmt.Sprintf("churn-%d", n), min(churnFor, 30*time.Second))
-	res.etcdKeys, res.etcdBytes = -1, -1
-	var stopCount func() (int64, int64)
-	if ep := d.etcdEndpoint(); ep != "" {
-		if stopCount, err = testenv.CountWrites(ep); err != nil {
-			b.Logf("cannot count etcd writes: %v", err)
-		}
-	}
-	d.saveMetrics("before-churn-" + fmt.Sprint(n))
-	res.cbP50, res.cbP99, res.changes, res.lost = churn(b, a, f, churnFor, output)
-	d.saveMetrics("after-churn-" + fmt.Sprint(n))
-	if stopCount != nil && res.changes > 0 {
-		keys, bytes := stopCount()
-		res.etcdKeys, res.etcdBytes = float64(keys)/float64(res.changes), float64(bytes)/float64(res.changes)
-	}
-	stopProfile()
-	<-cpuSaved
-	if errs := f.Errors(); len(errs) > 0 {
-		b.Fatalf("agents stopped: %v", errs[0])
-	}
-	res.reconnect = restart(b, d, f, n)
-	return res
 }
 
 // profile writes a CPU profile (and a heap profile at its end) of this
