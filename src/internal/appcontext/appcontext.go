@@ -583,7 +583,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Context, error) {
 // GetWithoutManifests reads a context as Get does, but not its manifests:
 // each resource has its ManifestRef alone, for Manifests to load when it
 // is needed. What a reader holds then does not grow with what was
-// rendered.
+// rendered. Its bundle snapshots keep Parsed, not the raw Status.
 func (s *Store) GetWithoutManifests(ctx context.Context, id string) (*Context, error) {
 	return s.get(ctx, id, newLeanBuilder(), s.ctxPrefix(id)+"app/")
 }

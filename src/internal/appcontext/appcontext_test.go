@@ -418,7 +418,9 @@ func TestClusterKeyChanged(t *testing.T) {
 }
 
 // The cache keeps a bundle parsed and indexed, without the raw copy it
-// was parsed from (every placement of a fleet has one); Get keeps it.
+// was parsed from and with its lists as long as their entries (every
+// placement of a fleet has one); so does GetWithoutManifests, while Get
+// keeps the raw status.
 func TestCacheKeepsOneCopyOfABundle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -430,23 +432,31 @@ func TestCacheKeepsOneCopyOfABundle(t *testing.T) {
 	if err := s.Create(ctx, meta, Status{Status: Instantiating}, []*Placement{{App: "a", Cluster: c1, Resources: []Resource{bigConfigMap("cm", 10)}}}); err != nil {
 		t.Fatal(err)
 	}
-	raw := `{"ready":true,"resourceCount":2,
-		"configMapStatuses":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","namespace":"default","labels":{"a":"b"}},"readyStatus":"Ready"}],
+	// Five ConfigMaps: decoding grows their list past five.
+	raw := `{"ready":true,"resourceCount":6,"configMapStatuses":[`
+	for i := range 5 {
+		raw += fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm%d","namespace":"default","labels":{"a":"b"}},"readyStatus":"Ready"},`, i)
+	}
+	raw = strings.TrimSuffix(raw, ",") + `],
 		"resourceStatuses":[{"group":"example.com","version":"v1","kind":"Widget","name":"w","namespace":"default","object":{},"readyStatus":"Pending","reason":"r"}]}`
 	if err := s.PutBundle(ctx, id, "a", c1, BundleSnapshot{ResourceVersion: "7", Status: json.RawMessage(raw), Received: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
-	check := func(how string, b *BundleSnapshot, wantRaw bool) {
+	// lean: one copy, its lists cut to their length.
+	check := func(how string, b *BundleSnapshot, lean bool) {
 		t.Helper()
-		if b == nil || b.Parsed == nil || len(b.Index) != 2 {
+		if b == nil || b.Parsed == nil || len(b.Index) != 6 {
 			t.Fatalf("%s: bundle %+v", how, b)
 		}
-		if (len(b.Status) > 0) != wantRaw {
+		if (len(b.Status) == 0) != lean {
 			t.Errorf("%s: raw status of %d bytes", how, len(b.Status))
 		}
-		cm := b.Index[EntryRef{Kind: "ConfigMap", Namespace: "default", Name: "cm"}]
+		if cms := b.Parsed.ConfigMapStatuses; lean && cap(cms) != len(cms) {
+			t.Errorf("%s: %d ConfigMaps in room for %d", how, len(cms), cap(cms))
+		}
+		cm := b.Index[EntryRef{Kind: "ConfigMap", Namespace: "default", Name: "cm4"}]
 		w := b.Index[EntryRef{Group: "example.com", Kind: "Widget", Namespace: "default", Name: "w"}]
-		if cm == nil || cm.Typed != &b.Parsed.ConfigMapStatuses[0] || cm.ReadyStatus != "Ready" ||
+		if cm == nil || cm.Typed != &b.Parsed.ConfigMapStatuses[4] || cm.ReadyStatus != "Ready" ||
 			w == nil || w.Custom != &b.Parsed.ResourceStatuses[0] || w.Reason != "r" {
 			t.Fatalf("%s: index %+v", how, b.Index)
 		}
@@ -467,10 +477,15 @@ func TestCacheKeepsOneCopyOfABundle(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	check("cache", b, false)
+	check("cache", b, true)
+	lean, err := s.GetWithoutManifests(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("GetWithoutManifests", lean.Placement("a", c1).Bundle, true)
 	got, err := s.Get(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	check("Get", got.Placement("a", c1).Bundle, true)
+	check("Get", got.Placement("a", c1).Bundle, false)
 }

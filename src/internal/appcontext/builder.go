@@ -3,6 +3,7 @@ package appcontext
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -178,7 +179,7 @@ const exactGrowth = 16
 func (p *Placement) putResource(r Resource) {
 	for i := range p.Resources {
 		if p.Resources[i].Key() == r.Key() {
-			p.Resources = append(p.Resources[:i], p.Resources[i+1:]...)
+			p.Resources = slices.Delete(p.Resources, i, i+1) // zeroes the freed slot
 			break
 		}
 	}
@@ -199,7 +200,7 @@ func (p *Placement) putResource(r Resource) {
 func (p *Placement) removeResource(key string) {
 	for i := range p.Resources {
 		if p.Resources[i].Key() == key {
-			p.Resources = append(p.Resources[:i], p.Resources[i+1:]...)
+			p.Resources = slices.Delete(p.Resources, i, i+1) // zeroes the freed slot
 			return
 		}
 	}

@@ -21,6 +21,8 @@ type BundleSnapshot struct {
 	// ResourceVersion of the bundle the snapshot was taken from.
 	ResourceVersion string `json:"resourceVersion"`
 	// Status is the bundle's status (v1alpha1.ResourceBundleStateStatus).
+	// Snapshots read by the Cache and GetWithoutManifests drop it once
+	// Parsed holds it: read Parsed, and Status only when Parsed is nil.
 	Status json.RawMessage `json:"status,omitempty"`
 	// Deleted is set when the bundle itself was deleted.
 	Deleted bool `json:"deleted,omitempty"`
@@ -30,7 +32,8 @@ type BundleSnapshot struct {
 	// Received is the orchestrator's time of receipt.
 	Received time.Time `json:"received"`
 	// Parsed is Status decoded, and Index its entries by
-	// group/kind/namespace/name; both filled when the snapshot is read.
+	// group/kind/namespace/name; both filled when the snapshot is read
+	// and Status decodes.
 	Parsed *v1alpha1.ResourceBundleStateStatus `json:"-"`
 	Index  map[EntryRef]*BundleEntry           `json:"-"`
 }
@@ -72,13 +75,18 @@ func ownerOf(refs []metav1.OwnerReference) OwnerRef {
 // EntryRef identifies a bundle entry; a struct, so lookups allocate nothing.
 type EntryRef struct{ Group, Kind, Namespace, Name string }
 
+// typedLists are st's lists of typed entries.
+func typedLists(st *v1alpha1.ResourceBundleStateStatus) []*[]v1alpha1.ResourceStatus {
+	return []*[]v1alpha1.ResourceStatus{&st.PodStatuses, &st.DeploymentStatuses, &st.ServiceStatuses, &st.ConfigMapStatuses,
+		&st.SecretStatuses, &st.DaemonSetStatuses, &st.IngressStatuses, &st.JobStatuses, &st.StatefulSetStatuses,
+		&st.ReplicaSetStatuses, &st.PersistentVolumeClaimStatuses, &st.CronJobStatuses}
+}
+
 // trimBundle gives each of st's entry lists exactly its length: decoding
 // grows them by doubling, and the cache keeps one bundle per placement.
 // Call it before IndexBundle, which points into the lists.
 func trimBundle(st *v1alpha1.ResourceBundleStateStatus) {
-	for _, l := range []*[]v1alpha1.ResourceStatus{&st.PodStatuses, &st.DeploymentStatuses, &st.ServiceStatuses, &st.ConfigMapStatuses,
-		&st.SecretStatuses, &st.DaemonSetStatuses, &st.IngressStatuses, &st.JobStatuses, &st.StatefulSetStatuses,
-		&st.ReplicaSetStatuses, &st.PersistentVolumeClaimStatuses, &st.CronJobStatuses} {
+	for _, l := range typedLists(st) {
 		if cap(*l) > len(*l) {
 			*l = append(make([]v1alpha1.ResourceStatus, 0, len(*l)), *l...)
 		}
@@ -89,18 +97,16 @@ func trimBundle(st *v1alpha1.ResourceBundleStateStatus) {
 }
 
 // IndexBundle indexes a bundle status's entries. The entries share one
-// allocation and the strings of st: the cache keeps an index for every
-// placement of the fleet.
+// allocation and point into st's lists: the cache keeps an index for
+// every placement of the fleet.
 func IndexBundle(st *v1alpha1.ResourceBundleStateStatus) map[EntryRef]*BundleEntry {
 	if st == nil {
 		return map[EntryRef]*BundleEntry{}
 	}
-	lists := [][]v1alpha1.ResourceStatus{st.PodStatuses, st.DeploymentStatuses, st.ServiceStatuses, st.ConfigMapStatuses,
-		st.SecretStatuses, st.DaemonSetStatuses, st.IngressStatuses, st.JobStatuses, st.StatefulSetStatuses,
-		st.ReplicaSetStatuses, st.PersistentVolumeClaimStatuses, st.CronJobStatuses}
+	lists := typedLists(st)
 	n := len(st.ResourceStatuses)
 	for _, list := range lists {
-		n += len(list)
+		n += len(*list)
 	}
 	out := make(map[EntryRef]*BundleEntry, n)
 	entries := make([]BundleEntry, 0, n)
@@ -109,8 +115,8 @@ func IndexBundle(st *v1alpha1.ResourceBundleStateStatus) map[EntryRef]*BundleEnt
 		out[EntryRef{e.Group, e.Kind, e.Namespace, e.Name}] = &entries[len(entries)-1]
 	}
 	for _, list := range lists {
-		for i := range list {
-			e := &list[i]
+		for i := range *list {
+			e := &(*list)[i]
 			var meta struct {
 				Name      string                  `json:"name"`
 				Namespace string                  `json:"namespace"`
