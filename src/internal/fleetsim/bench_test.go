@@ -44,10 +44,10 @@ import (
 // seconds; lost counts the changes
 // the simulator made that no callback named within 30 s; etcd keys and
 // bytes per change are everything etcd took during the churn (a watch on
-// all keys), divided by the changes. ARGUS_FLEET_HEAP=DIR (one replica)
-// has the orchestrator serve its profiles (--debug-listen) and saves to
-// DIR its heap, runtime statistics and goroutines at the end of the idle
-// window, a CPU profile over the churn, and its log.
+// all keys), divided by the changes. ARGUS_FLEET_HEAP=DIR has the
+// replicas serve their profiles (--debug-listen) and saves to DIR their
+// heap, runtime statistics and goroutines after the settled reading (or
+// the idle window, without it), CPU profiles, and the agents' log.
 //
 // The churn's subscriber asks for type=cluster output=summary: each
 // callback carries the changed resources and the DIG's counts.

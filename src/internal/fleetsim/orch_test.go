@@ -222,13 +222,15 @@ func (d *deployment) saveHeap(name string) {
 	dir := os.Getenv("ARGUS_FLEET_HEAP")
 	for i, addr := range d.debug {
 		base := d.profileName(name, i)
-		for file, path := range map[string]string{
-			base + ".heap.pprof":     "heap?gc=1",
-			base + ".memstats.txt":   "heap?debug=1",
-			base + ".goroutines.txt": "goroutine?debug=1",
+		// In this order: the statistics are read after the profile's
+		// collection, so their HeapAlloc is what is live.
+		for _, f := range []struct{ file, path string }{
+			{base + ".heap.pprof", "heap?gc=1"},
+			{base + ".memstats.txt", "heap?debug=1"},
+			{base + ".goroutines.txt", "goroutine?debug=1"},
 		} {
-			if err := fetchTo(fmt.Sprintf("http://%s/debug/pprof/%s", addr, path), filepath.Join(dir, file), fetchTimeout); err != nil {
-				d.tb.Logf("profile %s: %v", file, err)
+			if err := fetchTo(fmt.Sprintf("http://%s/debug/pprof/%s", addr, f.path), filepath.Join(dir, f.file), fetchTimeout); err != nil {
+				d.tb.Logf("profile %s: %v", f.file, err)
 			}
 		}
 		if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.pids[i])); err == nil {

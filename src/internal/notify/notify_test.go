@@ -491,24 +491,29 @@ func TestUnspecifiedAddressIsTheOrchestratorsOwn(t *testing.T) {
 }
 
 // blackHole accepts connections and never answers; it passes on those
-// that carry a delivery's request. Others are closed: under a busy test
-// run a client of a server that stopped can dial the port this listener
-// got after it (a CI run counted such a stranger as a third attempt).
+// that carry a POST of the delivery it waits for (id). Others are closed:
+// under a busy test run a client of a server that stopped can dial the
+// port this listener got after it (a CI run counted such a stranger as a
+// third attempt), and other tests' deliverers may be about.
 type blackHole struct {
 	ln    net.Listener
+	id    string
 	conns chan net.Conn
 }
 
 func newBlackHole(t *testing.T) *blackHole {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &blackHole{ln: ln, conns: make(chan net.Conn, 100)}
+	b := &blackHole{ln: ln, id: t.Name() + "-" + strconv.FormatInt(time.Now().UnixNano(), 36), conns: make(chan net.Conn, 100)}
 	var (
-		mu  sync.Mutex
-		all []net.Conn
-		wg  sync.WaitGroup
+		mu     sync.Mutex
+		all    []net.Conn
+		closed bool
+		wg     sync.WaitGroup
+		done   = make(chan struct{})
 	)
 	wg.Go(func() {
 		for {
@@ -517,22 +522,32 @@ func newBlackHole(t *testing.T) *blackHole {
 				return
 			}
 			mu.Lock()
+			if closed {
+				mu.Unlock()
+				_ = c.Close()
+				return
+			}
 			all = append(all, c)
 			mu.Unlock()
 			wg.Go(func() {
 				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil || req.Header.Get(HeaderDelivery) == "" {
+				if err != nil || req.Method != http.MethodPost || req.Header.Get(HeaderDelivery) != b.id {
 					_ = c.Close()
 					return
 				}
-				b.conns <- c
+				select {
+				case b.conns <- c:
+				case <-done:
+				}
 			})
 		}
 	})
 	t.Cleanup(func() {
+		close(done)
 		_ = ln.Close()
 		mu.Lock()
+		closed = true
 		for _, c := range all {
 			_ = c.Close()
 		}
@@ -550,7 +565,9 @@ func TestDeliveriesInFlightAreCapped(t *testing.T) {
 	hole := newBlackHole(t)
 	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(204) }))
 	defer ok.Close()
-	d, err := NewDeliverer(DelivererOptions{Allow: []string{"127.0.0.1"}, AttemptTimeout: 2 * time.Second, MaxDeliveries: 4, MaxDeliveriesPerHost: 2})
+	// Attempts that outlived their timeout would free their slots for a
+	// real third connection: the test's cancel ends them instead.
+	d, err := NewDeliverer(DelivererOptions{Allow: []string{"127.0.0.1"}, AttemptTimeout: time.Minute, MaxDeliveries: 4, MaxDeliveriesPerHost: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -562,7 +579,7 @@ func TestDeliveriesInFlightAreCapped(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d.Deliver(ctx, Delivery{URL: "http://" + hole.ln.Addr().String() + "/", ID: "x", Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")})
+			d.Deliver(ctx, Delivery{URL: "http://" + hole.ln.Addr().String() + "/", ID: hole.id, Sequence: 1, Timestamp: time.Now(), Body: []byte("{}")})
 		}()
 	}
 	// Two connections come; the other eight attempts wait for a slot.

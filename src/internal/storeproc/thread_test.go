@@ -36,16 +36,22 @@ func TestMain(m *testing.M) {
 // planes this way).
 func TestTheStartingThreadOutlivesTheChild(t *testing.T) {
 	t.Setenv(standInEnv, "1")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var sibling *exec.Cmd
 	p, err := Start(context.Background(), Options{
-		Binary: os.Args[0], Dir: t.TempDir(),
+		Binary: self, Dir: t.TempDir(),
 		onThread: func() {
 			sibling = exec.Command("sleep", "300")
 			sibling.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 			if err := sibling.Start(); err != nil {
 				t.Errorf("start sleep: %v", err)
 				sibling = nil
+				return
 			}
+			t.Cleanup(func() { _ = sibling.Process.Kill() })
 		},
 	})
 	if err != nil {
@@ -55,7 +61,6 @@ func TestTheStartingThreadOutlivesTheChild(t *testing.T) {
 		_ = p.Stop()
 		t.FailNow()
 	}
-	defer func() { _ = sibling.Process.Kill() }()
 	if err := p.Stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
