@@ -75,18 +75,11 @@ func ownerOf(refs []metav1.OwnerReference) OwnerRef {
 // EntryRef identifies a bundle entry; a struct, so lookups allocate nothing.
 type EntryRef struct{ Group, Kind, Namespace, Name string }
 
-// typedLists are st's lists of typed entries.
-func typedLists(st *v1alpha1.ResourceBundleStateStatus) []*[]v1alpha1.ResourceStatus {
-	return []*[]v1alpha1.ResourceStatus{&st.PodStatuses, &st.DeploymentStatuses, &st.ServiceStatuses, &st.ConfigMapStatuses,
-		&st.SecretStatuses, &st.DaemonSetStatuses, &st.IngressStatuses, &st.JobStatuses, &st.StatefulSetStatuses,
-		&st.ReplicaSetStatuses, &st.PersistentVolumeClaimStatuses, &st.CronJobStatuses}
-}
-
 // trimBundle gives each of st's entry lists exactly its length: decoding
 // grows them by doubling, and the cache keeps one bundle per placement.
 // Call it before IndexBundle, which points into the lists.
 func trimBundle(st *v1alpha1.ResourceBundleStateStatus) {
-	for _, l := range typedLists(st) {
+	for _, l := range st.TypedLists() {
 		if cap(*l) > len(*l) {
 			*l = append(make([]v1alpha1.ResourceStatus, 0, len(*l)), *l...)
 		}
@@ -103,7 +96,7 @@ func IndexBundle(st *v1alpha1.ResourceBundleStateStatus) map[EntryRef]*BundleEnt
 	if st == nil {
 		return map[EntryRef]*BundleEntry{}
 	}
-	lists := typedLists(st)
+	lists := st.TypedLists()
 	n := len(st.ResourceStatuses)
 	for _, list := range lists {
 		n += len(*list)

@@ -58,11 +58,9 @@ func checkBundle(status []byte) error {
 			return fmt.Errorf("an unwatched kind is malformed")
 		}
 	}
-	for _, list := range [][]v1alpha1.ResourceStatus{st.PodStatuses, st.DeploymentStatuses, st.ServiceStatuses, st.ConfigMapStatuses,
-		st.SecretStatuses, st.DaemonSetStatuses, st.IngressStatuses, st.JobStatuses, st.StatefulSetStatuses,
-		st.ReplicaSetStatuses, st.PersistentVolumeClaimStatuses, st.CronJobStatuses} {
-		for i := range list {
-			e := &list[i]
+	for _, list := range st.TypedLists() {
+		for i := range *list {
+			e := &(*list)[i]
 			if err := entry(e.APIVersion+"/"+e.Kind, e.ReadyStatus, e.Reason, e.APIVersion, e.Kind); err != nil {
 				return err
 			}

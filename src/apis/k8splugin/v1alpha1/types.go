@@ -108,6 +108,14 @@ type ResourceBundleStateStatus struct {
 	ResourceStatuses []CustomResourceStatus `json:"resourceStatuses"`
 }
 
+// TypedLists are the status's lists of typed entries, for the readers that
+// walk them all (checking, indexing, trimming).
+func (s *ResourceBundleStateStatus) TypedLists() []*[]ResourceStatus {
+	return []*[]ResourceStatus{&s.PodStatuses, &s.DeploymentStatuses, &s.ServiceStatuses, &s.ConfigMapStatuses,
+		&s.SecretStatuses, &s.DaemonSetStatuses, &s.IngressStatuses, &s.JobStatuses, &s.StatefulSetStatuses,
+		&s.ReplicaSetStatuses, &s.PersistentVolumeClaimStatuses, &s.CronJobStatuses}
+}
+
 // ResourceStatus is one object of a typed kind: its apiVersion, kind,
 // metadata (without managedFields), spec and status, and its readiness as
 // the monitor computed it. Secrets never carry data.
