@@ -509,11 +509,10 @@ func newBlackHole(t *testing.T) *blackHole {
 	}
 	b := &blackHole{ln: ln, id: t.Name() + "-" + strconv.FormatInt(time.Now().UnixNano(), 36), conns: make(chan net.Conn, 100)}
 	var (
-		mu     sync.Mutex
-		all    []net.Conn
-		closed bool
-		wg     sync.WaitGroup
-		done   = make(chan struct{})
+		mu   sync.Mutex
+		all  []net.Conn
+		wg   sync.WaitGroup
+		done = make(chan struct{})
 	)
 	wg.Go(func() {
 		for {
@@ -522,10 +521,12 @@ func newBlackHole(t *testing.T) *blackHole {
 				return
 			}
 			mu.Lock()
-			if closed {
+			select {
+			case <-done: // cleanup has closed the others already
 				mu.Unlock()
 				_ = c.Close()
 				return
+			default:
 			}
 			all = append(all, c)
 			mu.Unlock()
@@ -547,7 +548,6 @@ func newBlackHole(t *testing.T) *blackHole {
 		close(done)
 		_ = ln.Close()
 		mu.Lock()
-		closed = true
 		for _, c := range all {
 			_ = c.Close()
 		}
