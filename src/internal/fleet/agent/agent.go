@@ -218,6 +218,11 @@ func (a *Agent) join(ctx context.Context, kept *Credential) (Credential, error) 
 	if err != nil {
 		return Credential{}, err
 	}
+	// The join's connection is of no further use (the stream dials its
+	// own): kept, it would hold a slot of the orchestrator's connection
+	// cap, and its memory, until the orchestrator's idle timeout — for
+	// every agent of a fleet joining at once.
+	defer a.http.CloseIdleConnections()
 	retry := a.retry()
 	for i := 0; ; i++ {
 		e := a.endpoints[i%len(a.endpoints)]

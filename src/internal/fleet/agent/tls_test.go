@@ -5,12 +5,14 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
@@ -187,5 +189,39 @@ func TestSecretCredentialsKeepPending(t *testing.T) {
 	}
 	if got, err := s.Load(ctx); err != nil || got != nil {
 		t.Fatalf("half a cluster loaded as %+v %v", got, err)
+	}
+}
+
+// The join's connection is closed once the agent has its credential: it
+// would otherwise hold one of the orchestrator's connections (and its
+// memory) for the idle timeout, for every agent of a fleet that joined.
+func TestJoinLeavesNoConnectionOpen(t *testing.T) {
+	var open atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"clusterProvider":"cp","cluster":"edge","credential":"c"}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	a, err := New(Options{Orchestrators: []string{srv.URL}, JoinToken: "id.secret", RootCAs: roots, Cluster: nopCluster{}, Credentials: &memCredentials{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.join(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 30*time.Second, true,
+		func(context.Context) (bool, error) { return open.Load() == 0, nil }); err != nil {
+		t.Fatalf("%d connections still open after the join", open.Load())
 	}
 }
