@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -23,6 +24,11 @@ type splitOptions struct {
 	timeout time.Duration    // for each handshake
 	open    prometheus.Gauge // optional: connections net/http does not see
 	logf    func(format string, args ...any)
+	// slots bounds the handshakes doing their work at once (see admit);
+	// waiting and failed are optional.
+	slots   int
+	waiting prometheus.Gauge
+	failed  *prometheus.CounterVec // by reason: timeout, plain_http, error
 }
 
 // splitListener accepts from inner, completes each TLS handshake on a
@@ -31,6 +37,8 @@ type splitOptions struct {
 // server, the rest to Accept.
 type splitListener struct {
 	opts   splitOptions
+	tls    *tls.Config   // opts.tls, admitting each handshake
+	slots  chan struct{} // a handshake's slot, held from its ClientHello to the server's answer
 	ready  chan net.Conn // handshaken, not native
 	errc   chan error    // inner's Accept failed
 	ctx    context.Context
@@ -43,7 +51,10 @@ type splitListener struct {
 // configuration, and what they finish waits for Accept.
 func newSplitListener(opts splitOptions) *splitListener {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &splitListener{opts: opts, ready: make(chan net.Conn), errc: make(chan error), ctx: ctx, cancel: cancel}
+	l := &splitListener{opts: opts, ready: make(chan net.Conn), errc: make(chan error), ctx: ctx, cancel: cancel,
+		slots: make(chan struct{}, max(1, opts.slots))}
+	l.tls = opts.tls.Clone()
+	l.tls.GetConfigForClient = l.admit
 	l.wg.Go(l.acceptLoop)
 	return l
 }
@@ -109,17 +120,26 @@ func isTemporary(err error) bool {
 func (l *splitListener) handshake(c *countedConn) {
 	ctx, cancel := context.WithTimeout(l.ctx, l.opts.timeout)
 	defer cancel()
-	tc := tls.Server(c, l.opts.tls)
-	if err := tc.HandshakeContext(ctx); err != nil {
+	tc := tls.Server(c, l.tls)
+	err := tc.HandshakeContext(ctx)
+	c.releaseSlot() // if the handshake ended before the server answered
+	if err != nil {
+		reason := "error"
 		var rh tls.RecordHeaderError
-		if errors.As(err, &rh) && rh.Conn != nil && looksLikeHTTP(rh.RecordHeader[:]) {
+		switch {
+		case errors.As(err, &rh) && rh.Conn != nil && looksLikeHTTP(rh.RecordHeader[:]):
 			// As net/http answers plain HTTP on its TLS port.
 			_ = rh.Conn.SetWriteDeadline(time.Now().Add(time.Second))
 			_, _ = io.WriteString(rh.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
-			err = errors.New("client sent an HTTP request to an HTTPS server")
+			err, reason = errors.New("client sent an HTTP request to an HTTPS server"), "plain_http"
+		case ctx.Err() != nil:
+			reason = "timeout"
 		}
 		_ = c.Close()
 		if l.ctx.Err() == nil { // not the listener closing
+			if l.opts.failed != nil {
+				l.opts.failed.WithLabelValues(reason).Inc()
+			}
 			l.opts.logf("http: TLS handshake error from %s: %v", c.RemoteAddr(), err)
 		}
 		return
@@ -140,11 +160,88 @@ func (l *splitListener) handshake(c *countedConn) {
 	}
 }
 
-// countedConn counts itself in a gauge until it is closed or uncounted.
+// admit is the listener's GetConfigForClient: it holds a handshake whose
+// ClientHello has arrived until one of the listener's slots is free, and
+// gives the slot back once the server's answer (its key share, signature
+// and Finished: the handshake's work) is written, before the client's
+// Finished is read (VerifyConnection; or when the handshake ends). A burst
+// of clients — agents reconnecting after a replica restart — then has its
+// handshakes done one slot-load at a time, the first finishing in
+// milliseconds, instead of each of thousands getting a thousandth of the
+// CPU until all pass their deadline together and are retried. A client
+// that sends nothing, or never finishes, holds no slot: it waits for its
+// ClientHello, or for its own Finished, outside them.
+func (l *splitListener) admit(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+	c, ok := hello.Conn.(*countedConn)
+	if !ok { // only the listener's own connections come here
+		return nil, errors.New("hub: a handshake on a connection the listener did not accept")
+	}
+	if err := l.acquire(hello.Context()); err != nil {
+		return nil, err
+	}
+	c.holdSlot(l.slots)
+	base := l.opts.tls
+	if get := base.GetConfigForClient; get != nil {
+		cfg, err := get(hello)
+		if err != nil {
+			return nil, err
+		}
+		if cfg != nil {
+			base = cfg
+		}
+	}
+	cfg := base.Clone()
+	cfg.GetConfigForClient = nil
+	verify := cfg.VerifyConnection
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		c.releaseSlot()
+		if verify != nil {
+			return verify(cs)
+		}
+		return nil
+	}
+	return cfg, nil
+}
+
+// acquire waits for a slot until ctx (the handshake's deadline) ends.
+func (l *splitListener) acquire(ctx context.Context) error {
+	if l.opts.waiting != nil {
+		l.opts.waiting.Inc()
+		defer l.opts.waiting.Dec()
+	}
+	select {
+	case l.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for a handshake slot: %w", ctx.Err())
+	}
+}
+
+// countedConn counts itself in a gauge until it is closed or uncounted,
+// and holds its handshake's slot (admit).
 type countedConn struct {
 	net.Conn
 	open prometheus.Gauge
 	once sync.Once
+
+	slotMu sync.Mutex
+	slot   chan struct{} // the listener's slots, while this holds one
+}
+
+func (c *countedConn) holdSlot(slots chan struct{}) {
+	c.slotMu.Lock()
+	c.slot = slots
+	c.slotMu.Unlock()
+}
+
+// releaseSlot gives back the slot this holds, if any, once.
+func (c *countedConn) releaseSlot() {
+	c.slotMu.Lock()
+	defer c.slotMu.Unlock()
+	if c.slot != nil {
+		<-c.slot
+		c.slot = nil
+	}
 }
 
 func (c *countedConn) uncount() {
