@@ -23,9 +23,8 @@ type metrics struct {
 	// budget.
 	refused   *prometheus.CounterVec
 	throttled prometheus.Counter
-	// handshakesWaiting and handshakeFailures are the API port's TLS
-	// handshakes (ListenTLS): those waiting for a slot, those that failed.
-	handshakesWaiting prometheus.Gauge
+	// handshakeFailures are the API port's TLS handshakes (ListenTLS)
+	// that failed: a burst of clients passing their deadline shows here.
 	handshakeFailures *prometheus.CounterVec
 }
 
@@ -48,10 +47,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Agents' streams refused: the replica full, the cluster holding as many streams as it may, or reconnecting too often."}, []string{"reason"}),
 		throttled: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "argus", Subsystem: "fleet", Name: "reports_throttled_total",
 			Help: "Status reports that waited for their cluster's etcd write budget."}),
-		handshakesWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "argus", Subsystem: "http", Name: "tls_handshakes_waiting",
-			Help: "TLS handshakes on the API's port whose ClientHello arrived, waiting for one of the handshake slots (a burst of clients connecting at once)."}),
 		handshakeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "argus", Subsystem: "http", Name: "tls_handshake_failures_total",
-			Help: "TLS handshakes on the API's port that failed: timeout (not done within the server's shortest timeout, the wait for a slot included), plain_http (an http:// client on the TLS port), error (anything else: a bad ClientHello, a closed connection)."},
+			Help: "TLS handshakes on the API's port that failed: timeout (not done within the server's shortest timeout), plain_http (an http:// client on the TLS port), error (anything else: a bad ClientHello, a closed connection)."},
 			[]string{"reason"}),
 	}
 	for _, r := range []string{"timeout", "plain_http", "error"} {
@@ -61,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.streams.WithLabelValues(t) // shown as 0 before the first
 	}
 	for _, c := range []prometheus.Collector{m.agents, m.streams, m.reports, m.txns, m.ops, m.batches, m.refused, m.throttled,
-		m.handshakesWaiting, m.handshakeFailures} {
+		m.handshakeFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("hub: register metrics: %w", err)
 		}

@@ -4,7 +4,6 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -138,9 +137,6 @@ type ListenOptions struct {
 	// (native) ones — for the gauge net/http's ConnState feeds with the
 	// rest: together, what holds slots of the connection cap.
 	Open prometheus.Gauge
-	// Handshakes bounds the handshakes doing their work at once, the
-	// rest waiting in turn (0: four per CPU, at least eight).
-	Handshakes int
 }
 
 // ListenTLS returns the listener srv.Serve serves srv.TLSConfig's TLS on:
@@ -174,12 +170,8 @@ func (h *Hub) ListenTLS(srv *http.Server, ln net.Listener, opts ListenOptions) n
 		logf = srv.ErrorLog.Printf
 	}
 	h.native.serve()
-	slots := opts.Handshakes
-	if slots <= 0 {
-		slots = max(8, 4*runtime.GOMAXPROCS(0))
-	}
 	return newSplitListener(splitOptions{inner: ln, tls: cfg, native: h.native, timeout: handshakeTimeout(srv),
-		open: opts.Open, logf: logf, slots: slots, waiting: h.metrics.handshakesWaiting, failed: h.metrics.handshakeFailures})
+		open: opts.Open, failed: h.metrics.handshakeFailures, logf: logf})
 }
 
 // handshakeTimeout is what net/http gives a TLS handshake: the least of

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -21,14 +20,10 @@ type splitOptions struct {
 	inner   net.Listener
 	tls     *tls.Config
 	native  *native
-	timeout time.Duration    // for each handshake
-	open    prometheus.Gauge // optional: connections net/http does not see
+	timeout time.Duration          // for each handshake
+	open    prometheus.Gauge       // optional: connections net/http does not see
+	failed  *prometheus.CounterVec // optional: failed handshakes by reason (timeout, plain_http, error)
 	logf    func(format string, args ...any)
-	// slots bounds the handshakes doing their work at once (see admit);
-	// waiting and failed are optional.
-	slots   int
-	waiting prometheus.Gauge
-	failed  *prometheus.CounterVec // by reason: timeout, plain_http, error
 }
 
 // splitListener accepts from inner, completes each TLS handshake on a
@@ -37,8 +32,6 @@ type splitOptions struct {
 // server, the rest to Accept.
 type splitListener struct {
 	opts   splitOptions
-	tls    *tls.Config   // opts.tls, admitting each handshake
-	slots  chan struct{} // a handshake's slot, held from its ClientHello to the server's answer
 	ready  chan net.Conn // handshaken, not native
 	errc   chan error    // inner's Accept failed
 	ctx    context.Context
@@ -51,10 +44,7 @@ type splitListener struct {
 // configuration, and what they finish waits for Accept.
 func newSplitListener(opts splitOptions) *splitListener {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &splitListener{opts: opts, ready: make(chan net.Conn), errc: make(chan error), ctx: ctx, cancel: cancel,
-		slots: make(chan struct{}, max(1, opts.slots))}
-	l.tls = opts.tls.Clone()
-	l.tls.GetConfigForClient = l.admit
+	l := &splitListener{opts: opts, ready: make(chan net.Conn), errc: make(chan error), ctx: ctx, cancel: cancel}
 	l.wg.Go(l.acceptLoop)
 	return l
 }
@@ -120,10 +110,8 @@ func isTemporary(err error) bool {
 func (l *splitListener) handshake(c *countedConn) {
 	ctx, cancel := context.WithTimeout(l.ctx, l.opts.timeout)
 	defer cancel()
-	tc := tls.Server(c, l.tls)
-	err := tc.HandshakeContext(ctx)
-	c.releaseSlot() // if the handshake ended before the server answered
-	if err != nil {
+	tc := tls.Server(c, l.opts.tls)
+	if err := tc.HandshakeContext(ctx); err != nil {
 		reason := "error"
 		var rh tls.RecordHeaderError
 		switch {
@@ -160,88 +148,11 @@ func (l *splitListener) handshake(c *countedConn) {
 	}
 }
 
-// admit is the listener's GetConfigForClient: it holds a handshake whose
-// ClientHello has arrived until one of the listener's slots is free, and
-// gives the slot back once the server's answer (its key share, signature
-// and Finished: the handshake's work) is written, before the client's
-// Finished is read (VerifyConnection; or when the handshake ends). A burst
-// of clients — agents reconnecting after a replica restart — then has its
-// handshakes done one slot-load at a time, the first finishing in
-// milliseconds, instead of each of thousands getting a thousandth of the
-// CPU until all pass their deadline together and are retried. A client
-// that sends nothing, or never finishes, holds no slot: it waits for its
-// ClientHello, or for its own Finished, outside them.
-func (l *splitListener) admit(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-	c, ok := hello.Conn.(*countedConn)
-	if !ok { // only the listener's own connections come here
-		return nil, errors.New("hub: a handshake on a connection the listener did not accept")
-	}
-	if err := l.acquire(hello.Context()); err != nil {
-		return nil, err
-	}
-	c.holdSlot(l.slots)
-	base := l.opts.tls
-	if get := base.GetConfigForClient; get != nil {
-		cfg, err := get(hello)
-		if err != nil {
-			return nil, err
-		}
-		if cfg != nil {
-			base = cfg
-		}
-	}
-	cfg := base.Clone()
-	cfg.GetConfigForClient = nil
-	verify := cfg.VerifyConnection
-	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-		c.releaseSlot()
-		if verify != nil {
-			return verify(cs)
-		}
-		return nil
-	}
-	return cfg, nil
-}
-
-// acquire waits for a slot until ctx (the handshake's deadline) ends.
-func (l *splitListener) acquire(ctx context.Context) error {
-	if l.opts.waiting != nil {
-		l.opts.waiting.Inc()
-		defer l.opts.waiting.Dec()
-	}
-	select {
-	case l.slots <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for a handshake slot: %w", ctx.Err())
-	}
-}
-
-// countedConn counts itself in a gauge until it is closed or uncounted,
-// and holds its handshake's slot (admit).
+// countedConn counts itself in a gauge until it is closed or uncounted.
 type countedConn struct {
 	net.Conn
 	open prometheus.Gauge
 	once sync.Once
-
-	slotMu sync.Mutex
-	slot   chan struct{} // the listener's slots, while this holds one
-}
-
-func (c *countedConn) holdSlot(slots chan struct{}) {
-	c.slotMu.Lock()
-	c.slot = slots
-	c.slotMu.Unlock()
-}
-
-// releaseSlot gives back the slot this holds, if any, once.
-func (c *countedConn) releaseSlot() {
-	c.slotMu.Lock()
-	defer c.slotMu.Unlock()
-	if c.slot != nil {
-		<-c.slot
-		c.slot = nil
-	}
 }
 
 func (c *countedConn) uncount() {

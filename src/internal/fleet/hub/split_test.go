@@ -2,13 +2,11 @@ package hub
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,97 +105,4 @@ func TestListenTLSDefaultsAndCounts(t *testing.T) {
 	waitFor(t, "the native connection counted", func() bool { return gauge() == 1 })
 	_ = agent.Close()
 	waitFor(t, "the closed native connection uncounted", func() bool { return gauge() == 0 })
-}
-
-// Handshakes past their ClientHello take the listener's slots in turn (one
-// here): a second waits, counted, while the first holds the slot, and both
-// finish once it is given back. A client that stops answering after its
-// ClientHello holds no slot: the server's answer written, the slot is
-// free for the next client long before the stalled handshake times out.
-func TestListenTLSAdmitsHandshakesInTurn(t *testing.T) {
-	f := newFixture(t)
-	ln, cfg, roots := tlsListener(t)
-	entered, release := make(chan struct{}), make(chan struct{})
-	var calls atomic.Int32
-	cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
-		if calls.Add(1) == 1 { // the first handshake holds its slot until released
-			close(entered)
-			<-release
-		}
-		return nil, nil
-	}
-	// The handshakes' timeout is a minute: far beyond every wait below.
-	srv := &http.Server{ReadHeaderTimeout: time.Minute, Handler: http.HandlerFunc(protoAPI), TLSConfig: cfg}
-	nl := f.hub.ListenTLS(srv, ln, ListenOptions{Handshakes: 1})
-	served := make(chan struct{})
-	go func() { defer close(served); _ = srv.Serve(nl) }()
-	t.Cleanup(func() { f.hub.Stop(); _ = srv.Close(); <-served })
-	addr := ln.Addr().String()
-	dial := func(conn net.Conn) <-chan error {
-		done := make(chan error, 1)
-		go func() {
-			c := tls.Client(conn, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			done <- c.HandshakeContext(ctx)
-		}()
-		return done
-	}
-	tcp := func() net.Conn {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	gauge := func() float64 {
-		var m dto.Metric
-		_ = f.hub.metrics.handshakesWaiting.Write(&m)
-		return m.GetGauge().GetValue()
-	}
-
-	first := dial(tcp())
-	<-entered
-	second := dial(tcp())
-	waitFor(t, "the second handshake waiting for the slot", func() bool { return gauge() == 1 })
-	select {
-	case err := <-second:
-		t.Fatalf("the second handshake finished while the first held the only slot: %v", err)
-	default:
-	}
-	close(release)
-	for _, done := range []<-chan error{first, second} {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if gauge() != 0 {
-		t.Fatalf("%v handshakes still waiting", gauge())
-	}
-
-	// A client that sends its ClientHello and nothing after: its own
-	// handshake ends once it has the server's answer (its Finished is
-	// swallowed), the server's waits for that Finished for a minute.
-	stalled := dial(&swallowAfterFirstWrite{Conn: tcp()})
-	if err := <-stalled; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-dial(tcp()); err != nil {
-		t.Fatalf("a handshake beside one stalled after its ClientHello: %v", err)
-	}
-}
-
-// swallowAfterFirstWrite sends its first write (a ClientHello) and drops
-// the rest.
-type swallowAfterFirstWrite struct {
-	net.Conn
-	wrote atomic.Bool
-}
-
-func (c *swallowAfterFirstWrite) Write(p []byte) (int, error) {
-	if c.wrote.Swap(true) {
-		return len(p), nil
-	}
-	return c.Conn.Write(p)
 }
