@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/argus-mc/argus/src/internal/pdeath"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 	mongostore "github.com/argus-mc/argus/src/internal/store/mongo"
 )
@@ -85,20 +85,15 @@ type Options struct {
 	Mongo bool
 	// Timeout bounds the start; 0 means 2 minutes.
 	Timeout time.Duration
-
-	// onThread, for tests, runs on the thread that starts the child,
-	// after it started.
-	onThread func()
 }
 
 // Process is a running stores process.
 type Process struct {
 	cmd    *exec.Cmd
 	info   Info
-	exited chan struct{} // closed once the process was waited for
+	child  *pdeath.Child
 	stderr *tailBuffer
 	once   sync.Once
-	err    error
 }
 
 // Start runs opts.Binary's stores subcommand and returns once the stores
@@ -112,32 +107,16 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 		args = append(args, "--mongo")
 	}
 	cmd := exec.Command(opts.Binary, args...)
-	// The child is killed when the thread that started it ends, not the
-	// process (prctl PR_SET_PDEATHSIG): the goroutine that starts and
-	// waits for it keeps its thread for the child's life, and gives it
-	// back afterwards. A goroutine that ends locked ends its thread, and
-	// with it every other child that thread had started (a simulated
-	// cluster's controller manager, a render worker).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
-	p := &Process{cmd: cmd, exited: make(chan struct{}), stderr: &tailBuffer{max: 8 << 10}}
+	p := &Process{cmd: cmd, stderr: &tailBuffer{max: 8 << 10}}
 	cmd.Stderr = p.stderr
-	started := make(chan error, 1)
 	infos := make(chan Info, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- fmt.Errorf("start %s: %w", opts.Binary, err)
-			return
-		}
-		if opts.onThread != nil {
-			opts.onThread()
-		}
-		started <- nil
+	// Killed if this process dies (pdeath); the stores' readiness line is
+	// read on the goroutine that waits for them.
+	p.child, err = pdeath.Start(cmd, func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if rest, ok := strings.CutPrefix(sc.Text(), readyPrefix); ok {
@@ -151,19 +130,17 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	if err := <-started; err != nil {
-		return nil, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", opts.Binary, err)
 	}
 	t := time.NewTimer(opts.Timeout)
 	defer t.Stop()
 	select {
 	case p.info = <-infos:
 		return p, nil
-	case <-p.exited:
-		return nil, fmt.Errorf("the stores process exited: %v: %s", p.err, p.stderr)
+	case <-p.child.Done():
+		return nil, fmt.Errorf("the stores process exited: %v: %s", p.child.Err(), p.stderr)
 	case <-t.C:
 		err = fmt.Errorf("the stores did not start within %s: %s", opts.Timeout, p.stderr)
 	case <-ctx.Done():
@@ -186,15 +163,14 @@ func (p *Process) Stop() error {
 		t := time.NewTimer(30 * time.Second)
 		defer t.Stop()
 		select {
-		case <-p.exited:
+		case <-p.child.Done():
 		case <-t.C:
 			_ = p.cmd.Process.Kill()
-			<-p.exited
 		}
 	})
 	var exit *exec.ExitError
-	if p.err != nil && !errors.As(p.err, &exit) {
-		return p.err
+	if err := p.child.Err(); err != nil && !errors.As(err, &exit) {
+		return err
 	}
 	if exit != nil && !exit.Success() {
 		return fmt.Errorf("the stores process: %v: %s", exit, p.stderr)
