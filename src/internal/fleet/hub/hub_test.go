@@ -36,7 +36,7 @@ type fixture struct {
 }
 
 // runFor runs f until the test ends.
-func runFor(t *testing.T, f func(ctx context.Context) error) {
+func runFor(t testing.TB, f func(ctx context.Context) error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f(ctx) }()
@@ -48,7 +48,7 @@ func runFor(t *testing.T, f func(ctx context.Context) error) {
 	})
 }
 
-func newFixture(t *testing.T, adjust ...func(*Options)) *fixture {
+func newFixture(t testing.TB, adjust ...func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{prefix: env.EtcdPrefix()}
 	f.store = appcontext.New(appcontext.Options{Client: env.Etcd.Client, Prefix: f.prefix})

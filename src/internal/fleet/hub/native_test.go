@@ -47,7 +47,7 @@ func (f *fixture) serveTLS(t *testing.T, native bool) (string, *x509.CertPool) {
 
 // tlsListener is a loopback listener and a server TLS configuration for
 // it, with the roots that verify it.
-func tlsListener(t *testing.T) (net.Listener, *tls.Config, *x509.CertPool) {
+func tlsListener(t testing.TB) (net.Listener, *tls.Config, *x509.CertPool) {
 	t.Helper()
 	pair := testcert.New(t, "argus")
 	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
