@@ -22,6 +22,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/backoff"
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/pdeath"
 )
 
 // Defaults of PoolOptions.
@@ -320,7 +321,6 @@ func (p *Pool) spawn() {
 // start runs a worker, checks that it answers, and limits its address space.
 func (p *Pool) start() (*worker, error) {
 	cmd := p.opts.Command(append([]string{WorkerArg}, memoryArg(p.opts.MemoryLimit)...))
-	setProcAttrs(cmd)
 	answers, answersW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("render worker pipe: %w", err)
@@ -342,7 +342,8 @@ func (p *Pool) start() (*worker, error) {
 		_ = answersW.Close()
 		return nil, errors.New("the render pool is closed")
 	}
-	err = cmd.Start()
+	// Killed if the orchestrator dies (pdeath).
+	child, err := pdeath.Start(cmd, nil)
 	_ = answersW.Close() // the child has its copy
 	if err != nil {
 		p.mu.Unlock()
@@ -354,7 +355,7 @@ func (p *Pool) start() (*worker, error) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		_ = cmd.Wait()
+		<-child.Done()
 		_ = answers.Close()
 		close(w.exited)
 	}()

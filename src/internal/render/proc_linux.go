@@ -4,19 +4,11 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
-
-// setProcAttrs makes the kernel kill a worker whose parent dies, so a
-// killed orchestrator leaves no worker behind.
-func setProcAttrs(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-}
 
 // limitAddressSpace caps a started worker's address space at what it maps
 // now plus limit (Go reserves a large, mostly unused range at start, so an

@@ -7,10 +7,12 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"github.com/argus-mc/argus/src/internal/pdeath"
 )
 
-// process is one child process of a cluster. Its waiter goroutine is owned by
-// the process and ends when the child exits; stop waits for it.
+// process is one child process of a cluster. Its waiter goroutine
+// (pdeath's) ends when the child exits; stop waits for it.
 type process struct {
 	name    string
 	path    string
@@ -18,9 +20,8 @@ type process struct {
 	env     []string // added to the environment
 	logPath string
 
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // valid after done is closed
+	cmd   *exec.Cmd
+	child *pdeath.Child // nil until started
 }
 
 // start launches the child with its output appended to logPath. The child
@@ -36,28 +37,23 @@ func (p *process) start() error {
 		cmd.Env = append(os.Environ(), p.env...)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = logf.Close()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	child, err := pdeath.Start(cmd, nil)
+	_ = logf.Close() // the child has its copy
+	if err != nil {
 		return fmt.Errorf("%s: start: %w", p.name, err)
 	}
-	p.cmd = cmd
-	p.done = make(chan struct{})
-	go func() {
-		p.err = cmd.Wait()
-		_ = logf.Close() // the child's exit status is what matters
-		close(p.done)
-	}()
+	p.cmd, p.child = cmd, child
 	return nil
 }
 
 // running reports whether the child was started and has not exited.
 func (p *process) running() bool {
-	if p.done == nil {
+	if p.child == nil {
 		return false
 	}
 	select {
-	case <-p.done:
+	case <-p.child.Done():
 		return false
 	default:
 		return true
@@ -65,7 +61,7 @@ func (p *process) running() bool {
 }
 
 // exited returns a channel closed when the child exits.
-func (p *process) exited() <-chan struct{} { return p.done }
+func (p *process) exited() <-chan struct{} { return p.child.Done() }
 
 // stop sends SIGTERM, waits up to grace, then kills. It returns once the
 // child has been reaped.
@@ -75,10 +71,10 @@ func (p *process) stop(grace time.Duration) {
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.done:
+	case <-p.child.Done():
 	case <-time.After(grace):
 		_ = p.cmd.Process.Kill()
-		<-p.done
+		<-p.child.Done()
 	}
 }
 
@@ -92,8 +88,8 @@ func (p *process) pid() int {
 
 // exitError describes how the child ended, for start-up failure messages.
 func (p *process) exitError() error {
-	if p.err == nil {
-		return errors.New("exited")
+	if err := p.child.Err(); err != nil {
+		return err
 	}
-	return p.err
+	return errors.New("exited")
 }
