@@ -11,8 +11,9 @@ type Child struct {
 	err  error
 }
 
-// Start starts cmd with a parent-death signal (SIGKILL, where the system
-// has one; cmd's other process attributes are kept) from a goroutine that
+// Start starts cmd with a parent-death signal (where the system has one:
+// SIGKILL, unless cmd's attributes name another; the rest of them are
+// kept) from a goroutine that
 // holds its thread until the child has been waited for. then, if not nil,
 // runs on that goroutine after the start and before the wait: the place to
 // read the child's pipes to their end, which exec.Cmd.Wait requires before

@@ -23,14 +23,18 @@ func TestMain(m *testing.M) {
 // ends (a CI run lost simulated clusters' control planes this way).
 func TestTheStartingThreadOutlivesTheChild(t *testing.T) {
 	var sibling *exec.Cmd
+	waited := make(chan error, 1)
 	first := exec.Command("sleep", "300")
 	child, err := Start(first, func() {
-		sibling = exec.Command("sleep", "300")
-		sibling.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := sibling.Start(); err != nil {
+		s := exec.Command("sleep", "300")
+		s.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := s.Start(); err != nil {
 			t.Errorf("start the sibling: %v", err)
-			sibling = nil
+			return
 		}
+		sibling = s
+		go func() { waited <- s.Wait() }()
+		t.Cleanup(func() { _ = s.Process.Kill(); <-waited })
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -42,12 +46,6 @@ func TestTheStartingThreadOutlivesTheChild(t *testing.T) {
 	if sibling == nil {
 		t.FailNow()
 	}
-	t.Cleanup(func() { _ = sibling.Process.Kill(); _ = sibling.Wait() })
-	if first.SysProcAttr == nil || first.SysProcAttr.Pdeathsig != syscall.SIGKILL {
-		t.Fatalf("the child's attributes: %+v", first.SysProcAttr)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- sibling.Wait() }()
 	// The thread would end just after the goroutine that waited for the
 	// first child; three seconds is an observation window.
 	select {
@@ -57,8 +55,8 @@ func TestTheStartingThreadOutlivesTheChild(t *testing.T) {
 	}
 }
 
-// Start keeps the caller's attributes, and reports a child that cannot
-// start.
+// Start keeps the caller's attributes and chosen signal, and reports a
+// child that cannot start.
 func TestStartKeepsAttributesAndReportsFailure(t *testing.T) {
 	cmd := exec.Command("true")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -71,6 +69,19 @@ func TestStartKeepsAttributesAndReportsFailure(t *testing.T) {
 	}
 	if !cmd.SysProcAttr.Setpgid || cmd.SysProcAttr.Pdeathsig != syscall.SIGKILL {
 		t.Fatalf("attributes %+v", cmd.SysProcAttr)
+	}
+	// A signal the caller chose is kept, and shared attributes are not
+	// written to.
+	shared := &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	term := exec.Command("true")
+	term.SysProcAttr = shared
+	child, err = Start(term, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Err()
+	if term.SysProcAttr.Pdeathsig != syscall.SIGTERM || term.SysProcAttr == shared {
+		t.Fatalf("attributes %+v (shared %v)", term.SysProcAttr, term.SysProcAttr == shared)
 	}
 	if _, err := Start(exec.Command("/nonexistent/argus-no-such-binary"), nil); err == nil {
 		t.Fatal("a missing binary started")

@@ -5,9 +5,17 @@ import (
 	"syscall"
 )
 
+// setDeathSignal gives cmd its own copy of its attributes (one shared
+// between commands is left alone) with SIGKILL as the parent-death
+// signal, unless the caller chose one (SIGTERM, for a child that cleans
+// up after itself).
 func setDeathSignal(cmd *exec.Cmd) {
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	var a syscall.SysProcAttr
+	if cmd.SysProcAttr != nil {
+		a = *cmd.SysProcAttr
 	}
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if a.Pdeathsig == 0 {
+		a.Pdeathsig = syscall.SIGKILL
+	}
+	cmd.SysProcAttr = &a
 }

@@ -60,8 +60,14 @@ func (p *process) running() bool {
 	}
 }
 
-// exited returns a channel closed when the child exits.
-func (p *process) exited() <-chan struct{} { return p.child.Done() }
+// exited returns a channel closed when the child exits (nil, never
+// closed, before it started).
+func (p *process) exited() <-chan struct{} {
+	if p.child == nil {
+		return nil
+	}
+	return p.child.Done()
+}
 
 // stop sends SIGTERM, waits up to grace, then kills. It returns once the
 // child has been reaped.

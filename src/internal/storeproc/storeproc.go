@@ -166,6 +166,7 @@ func (p *Process) Stop() error {
 		case <-p.child.Done():
 		case <-t.C:
 			_ = p.cmd.Process.Kill()
+			<-p.child.Done()
 		}
 	})
 	var exit *exec.ExitError

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/argus-mc/argus/src/internal/pdeath"
 )
 
 // HAOptions configures StartHA.
@@ -42,7 +44,7 @@ type HA struct {
 
 	tb     testing.TB
 	cmd    *exec.Cmd
-	exited chan struct{}
+	exited <-chan struct{}
 	once   sync.Once
 }
 
@@ -71,7 +73,7 @@ func StartHA(tb testing.TB, opts HAOptions) *HA {
 	if opts.Dir == "" {
 		opts.Dir = tb.TempDir()
 	}
-	h := &HA{Dir: opts.Dir, tb: tb, exited: make(chan struct{})}
+	h := &HA{Dir: opts.Dir, tb: tb}
 	log, err := os.Create(filepath.Join(opts.Dir, "ha-up.log"))
 	if err != nil {
 		tb.Fatal(err)
@@ -82,15 +84,14 @@ func StartHA(tb testing.TB, opts HAOptions) *HA {
 	h.cmd.Env = append(os.Environ(), "ARGUS_ORCHESTRATOR="+opts.Orchestrator)
 	h.cmd.Stdout, h.cmd.Stderr = log, log
 	// Its own process group, so nothing it started can outlive the test;
-	// told to stop if the test process dies.
+	// told to stop if the test process dies (pdeath: SIGTERM, so the
+	// script stops what it started).
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := h.cmd.Start(); err != nil {
+	child, err := pdeath.Start(h.cmd, nil)
+	if err != nil {
 		tb.Fatal(err)
 	}
-	go func() {
-		_ = h.cmd.Wait()
-		close(h.exited)
-	}()
+	h.exited = child.Done()
 	tb.Cleanup(h.Stop)
 	start := time.Now()
 	for {
