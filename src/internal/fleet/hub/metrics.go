@@ -51,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "TLS handshakes on the API's port that failed: timeout (not done within the server's shortest timeout), plain_http (an http:// client on the TLS port), error (anything else: a bad ClientHello, a closed connection)."},
 			[]string{"reason"}),
 	}
-	for _, r := range []string{"timeout", "plain_http", "error"} {
+	for _, r := range []string{failedTimeout, failedPlainHTTP, failedError} {
 		m.handshakeFailures.WithLabelValues(r)
 	}
 	for _, t := range []string{transportNative, transportHTTP2} {

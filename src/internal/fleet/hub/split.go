@@ -112,16 +112,16 @@ func (l *splitListener) handshake(c *countedConn) {
 	defer cancel()
 	tc := tls.Server(c, l.opts.tls)
 	if err := tc.HandshakeContext(ctx); err != nil {
-		reason := "error"
+		reason := failedError
 		var rh tls.RecordHeaderError
 		switch {
 		case errors.As(err, &rh) && rh.Conn != nil && looksLikeHTTP(rh.RecordHeader[:]):
 			// As net/http answers plain HTTP on its TLS port.
 			_ = rh.Conn.SetWriteDeadline(time.Now().Add(time.Second))
 			_, _ = io.WriteString(rh.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
-			err, reason = errors.New("client sent an HTTP request to an HTTPS server"), "plain_http"
+			err, reason = errors.New("client sent an HTTP request to an HTTPS server"), failedPlainHTTP
 		case ctx.Err() != nil:
-			reason = "timeout"
+			reason = failedTimeout
 		}
 		_ = c.Close()
 		if l.ctx.Err() == nil { // not the listener closing
@@ -147,6 +147,13 @@ func (l *splitListener) handshake(c *countedConn) {
 		_ = tc.Close()
 	}
 }
+
+// Why a handshake failed (the failure counter's label).
+const (
+	failedTimeout   = "timeout"    // not done within the server's shortest timeout
+	failedPlainHTTP = "plain_http" // an http:// client on the TLS port
+	failedError     = "error"      // anything else
+)
 
 // countedConn counts itself in a gauge until it is closed or uncounted.
 type countedConn struct {

@@ -62,7 +62,7 @@ func TestSplitListenerHandshakes(t *testing.T) {
 		return m.GetCounter().GetValue()
 	}
 	waitFor(t, "the failed handshakes counted by reason", func() bool {
-		return failures("timeout") == 1 && failures("plain_http") == 1 && failures("error") == 0
+		return failures(failedTimeout) == 1 && failures(failedPlainHTTP) == 1 && failures(failedError) == 0
 	})
 }
 
