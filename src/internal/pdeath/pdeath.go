@@ -13,11 +13,11 @@ type Child struct {
 
 // Start starts cmd with a parent-death signal (where the system has one:
 // SIGKILL, unless cmd's attributes name another; the rest of them are
-// kept) from a goroutine that
-// holds its thread until the child has been waited for. then, if not nil,
-// runs on that goroutine after the start and before the wait: the place to
-// read the child's pipes to their end, which exec.Cmd.Wait requires before
-// it is called. Start returns once the child started (or failed to).
+// kept) from a goroutine that holds its thread until the child has been
+// waited for. then, if not nil, runs on that goroutine after the start and
+// before the wait: the place to read the child's pipes to their end, which
+// exec.Cmd.Wait requires before it is called. Start returns once the child
+// started (or failed to).
 func Start(cmd *exec.Cmd, then func()) (*Child, error) {
 	setDeathSignal(cmd)
 	c := &Child{done: make(chan struct{})}
@@ -47,7 +47,7 @@ func Start(cmd *exec.Cmd, then func()) (*Child, error) {
 // Done is closed once the child has exited and been waited for.
 func (c *Child) Done() <-chan struct{} { return c.done }
 
-// Err is cmd.Wait's error, once Done is closed.
+// Err waits for Done and returns cmd.Wait's error.
 func (c *Child) Err() error {
 	<-c.done
 	return c.err
