@@ -103,8 +103,7 @@ type childConfig struct {
 // orchProcess is an orchestrator running as a child process.
 type orchProcess struct {
 	*orch
-	cmd    *exec.Cmd
-	waited chan struct{}
+	proc   *testenv.Proc
 	stderr *bytes.Buffer
 	mu     *sync.Mutex
 }
@@ -119,32 +118,35 @@ func startOrchestratorProcess(t *testing.T, db, prefix string, mods ...func(*chi
 	cfg, _ := json.Marshal(c)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(cfg))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the test binary
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &orchProcess{cmd: cmd, waited: make(chan struct{}), stderr: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	p := &orchProcess{stderr: &bytes.Buffer{}, mu: &sync.Mutex{}}
 	cmd.Stderr = syncWriter{p.mu, p.stderr}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	addr := make(chan string, 1)
-	go func() {
+	// Never outlives the test binary (testenv.StartProc).
+	p.proc, err = testenv.StartProc(cmd, func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if a, ok := strings.CutPrefix(sc.Text(), childAddr); ok {
-				addr <- a
+				select {
+				case addr <- a:
+				default:
+				}
 			}
 		}
-	}()
-	go func() { _ = cmd.Wait(); close(p.waited) }()
+		_, _ = io.Copy(io.Discard, stdout)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { p.stop(t) })
 	select {
 	case a := <-addr:
 		p.orch = &orch{t: t, base: "http://" + a, db: db, prefix: prefix,
 			contexts: appcontext.New(appcontext.Options{Client: stores.Etcd.Client, Prefix: prefix})}
-	case <-p.waited:
+	case <-p.proc.Done():
 		t.Fatalf("orchestrator process exited: %s", p.logs())
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("orchestrator process did not serve: %s", p.logs())
@@ -177,31 +179,18 @@ func (p *orchProcess) logs() string {
 
 // stop ends the process with SIGTERM (SIGKILL after 30 s).
 func (p *orchProcess) stop(t *testing.T) {
-	select {
-	case <-p.waited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.waited:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.waited
+	if p.proc.Stop(30 * time.Second) {
 		t.Errorf("orchestrator process ignored SIGTERM for 30s")
 	}
 }
 
 // kill ends the process with SIGKILL, as a crash would.
-func (p *orchProcess) kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.waited
-}
+func (p *orchProcess) kill() { p.proc.Kill() }
 
 // peakRSS is the process's peak resident set (VmHWM) in bytes.
 func (p *orchProcess) peakRSS(t *testing.T) int64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.proc.Cmd.Process.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +208,7 @@ func (p *orchProcess) peakRSS(t *testing.T) int64 {
 // (clear_refs 5) and returns that.
 func (p *orchProcess) resetPeakRSS(t *testing.T) int64 {
 	t.Helper()
-	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.cmd.Process.Pid), []byte("5"), 0); err != nil {
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.proc.Cmd.Process.Pid), []byte("5"), 0); err != nil {
 		t.Fatal(err)
 	}
 	return p.peakRSS(t)

@@ -63,7 +63,7 @@ type chaos struct {
 
 	mu        sync.Mutex
 	down      map[string]bool // replicas killed or paused
-	restarted []*exec.Cmd
+	restarted []*testenv.Proc
 }
 
 func TestHAChaos(t *testing.T) {
@@ -137,16 +137,8 @@ func (c *chaos) cleanup() {
 	for _, r := range c.h.replicas {
 		_ = syscall.Kill(r.pid, syscall.SIGCONT)
 	}
-	for _, cmd := range c.restarted {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+	for _, p := range c.restarted {
+		p.Stop(30 * time.Second)
 	}
 }
 
@@ -649,12 +641,13 @@ func (c *chaos) restart(t *testing.T, args []string, log string) *exec.Cmd {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
+	p, err := testenv.StartProc(cmd, nil)
+	_ = f.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
-	_ = f.Close()
 	c.mu.Lock()
-	c.restarted = append(c.restarted, cmd)
+	c.restarted = append(c.restarted, p)
 	c.mu.Unlock()
 	return cmd
 }

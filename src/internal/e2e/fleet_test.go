@@ -135,12 +135,10 @@ func preparePull(t testing.TB, set *simcluster.Set) {
 
 // agentProc is an agent (bin/monitor in agent mode) run by a test.
 type agentProc struct {
-	t      testing.TB
-	cmd    *exec.Cmd
-	mu     sync.Mutex
-	out    strings.Builder
-	exited chan struct{}
-	code   int
+	t    testing.TB
+	proc *testenv.Proc
+	mu   sync.Mutex
+	out  strings.Builder
 }
 
 // startAgent runs the agent of cluster c against the orchestrator URLs.
@@ -151,30 +149,28 @@ func startAgent(t testing.TB, bin, urls, token string, c *simcluster.Cluster, ex
 	if token != "" {
 		args = append(args, "--join-token", token)
 	}
-	a := &agentProc{t: t, cmd: exec.Command(bin, args...), exited: make(chan struct{})}
-	a.cmd.Env = append(os.Environ(), "KUBECONFIG=")
-	pr, pw := io.Pipe()
-	a.cmd.Stdout, a.cmd.Stderr = pw, pw
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := a.cmd.Start(); err != nil {
+	a := &agentProc{t: t}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG=")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		sc := bufio.NewScanner(pr)
+	cmd.Stderr = cmd.Stdout // one pipe, read to its end before the wait
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	a.proc, err = testenv.StartProc(cmd, func() {
+		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			a.mu.Lock()
 			a.out.WriteString(sc.Text() + "\n")
 			a.mu.Unlock()
 		}
-	}()
-	go func() {
-		err := a.cmd.Wait()
-		a.code = a.cmd.ProcessState.ExitCode()
-		_ = err
-		_ = pw.Close()
-		close(a.exited)
-	}()
+		_, _ = io.Copy(io.Discard, out) // a line over 1 MiB ends the scan, not the reading
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(a.stop)
 	return a
 }
@@ -187,26 +183,16 @@ func (a *agentProc) output() string {
 
 // stop ends the agent with SIGTERM (SIGKILL after 30 s) and waits.
 func (a *agentProc) stop() {
-	select {
-	case <-a.exited:
-		return
-	default:
-	}
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-a.exited:
-	case <-time.After(30 * time.Second):
+	if a.proc.Stop(30 * time.Second) {
 		a.t.Errorf("agent ignored SIGTERM for 30s:\n%s", tail(a.output(), 3000))
-		_ = a.cmd.Process.Kill()
-		<-a.exited
 	}
 }
 
 // wait returns the agent's exit code once it exits (60 s at most).
 func (a *agentProc) wait() int {
 	select {
-	case <-a.exited:
-		return a.code
+	case <-a.proc.Done():
+		return a.proc.Cmd.ProcessState.ExitCode()
 	case <-time.After(60 * time.Second):
 		a.t.Fatalf("agent still running after 60s:\n%s", tail(a.output(), 3000))
 		return 0

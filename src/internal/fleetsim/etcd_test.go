@@ -21,7 +21,7 @@ func (d *deployment) etcdEndpoint() string {
 	if d.ha != nil {
 		return d.ha.Stores()["e1"].URL
 	}
-	if d.cmd == nil || len(d.pids) != 1 {
+	if d.proc == nil || len(d.pids) != 1 {
 		return ""
 	}
 	for _, port := range listeningPorts(d.pids[0]) {

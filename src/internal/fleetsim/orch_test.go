@@ -19,7 +19,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,7 +36,7 @@ type deployment struct {
 	port     int
 	urls     []string
 	pids     []int
-	cmd      *exec.Cmd
+	proc     *testenv.Proc
 	done     chan error
 	// ha is scripts/ha-up.sh's deployment (nil for one process).
 	ha *testenv.HA
@@ -137,18 +136,18 @@ func (d *deployment) startProcess() {
 	if len(d.debug) > 0 {
 		args = append(args, "--debug-listen", d.debug[0])
 	}
-	d.cmd = exec.Command(d.bin, args...)
-	d.cmd.Stdout, d.cmd.Stderr = log, log
-	if err := d.cmd.Start(); err != nil {
+	cmd := exec.Command(d.bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	// Ended by the kernel if the benchmark's process dies.
+	d.proc, err = testenv.StartProc(cmd, nil)
+	_ = log.Close() // the orchestrator has its own descriptor
+	if err != nil {
 		d.tb.Fatal(err)
 	}
 	d.done = make(chan error, 1)
-	go func() {
-		d.done <- d.cmd.Wait()
-		_ = log.Close()
-	}()
+	go func(p *testenv.Proc) { d.done <- p.Err() }(d.proc)
 	d.urls = []string{fmt.Sprintf("%s://127.0.0.1:%d", d.scheme(), d.port)}
-	d.pids = []int{d.cmd.Process.Pid}
+	d.pids = []int{cmd.Process.Pid}
 	waitReady(d.tb, d.client(10*time.Second), d.urls[0], d.done)
 }
 
@@ -202,7 +201,7 @@ func (d *deployment) startInProcess() {
 		d.tb.Fatalf("orchestrator stopped: %v", err)
 	}
 	d.urls, d.pids = []string{fmt.Sprintf("%s://127.0.0.1:%d", d.scheme(), d.port)}, []int{os.Getpid()}
-	d.cmd = nil
+	d.proc = nil
 }
 
 // freePort is a loopback port free at the time of asking.
@@ -343,17 +342,13 @@ func (d *deployment) stop() {
 		d.ha = nil
 		return
 	}
-	if d.cmd == nil {
+	if d.proc == nil {
 		return
 	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(2 * time.Minute):
-		_ = d.cmd.Process.Kill()
-		<-d.done
+	if d.proc.Stop(2 * time.Minute) {
+		d.tb.Errorf("the orchestrator ignored SIGTERM for two minutes")
 	}
-	d.cmd = nil
+	d.proc = nil
 }
 
 // usage is the replicas' resident memory (KiB) and CPU time (ms) so far.

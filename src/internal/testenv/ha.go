@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/argus-mc/argus/src/internal/pdeath"
 )
 
 // HAOptions configures StartHA.
@@ -42,10 +41,9 @@ type HA struct {
 	Dir      string
 	Replicas []HAReplica
 
-	tb     testing.TB
-	cmd    *exec.Cmd
-	exited <-chan struct{}
-	once   sync.Once
+	tb   testing.TB
+	proc *Proc
+	once sync.Once
 }
 
 // HAReplica is one orchestrator replica ha-up.sh started.
@@ -80,18 +78,16 @@ func StartHA(tb testing.TB, opts HAOptions) *HA {
 	}
 	defer func() { _ = log.Close() }() // the script has its own descriptor
 	args := append([]string{"--replicas", strconv.Itoa(opts.Replicas), "--dir", opts.Dir, "--"}, opts.Flags...)
-	h.cmd = exec.Command(filepath.Join(repoRoot(tb), "scripts", "ha-up.sh"), args...)
-	h.cmd.Env = append(os.Environ(), "ARGUS_ORCHESTRATOR="+opts.Orchestrator)
-	h.cmd.Stdout, h.cmd.Stderr = log, log
+	cmd := exec.Command(filepath.Join(repoRoot(tb), "scripts", "ha-up.sh"), args...)
+	cmd.Env = append(os.Environ(), "ARGUS_ORCHESTRATOR="+opts.Orchestrator)
+	cmd.Stdout, cmd.Stderr = log, log
 	// Its own process group, so nothing it started can outlive the test;
-	// told to stop if the test process dies (pdeath: SIGTERM, so the
-	// script stops what it started).
-	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	child, err := pdeath.Start(h.cmd, nil)
-	if err != nil {
+	// told to stop if the test process dies (SIGTERM, so the script stops
+	// what it started).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if h.proc, err = StartProc(cmd, nil); err != nil {
 		tb.Fatal(err)
 	}
-	h.exited = child.Done()
 	tb.Cleanup(h.Stop)
 	start := time.Now()
 	for {
@@ -99,7 +95,7 @@ func StartHA(tb testing.TB, opts HAOptions) *HA {
 			break
 		}
 		select {
-		case <-h.exited:
+		case <-h.proc.Done():
 			tb.Fatalf("ha-up.sh exited before ready: %s", h.Output())
 		case <-time.After(100 * time.Millisecond): // polling with a deadline
 		}
@@ -186,7 +182,7 @@ func (h *HA) Output() string {
 }
 
 // Exited is closed once the script has ended.
-func (h *HA) Exited() <-chan struct{} { return h.exited }
+func (h *HA) Exited() <-chan struct{} { return h.proc.Done() }
 
 // Stop sends the script SIGTERM and waits for it to stop everything; its
 // process group is killed if it does not within two minutes (replicas
@@ -198,14 +194,9 @@ func (h *HA) Stop() {
 }
 
 func (h *HA) stop() {
-	pgid := h.cmd.Process.Pid
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-h.exited:
-	case <-time.After(2 * time.Minute):
-		h.tb.Errorf("ha-up.sh ignored SIGTERM for two minutes: %s", h.Output())
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-h.exited
+	pgid := h.proc.Cmd.Process.Pid
+	if h.proc.Stop(2 * time.Minute) {
+		h.tb.Errorf("ha-up.sh ignored SIGTERM for two minutes (its group was killed): %s", h.Output())
 	}
 	// A replica's render workers end on their parent's death signal
 	// (Pdeathsig), just after it: they are given a few seconds to go
