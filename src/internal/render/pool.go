@@ -2,6 +2,7 @@ package render
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -23,6 +24,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/errdefs"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/pdeath"
+	"github.com/argus-mc/argus/src/internal/tailbuf"
 )
 
 // Defaults of PoolOptions.
@@ -215,7 +217,7 @@ func (p *Pool) do(ctx context.Context, req request, chart, profile []byte) (resp
 	case w.exitCode() == exitMemory || strings.Contains(w.stderr.String(), "out of memory"):
 		err = LimitError("rendering needed more than %d MiB of memory, the render memory limit", p.opts.MemoryLimit>>20)
 	default:
-		err = LimitError("the render worker stopped (%s): %s", w.cmd.ProcessState, w.stderr.lastLine())
+		err = LimitError("the render worker stopped (%s): %s", w.cmd.ProcessState, w.why())
 	}
 	p.log.WithFields(logrus.Fields{"op": req.Op, "release": req.ReleaseName}).WithError(err).Warn("render worker killed; a new one replaces it")
 	return response{}, err
@@ -332,7 +334,7 @@ func (p *Pool) start() (*worker, error) {
 		_ = answersW.Close()
 		return nil, fmt.Errorf("render worker stdin: %w", err)
 	}
-	w := &worker{cmd: cmd, in: stdin, answers: answers, out: bufio.NewReaderSize(answers, 64<<10), stderr: &tail{max: 4 << 10},
+	w := &worker{cmd: cmd, in: stdin, answers: answers, out: bufio.NewReaderSize(answers, 64<<10), stderr: tailbuf.New(4 << 10),
 		exited: make(chan struct{})}
 	cmd.Stderr = w.stderr
 	p.mu.Lock()
@@ -376,7 +378,7 @@ func (p *Pool) start() (*worker, error) {
 		p.mu.Lock()
 		delete(p.live, w)
 		p.mu.Unlock()
-		return nil, fmt.Errorf("render worker did not answer (%w): %s", err, w.stderr.lastLine())
+		return nil, fmt.Errorf("render worker did not answer (%w): %s", err, w.why())
 	}
 	p.opts.Metrics.workerStarted()
 	return w, nil
@@ -388,7 +390,7 @@ type worker struct {
 	in       io.WriteCloser
 	answers  *os.File
 	out      *bufio.Reader
-	stderr   *tail
+	stderr   *tailbuf.Buffer
 	exited   chan struct{}
 	requests int
 	killOnce sync.Once
@@ -449,47 +451,9 @@ func (w *worker) exitCode() int {
 	}
 }
 
-// tail keeps the first and the last max bytes written to it: a Go crash
-// says why at the start and goes on with pages of stacks.
-type tail struct {
-	mu         sync.Mutex
-	max        int
-	head, last []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if room := t.max - len(t.head); room > 0 {
-		t.head = append(t.head, p[:min(room, len(p))]...)
-	}
-	t.last = append(t.last, p...)
-	if len(t.last) > t.max {
-		t.last = append(t.last[:0], t.last[len(t.last)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.head) + "\n" + string(t.last)
-}
-
-// lastLine is the line that says why a worker stopped: a Go runtime's
-// "fatal error:" or "panic:" line, else the last line written.
-func (t *tail) lastLine() string {
-	t.mu.Lock()
-	head, last := string(t.head), string(t.last)
-	t.mu.Unlock()
-	for _, l := range strings.Split(head, "\n") {
-		if strings.HasPrefix(l, "fatal error:") || strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "render worker:") {
-			return strings.TrimSpace(l)
-		}
-	}
-	lines := strings.Split(strings.TrimSpace(last), "\n")
-	if l := strings.TrimSpace(lines[len(lines)-1]); l != "" {
-		return l
-	}
-	return "no diagnostics"
+// why is the line of the worker's stderr that says why it stopped: a Go
+// runtime's "fatal error:" or "panic:" line, the worker's own, else the
+// last line written.
+func (w *worker) why() string {
+	return cmp.Or(w.stderr.Line("fatal error:", "panic:", "render worker:"), "no diagnostics")
 }

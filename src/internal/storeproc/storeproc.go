@@ -16,6 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/argus-mc/argus/src/internal/pdeath"
+	"github.com/argus-mc/argus/src/internal/tailbuf"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 	mongostore "github.com/argus-mc/argus/src/internal/store/mongo"
 )
@@ -23,9 +24,8 @@ import (
 // Info is what a stores process serves. It prints it as one line, prefixed
 // with readyPrefix, once every store answers.
 type Info struct {
-	Etcd      []string `json:"etcd"`
-	EtcdPeers []string `json:"etcdPeers"`
-	Mongo     string   `json:"mongo,omitempty"`
+	Etcd  []string `json:"etcd"`
+	Mongo string   `json:"mongo,omitempty"`
 }
 
 const readyPrefix = "stores: "
@@ -53,7 +53,7 @@ func Serve(ctx context.Context, opts ServeOptions, ready io.Writer) error {
 		return err
 	}
 	defer func() { _ = etcd.Close() }() // the process ends; the data is a test's
-	info := Info{Etcd: etcd.Endpoints(), EtcdPeers: etcd.PeerEndpoints()}
+	info := Info{Etcd: etcd.Endpoints()}
 	if opts.Mongo {
 		m, err := mongostore.Open(octx, mongostore.Options{DataDir: opts.Dir, Logger: opts.Logger})
 		if err != nil {
@@ -92,7 +92,7 @@ type Process struct {
 	cmd    *exec.Cmd
 	info   Info
 	child  *pdeath.Child
-	stderr *tailBuffer
+	stderr *tailbuf.Buffer
 	once   sync.Once
 }
 
@@ -111,7 +111,7 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Process{cmd: cmd, stderr: &tailBuffer{max: 8 << 10}}
+	p := &Process{cmd: cmd, stderr: tailbuf.New(8 << 10)}
 	cmd.Stderr = p.stderr
 	infos := make(chan Info, 1)
 	// Killed if this process dies (pdeath); the stores' readiness line is
@@ -177,27 +177,4 @@ func (p *Process) Stop() error {
 		return fmt.Errorf("the stores process: %v: %s", exit, p.stderr)
 	}
 	return nil
-}
-
-// tailBuffer keeps the last max bytes written, for error messages.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = t.b[len(t.b)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.b))
 }

@@ -24,7 +24,7 @@ func TestStartServeStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	info := p.Info()
-	if len(info.Etcd) == 0 || len(info.EtcdPeers) == 0 || !strings.HasPrefix(info.Mongo, "mongodb://127.0.0.1:") {
+	if len(info.Etcd) == 0 || !strings.HasPrefix(info.Mongo, "mongodb://127.0.0.1:") {
 		t.Fatalf("info = %+v", info)
 	}
 	pid := p.PID()
