@@ -22,6 +22,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/catalog"
 	"github.com/argus-mc/argus/src/internal/fleet/hub"
 	"github.com/argus-mc/argus/src/internal/logging"
+	"github.com/argus-mc/argus/src/internal/loopback"
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/reload"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
@@ -328,7 +329,7 @@ func New(opts Options) (*App, error) {
 		min(h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout, h.StreamWriteTimeout, h.AnswerWriteTimeout) < 0 {
 		return nil, errors.New("orchestrator: connection limits and timeouts cannot be negative")
 	}
-	if opts.DebugListen != "" && !loopbackListen(opts.DebugListen) {
+	if opts.DebugListen != "" && !loopback.Addr(opts.DebugListen) {
 		return nil, fmt.Errorf("orchestrator: --debug-listen %q: profiles have no authentication, so only a loopback address (127.0.0.1:port, [::1]:port, localhost:port) is allowed", opts.DebugListen)
 	}
 	if opts.HistoryLimit < 0 {

@@ -7,8 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"net/netip"
-	"strings"
 	"time"
 )
 
@@ -40,18 +38,4 @@ func (a *App) serveDebug(ctx context.Context, life *lifecycle) error {
 		return nil
 	}, func() error { return srv.Close() })
 	return nil
-}
-
-// loopbackListen says whether a listen address is on loopback, from the
-// address alone (a name other than localhost is never resolved).
-func loopbackListen(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
 }

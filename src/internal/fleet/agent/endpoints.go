@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/argus-mc/argus/src/apis/fleet"
+	"github.com/argus-mc/argus/src/internal/loopback"
 )
 
 // endpoint is one orchestrator URL the agent may dial.
@@ -40,7 +41,7 @@ func parseEndpoint(raw string, roots *x509.CertPool) (endpoint, error) {
 			port = "443"
 		}
 	case "http":
-		if !loopbackHost(host) {
+		if !loopback.Host(host) {
 			return endpoint{}, fmt.Errorf("orchestrator URL %.200q: plain http is allowed to loopback addresses only; use https", raw)
 		}
 		if port == "" {
@@ -61,15 +62,6 @@ func parseEndpoint(raw string, roots *x509.CertPool) (endpoint, error) {
 		e.tls = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: host, NextProtos: []string{pb.ALPN}}
 	}
 	return e, nil
-}
-
-// loopbackHost reports a loopback address or "localhost", from the text.
-func loopbackHost(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func (e endpoint) transportCredentials() grpc.DialOption {
