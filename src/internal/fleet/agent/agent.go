@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/argus-mc/argus/src/apis/fleet"
+	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/backoff"
 	joinsvc "github.com/argus-mc/argus/src/internal/fleet/join"
 	"github.com/argus-mc/argus/src/internal/logging"
@@ -170,6 +171,16 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 	}
+}
+
+// Join makes sure a credential is kept, as Run does before its first
+// stream: it loads the kept one, or exchanges the join token at the first
+// orchestrator that answers, retrying with the agent's backoff, and
+// returns the cluster the credential is for. It returns an error wrapping
+// ErrRefused when the token is refused.
+func (a *Agent) Join(ctx context.Context) (appcontext.ClusterRef, error) {
+	c, _, err := a.credential(ctx)
+	return c.Cluster, err
 }
 
 // retry is the wait between connection attempts: doubling from

@@ -2,31 +2,30 @@ package hub
 
 import (
 	"context"
-	"crypto/tls"
-	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/sirupsen/logrus"
 	"golang.org/x/net/netutil"
 
-	"github.com/argus-mc/argus/src/internal/backoff"
+	"github.com/argus-mc/argus/src/internal/fleet/agent"
 )
 
 // BenchmarkJoinStorm is a fleet's agents all joining at once, and nothing
-// else on the machine: ARGUS_STORM_CLIENTS clients (1,000 unless set),
-// each with its own transport as an agent has, POST to the API port served
-// through ListenTLS with the orchestrator's default timeouts and a
-// connection cap that fits them all (as --max-connections must fit a
-// fleet's streams), and retry as the agent's join does until answered.
-// The answer is a fixed one: no join transaction behind it. It reports the
-// time until every client was answered, the clients' failed attempts and
+// else on the machine: ARGUS_STORM_CLIENTS agents (1,000 unless set) join
+// with the agent's own code (its transport, timeouts and backoff) at the
+// API port served through ListenTLS with the orchestrator's default
+// timeouts and a connection cap that fits them all (as --max-connections
+// must fit a fleet's streams). The answer is a fixed one: no join
+// transaction behind it. It reports the time until every agent was
+// answered, the agents' failed attempts and
 // the server's handshake timeouts: what the TLS and HTTP/2 path alone does
 // with the burst the fleet benchmark starts with (docs/benchmarks.md). Each
 // iteration sets up a hub of its own (counted in ns/op).
@@ -53,54 +52,46 @@ func joinStorm(b *testing.B, n int) (allDone time.Duration, failed int64, timeou
 	served := make(chan struct{})
 	go func() { defer close(served); _ = srv.Serve(nl) }()
 	defer func() { _ = srv.Close(); <-served }()
-	url := "https://" + ln.Addr().String() + "/v2/fleet/join"
+	url := "https://" + ln.Addr().String()
+	// Each client is an agent (its own join transport, timeouts and
+	// backoff); it logs each failed attempt at warning level.
 	var failures atomic.Int64
-	var wg sync.WaitGroup
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	log.AddHook(countWarnings{&failures})
 	// A server that stops answering ends the storm, not the test's timeout.
 	ctx, cancel := context.WithTimeout(b.Context(), 10*time.Minute)
 	defer cancel()
+	agents := make([]*agent.Agent, n)
+	for i := range agents {
+		a, err := agent.New(agent.Options{Orchestrators: []string{url}, RootCAs: roots, JoinToken: "id.secret",
+			Cluster: newMemCluster(), Credentials: &memCredentials{}, Logger: logrus.NewEntry(log)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		agents[i] = a
+	}
+	var wg sync.WaitGroup
 	start := time.Now()
-	for range n {
-		wg.Go(func() {
-			// As the agent's join: its own transport, a 10 s handshake
-			// timeout, 30 s a request, the agent's backoff between.
-			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true,
-				TLSHandshakeTimeout: 10 * time.Second}
-			defer tr.CloseIdleConnections()
-			retry := backoff.Backoff{Base: 250 * time.Millisecond, Max: 3200 * time.Millisecond, Jitter: 0.25}
-			for ctx.Err() == nil {
-				if joinOnce(ctx, &http.Client{Transport: tr}, url) == nil {
-					return
-				}
-				failures.Add(1)
-				retry.Wait(ctx)
-			}
-		})
+	for _, a := range agents {
+		wg.Go(func() { _, _ = a.Join(ctx) })
 	}
 	wg.Wait()
 	allDone = time.Since(start)
 	if ctx.Err() != nil {
-		b.Fatalf("not every client was answered within 10 minutes (%d failed attempts)", failures.Load())
+		b.Fatalf("not every agent was answered within 10 minutes (%d failed attempts)", failures.Load())
 	}
 	var m dto.Metric
 	_ = f.hub.metrics.handshakeFailures.WithLabelValues(failedTimeout).Write(&m)
 	return allDone, failures.Load(), m.GetCounter().GetValue()
 }
 
-func joinOnce(ctx context.Context, c *http.Client, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"token":"id.secret"}`))
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("join answered %s", resp.Status)
-	}
+// countWarnings counts the log entries at warning level: an agent's
+// failed join attempts.
+type countWarnings struct{ n *atomic.Int64 }
+
+func (countWarnings) Levels() []logrus.Level { return []logrus.Level{logrus.WarnLevel} }
+func (c countWarnings) Fire(*logrus.Entry) error {
+	c.n.Add(1)
 	return nil
 }
