@@ -181,6 +181,25 @@ func (h *HA) Output() string {
 	return string(b)
 }
 
+// lastErrors is each replica's last n log lines at error level.
+func (h *HA) lastErrors(n int) string {
+	var b strings.Builder
+	for i := range h.Replicas {
+		data, _ := os.ReadFile(filepath.Join(h.Dir, "logs", fmt.Sprintf("orch%d.log", i+1)))
+		var lines []string
+		for l := range strings.Lines(string(data)) {
+			if strings.Contains(l, `"level":"error"`) {
+				lines = append(lines, l)
+			}
+		}
+		fmt.Fprintf(&b, "r%d: %s", i+1, strings.Join(lines[max(0, len(lines)-n):], ""))
+		if len(lines) == 0 {
+			b.WriteString("none\n")
+		}
+	}
+	return b.String()
+}
+
 // Exited is closed once the script has ended.
 func (h *HA) Exited() <-chan struct{} { return h.proc.Done() }
 
@@ -194,6 +213,9 @@ func (h *HA) Stop() {
 }
 
 func (h *HA) stop() {
+	if h.tb.Failed() { // the replicas' logs go with the test's directory
+		h.tb.Logf("the replicas' last errors:\n%s", h.lastErrors(10))
+	}
 	pgid := h.proc.Cmd.Process.Pid
 	if h.proc.Stop(2 * time.Minute) {
 		h.tb.Errorf("ha-up.sh ignored SIGTERM for two minutes (its group was killed): %s", h.Output())
