@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -35,6 +36,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/config"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/monitor"
+	"github.com/argus-mc/argus/src/internal/rlimit"
 )
 
 func main() {
@@ -52,6 +54,7 @@ type settings struct {
 	logFormat  string
 	logLevel   string
 	config     string
+	memRatio   float64
 }
 
 // Flags defines the monitor's flags.
@@ -70,6 +73,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.IntVar(&s.opts.Workers, "workers", 2, "bundles synced in parallel")
 	fs.StringVar(&s.listen, "listen", ":8080", "address serving /healthz, /readyz and /metrics")
 	agentFlags(fs, &s.agent)
+	fs.Float64Var(&s.memRatio, "memory-limit-ratio", rlimit.DefaultMemoryRatio, "share of the container's memory limit (its cgroup's) that the Go runtime keeps its memory under (GOMEMLIMIT): it collects harder instead of being killed for memory; 0 turns it off; GOMEMLIMIT in the environment wins")
 	s.logFormat, s.logLevel = "json", "info"
 	fs.Var(config.OneOf{Value: &s.logFormat, Allowed: logging.Formats}, "log-format", "log format: json or text")
 	fs.Var(config.OneOf{Value: &s.logLevel, Allowed: logging.Levels}, "log-level", "log level: debug, info, warn or error")
@@ -107,6 +111,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		fmt.Fprintln(stderr, "monitor:", err)
 		return 2
+	}
+	if s.memRatio < 0 || s.memRatio > 1 {
+		fmt.Fprintf(stderr, "monitor: --memory-limit-ratio %v: want 0 (off) or a share up to 1\n", s.memRatio)
+		return 2
+	}
+	if _, err := rlimit.SetMemoryLimit(rlimit.MemoryOptions{Ratio: s.memRatio,
+		Logger: logging.Slog(log.WithField("component", "memlimit"), slog.LevelInfo)}); err != nil {
+		log.WithError(err).Warn("the Go runtime's memory limit is left unset")
 	}
 	cfg, err := restConfig(s.kubeconfig, getenv)
 	if err != nil {

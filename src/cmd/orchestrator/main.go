@@ -3,11 +3,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -26,12 +28,16 @@ import (
 	"github.com/argus-mc/argus/src/internal/notify"
 	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/render"
+	"github.com/argus-mc/argus/src/internal/rlimit"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 }
+
+// idleRenderWorker is about what a warm render worker holds while idle.
+const idleRenderWorker = 64 << 20
 
 // settings are the flags; everything else about the app lives in Options.
 type settings struct {
@@ -44,6 +50,7 @@ type settings struct {
 	logFormat string
 	logLevel  string
 	config    string
+	memRatio  float64
 }
 
 // Flags defines the orchestrator's flags on a new flag set; the tests render
@@ -139,6 +146,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.Var(config.Size{Value: &ro.MemoryLimit}, "render-memory", "memory one render worker may use (heap watchdog, and RLIMIT_AS over its start-up size)")
 	fs.Var(config.Size{Value: &ro.MaxOutput}, "render-max-output", "most manifests one render may produce")
 	fs.IntVar(&ro.MaxRequests, "render-worker-requests", render.DefaultMaxRenders, "requests a render worker serves before it is replaced")
+	fs.Float64Var(&s.memRatio, "memory-limit-ratio", rlimit.DefaultMemoryRatio, "share of the container's memory limit (its cgroup's), less what the render workers may use (one at --render-memory, the others idle), that the Go runtime keeps its memory under (GOMEMLIMIT): it collects harder instead of being killed for memory; 0 turns it off; GOMEMLIMIT in the environment wins")
 	s.logFormat, s.logLevel = "json", "info"
 	fs.Var(config.OneOf{Value: &s.logFormat, Allowed: logging.Formats}, "log-format", "log format: json or text")
 	fs.Var(config.OneOf{Value: &s.logLevel, Allowed: logging.Levels}, "log-level", "log level: debug, info, warn or error")
@@ -163,6 +171,18 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "orchestrator:", err)
 		return 2
+	}
+	if s.memRatio < 0 || s.memRatio > 1 {
+		fmt.Fprintf(stderr, "orchestrator: --memory-limit-ratio %v: want 0 (off) or a share up to 1\n", s.memRatio)
+		return 2
+	}
+	// The render workers share the container: one may use its whole
+	// --render-memory, the others idle at about 64 MiB each.
+	workers := cmp.Or(s.opts.Render.Workers, render.DefaultWorkers)
+	reserve := uint64(cmp.Or(s.opts.Render.MemoryLimit, render.DefaultMemoryLimit)) + uint64(max(workers-1, 0))*idleRenderWorker
+	if _, err := rlimit.SetMemoryLimit(rlimit.MemoryOptions{Ratio: s.memRatio, Reserve: reserve,
+		Logger: logging.Slog(log.WithField("component", "memlimit"), slog.LevelInfo)}); err != nil {
+		log.WithError(err).Warn("the Go runtime's memory limit is left unset")
 	}
 	s.opts.EtcdEndpoints = s.endpoints
 	if s.opts.HTTP.MinBodyRate == 0 {

@@ -1,0 +1,74 @@
+package rlimit
+
+import (
+	"errors"
+	"math"
+	"os"
+	"runtime/debug"
+	"testing"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
+)
+
+// Each case sets the process's memory limit: the previous one is put back.
+func TestSetMemoryLimit(t *testing.T) {
+	unsetenv(t, "GOMEMLIMIT")
+	unsetenv(t, "AUTOMEMLIMIT")
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+	limit := func(l uint64, err error) func() (uint64, error) { return func() (uint64, error) { return l, err } }
+	for _, tc := range []struct {
+		name    string
+		opts    MemoryOptions
+		want    int64 // in force after; -1: unchanged
+		wantErr bool
+	}{
+		{"the container's limit less the reserve, times the ratio", MemoryOptions{Ratio: 0.9, Reserve: 576 << 20, Limit: limit(1<<30, nil)}, (1024 - 576) << 20 * 9 / 10, false},
+		{"no reserve", MemoryOptions{Ratio: 0.5, Limit: limit(1<<30, nil)}, 512 << 20, false},
+		{"no limit in the cgroup", MemoryOptions{Ratio: 0.9, Limit: limit(0, memlimit.ErrNoLimit)}, math.MaxInt64, false},
+		{"not in a memory cgroup", MemoryOptions{Ratio: 0.9, Limit: limit(0, memlimit.ErrNoCgroup)}, -1, false},
+		{"off", MemoryOptions{Ratio: 0, Limit: limit(1<<30, nil)}, -1, false},
+		{"the reserve takes it all", MemoryOptions{Ratio: 0.9, Reserve: 1 << 30, Limit: limit(1<<30, nil)}, -1, true},
+		{"a ratio over one", MemoryOptions{Ratio: 1.5, Limit: limit(1<<30, nil)}, -1, true},
+		{"an unreadable cgroup", MemoryOptions{Ratio: 0.9, Limit: limit(0, errors.New("permission denied"))}, -1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const marker = 3 << 40
+			debug.SetMemoryLimit(marker)
+			_, err := SetMemoryLimit(tc.opts)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
+			}
+			want := tc.want
+			if want == -1 {
+				want = marker
+			}
+			if got := debug.SetMemoryLimit(-1); got != want {
+				t.Errorf("limit in force %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// GOMEMLIMIT set by the operator wins over the container's limit.
+func TestSetMemoryLimitKeepsGOMEMLIMIT(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "300MiB")
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+	called := false
+	if _, err := SetMemoryLimit(MemoryOptions{Ratio: 0.9, Limit: func() (uint64, error) { called = true; return 1 << 30, nil }}); err != nil {
+		t.Fatal(err)
+	}
+	if called || debug.SetMemoryLimit(-1) != before {
+		t.Errorf("the container's limit was read (%v) or the limit changed", called)
+	}
+}
+
+// unsetenv removes key for the test (t.Setenv first, so that it is put
+// back after).
+func unsetenv(t *testing.T, key string) {
+	t.Setenv(key, "")
+	if err := os.Unsetenv(key); err != nil {
+		t.Fatal(err)
+	}
+}
