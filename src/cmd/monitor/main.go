@@ -18,7 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -112,13 +111,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		fmt.Fprintln(stderr, "monitor:", err)
 		return 2
 	}
-	if s.memRatio < 0 || s.memRatio > 1 {
+	if !(s.memRatio >= 0 && s.memRatio <= 1) {
 		fmt.Fprintf(stderr, "monitor: --memory-limit-ratio %v: want 0 (off) or a share up to 1\n", s.memRatio)
 		return 2
-	}
-	if _, err := rlimit.SetMemoryLimit(rlimit.MemoryOptions{Ratio: s.memRatio,
-		Logger: logging.Slog(log.WithField("component", "memlimit"), slog.LevelInfo)}); err != nil {
-		log.WithError(err).Warn("the Go runtime's memory limit is left unset")
 	}
 	cfg, err := restConfig(s.kubeconfig, getenv)
 	if err != nil {
@@ -133,6 +128,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.opts.Registerer = reg
 	s.opts.Logger = logrus.NewEntry(log)
+	if _, err := rlimit.SetMemoryLimit(rlimit.MemoryOptions{Ratio: s.memRatio, Logger: s.opts.Logger.WithField("component", "memlimit")}); err != nil {
+		log.WithError(err).Warn("the Go runtime's memory limit is left unset")
+	}
 	if s.agent.orchestrator != "" {
 		return runAgent(ctx, &s, cfg, log, reg, stderr)
 	}

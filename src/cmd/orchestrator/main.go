@@ -3,13 +3,11 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -36,8 +34,24 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 }
 
-// idleRenderWorker is about what a warm render worker holds while idle.
+// idleRenderWorker is about what a warm render worker holds while idle
+// (the binary loaded, Helm's packages initialised).
 const idleRenderWorker = 64 << 20
+
+// renderReserve is what the render workers may use of the container
+// beside the orchestrator: each its start-up size, and one rendering its
+// whole --render-memory over that.
+func renderReserve(ro orchestrator.RenderOptions) uint64 {
+	workers := ro.Workers
+	if workers <= 0 {
+		workers = render.DefaultWorkers
+	}
+	memory := ro.MemoryLimit
+	if memory <= 0 {
+		memory = render.DefaultMemoryLimit
+	}
+	return uint64(memory) + uint64(workers)*idleRenderWorker
+}
 
 // settings are the flags; everything else about the app lives in Options.
 type settings struct {
@@ -146,7 +160,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.Var(config.Size{Value: &ro.MemoryLimit}, "render-memory", "memory one render worker may use (heap watchdog, and RLIMIT_AS over its start-up size)")
 	fs.Var(config.Size{Value: &ro.MaxOutput}, "render-max-output", "most manifests one render may produce")
 	fs.IntVar(&ro.MaxRequests, "render-worker-requests", render.DefaultMaxRenders, "requests a render worker serves before it is replaced")
-	fs.Float64Var(&s.memRatio, "memory-limit-ratio", rlimit.DefaultMemoryRatio, "share of the container's memory limit (its cgroup's), less what the render workers may use (one at --render-memory, the others idle), that the Go runtime keeps its memory under (GOMEMLIMIT): it collects harder instead of being killed for memory; 0 turns it off; GOMEMLIMIT in the environment wins")
+	fs.Float64Var(&s.memRatio, "memory-limit-ratio", rlimit.DefaultMemoryRatio, "share of the container's memory limit (its cgroup's), less what the render workers may use (each its start-up size, one its --render-memory over that), that the Go runtime keeps its memory under (GOMEMLIMIT): it collects harder instead of being killed for memory; none is set when that leaves under a quarter of the limit; 0 turns it off; GOMEMLIMIT in the environment wins")
 	s.logFormat, s.logLevel = "json", "info"
 	fs.Var(config.OneOf{Value: &s.logFormat, Allowed: logging.Formats}, "log-format", "log format: json or text")
 	fs.Var(config.OneOf{Value: &s.logLevel, Allowed: logging.Levels}, "log-level", "log level: debug, info, warn or error")
@@ -172,17 +186,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "orchestrator:", err)
 		return 2
 	}
-	if s.memRatio < 0 || s.memRatio > 1 {
+	if !(s.memRatio >= 0 && s.memRatio <= 1) {
 		fmt.Fprintf(stderr, "orchestrator: --memory-limit-ratio %v: want 0 (off) or a share up to 1\n", s.memRatio)
 		return 2
-	}
-	// The render workers share the container: one may use its whole
-	// --render-memory, the others idle at about 64 MiB each.
-	workers := cmp.Or(s.opts.Render.Workers, render.DefaultWorkers)
-	reserve := uint64(cmp.Or(s.opts.Render.MemoryLimit, render.DefaultMemoryLimit)) + uint64(max(workers-1, 0))*idleRenderWorker
-	if _, err := rlimit.SetMemoryLimit(rlimit.MemoryOptions{Ratio: s.memRatio, Reserve: reserve,
-		Logger: logging.Slog(log.WithField("component", "memlimit"), slog.LevelInfo)}); err != nil {
-		log.WithError(err).Warn("the Go runtime's memory limit is left unset")
 	}
 	s.opts.EtcdEndpoints = s.endpoints
 	if s.opts.HTTP.MinBodyRate == 0 {
@@ -209,6 +215,10 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 2
 	}
 	logging.RouteKlog(log.WithField("component", "client-go"))
+	if _, err := rlimit.SetMemoryLimit(rlimit.MemoryOptions{Ratio: s.memRatio, Reserve: renderReserve(s.opts.Render),
+		Logger: log.WithField("component", "memlimit")}); err != nil {
+		log.WithError(err).Warn("the Go runtime's memory limit is left unset")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := app.Run(ctx); err != nil {

@@ -5,21 +5,25 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/argus-mc/argus/src/internal/orchestrator"
 	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
-// An orchestrator in a container limited to 1,536 MiB keeps its heap under
-// 0.9 × (1,536 − 512 for a rendering worker − 64 for the idle one) MiB:
-// the process runs in a memory cgroup of its own, made for the test (it
-// is skipped where none can be made: not root, no cgroup file system).
+// An orchestrator in a container limited to 1,536 MiB keeps its memory
+// under 0.9 × (1,536 − 512 for a rendering worker − 2 × 64 for the
+// workers' start-up) MiB: the process runs in a memory cgroup of its own,
+// made for the test (skipped where none can be made: not root, no cgroup
+// file system), or under the lower limit of a cgroup above it.
 func TestMemoryLimitFromTheCgroup(t *testing.T) {
 	const limit = 1536 << 20
 	cg := memoryCgroup(t, limit)
@@ -44,21 +48,22 @@ func TestMemoryLimitFromTheCgroup(t *testing.T) {
 			lines = append(lines, sc.Text())
 			var e struct {
 				Msg        string
-				GOMEMLIMIT int64
+				GOMEMLIMIT int64 `json:"gomemlimit"`
 			}
-			if json.Unmarshal(sc.Bytes(), &e) == nil && e.Msg == "GOMEMLIMIT is updated" {
+			if json.Unmarshal(sc.Bytes(), &e) == nil && e.Msg == "Go memory limit set from the container's" {
 				select {
 				case set <- e.GOMEMLIMIT:
 				default:
 				}
 			}
 		}
+		_, _ = io.Copy(io.Discard, stderr) // past a line too long for the scanner
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Stop(30 * time.Second)
-	want := int64(float64(limit-512<<20-idleRenderWorker) * 0.9)
+	want := int64(float64(cg.effective-renderReserve(orchestrator.RenderOptions{})) * 0.9)
 	select {
 	case got := <-set:
 		if got != want {
@@ -72,7 +77,11 @@ func TestMemoryLimitFromTheCgroup(t *testing.T) {
 	}
 }
 
-type cgroup struct{ procs string }
+type cgroup struct {
+	procs string
+	// effective is the lowest limit on the cgroup's path.
+	effective uint64
+}
 
 // memoryCgroup makes a memory cgroup (v1, or v2 with the memory
 // controller) below the test's own, limited to limit bytes, and removes
@@ -119,5 +128,41 @@ func memoryCgroup(t *testing.T, limit int64) cgroup {
 	if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(fmt.Sprint(limit)), 0o644); err != nil {
 		t.Skipf("cannot limit a memory cgroup: %v", err)
 	}
-	return cgroup{procs: filepath.Join(dir, "cgroup.procs")}
+	effective := uint64(limit)
+	if limitFile == "memory.limit_in_bytes" { // v1 says what holds below its ancestors
+		stat, _ := os.ReadFile(filepath.Join(dir, "memory.stat"))
+		for l := range strings.Lines(string(stat)) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "hierarchical_memory_limit "); ok {
+				if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+					effective = min(effective, n)
+				}
+			}
+		}
+	} else { // v2: the lowest memory.max up to the root
+		for d := filepath.Dir(dir); strings.HasPrefix(d, "/sys/fs/cgroup/"); d = filepath.Dir(d) {
+			v, _ := os.ReadFile(filepath.Join(d, "memory.max"))
+			if n, err := strconv.ParseUint(strings.TrimSpace(string(v)), 10, 64); err == nil {
+				effective = min(effective, n)
+			}
+		}
+	}
+	if reserve := renderReserve(orchestrator.RenderOptions{}); effective-reserve < effective/4 || effective <= reserve {
+		t.Skipf("the cgroup's effective limit, %d MiB, leaves no room beside the render workers", effective>>20)
+	}
+	return cgroup{procs: filepath.Join(dir, "cgroup.procs"), effective: effective}
+}
+
+func TestRenderReserve(t *testing.T) {
+	for _, tc := range []struct {
+		ro   orchestrator.RenderOptions
+		want uint64
+	}{
+		{orchestrator.RenderOptions{}, 512<<20 + 2*idleRenderWorker},
+		{orchestrator.RenderOptions{Workers: 4, MemoryLimit: 1 << 30}, 1<<30 + 4*idleRenderWorker},
+		{orchestrator.RenderOptions{Workers: -1, MemoryLimit: -1}, 512<<20 + 2*idleRenderWorker},
+	} {
+		if got := renderReserve(tc.ro); got != tc.want {
+			t.Errorf("renderReserve(%+v) = %d MiB, want %d MiB", tc.ro, got>>20, tc.want>>20)
+		}
+	}
 }

@@ -3,15 +3,16 @@ package rlimit
 import (
 	"errors"
 	"fmt"
-	"log/slog"
-	"math"
+	"os"
+	"runtime/debug"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
+	"github.com/sirupsen/logrus"
 )
 
 // DefaultMemoryRatio is MemoryOptions.Ratio's usual value: the share of
-// its container's memory Prometheus and most Go servers give the heap,
-// leaving the rest for the runtime's own overshoot.
+// its container's memory Prometheus and most Go servers give the runtime,
+// leaving the rest for what it overshoots.
 const DefaultMemoryRatio = 0.9
 
 // MemoryOptions configures SetMemoryLimit.
@@ -24,45 +25,49 @@ type MemoryOptions struct {
 	// itself: its child processes' (render workers).
 	Reserve uint64
 	// Limit reads the container's memory limit; nil reads the process's
-	// cgroup (v1 or v2).
+	// cgroup (v1 or v2, the lowest limit on its path).
 	Limit func() (uint64, error)
 	// Logger says what was set; nil says nothing.
-	Logger *slog.Logger
+	Logger *logrus.Entry
 }
 
 // SetMemoryLimit sets the Go runtime's soft memory limit from the
 // container's: as the heap nears it the garbage collector works harder,
-// where otherwise the heap's goal (twice what is live after a burst) can
-// pass the container's limit and the kernel kills the process. GOMEMLIMIT
-// in the environment wins, as does AUTOMEMLIMIT (a ratio, or "off"). It
-// returns the limit in force (math.MaxInt64: none); a process outside any
-// memory cgroup, or in one without a limit, keeps none and is no error.
+// where otherwise the heap's goal (twice what is live, after a burst) can
+// pass the container's limit and the kernel kill the process. It returns
+// the limit in force afterwards. It sets none, and says why in its error,
+// when the container's limit leaves the process less than a quarter of
+// it beside Reserve: a limit that small would keep the collector running.
+// GOMEMLIMIT in the environment (read by the runtime at start) wins; a
+// process outside a memory cgroup, or in one without a limit, keeps the
+// runtime's default, and that is no error.
 func SetMemoryLimit(o MemoryOptions) (int64, error) {
-	if o.Ratio == 0 {
-		return math.MaxInt64, nil
+	current := debug.SetMemoryLimit(-1)
+	if !(o.Ratio >= 0 && o.Ratio <= 1) {
+		return current, fmt.Errorf("memory limit ratio %v: want 0 (off) or a share up to 1", o.Ratio)
 	}
-	if o.Ratio < 0 || o.Ratio > 1 {
-		return 0, fmt.Errorf("memory limit ratio %v: want 0 (off) or a share in (0, 1]", o.Ratio)
+	if o.Ratio == 0 {
+		return current, nil
+	}
+	if _, set := os.LookupEnv("GOMEMLIMIT"); set { // the process's own environment, which the runtime read
+		return current, nil
 	}
 	if o.Limit == nil {
 		o.Limit = memlimit.FromCgroup
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+	l, err := o.Limit()
+	switch {
+	case errors.Is(err, memlimit.ErrNoLimit), errors.Is(err, memlimit.ErrNoCgroup), errors.Is(err, memlimit.ErrCgroupsNotSupported):
+		return current, nil
+	case err != nil:
+		return current, fmt.Errorf("read the container's memory limit: %w", err)
+	case l <= o.Reserve || l-o.Reserve < l/4:
+		return current, fmt.Errorf("the container's memory limit (%d MiB) leaves less than a quarter of it beside the %d MiB its child processes may use: raise the limit", l>>20, o.Reserve>>20)
 	}
-	provider := func() (uint64, error) {
-		l, err := o.Limit()
-		if err != nil {
-			return 0, err
-		}
-		if l <= o.Reserve {
-			return 0, fmt.Errorf("the container's memory limit (%d MiB) leaves nothing beside the %d MiB reserved for child processes", l>>20, o.Reserve>>20)
-		}
-		return l - o.Reserve, nil
+	limit := int64(float64(l-o.Reserve) * o.Ratio)
+	debug.SetMemoryLimit(limit)
+	if o.Logger != nil {
+		o.Logger.WithFields(logrus.Fields{"container_limit": l, "reserve": o.Reserve, "gomemlimit": limit}).Info("Go memory limit set from the container's")
 	}
-	limit, err := memlimit.Set(memlimit.WithProvider(provider), memlimit.WithRatio(o.Ratio), memlimit.WithLogger(o.Logger))
-	if errors.Is(err, memlimit.ErrNoCgroup) {
-		return limit, nil
-	}
-	return limit, err
+	return limit, nil
 }

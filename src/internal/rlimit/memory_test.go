@@ -13,7 +13,6 @@ import (
 // Each case sets the process's memory limit: the previous one is put back.
 func TestSetMemoryLimit(t *testing.T) {
 	unsetenv(t, "GOMEMLIMIT")
-	unsetenv(t, "AUTOMEMLIMIT")
 	before := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(before) })
 	limit := func(l uint64, err error) func() (uint64, error) { return func() (uint64, error) { return l, err } }
@@ -25,11 +24,14 @@ func TestSetMemoryLimit(t *testing.T) {
 	}{
 		{"the container's limit less the reserve, times the ratio", MemoryOptions{Ratio: 0.9, Reserve: 576 << 20, Limit: limit(1<<30, nil)}, (1024 - 576) << 20 * 9 / 10, false},
 		{"no reserve", MemoryOptions{Ratio: 0.5, Limit: limit(1<<30, nil)}, 512 << 20, false},
-		{"no limit in the cgroup", MemoryOptions{Ratio: 0.9, Limit: limit(0, memlimit.ErrNoLimit)}, math.MaxInt64, false},
+		{"no limit in the cgroup", MemoryOptions{Ratio: 0.9, Limit: limit(0, memlimit.ErrNoLimit)}, -1, false},
 		{"not in a memory cgroup", MemoryOptions{Ratio: 0.9, Limit: limit(0, memlimit.ErrNoCgroup)}, -1, false},
+		{"no cgroups on this system", MemoryOptions{Ratio: 0.9, Limit: limit(0, memlimit.ErrCgroupsNotSupported)}, -1, false},
 		{"off", MemoryOptions{Ratio: 0, Limit: limit(1<<30, nil)}, -1, false},
 		{"the reserve takes it all", MemoryOptions{Ratio: 0.9, Reserve: 1 << 30, Limit: limit(1<<30, nil)}, -1, true},
+		{"less than a quarter beside the reserve", MemoryOptions{Ratio: 0.9, Reserve: 800 << 20, Limit: limit(1<<30, nil)}, -1, true},
 		{"a ratio over one", MemoryOptions{Ratio: 1.5, Limit: limit(1<<30, nil)}, -1, true},
+		{"no ratio at all", MemoryOptions{Ratio: math.NaN(), Limit: limit(1<<30, nil)}, -1, true},
 		{"an unreadable cgroup", MemoryOptions{Ratio: 0.9, Limit: limit(0, errors.New("permission denied"))}, -1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,9 +16,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/argus-mc/argus/src/internal/pdeath"
-	"github.com/argus-mc/argus/src/internal/tailbuf"
 	etcdstore "github.com/argus-mc/argus/src/internal/store/etcd"
 	mongostore "github.com/argus-mc/argus/src/internal/store/mongo"
+	"github.com/argus-mc/argus/src/internal/tailbuf"
 )
 
 // Info is what a stores process serves. It prints it as one line, prefixed
@@ -111,7 +111,7 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Process{cmd: cmd, stderr: tailbuf.New(8 << 10)}
+	p := &Process{cmd: cmd, stderr: tailbuf.New(4 << 10)}
 	cmd.Stderr = p.stderr
 	infos := make(chan Info, 1)
 	// Killed if this process dies (pdeath); the stores' readiness line is

@@ -14,8 +14,8 @@ type Buffer struct {
 	head, last []byte
 }
 
-// New returns a Buffer keeping max bytes at each end.
-func New(max int) *Buffer { return &Buffer{max: max} }
+// New returns a Buffer keeping n bytes at each end.
+func New(n int) *Buffer { return &Buffer{max: n} }
 
 func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()

@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
 )
 
 // HAOptions configures StartHA.
@@ -181,14 +180,16 @@ func (h *HA) Output() string {
 	return string(b)
 }
 
-// lastErrors is each replica's last n log lines at error level.
+// lastErrors is each replica's last n log lines at error level or above,
+// and the first line of a Go crash.
 func (h *HA) lastErrors(n int) string {
 	var b strings.Builder
 	for i := range h.Replicas {
 		data, _ := os.ReadFile(filepath.Join(h.Dir, "logs", fmt.Sprintf("orch%d.log", i+1)))
 		var lines []string
 		for l := range strings.Lines(string(data)) {
-			if strings.Contains(l, `"level":"error"`) {
+			if strings.Contains(l, `"level":"error"`) || strings.Contains(l, `"level":"fatal"`) || strings.Contains(l, `"level":"panic"`) ||
+				strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "fatal error:") {
 				lines = append(lines, l)
 			}
 		}

@@ -18,7 +18,9 @@ type Proc struct {
 }
 
 // StartProc starts cmd; then, if not nil, runs before the wait and is the
-// place to read the command's pipes to their end (pdeath.Start).
+// place to read the command's pipes to their end (pdeath.Start). Done,
+// Stop and Kill wait for then as well: a pipe then reads that a process
+// outside the command's group still holds delays them until it closes.
 func StartProc(cmd *exec.Cmd, then func()) (*Proc, error) {
 	child, err := pdeath.Start(cmd, then)
 	if err != nil {
@@ -33,8 +35,8 @@ func (p *Proc) Done() <-chan struct{} { return p.child.Done() }
 // Err waits for the process and returns exec.Cmd.Wait's error.
 func (p *Proc) Err() error { return p.child.Err() }
 
-// Exited reports whether the process has exited and been waited for.
-func (p *Proc) Exited() bool {
+// exited reports whether the process has exited and been waited for.
+func (p *Proc) exited() bool {
 	select {
 	case <-p.child.Done():
 		return true
@@ -48,7 +50,7 @@ func (p *Proc) Exited() bool {
 // and waits. It reports whether the process had to be killed; a process
 // that has exited already is left as it is.
 func (p *Proc) Stop(grace time.Duration) (killed bool) {
-	if p.Exited() {
+	if p.exited() {
 		return false
 	}
 	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
@@ -65,7 +67,7 @@ func (p *Proc) Stop(grace time.Duration) (killed bool) {
 
 // Kill ends the process with SIGKILL, as a crash would, and waits.
 func (p *Proc) Kill() {
-	if !p.Exited() {
+	if !p.exited() {
 		p.kill()
 	}
 }

@@ -49,6 +49,9 @@ func TestProcKillsItsGroupAfterGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	sleeper := <-pid
+	if sleeper <= 0 {
+		t.Fatal("the shell did not say its child's pid")
+	}
 	if !p.Stop(200 * time.Millisecond) {
 		t.Fatal("a shell ignoring SIGTERM was not killed")
 	}

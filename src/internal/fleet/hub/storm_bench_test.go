@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -72,14 +73,18 @@ func joinStorm(b *testing.B, n int) (allDone time.Duration, failed int64, timeou
 		agents[i] = a
 	}
 	var wg sync.WaitGroup
+	errs := make([]error, n)
 	start := time.Now()
-	for _, a := range agents {
-		wg.Go(func() { _, _ = a.Join(ctx) })
+	for i, a := range agents {
+		wg.Go(func() { _, errs[i] = a.Join(ctx) })
 	}
 	wg.Wait()
 	allDone = time.Since(start)
 	if ctx.Err() != nil {
 		b.Fatalf("not every agent was answered within 10 minutes (%d failed attempts)", failures.Load())
+	}
+	if err := errors.Join(errs...); err != nil {
+		b.Fatalf("joins refused: %.500v", err)
 	}
 	var m dto.Metric
 	_ = f.hub.metrics.handshakeFailures.WithLabelValues(failedTimeout).Write(&m)
