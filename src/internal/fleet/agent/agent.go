@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -27,8 +28,9 @@ import (
 // Options configures an Agent; Orchestrators, Cluster and Credentials are
 // required.
 type Options struct {
-	// Orchestrators are the URLs to dial, tried in turn (a name with
-	// several addresses counts as all of them).
+	// Orchestrators are the URLs to dial, tried in turn from one picked
+	// at random, so that a fleet's agents spread over the replicas they
+	// name (a name with several addresses counts as all of them).
 	Orchestrators []string
 	// RootCAs verify https orchestrators; nil means the system's.
 	RootCAs *x509.CertPool
@@ -50,6 +52,7 @@ type Agent struct {
 	opts      Options
 	log       *logrus.Entry
 	endpoints []endpoint
+	first     int // the endpoint tried first
 	http      *http.Client
 	work      *workState
 	up        *uplink
@@ -81,6 +84,10 @@ func New(opts Options) (*Agent, error) {
 		}
 		a.endpoints = append(a.endpoints, e)
 	}
+	// Agents given every replica's URL would otherwise all stream to the
+	// first: one replica holding the fleet's sessions, and its loss moving
+	// all of them at once.
+	a.first = rand.IntN(len(a.endpoints))
 	// No ServerName: the transport verifies each URL's own host (the
 	// first URL's name would fail every other replica's certificate).
 	a.http = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment,
@@ -91,6 +98,9 @@ func New(opts Options) (*Agent, error) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return a, nil
 }
+
+// endpoint is the endpoint of the i-th attempt.
+func (a *Agent) endpoint(i int) endpoint { return a.endpoints[(a.first+i)%len(a.endpoints)] }
 
 // Connected reports whether a stream to an orchestrator is up.
 func (a *Agent) Connected() bool {
@@ -133,7 +143,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		default:
 		}
-		e := a.endpoints[i%len(a.endpoints)]
+		e := a.endpoint(i)
 		start := time.Now()
 		err := a.session(cctx, e, cred, log)
 		switch {
@@ -236,7 +246,7 @@ func (a *Agent) join(ctx context.Context, kept *Credential) (Credential, error) 
 	defer a.http.CloseIdleConnections()
 	retry := a.retry()
 	for i := 0; ; i++ {
-		e := a.endpoints[i%len(a.endpoints)]
+		e := a.endpoint(i)
 		c, err := join(ctx, a.http, e, a.opts.JoinToken, chosen)
 		if err == nil {
 			if err := a.opts.Credentials.Save(ctx, c); err != nil {

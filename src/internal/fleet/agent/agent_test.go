@@ -152,3 +152,29 @@ func TestEndpoints(t *testing.T) {
 		t.Errorf("endpoint %+v", e)
 	}
 }
+
+// Agents given several URLs start at one picked at random, then try
+// every URL in turn: a fleet's agents spread over the replicas.
+func TestEndpointsSpreadThenCycle(t *testing.T) {
+	urls := []string{"https://r1.example.com:443", "https://r2.example.com:443", "https://r3.example.com:443"}
+	firsts := map[string]int{}
+	for range 300 {
+		a, err := New(Options{Orchestrators: urls, Cluster: nopCluster{}, Credentials: &memCredentials{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		firsts[a.endpoint(0).base]++
+		var cycle []string
+		for i := range len(urls) {
+			cycle = append(cycle, a.endpoint(i).base)
+		}
+		if !slices.Equal(sorted(cycle), urls) {
+			t.Fatalf("attempts %v do not try every URL once", cycle)
+		}
+	}
+	for _, u := range urls {
+		if firsts[u] < 50 { // 100 expected; under 50 is a chance below 1e-9
+			t.Errorf("first URLs %v: %s too rarely first", firsts, u)
+		}
+	}
+}
