@@ -31,7 +31,7 @@ type agentSettings struct {
 }
 
 func agentFlags(fs *flag.FlagSet, a *agentSettings) {
-	fs.StringVar(&a.orchestrator, "orchestrator", "", "agent mode: the orchestrator's URL (https, or http to a loopback address only), or several comma-separated, tried in turn from one picked at random (a fleet's agents spread over the replicas); empty runs the monitor alone")
+	fs.StringVar(&a.orchestrator, "orchestrator", "", "agent mode: the orchestrator's URL (https, or http to a loopback address only), or several comma-separated: one picked at random, after a failure another (a fleet's agents spread over the replicas); empty runs the monitor alone")
 	fs.StringVar(&a.joinToken, "join-token", "", "agent mode: the cluster's single-use join token, exchanged once for the agent's own credential (kept in --agent-secret); better given as $ARGUS_JOIN_TOKEN")
 	fs.StringVar(&a.caFile, "orchestrator-ca", "", "agent mode: PEM file of the CA that signed the orchestrator's certificate; empty uses the system's")
 	fs.StringVar(&a.namespace, "agent-namespace", "", "agent mode: namespace of the Secret holding the agent's credential; empty means $POD_NAMESPACE, else argus-system")

@@ -478,8 +478,12 @@ func restart(b *testing.B, d *deployment, f *Fleet, n int) time.Duration {
 	if err := syscall.Kill(d.pids[busiest], syscall.SIGKILL); err != nil {
 		b.Fatal(err)
 	}
-	d.pids = slices.Delete(d.pids, busiest, busiest+1)
-	d.urls = slices.Delete(d.urls, busiest, busiest+1)
+	// Copies: the agents' options share d.urls.
+	d.pids = slices.Delete(slices.Clone(d.pids), busiest, busiest+1)
+	d.urls = slices.Delete(slices.Clone(d.urls), busiest, busiest+1)
+	if len(d.debug) > busiest {
+		d.debug = slices.Delete(slices.Clone(d.debug), busiest, busiest+1)
+	}
 	poll(b, time.Minute, "the agents noticed", func() bool { return f.Connected() < n })
 	poll(b, 5*time.Minute, "every agent connected again", func() bool { return f.Connected() == n })
 	return time.Since(start)

@@ -20,7 +20,8 @@ import (
 
 // Options configures a Fleet; Orchestrators and Tokens are required.
 type Options struct {
-	// Orchestrators are the URLs every agent dials, tried in turn.
+	// Orchestrators are the URLs every agent dials (the agent picks one
+	// at random, and another after a failure).
 	Orchestrators []string
 	// Tokens are the clusters' join tokens by name (Register's answer).
 	Tokens map[string]string

@@ -3,6 +3,7 @@ package rlimit
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime/debug"
 
@@ -49,7 +50,10 @@ func SetMemoryLimit(o MemoryOptions) (int64, error) {
 	if o.Ratio == 0 {
 		return current, nil
 	}
-	if _, set := os.LookupEnv("GOMEMLIMIT"); set { // the process's own environment, which the runtime read
+	if v := os.Getenv("GOMEMLIMIT"); v != "" { // the process's own environment, which the runtime read
+		if o.Logger != nil {
+			o.Logger.WithField("GOMEMLIMIT", v).Info("Go memory limit set by GOMEMLIMIT, not from the container's")
+		}
 		return current, nil
 	}
 	if o.Limit == nil {
@@ -64,7 +68,10 @@ func SetMemoryLimit(o MemoryOptions) (int64, error) {
 	case l <= o.Reserve || l-o.Reserve < l/4:
 		return current, fmt.Errorf("the container's memory limit (%d MiB) leaves less than a quarter of it beside the %d MiB its child processes may use: raise the limit", l>>20, o.Reserve>>20)
 	}
-	limit := int64(float64(l-o.Reserve) * o.Ratio)
+	limit := int64(math.MaxInt64) // a limit past what int64 holds is none
+	if f := float64(l-o.Reserve) * o.Ratio; f < math.MaxInt64 {
+		limit = int64(f)
+	}
 	debug.SetMemoryLimit(limit)
 	if o.Logger != nil {
 		o.Logger.WithFields(logrus.Fields{"container_limit": l, "reserve": o.Reserve, "gomemlimit": limit}).Info("Go memory limit set from the container's")

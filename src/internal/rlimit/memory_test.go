@@ -24,6 +24,7 @@ func TestSetMemoryLimit(t *testing.T) {
 	}{
 		{"the container's limit less the reserve, times the ratio", MemoryOptions{Ratio: 0.9, Reserve: 576 << 20, Limit: limit(1<<30, nil)}, (1024 - 576) << 20 * 9 / 10, false},
 		{"no reserve", MemoryOptions{Ratio: 0.5, Limit: limit(1<<30, nil)}, 512 << 20, false},
+		{"a limit past 2^63", MemoryOptions{Ratio: 1, Limit: limit(math.MaxUint64, nil)}, math.MaxInt64, false},
 		{"no limit in the cgroup", MemoryOptions{Ratio: 0.9, Limit: limit(0, memlimit.ErrNoLimit)}, -1, false},
 		{"not in a memory cgroup", MemoryOptions{Ratio: 0.9, Limit: limit(0, memlimit.ErrNoCgroup)}, -1, false},
 		{"no cgroups on this system", MemoryOptions{Ratio: 0.9, Limit: limit(0, memlimit.ErrCgroupsNotSupported)}, -1, false},
@@ -37,7 +38,7 @@ func TestSetMemoryLimit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const marker = 3 << 40
 			debug.SetMemoryLimit(marker)
-			_, err := SetMemoryLimit(tc.opts)
+			returned, err := SetMemoryLimit(tc.opts)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
 			}
@@ -45,8 +46,8 @@ func TestSetMemoryLimit(t *testing.T) {
 			if want == -1 {
 				want = marker
 			}
-			if got := debug.SetMemoryLimit(-1); got != want {
-				t.Errorf("limit in force %d, want %d", got, want)
+			if got := debug.SetMemoryLimit(-1); got != want || returned != want {
+				t.Errorf("limit in force %d, returned %d, want %d", got, returned, want)
 			}
 		})
 	}

@@ -28,9 +28,10 @@ import (
 // Options configures an Agent; Orchestrators, Cluster and Credentials are
 // required.
 type Options struct {
-	// Orchestrators are the URLs to dial, tried in turn from one picked
-	// at random, so that a fleet's agents spread over the replicas they
-	// name (a name with several addresses counts as all of them).
+	// Orchestrators are the URLs to dial: one picked at random, and after
+	// a failure another picked at random, so that a fleet's agents spread
+	// over the replicas they name (a name with several addresses is one
+	// URL: gRPC dials its addresses in the resolver's order).
 	Orchestrators []string
 	// RootCAs verify https orchestrators; nil means the system's.
 	RootCAs *x509.CertPool
@@ -99,8 +100,17 @@ func New(opts Options) (*Agent, error) {
 	return a, nil
 }
 
-// endpoint is the endpoint of the i-th attempt.
-func (a *Agent) endpoint(i int) endpoint { return a.endpoints[(a.first+i)%len(a.endpoints)] }
+// next is the endpoint to try after endpoint cur failed or its stream
+// ended: another one picked at random, so that the agents of a replica
+// that went away spread over the others (in turn, they would all go to
+// the same one, and a rolling restart would gather the fleet there).
+func (a *Agent) next(cur int) int {
+	n := len(a.endpoints)
+	if n == 1 {
+		return 0
+	}
+	return (cur + 1 + rand.IntN(n-1)) % n
+}
 
 // Connected reports whether a stream to an orchestrator is up.
 func (a *Agent) Connected() bool {
@@ -131,7 +141,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	joinedNow := false
 	retry := a.retry()
-	for i := 0; ; i++ {
+	for cur := a.first; ; cur = a.next(cur) {
 		select {
 		case err := <-clusterErr: // the cluster side ended on its own
 			if ctx.Err() != nil { // or with ctx, while a reconnect waited
@@ -143,7 +153,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		default:
 		}
-		e := a.endpoint(i)
+		e := a.endpoints[cur]
 		start := time.Now()
 		err := a.session(cctx, e, cred, log)
 		switch {
@@ -245,8 +255,8 @@ func (a *Agent) join(ctx context.Context, kept *Credential) (Credential, error) 
 	// every agent of a fleet joining at once.
 	defer a.http.CloseIdleConnections()
 	retry := a.retry()
-	for i := 0; ; i++ {
-		e := a.endpoint(i)
+	for cur := a.first; ; cur = a.next(cur) {
+		e := a.endpoints[cur]
 		c, err := join(ctx, a.http, e, a.opts.JoinToken, chosen)
 		if err == nil {
 			if err := a.opts.Credentials.Save(ctx, c); err != nil {

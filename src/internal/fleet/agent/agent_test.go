@@ -153,28 +153,37 @@ func TestEndpoints(t *testing.T) {
 	}
 }
 
-// Agents given several URLs start at one picked at random, then try
-// every URL in turn: a fleet's agents spread over the replicas.
-func TestEndpointsSpreadThenCycle(t *testing.T) {
+// Agents given several URLs start at one picked at random, and after a
+// failure go to another picked at random: a fleet's agents spread over
+// the replicas, and those of a replica that went away over the others.
+func TestEndpointsSpread(t *testing.T) {
 	urls := []string{"https://r1.example.com:443", "https://r2.example.com:443", "https://r3.example.com:443"}
-	firsts := map[string]int{}
+	firsts, after := map[int]int{}, map[int]int{}
 	for range 300 {
 		a, err := New(Options{Orchestrators: urls, Cluster: nopCluster{}, Credentials: &memCredentials{}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		firsts[a.endpoint(0).base]++
-		var cycle []string
-		for i := range len(urls) {
-			cycle = append(cycle, a.endpoint(i).base)
+		firsts[a.first]++
+		next := a.next(0)
+		if next == 0 {
+			t.Fatal("after endpoint 0 failed, endpoint 0 again")
 		}
-		if !slices.Equal(sorted(cycle), urls) {
-			t.Fatalf("attempts %v do not try every URL once", cycle)
+		after[next]++
+	}
+	for i := range urls {
+		if firsts[i] < 50 { // 100 expected; under 50 is a chance below 1e-9
+			t.Errorf("first endpoints %v: %d too rarely first", firsts, i)
 		}
 	}
-	for _, u := range urls {
-		if firsts[u] < 50 { // 100 expected; under 50 is a chance below 1e-9
-			t.Errorf("first URLs %v: %s too rarely first", firsts, u)
-		}
+	if after[1] < 100 || after[2] < 100 { // 150 each expected
+		t.Errorf("endpoints after 0 failed: %v, want 1 and 2 alike", after)
+	}
+	one, err := New(Options{Orchestrators: urls[:1], Cluster: nopCluster{}, Credentials: &memCredentials{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.first != 0 || one.next(0) != 0 {
+		t.Errorf("one URL: first %d, next %d", one.first, one.next(0))
 	}
 }

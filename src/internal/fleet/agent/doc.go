@@ -22,8 +22,8 @@
 // after a reconnect. While no orchestrator answers, the cluster stays at
 // its last desired state, rsync keeps retrying what it had not finished,
 // and status keeps being collected; the agent reconnects with jittered
-// backoff to the next of its URLs (the first tried is picked at random,
-// so that a fleet's agents spread over the replicas).
+// backoff to another of its URLs, picked at random (as the first is), so
+// that a fleet's agents spread over the replicas.
 //
 //	a, _ := agent.New(agent.Options{Orchestrators: urls, JoinToken: tok, Cluster: kube, Credentials: secrets})
 //	err := a.Run(ctx) // returns when ctx ends, or at once when the join is refused
