@@ -233,14 +233,11 @@ func (p *monitorProc) metric(t testing.TB, name string) float64 {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if rest, ok := strings.CutPrefix(line, name+" "); ok {
-			v, _ := strconv.ParseFloat(rest, 64)
-			return v
-		}
+	v, ok := testenv.Metric(string(body), name)
+	if !ok {
+		t.Fatalf("metric %s not found", name)
 	}
-	t.Fatalf("metric %s not found", name)
-	return 0
+	return v
 }
 
 func labelsFor(id string) map[string]any {

@@ -233,11 +233,6 @@ func rssOf(pid int) (int64, error) { return procStatus(pid, "VmRSS") }
 func metric(t *testing.T, p *proc, name string) int64 {
 	t.Helper()
 	_, body := call(t, "GET", "http://"+p.addr+"/metrics", "")
-	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return int64(f)
-		}
-	}
-	return 0
+	v, _ := testenv.Metric(body, name)
+	return int64(v)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/fleet/join"
 	"github.com/argus-mc/argus/src/internal/simcluster"
+	"github.com/argus-mc/argus/src/internal/testenv"
 )
 
 // agentCredential reads a pull cluster's agent credential from its Secret.
@@ -394,12 +395,8 @@ func metricValue(t *testing.T, o *orch, name string) float64 {
 	if code != 200 {
 		return -1
 	}
-	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			var f float64
-			_, _ = fmt.Sscan(v, &f)
-			return f
-		}
+	if v, ok := testenv.Metric(body, name); ok {
+		return v
 	}
 	return -1
 }

@@ -1,7 +1,6 @@
 package fleetsim
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -496,19 +495,15 @@ func agentsConnected(b *testing.B, hc *http.Client, base string) float64 {
 		b.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "argus_fleet_agents_connected "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return f
-		}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		b.Fatal(err)
 	}
-	b.Fatalf("%s/metrics has no argus_fleet_agents_connected", base)
-	return 0
+	v, ok := testenv.Metric(string(body), "argus_fleet_agents_connected")
+	if !ok {
+		b.Fatalf("%s/metrics has no argus_fleet_agents_connected", base)
+	}
+	return v
 }
 
 // formatWrites lists writes by prefix, most transactions first.
