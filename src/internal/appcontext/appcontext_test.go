@@ -454,8 +454,8 @@ func TestCacheKeepsOneCopyOfABundle(t *testing.T) {
 		if cms := b.Parsed.ConfigMapStatuses; lean && cap(cms) != len(cms) {
 			t.Errorf("%s: %d ConfigMaps in room for %d", how, len(cms), cap(cms))
 		}
-		cm := b.Index[EntryRef{Kind: "ConfigMap", Namespace: "default", Name: "cm4"}]
-		w := b.Index[EntryRef{Group: "example.com", Kind: "Widget", Namespace: "default", Name: "w"}]
+		cm := b.Index.Get(EntryRef{Kind: "ConfigMap", Namespace: "default", Name: "cm4"})
+		w := b.Index.Get(EntryRef{Group: "example.com", Kind: "Widget", Namespace: "default", Name: "w"})
 		if cm == nil || cm.Typed != &b.Parsed.ConfigMapStatuses[4] || cm.ReadyStatus != "Ready" ||
 			w == nil || w.Custom != &b.Parsed.ResourceStatuses[0] || w.Reason != "r" {
 			t.Fatalf("%s: index %+v", how, b.Index)

@@ -105,6 +105,7 @@ func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 					// of each placement's bundle, as small as it gets:
 					// Parsed holds all the raw status says.
 					trimBundle(&st)
+					internBundle(&st)
 					snap.Status = nil
 				}
 				snap.Parsed, snap.Index = &st, IndexBundle(&st)
@@ -113,6 +114,9 @@ func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 		p.Bundle = &snap
 	case len(parts) == 5 && parts[0] == "res":
 		key := strings.Join(parts[1:4], "/")
+		if b.lean {
+			key = intern(key)
+		}
 		switch parts[4] {
 		case "manifest":
 			if deleted {
@@ -126,6 +130,9 @@ func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 			if r.ManifestRef != nil && len(r.Manifest) == 0 && !b.lean {
 				b.unresolved = true
 			}
+			if b.lean {
+				internResource(&r)
+			}
 			p.putResource(r)
 		case "status":
 			if deleted {
@@ -135,6 +142,9 @@ func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 			var st ResourceStatus
 			if err := json.Unmarshal(v, &st); err != nil {
 				return fmt.Errorf("resource %s status: %w", key, err)
+			}
+			if b.lean {
+				internStatus(&st)
 			}
 			p.Statuses[key] = st
 		}

@@ -1,9 +1,11 @@
 package appcontext
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,7 +37,7 @@ type BundleSnapshot struct {
 	// group/kind/namespace/name; both filled when the snapshot is read
 	// and Status decodes.
 	Parsed *v1alpha1.ResourceBundleStateStatus `json:"-"`
-	Index  map[EntryRef]*BundleEntry           `json:"-"`
+	Index  BundleIndex                         `json:"-"`
 }
 
 // BundleEntry is one object a bundle reports.
@@ -89,24 +91,41 @@ func trimBundle(st *v1alpha1.ResourceBundleStateStatus) {
 	}
 }
 
-// IndexBundle indexes a bundle status's entries. The entries share one
-// allocation and point into st's lists: the cache keeps an index for
-// every placement of the fleet.
-func IndexBundle(st *v1alpha1.ResourceBundleStateStatus) map[EntryRef]*BundleEntry {
+// BundleIndex is a bundle's entries sorted by EntryRef (a ref listed
+// twice keeps its last entry). The cache keeps one for every placement of
+// the fleet: a slice searched in order of its few entries costs a
+// placement a fraction of a map's slots. An index of a bundle without
+// entries is empty but not nil; nil means not indexed.
+type BundleIndex []BundleEntry
+
+// Get returns the entry of ref, or nil.
+func (x BundleIndex) Get(ref EntryRef) *BundleEntry {
+	i, ok := slices.BinarySearchFunc(x, ref, func(e BundleEntry, ref EntryRef) int { return compareRef(e.ref(), ref) })
+	if !ok {
+		return nil
+	}
+	return &x[i]
+}
+
+func (e *BundleEntry) ref() EntryRef { return EntryRef{e.Group, e.Kind, e.Namespace, e.Name} }
+
+func compareRef(a, b EntryRef) int {
+	return cmp.Or(strings.Compare(a.Group, b.Group), strings.Compare(a.Kind, b.Kind),
+		strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+}
+
+// IndexBundle indexes a bundle status's entries, which point into st's
+// lists.
+func IndexBundle(st *v1alpha1.ResourceBundleStateStatus) BundleIndex {
 	if st == nil {
-		return map[EntryRef]*BundleEntry{}
+		return BundleIndex{}
 	}
 	lists := st.TypedLists()
 	n := len(st.ResourceStatuses)
 	for _, list := range lists {
 		n += len(*list)
 	}
-	out := make(map[EntryRef]*BundleEntry, n)
-	entries := make([]BundleEntry, 0, n)
-	add := func(e BundleEntry) {
-		entries = append(entries, e)
-		out[EntryRef{e.Group, e.Kind, e.Namespace, e.Name}] = &entries[len(entries)-1]
-	}
+	entries := make(BundleIndex, 0, n)
 	for _, list := range lists {
 		for i := range *list {
 			e := &(*list)[i]
@@ -120,14 +139,33 @@ func IndexBundle(st *v1alpha1.ResourceBundleStateStatus) map[EntryRef]*BundleEnt
 			if !found {
 				group = ""
 			}
-			add(BundleEntry{Group: group, Kind: e.Kind, Name: meta.Name, Namespace: meta.Namespace,
-				ReadyStatus: e.ReadyStatus, Reason: e.Reason, Typed: e, Hash: e.ManagedFieldsHash, Owner: ownerOf(meta.Owners)})
+			o := ownerOf(meta.Owners)
+			entries = append(entries, BundleEntry{Group: group, Kind: e.Kind, Name: intern(meta.Name), Namespace: intern(meta.Namespace),
+				ReadyStatus: e.ReadyStatus, Reason: e.Reason, Typed: e, Hash: e.ManagedFieldsHash,
+				Owner: OwnerRef{Group: intern(o.Group), Version: intern(o.Version), Kind: intern(o.Kind), Name: intern(o.Name)}})
 		}
 	}
 	for i := range st.ResourceStatuses {
 		e := &st.ResourceStatuses[i]
-		add(BundleEntry{Group: e.Group, Kind: e.Kind, Name: e.Name, Namespace: e.Namespace,
+		entries = append(entries, BundleEntry{Group: e.Group, Kind: e.Kind, Name: e.Name, Namespace: e.Namespace,
 			ReadyStatus: e.ReadyStatus, Reason: e.Reason, Custom: e, Hash: e.ManagedFieldsHash})
+	}
+	return MakeBundleIndex(entries)
+}
+
+// MakeBundleIndex sorts entries into an index, in place; of a ref listed
+// twice the last is kept, as a map filled in order would keep it.
+func MakeBundleIndex(entries []BundleEntry) BundleIndex {
+	if entries == nil {
+		entries = []BundleEntry{}
+	}
+	slices.SortStableFunc(entries, func(a, b BundleEntry) int { return compareRef(a.ref(), b.ref()) })
+	out := entries[:0]
+	for i := range entries {
+		if i+1 < len(entries) && compareRef(entries[i].ref(), entries[i+1].ref()) == 0 {
+			continue // a later entry of the same ref wins
+		}
+		out = append(out, entries[i])
 	}
 	return out
 }

@@ -122,9 +122,9 @@ func reached(want, obs *appcontext.Placement, opStatus, namespace string) (bool,
 		if ns == "" {
 			ns = namespace
 		}
-		e := b.Index[appcontext.EntryRef{Group: r.GVK.Group, Kind: r.GVK.Kind, Namespace: ns, Name: r.Name}]
+		e := b.Index.Get(appcontext.EntryRef{Group: r.GVK.Group, Kind: r.GVK.Kind, Namespace: ns, Name: r.Name})
 		if e == nil { // a cluster-scoped object is reported without a namespace
-			e = b.Index[appcontext.EntryRef{Group: r.GVK.Group, Kind: r.GVK.Kind, Name: r.Name}]
+			e = b.Index.Get(appcontext.EntryRef{Group: r.GVK.Group, Kind: r.GVK.Kind, Name: r.Name})
 		}
 		switch {
 		case e == nil:

@@ -18,13 +18,13 @@ func TestReached(t *testing.T) {
 	applied := map[string]appcontext.ResourceStatus{dep.Key(): {Status: appcontext.RsyncApplied, Manifest: "new"}, pv.Key(): {Status: appcontext.RsyncApplied}}
 	bundle := func(ready bool, fwStatus string) *appcontext.BundleSnapshot {
 		st := &v1alpha1.ResourceBundleStateStatus{Ready: ready}
-		idx := map[appcontext.EntryRef]*appcontext.BundleEntry{
-			{Group: "", Kind: "PersistentVolume", Name: "pv"}: {ReadyStatus: "Ready"}, // cluster-scoped: no namespace
+		entries := []appcontext.BundleEntry{
+			{Group: "", Kind: "PersistentVolume", Name: "pv", ReadyStatus: "Ready"}, // cluster-scoped: no namespace
 		}
 		if fwStatus != "" {
-			idx[appcontext.EntryRef{Group: "apps", Kind: "Deployment", Namespace: "ns", Name: "fw"}] = &appcontext.BundleEntry{ReadyStatus: fwStatus, Reason: "0/1 replicas"}
+			entries = append(entries, appcontext.BundleEntry{Group: "apps", Kind: "Deployment", Namespace: "ns", Name: "fw", ReadyStatus: fwStatus, Reason: "0/1 replicas"})
 		}
-		return &appcontext.BundleSnapshot{Parsed: st, Index: idx}
+		return &appcontext.BundleSnapshot{Parsed: st, Index: appcontext.MakeBundleIndex(entries)}
 	}
 	for name, c := range map[string]struct {
 		obs      *appcontext.Placement

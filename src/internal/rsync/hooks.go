@@ -73,7 +73,7 @@ func hookOutcome(obs *appcontext.Placement, r appcontext.Resource, namespace str
 	if ns == "" {
 		ns = namespace
 	}
-	e := obs.Bundle.Index[appcontext.EntryRef{Group: r.GVK.Group, Kind: r.GVK.Kind, Namespace: ns, Name: r.Name}]
+	e := obs.Bundle.Index.Get(appcontext.EntryRef{Group: r.GVK.Group, Kind: r.GVK.Kind, Namespace: ns, Name: r.Name})
 	if e == nil {
 		return false, "", "not reported by the cluster yet"
 	}

@@ -42,11 +42,11 @@ func TestHookOutcome(t *testing.T) {
 	job := manifest("batch/v1", "Job", "j", "", nil)
 	cm := manifest("v1", "ConfigMap", "c", "", nil)
 	observed := func(entries ...*appcontext.BundleEntry) *appcontext.Placement {
-		snap := &appcontext.BundleSnapshot{Index: map[appcontext.EntryRef]*appcontext.BundleEntry{}}
+		var list []appcontext.BundleEntry
 		for _, e := range entries {
-			snap.Index[appcontext.EntryRef{Group: e.Group, Kind: e.Kind, Namespace: e.Namespace, Name: e.Name}] = e
+			list = append(list, *e)
 		}
-		return &appcontext.Placement{Bundle: snap}
+		return &appcontext.Placement{Bundle: &appcontext.BundleSnapshot{Index: appcontext.MakeBundleIndex(list)}}
 	}
 	podIn := func(phase, ready string) *appcontext.BundleEntry {
 		return &appcontext.BundleEntry{Kind: "Pod", Name: "h", Namespace: "ns", ReadyStatus: ready,

@@ -604,7 +604,7 @@ func clusterUnknown(in Input, p *appcontext.Placement, bundle *v1alpha1.Resource
 
 // bundleOf returns a placement's bundle status and entry index, from the
 // snapshot's pre-parsed copy when the cache made one.
-func bundleOf(p *appcontext.Placement) (*v1alpha1.ResourceBundleStateStatus, map[appcontext.EntryRef]*appcontext.BundleEntry) {
+func bundleOf(p *appcontext.Placement) (*v1alpha1.ResourceBundleStateStatus, appcontext.BundleIndex) {
 	if p.Bundle == nil || p.Bundle.Deleted {
 		return nil, nil
 	}
@@ -623,15 +623,15 @@ func bundleOf(p *appcontext.Placement) (*v1alpha1.ResourceBundleStateStatus, map
 // one on every object, and a custom kind's scope is only known to the
 // cluster), so an entry without one is the object too: no kind has both
 // scopes.
-func lookup(index map[appcontext.EntryRef]*appcontext.BundleEntry, group, kind, namespace, name string) (*appcontext.BundleEntry, bool) {
-	if e, ok := index[appcontext.EntryRef{Group: group, Kind: kind, Namespace: namespace, Name: name}]; ok {
+func lookup(index appcontext.BundleIndex, group, kind, namespace, name string) (*appcontext.BundleEntry, bool) {
+	if e := index.Get(appcontext.EntryRef{Group: group, Kind: kind, Namespace: namespace, Name: name}); e != nil {
 		return e, true
 	}
 	if namespace == "" {
 		return nil, false
 	}
-	e, ok := index[appcontext.EntryRef{Group: group, Kind: kind, Name: name}]
-	return e, ok
+	e := index.Get(appcontext.EntryRef{Group: group, Kind: kind, Name: name})
+	return e, e != nil
 }
 
 func or(s, def string) string {
@@ -641,20 +641,15 @@ func or(s, def string) string {
 	return s
 }
 
-// podEntries lists the bundle's pods, in the bundle's order.
-func podEntries(index map[appcontext.EntryRef]*appcontext.BundleEntry) []*appcontext.BundleEntry {
+// podEntries lists the bundle's pods, by namespace and name (the
+// index's order).
+func podEntries(index appcontext.BundleIndex) []*appcontext.BundleEntry {
 	var out []*appcontext.BundleEntry
-	for _, e := range index {
-		if e.Typed != nil && e.Kind == "Pod" && e.Group == "" {
+	for i := range index {
+		if e := &index[i]; e.Typed != nil && e.Kind == "Pod" && e.Group == "" {
 			out = append(out, e)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Namespace != out[j].Namespace {
-			return out[i].Namespace < out[j].Namespace
-		}
-		return out[i].Name < out[j].Name
-	})
 	return out
 }
 

@@ -19,7 +19,7 @@ const maxOwners = 8
 // ownersOf follows an entry's controllers through the objects the bundle
 // lists (ReplicaSets inherit the app's label, so a Pod's chain reaches its
 // Deployment); the last owner may be one the bundle does not list.
-func ownersOf(index map[appcontext.EntryRef]*appcontext.BundleEntry, e *appcontext.BundleEntry) []Owner {
+func ownersOf(index appcontext.BundleIndex, e *appcontext.BundleEntry) []Owner {
 	var out []Owner
 	for e != nil && e.Owner.Kind != "" && len(out) < maxOwners {
 		o := e.Owner
@@ -35,7 +35,7 @@ func ownersOf(index map[appcontext.EntryRef]*appcontext.BundleEntry, e *appconte
 // pod's reason, not Pending. Every pod of the bundle counts, whether or
 // not a filter lists it, so a filtered answer says what an unfiltered one
 // does.
-func linkOwners(rs []Resource, index map[appcontext.EntryRef]*appcontext.BundleEntry) {
+func linkOwners(rs []Resource, index appcontext.BundleIndex) {
 	pods := map[ownerKey][]health.Item{}
 	for _, e := range podEntries(index) {
 		for _, o := range ownersOf(index, e) {
