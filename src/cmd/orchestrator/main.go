@@ -21,6 +21,7 @@ import (
 	"github.com/argus-mc/argus/src/internal/cluster"
 	"github.com/argus-mc/argus/src/internal/config"
 	"github.com/argus-mc/argus/src/internal/deploy"
+	"github.com/argus-mc/argus/src/internal/fleet/hub"
 	"github.com/argus-mc/argus/src/internal/logging"
 	"github.com/argus-mc/argus/src/internal/logicalcloud"
 	"github.com/argus-mc/argus/src/internal/notify"
@@ -135,6 +136,7 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.DurationVar(&s.opts.Fleet.JoinTokenTTL, "fleet-join-token-ttl", time.Hour, "how long a pull cluster's join token may be exchanged by its agent (single use)")
 	fs.DurationVar(&s.opts.Fleet.UnreachableAfter, "fleet-unreachable-after", 15*time.Second, "how long a pull cluster may have no stream from its agent before it is Unreachable and its resources Unknown")
 	fs.DurationVar(&s.opts.Fleet.Heartbeat, "fleet-heartbeat", 10*time.Second, "how often agents report when nothing changed (their monitor is Silent after --monitor-silent-after without a report)")
+	fs.DurationVar(&s.opts.Fleet.LastSeenInterval, "fleet-last-seen-interval", hub.DefaultLastSeenInterval, "how often a connected pull cluster's last-seen time is written while nothing else is; it is also written when its agent's stream ends or goes silent, so this bounds how stale it is only after a replica dies")
 	fs.DurationVar(&s.opts.MonitorSilentAfter, "monitor-silent-after", appcontext.DefaultSilentAfter, "how long a cluster's monitor may go unheard — its Lease unrenewed, or a pull cluster's agent without a report — before it is Silent and the cluster's resources Unknown; longer than --fleet-heartbeat and than the monitors' --lease-renew-interval")
 	fs.IntVar(&s.opts.Fleet.MaxAgents, "fleet-max-agents", 20000, "most pull clusters' agents this replica serves at once; more are told to try another replica")
 	fs.StringVar(&s.opts.AAI.URL, "aai-url", "", "ONAP AAI base URL (e.g. https://aai:8443/aai/v24); empty turns the AAI sink off")

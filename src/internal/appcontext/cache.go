@@ -332,7 +332,7 @@ func visiblyDifferent(a, b ClusterState) bool {
 // memo would not see without looking the cluster up again: anything but
 // Updated, and but LastSeen while both are an agent's cluster whose
 // monitor is not Silent (the hub records such a cluster's silence
-// itself, so its LastSeen, renewed each minute, shows nowhere). A change
+// itself, so its LastSeen, renewed now and then, shows nowhere). A change
 // from one push cluster's state to another does not count: the memo
 // looks push clusters up at every pass anyway (their silence depends on
 // the time), and their watchers renew LastSeen with every Lease renewal.

@@ -215,11 +215,10 @@ func measureIdle(b *testing.B, d *deployment, n int, rss0 int64, settle time.Dur
 	// after 15 s for what the instantiation left (history, sync state) to
 	// settle.
 	<-time.After(15 * time.Second) // a settling window, not a synchronisation
-	// A whole last-seen cycle (the hub's LastSeenInterval, a minute): each
-	// connected cluster's state is written about once in it (at the first
-	// heartbeat a minute after the last write), and clusters that
-	// reported together at the instantiation are written together, so a
-	// shorter window would catch that burst or miss it by chance.
+	// A minute: the hub writes each connected cluster's last-seen time
+	// once a LastSeenInterval (5 minutes), the first time at a random
+	// point of it from the connection, so any minute sees a fifth of the
+	// fleet's writes, as a fleet running for hours does.
 	idle := time.Minute
 	stopProfile := profile(b, fmt.Sprintf("idle-%d", n))
 	idleSaved := d.saveCPU(fmt.Sprintf("idle-%d", n), idle)

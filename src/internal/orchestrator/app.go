@@ -341,8 +341,8 @@ func New(opts Options) (*App, error) {
 	if opts.LeaseTTL < 0 {
 		return nil, errors.New("orchestrator: --lease-ttl cannot be negative")
 	}
-	if opts.MonitorSilentAfter < 0 || opts.Fleet.Heartbeat < 0 {
-		return nil, errors.New("orchestrator: --monitor-silent-after and --fleet-heartbeat cannot be negative")
+	if opts.MonitorSilentAfter < 0 || opts.Fleet.Heartbeat < 0 || opts.Fleet.LastSeenInterval < 0 {
+		return nil, errors.New("orchestrator: --monitor-silent-after, --fleet-heartbeat and --fleet-last-seen-interval cannot be negative")
 	}
 	if silent, hb := cmp.Or(opts.MonitorSilentAfter, appcontext.DefaultSilentAfter), hub.ReportInterval(opts.Fleet.Heartbeat); hb >= silent {
 		return nil, fmt.Errorf("orchestrator: --fleet-heartbeat (%s) must be shorter than --monitor-silent-after (%s), or every idle agent's monitor is Silent between its reports", hb, silent)

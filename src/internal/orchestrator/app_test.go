@@ -231,6 +231,7 @@ func TestHeartbeatShorterThanSilence(t *testing.T) {
 		{MonitorSilentAfter: 800 * time.Millisecond, Fleet: FleetOptions{Heartbeat: 500 * time.Millisecond}}, // agents report every second
 		{MonitorSilentAfter: -time.Second},
 		{Fleet: FleetOptions{Heartbeat: -time.Second}},
+		{Fleet: FleetOptions{LastSeenInterval: -time.Second}},
 	} {
 		o.DataDir = t.TempDir()
 		if _, err := New(o); err == nil || !strings.Contains(err.Error(), "--fleet-heartbeat") {

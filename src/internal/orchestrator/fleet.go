@@ -20,6 +20,10 @@ type FleetOptions struct {
 	// Heartbeat is how often agents report when nothing changed; 0 means
 	// 10s.
 	Heartbeat time.Duration
+	// LastSeenInterval is how often a connected pull cluster's last-seen
+	// time is written while nothing else is (it is also written when its
+	// stream ends or its agent goes silent); 0 means 5m.
+	LastSeenInterval time.Duration
 	// MaxAgents bounds the agents' streams one replica serves; 0 means 20000.
 	MaxAgents int
 }
@@ -51,7 +55,8 @@ func (a *App) buildFleet(ctx context.Context, life *lifecycle, st *stores, w *wo
 	h, err := hub.New(hub.Options{Client: st.etcd.Client, Contexts: w.contexts, Observed: w.cache, Credentials: js, Prefix: a.opts.EtcdPrefix,
 		Replica: a.opts.ReplicaID, Claims: keepers, LeaseTTL: a.opts.LeaseTTL,
 		UnreachableAfter: a.opts.Fleet.UnreachableAfter, SilentAfter: a.opts.MonitorSilentAfter, Heartbeat: a.opts.Fleet.Heartbeat,
-		MaxAgents: a.opts.Fleet.MaxAgents, Registerer: a.opts.Registry, Logger: a.log.WithField("component", "fleet")})
+		LastSeenInterval: a.opts.Fleet.LastSeenInterval,
+		MaxAgents:        a.opts.Fleet.MaxAgents, Registerer: a.opts.Registry, Logger: a.log.WithField("component", "fleet")})
 	if err != nil {
 		return err
 	}

@@ -339,7 +339,7 @@ func keysOf(ws []agent.Work) []string {
 // A cluster without a stream for UnreachableAfter is Unreachable (its
 // agent never came, or left), and Available while one streams.
 func TestClusterWithoutStreamIsUnreachable(t *testing.T) {
-	f := newFixture(t)
+	f := newFixture(t, func(o *Options) { o.LastSeenInterval = 1000 * time.Hour }) // its first write at random in it
 	creds := f.joined(t, edge)
 	state := func() appcontext.ClusterState {
 		states, err := f.store.ClusterStates(t.Context())
@@ -370,16 +370,25 @@ func TestClusterWithoutStreamIsUnreachable(t *testing.T) {
 		}
 		return string(resp.Kvs[0].Value)
 	}
-	first := session()
+	first, seen := session(), state().LastSeen
 	<-time.After(2 * time.Second) // four times the timeouts
 	if now := session(); now != first || first == "" {
 		t.Errorf("the stream did not outlive the server's timeouts: session %q, then %q", first, now)
 	}
+	if now := state().LastSeen; !now.Equal(seen) {
+		t.Errorf("last seen rewritten while connected (%s, then %s): the interval is 1,000 hours", seen, now)
+	}
+	stopped := time.Now()
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "gone: Unreachable again", func() bool { return state().Connectivity == appcontext.Unreachable })
+	// Written as the stream ended: the agent's last heartbeat (every
+	// second here), not the connection's first report.
+	if got := state().LastSeen; got.Before(stopped.Add(-1500*time.Millisecond)) || got.After(stopped) {
+		t.Errorf("last seen %s after the agent stopped at %s (connected at %s)", got, stopped, seen)
+	}
 }
 
 // One transaction carries several clusters' parts; a part whose guard

@@ -3,6 +3,7 @@ package hub
 import (
 	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"time"
 	"unicode/utf8"
 
@@ -119,7 +120,8 @@ func (s *session) report(r *pb.StatusReport) error {
 		}
 	}
 	if stateChanged {
-		s.state, s.lastSeen = state, state.LastSeen
+		s.state = state
+		s.seenDue = s.nextSeen(state.LastSeen)
 	}
 	s.mu.Lock()
 	for k, pr := range w.progress {
@@ -250,6 +252,19 @@ func (s *session) bundleOwner(statusID, app string) string {
 	return owner
 }
 
+// nextSeen is when the last-seen time written at at is next due: a
+// LastSeenInterval later, but after the session's first write at a
+// random point of the interval, so that clusters that connected together
+// (a replica's restart, a fleet's start) are not written together and a
+// fleet's writes come at an even rate from its start.
+func (s *session) nextSeen(at time.Time) time.Time {
+	every := s.h.opts.LastSeenInterval
+	if s.seenDue.IsZero() {
+		return at.Add(rand.N(every) + 1)
+	}
+	return at.Add(every)
+}
+
 // reportedState is the cluster's state after a report: Available, with
 // the monitor as the agent says; changed says it is to be written (it
 // changed, or its last-seen time is due). Called with stateMu held.
@@ -269,7 +284,7 @@ func (s *session) reportedState(m *pb.Monitor) (appcontext.ClusterState, bool) {
 	}
 	changed := st.Connectivity != s.state.Connectivity || st.Monitor != s.state.Monitor || st.Reason != s.state.Reason ||
 		!s.state.UnreachableSince.IsZero() || s.state.UnusableReason != "" || !s.state.Agent
-	if !changed && now.Sub(s.lastSeen) < s.h.opts.LastSeenInterval {
+	if !changed && now.Before(s.seenDue) {
 		return st, false
 	}
 	st.LastSeen, st.Updated = now, now
@@ -320,11 +335,10 @@ func (s *session) writeSilent() {
 		return
 	}
 	st := s.state
-	since := st.LastSeen
-	if since.IsZero() {
-		since = s.lastHeard
-	}
-	st.Monitor, st.Reason, st.Updated = appcontext.MonitorSilent, "monitor silent since "+since.UTC().Format(time.RFC3339), s.h.opts.Now().UTC()
+	// Heard last then: the stored last-seen time may be a LastSeenInterval
+	// older.
+	st.LastSeen = s.lastHeard.UTC()
+	st.Monitor, st.Reason, st.Updated = appcontext.MonitorSilent, "monitor silent since "+st.LastSeen.Format(time.RFC3339), s.h.opts.Now().UTC()
 	op, err := s.h.opts.Contexts.ClusterStateOp(s.ref, st)
 	if err != nil {
 		return

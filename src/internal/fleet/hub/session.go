@@ -55,7 +55,7 @@ type session struct {
 
 	stateMu   sync.Mutex // orders the cluster state writes
 	state     appcontext.ClusterState
-	lastSeen  time.Time // when LastSeen was last written
+	seenDue   time.Time // when LastSeen is next written if nothing else is
 	silence   *time.Timer
 	lastHeard time.Time
 }
@@ -282,18 +282,27 @@ func (h *Hub) unregister(s *session) {
 	}
 }
 
-// finish deletes the session key if it is still this session's: the
-// cluster's keeper then counts the time without a stream.
+// finish deletes the session key if it is still this session's, and
+// records when the agent was last heard: the cluster's keeper then counts
+// the time without a stream.
 func (s *session) finish() {
+	ops := []clientv3.Op{clientv3.OpDelete(s.h.keys.session(s.ref))}
 	s.stateMu.Lock()
 	if s.silence != nil {
 		s.silence.Stop()
 	}
+	// The cluster's last-seen time as it goes, with the key's deletion:
+	// the one written last may be a LastSeenInterval older.
+	if st := s.state; st.Agent && st.Connectivity == appcontext.Available && s.lastHeard.After(st.LastSeen) && !s.lastHeard.After(s.h.opts.Now()) {
+		st.LastSeen, st.Updated = s.lastHeard.UTC(), s.h.opts.Now().UTC()
+		if op, err := s.h.opts.Contexts.ClusterStateOp(s.ref, st); err == nil {
+			ops = append(ops, op)
+		}
+	}
 	s.stateMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	key := s.h.keys.session(s.ref)
-	if _, err := s.h.opts.Client.Txn(ctx).If(s.guardCmp()).Then(clientv3.OpDelete(key)).Commit(); err != nil {
+	if _, err := s.h.opts.Client.Txn(ctx).If(s.guardCmp()).Then(ops...).Commit(); err != nil {
 		s.log.WithError(err).Warn("cannot delete the session key; it goes with this replica's lease")
 	}
 	s.log.WithField("cause", context.Cause(s.ctx)).Info("agent disconnected")
