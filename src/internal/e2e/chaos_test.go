@@ -63,6 +63,7 @@ type chaos struct {
 
 	mu        sync.Mutex
 	down      map[string]bool // replicas killed or paused
+	paused    map[int]bool    // processes stopped (SIGSTOP) and not resumed
 	restarted []*testenv.Proc
 }
 
@@ -101,7 +102,7 @@ func TestHAChaos(t *testing.T) {
 }
 
 func newChaos(t *testing.T) *chaos {
-	c := &chaos{t: t, down: map[string]bool{}, rev: 1}
+	c := &chaos{t: t, down: map[string]bool{}, paused: map[int]bool{}, rev: 1}
 	c.h = startHA(t, 3, "--callback-allow", "127.0.0.1", "--lease-ttl", chaosTTL.String())
 	t.Cleanup(c.cleanup)
 	stores, err := testenv.ReadHAStores(filepath.Join(c.h.dir, "stores"))
@@ -127,16 +128,16 @@ func newChaos(t *testing.T) *chaos {
 	return c
 }
 
-// cleanup resumes what a failed test left paused and stops what it
-// restarted, before ha-up.sh stops the rest.
+// cleanup resumes what a failed test left paused (only those: a process
+// killed meanwhile was reaped, and its pid may be another's now) and stops
+// what it restarted, before ha-up.sh stops the rest.
 func (c *chaos) cleanup() {
 	defer removeApp(c.t, chaosApp)
-	for _, s := range c.stores {
-		_ = syscall.Kill(s.PID, syscall.SIGCONT)
+	c.mu.Lock()
+	for pid := range c.paused {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
 	}
-	for _, r := range c.h.replicas {
-		_ = syscall.Kill(r.pid, syscall.SIGCONT)
-	}
+	c.mu.Unlock()
 	for _, p := range c.restarted {
 		p.Stop(30 * time.Second)
 	}
@@ -330,11 +331,20 @@ func (r *haReplica) waitStatus2(path, query, what string, cond func(status.Respo
 	return 0
 }
 
-// sendSignal sends sig to a replica (or store) process.
-func sendSignal(t testing.TB, pid int, sig syscall.Signal) time.Time {
+// sendSignal sends sig to a replica (or store) process, and keeps
+// which it stopped and has not resumed for cleanup.
+func (c *chaos) sendSignal(t testing.TB, pid int, sig syscall.Signal) time.Time {
 	t.Helper()
 	if err := syscall.Kill(pid, sig); err != nil {
 		t.Fatalf("kill -%d %d: %v", sig, pid, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch sig {
+	case syscall.SIGSTOP:
+		c.paused[pid] = true
+	case syscall.SIGCONT, syscall.SIGKILL:
+		delete(c.paused, pid)
 	}
 	return time.Now()
 }
@@ -391,7 +401,7 @@ func (c *chaos) pausedOwner(t *testing.T, pause time.Duration) {
 	before := c.snapshot(t)
 	logAt := c.logSize(owner.id)
 	rev := c.etcdRevision(t)
-	wokeAt := sendSignal(t, owner.pid, syscall.SIGCONT)
+	wokeAt := c.sendSignal(t, owner.pid, syscall.SIGCONT)
 	c.setDown(owner.id, false)
 	// It notices it lost its lease and registers again; whatever it had in
 	// flight was tried (and refused) by then.
@@ -447,7 +457,7 @@ func (c *chaos) pauseMidApply(t *testing.T, owner, other *haReplica) (time.Time,
 		var pausedAt time.Time
 		for ev := range w.ResultChan() {
 			if o, ok := ev.Object.(*corev1.ConfigMap); ok && o.Data["rev"] == strconv.Itoa(c.rev) {
-				pausedAt = sendSignal(t, owner.pid, syscall.SIGSTOP)
+				pausedAt = c.sendSignal(t, owner.pid, syscall.SIGSTOP)
 				c.setDown(owner.id, true)
 				break
 			}
@@ -461,7 +471,7 @@ func (c *chaos) pauseMidApply(t *testing.T, owner, other *haReplica) (time.Time,
 			return pausedAt, n
 		}
 		t.Logf("attempt %d: the apply was over before the pause; again", attempt)
-		sendSignal(t, owner.pid, syscall.SIGCONT)
+		c.sendSignal(t, owner.pid, syscall.SIGCONT)
 		c.setDown(owner.id, false)
 		c.alive().waitStatus2(chaosDIG, "type=rsync", "the update applied", allRsync("Applied", "Updated"))
 	}
@@ -625,7 +635,7 @@ func cmdline(t testing.TB, pid int) []string {
 func (c *chaos) kill(t *testing.T, r *haReplica) ([]string, time.Time) {
 	t.Helper()
 	args := cmdline(t, r.pid)
-	at := sendSignal(t, r.pid, syscall.SIGKILL)
+	at := c.sendSignal(t, r.pid, syscall.SIGKILL)
 	c.setDown(r.id, true)
 	return args, at
 }
@@ -923,7 +933,7 @@ func (c *chaos) etcdLeaderKilled(t *testing.T) {
 	}
 	args := cmdline(t, c.stores[leader].PID)
 	c.update(c.alive())
-	sendSignal(t, c.stores[leader].PID, syscall.SIGKILL)
+	c.sendSignal(t, c.stores[leader].PID, syscall.SIGKILL)
 	took := c.waitRev(c.rev, "the update applied after the etcd leader died")
 	c.alive().waitStatus2(chaosDIG, "type=rsync", "every ConfigMap Applied after the update", allRsync("Applied", "Updated"))
 	t.Logf("killed the etcd leader %s right after an update: applied everywhere %s after the kill", leader, took.Round(time.Millisecond))
@@ -959,11 +969,11 @@ func (c *chaos) storeDown(t *testing.T, outage time.Duration) {
 	c.restore(t)
 	c.waitQuiet(t)
 	fer := c.stores["ferretdb"]
-	stoppedAt := sendSignal(t, fer.PID, syscall.SIGSTOP)
+	stoppedAt := c.sendSignal(t, fer.PID, syscall.SIGSTOP)
 	resumed := false
 	defer func() {
 		if !resumed {
-			sendSignal(t, fer.PID, syscall.SIGCONT)
+			c.sendSignal(t, fer.PID, syscall.SIGCONT)
 		}
 	}()
 	var lat []time.Duration
@@ -1024,7 +1034,7 @@ func (c *chaos) storeDown(t *testing.T, outage time.Duration) {
 		}
 		time.Sleep(200 * time.Millisecond) // the outage's pace of probes
 	}
-	sendSignal(t, fer.PID, syscall.SIGCONT)
+	c.sendSignal(t, fer.PID, syscall.SIGCONT)
 	resumed = true
 	slices.Sort(lat)
 	t.Logf("FerretDB stopped %s: %d status answers, p50 %s, p99 %s, max %s (through %s, %s into the outage); history and lists max %s; "+
