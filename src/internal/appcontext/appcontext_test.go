@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -488,4 +489,119 @@ func TestCacheKeepsOneCopyOfABundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("Get", got.Placement("a", c1).Bundle, false)
+}
+
+// resetCounter is a cache follower that counts its resets.
+type resetCounter struct{ applied, resets int }
+
+func (r *resetCounter) Apply(string, []byte, bool) { r.applied++ }
+func (r *resetCounter) Reset()                     { r.resets++ }
+
+// A cache whose watch fell behind a compaction while a context and a
+// cluster's state were deleted ends up without them (it keeps a hash of
+// each key, not the key, so it is handed everything again), tells its
+// followers to start over, and reports the deleted context's group changed
+// with the rest.
+func TestCacheAfterAGapWithDeletions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prefix := env.EtcdPrefix()
+	direct := New(Options{Client: env.Etcd.Client, Prefix: prefix})
+	cut, proxy := env.EtcdBehindProxy(t)
+	cache := NewCache(New(Options{Client: cut, Prefix: prefix}), nil)
+	followed := &resetCounter{}
+	cache.Follow(direct.prefix+"/index/", followed)
+	var mu sync.Mutex
+	changed := map[string]bool{}
+	cache.OnChange(func(groups []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, g := range groups {
+			changed[g] = true
+		}
+	})
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cache.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	ids := []string{NewID(), NewID()}
+	for i, id := range ids {
+		meta := Meta{ID: id, Kind: "dig", Group: fmt.Sprintf("g/%d", i), StatusID: id, Created: time.Now().UTC()}
+		if err := direct.Create(ctx, meta, Status{Status: Instantiated}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c1, c2 := ClusterRef{"cp", "c1"}, ClusterRef{"cp", "c2"}
+	for _, c := range []ClusterRef{c1, c2} {
+		if err := direct.PutClusterState(ctx, c, ClusterState{Connectivity: Available, Monitor: MonitorRunning}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.Etcd.Client.Put(ctx, direct.prefix+"/index/x", "1"); err != nil {
+		t.Fatal(err)
+	}
+	have := func() (groups []string, clusters int) {
+		gs, err := cache.Groups(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		states, err := cache.ClusterStates(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gs, len(states)
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not after 30s", what)
+			}
+		}
+	}
+	waitUntil("both contexts and clusters cached", func() bool { g, n := have(); return len(g) == 2 && n == 2 })
+
+	proxy.Cut()
+	for _, k := range []string{direct.metaKey(ids[0]), direct.statusKey(ids[0]), direct.ctxPrefix(ids[0])} {
+		if _, err := env.Etcd.Client.Delete(ctx, k, clientv3.WithPrefix()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.Etcd.Client.Delete(ctx, direct.clusterKey(c1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.PutClusterState(ctx, c2, ClusterState{Connectivity: Unreachable, Monitor: MonitorRunning}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := env.Etcd.Client.Put(ctx, direct.prefix+"/elsewhere", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Etcd.Client.Compact(ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	clear(changed)
+	mu.Unlock()
+	proxy.Heal()
+	waitUntil("the deleted context and cluster gone", func() bool {
+		g, n := have()
+		return len(g) == 1 && g[0] == "g/1" && n == 1
+	})
+	states, _ := cache.ClusterStates(ctx)
+	if states[c2].Connectivity != Unreachable {
+		t.Errorf("c2 is %+v, want its state written during the gap", states[c2])
+	}
+	waitUntil("both groups reported changed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return changed["g/0"] && changed["g/1"]
+	})
+	cache.mu.RLock()
+	resets, applied := followed.resets, followed.applied
+	cache.mu.RUnlock()
+	if resets != 1 || applied < 2 {
+		t.Errorf("the follower was reset %d times and handed %d keys; want one reset and its key again", resets, applied)
+	}
 }

@@ -54,6 +54,9 @@ type Follower interface {
 	// Apply records one key's value or deletion. It runs on the watch
 	// goroutine, under the cache's lock, and must not block.
 	Apply(key string, value []byte, deleted bool)
+	// Reset forgets every key: what follows is all there is (after a gap
+	// in the watch in which keys went). Same goroutine and lock as Apply.
+	Reset()
 }
 
 type follower struct {
@@ -134,8 +137,11 @@ func (c *Cache) OnScopedChange(f func(scopes map[string]Scope)) {
 // meanwhile is applied); once it had a gap, every group is reported
 // changed, as a reload always did.
 func (c *Cache) Run(ctx context.Context) error {
+	// HashKeys: the follower remembers a hash of each of the fleet's keys,
+	// not the key (on every replica); after a gap in which keys went, the
+	// cache is handed everything again (Reset).
 	f, err := etcdwatch.New(etcdwatch.Options{Client: c.store.cli, Prefixes: []string{c.store.prefix + "/"}, Apply: c.apply,
-		Name: "contexts", Logger: c.log})
+		Name: "contexts", Logger: c.log, HashKeys: true})
 	if err != nil {
 		return err
 	}
@@ -147,7 +153,16 @@ func (c *Cache) Run(ctx context.Context) error {
 // groups it touched.
 func (c *Cache) apply(b etcdwatch.Batch) {
 	scopes := map[string]Scope{}
+	var before []string // a reset's groups before it: gone ones changed too
 	c.mu.Lock()
+	if b.Reset {
+		before = c.groupsLocked()
+		c.contexts, c.clusters = map[string]*builder{}, map[ClusterRef]ClusterState{}
+		c.clusterGen++
+		for _, fl := range c.followers {
+			fl.f.Reset()
+		}
+	}
 	for _, ev := range b.Events {
 		groups, on := c.applyLocked(ev.Key, ev.Value, ev.Deleted)
 		for _, g := range groups {
@@ -166,7 +181,7 @@ func (c *Cache) apply(b etcdwatch.Batch) {
 	case b.First:
 		c.once.Do(func() { close(c.ready) })
 	case b.Listed:
-		c.notifyAll()
+		c.notifyAll(before)
 	case len(scopes) > 0:
 		list := make([]string, 0, len(scopes))
 		for g := range scopes {
@@ -181,22 +196,30 @@ func (c *Cache) apply(b etcdwatch.Batch) {
 	}
 }
 
-// notifyAll reports every known group changed.
-func (c *Cache) notifyAll() {
-	c.mu.RLock()
-	groups := map[string]struct{}{}
+// groupsLocked lists the groups of the contexts the cache has.
+func (c *Cache) groupsLocked() []string {
+	var out []string
 	for _, b := range c.contexts {
 		if b.ctx.Meta.Group != "" {
-			groups[b.ctx.Meta.Group] = struct{}{}
+			out = append(out, b.ctx.Meta.Group)
 		}
 	}
+	return out
+}
+
+// notifyAll reports every known group changed, and those of also.
+func (c *Cache) notifyAll(also []string) {
+	c.mu.RLock()
+	known := c.groupsLocked()
 	listeners, scoped := c.onChange, c.onScoped
 	c.mu.RUnlock()
-	list := make([]string, 0, len(groups))
-	scopes := make(map[string]Scope, len(groups))
-	for g := range groups {
-		list = append(list, g)
+	scopes := make(map[string]Scope, len(known)+len(also))
+	for _, g := range append(known, also...) {
 		scopes[g] = Scope{All: true}
+	}
+	list := make([]string, 0, len(scopes))
+	for g := range scopes {
+		list = append(list, g)
 	}
 	for _, f := range listeners {
 		f(list)

@@ -126,7 +126,8 @@ func NewMirror(prefix string) *Mirror {
 // Prefix is the etcd key prefix of every entry the mirror keeps.
 func (m *Mirror) Prefix() string { return m.base }
 
-// Reset forgets everything.
+// Reset forgets everything (also appcontext.Follower's: keys went while
+// the cache's watch was broken, and what follows is all there is).
 func (m *Mirror) Reset() {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -9,7 +9,9 @@
 //
 // The consumer sees each key's changes once and in order: a key it already
 // has at the same mod revision is never handed over again, and a key that
-// went while the watch was broken comes as a delete.
+// went while the watch was broken comes as a delete — or, for a follower
+// that remembers keys by their hash (Options.HashKeys), the listing comes
+// whole as a Reset, which the consumer replaces what it has with.
 //
 //	f, _ := etcdwatch.New(etcdwatch.Options{Client: cli, Prefixes: []string{"/argus/ctx/"},
 //		Apply: func(b etcdwatch.Batch) { for _, ev := range b.Events { ... } }})

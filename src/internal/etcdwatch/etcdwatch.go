@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sort"
 	"strings"
 	"sync"
@@ -45,6 +46,10 @@ type Batch struct {
 	Listed bool
 	// First marks the first listing's batch.
 	First bool
+	// Reset marks a listing after a gap that the consumer replaces
+	// everything it has with (Options.HashKeys): every key, as puts; a key
+	// it has that is not in it is gone.
+	Reset bool
 }
 
 // Options configures a Follower; Client, Prefixes and Apply are required.
@@ -61,6 +66,16 @@ type Options struct {
 	// Name says in logs what is followed.
 	Name   string
 	Logger *logrus.Entry
+	// HashKeys has the follower remember a 64-bit hash of each key it
+	// handed over instead of the key: a follower of a whole fleet's keys
+	// (the context cache: a dozen keys of about 100 bytes a cluster, on
+	// every replica) then holds 16 bytes a key instead of the key's
+	// string. It cannot name a key that went while the watch was broken,
+	// so a listing after a gap that lacks one it had comes whole, as a
+	// Reset batch; the consumer must take those. (Two keys of one hash —
+	// for a million keys, about one chance in 40 million — would hide the
+	// deletion of one while the other lives.)
+	HashKeys bool
 }
 
 // Follower lists and watches its prefixes. It remembers the mod revision
@@ -68,10 +83,12 @@ type Options struct {
 // what changed; Run may be called again after it returned (never twice at
 // once) and carries on from what the consumer has.
 type Follower struct {
-	opts  Options
-	log   *logrus.Entry
-	known map[string]int64 // key → mod revision handed over
-	first bool             // no listing was handed over yet
+	opts   Options
+	log    *logrus.Entry
+	known  map[string]int64 // key → mod revision handed over
+	hashed map[uint64]int64 // the same by the key's hash, with HashKeys
+	seed   maphash.Seed
+	first  bool // no listing was handed over yet
 }
 
 // New returns a Follower; Run follows.
@@ -88,7 +105,39 @@ func New(opts Options) (*Follower, error) {
 	if opts.Logger == nil {
 		opts.Logger = logrus.NewEntry(logging.Discard())
 	}
-	return &Follower{opts: opts, log: opts.Logger.WithField("watch", opts.Name), known: map[string]int64{}, first: true}, nil
+	f := &Follower{opts: opts, log: opts.Logger.WithField("watch", opts.Name), first: true, seed: maphash.MakeSeed()}
+	if opts.HashKeys {
+		f.hashed = map[uint64]int64{}
+	} else {
+		f.known = map[string]int64{}
+	}
+	return f, nil
+}
+
+func (f *Follower) hash(key string) uint64 { return maphash.String(f.seed, key) }
+
+// handed returns the mod revision of key as handed over, if it was.
+func (f *Follower) handed(key string) (int64, bool) {
+	if f.hashed != nil {
+		mod, ok := f.hashed[f.hash(key)]
+		return mod, ok
+	}
+	mod, ok := f.known[key]
+	return mod, ok
+}
+
+// remember records key as handed over at mod; 0 forgets it.
+func (f *Follower) remember(key string, mod int64) {
+	switch {
+	case f.hashed != nil && mod == 0:
+		delete(f.hashed, f.hash(key))
+	case f.hashed != nil:
+		f.hashed[f.hash(key)] = mod
+	case mod == 0:
+		delete(f.known, key)
+	default:
+		f.known[key] = mod
+	}
 }
 
 // Run lists and follows until ctx ends, listing again whenever the watch
@@ -129,6 +178,7 @@ func (f *Follower) list(ctx context.Context) (int64, error) {
 	rev := resp.Header.Revision
 	b := Batch{Revision: rev, Listed: true, First: f.first}
 	seen := map[string]bool{}
+	var all []Event // every key listed, for a Reset
 	for _, r := range resp.Responses {
 		for _, kv := range r.GetResponseRange().Kvs {
 			key := string(kv.Key)
@@ -136,23 +186,36 @@ func (f *Follower) list(ctx context.Context) (int64, error) {
 				continue // prefixes that overlap
 			}
 			seen[key] = true
-			if mod, ok := f.known[key]; ok && mod == kv.ModRevision {
+			if f.hashed != nil && !f.first {
+				all = append(all, eventOf(key, kv, false))
+			}
+			if mod, ok := f.handed(key); ok && mod == kv.ModRevision {
 				continue // the consumer has it
 			}
-			f.known[key] = kv.ModRevision
+			f.remember(key, kv.ModRevision)
 			b.Events = append(b.Events, eventOf(key, kv, false))
 		}
 	}
-	var gone []string
-	for key := range f.known {
-		if !seen[key] {
-			gone = append(gone, key)
+	if f.hashed != nil {
+		if len(f.hashed) > len(seen) { // some went during the gap, unnamed
+			f.hashed = make(map[uint64]int64, len(all))
+			for _, ev := range all {
+				f.remember(ev.Key, ev.ModRevision)
+			}
+			b.Events, b.Reset = all, true
 		}
-	}
-	sort.Strings(gone)
-	for _, key := range gone {
-		delete(f.known, key)
-		b.Events = append(b.Events, Event{Key: key, Deleted: true, ModRevision: rev})
+	} else {
+		var gone []string
+		for key := range f.known {
+			if !seen[key] {
+				gone = append(gone, key)
+			}
+		}
+		sort.Strings(gone)
+		for _, key := range gone {
+			delete(f.known, key)
+			b.Events = append(b.Events, Event{Key: key, Deleted: true, ModRevision: rev})
+		}
 	}
 	f.first = false
 	f.opts.Apply(b)
@@ -229,9 +292,9 @@ func (f *Follower) watch(ctx context.Context, rev int64, retry *backoff.Backoff)
 		for _, ev := range r.resp.Events {
 			key := string(ev.Kv.Key)
 			if ev.Type == mvccpb.DELETE {
-				delete(f.known, key)
+				f.remember(key, 0)
 			} else {
-				f.known[key] = ev.Kv.ModRevision
+				f.remember(key, ev.Kv.ModRevision)
 			}
 			b.Events = append(b.Events, eventOf(key, ev.Kv, ev.Type == mvccpb.DELETE))
 			revs[r.i] = max(revs[r.i], ev.Kv.ModRevision)

@@ -37,6 +37,9 @@ func (m *mirror) apply(b Batch) {
 	if b.Listed {
 		m.listings = append(m.listings, b)
 	}
+	if b.Reset {
+		m.state = map[string]string{}
+	}
 	for _, ev := range b.Events {
 		m.handed[fmt.Sprintf("%s@%d/%t", ev.Key, ev.ModRevision, ev.Deleted)]++
 		if ev.Deleted {
@@ -150,6 +153,91 @@ func TestRecoversFromCompactionWhileCutOff(t *testing.T) {
 	if strings.Join(got, ", ") != "c deleted=false, d deleted=false, b deleted=true" || again.First {
 		t.Fatalf("the listing after the gap handed over [%s] (first=%t); want c and d put, b deleted, a untouched", strings.Join(got, ", "), again.First)
 	}
+}
+
+// With HashKeys the follower cannot name a key that went during a gap: a
+// listing after a gap with a deletion comes whole, as a Reset, and the
+// consumer ends up with exactly etcd's keys; one after a gap without
+// deletions hands over only what changed, as without HashKeys.
+func TestHashedKeysResetAfterAGapWithDeletions(t *testing.T) {
+	ctx := context.Background()
+	prefix := env.EtcdPrefix()
+	direct := env.Etcd.Client
+	put := func(k, v string) int64 {
+		t.Helper()
+		resp, err := direct.Put(ctx, prefix+k, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		put(k, k+"1")
+	}
+	cut, proxy := env.EtcdBehindProxy(t)
+	m := newMirror()
+	runFollower(t, Options{Client: cut, Prefixes: []string{prefix}, Apply: m.apply, HashKeys: true,
+		Retry: backoff.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}})
+	want := func(w map[string]string) func() (bool, string) {
+		return func() (bool, string) {
+			got, _ := m.snapshot()
+			return maps.Equal(got, w), fmt.Sprintf("have %v, want %v", got, w)
+		}
+	}
+	waitFor(t, "the first listing", want(map[string]string{prefix + "a": "a1", prefix + "b": "b1", prefix + "c": "c1"}))
+	put("a", "a2")
+	waitFor(t, "a watched change", want(map[string]string{prefix + "a": "a2", prefix + "b": "b1", prefix + "c": "c1"}))
+	gap := func(change func() int64) Batch {
+		t.Helper()
+		m.mu.Lock()
+		listings := len(m.listings)
+		m.mu.Unlock()
+		proxy.Cut()
+		rev := change()
+		if _, err := direct.Compact(ctx, rev); err != nil {
+			t.Fatal(err)
+		}
+		proxy.Heal()
+		waitFor(t, "a listing after the gap", func() (bool, string) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			return len(m.listings) > listings, fmt.Sprintf("%d listings", len(m.listings))
+		})
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.listings[len(m.listings)-1]
+	}
+	keys := func(b Batch) string {
+		var got []string
+		for _, ev := range b.Events {
+			got = append(got, fmt.Sprintf("%s deleted=%t", strings.TrimPrefix(ev.Key, prefix), ev.Deleted))
+		}
+		return strings.Join(got, ", ")
+	}
+
+	b := gap(func() int64 {
+		if _, err := direct.Delete(ctx, prefix+"b"); err != nil {
+			t.Fatal(err)
+		}
+		put("c", "c2")
+		return put("d", "d1")
+	})
+	if !b.Reset || b.First || keys(b) != "a deleted=false, c deleted=false, d deleted=false" {
+		t.Fatalf("after a gap with a deletion: [%s] reset=%t first=%t; want a whole listing (a, c, d) as a Reset", keys(b), b.Reset, b.First)
+	}
+	waitFor(t, "etcd's keys after the reset", want(map[string]string{prefix + "a": "a2", prefix + "c": "c2", prefix + "d": "d1"}))
+
+	// Two changes: the compaction must pass the revision the watch goes on from.
+	b = gap(func() int64 { put("e", "e1"); return put("f", "f1") })
+	if b.Reset || keys(b) != "e deleted=false, f deleted=false" {
+		t.Fatalf("after a gap without a deletion: [%s] reset=%t; want e and f alone, no Reset", keys(b), b.Reset)
+	}
+	waitFor(t, "etcd's keys after the second gap", want(map[string]string{prefix + "a": "a2", prefix + "c": "c2", prefix + "d": "d1", prefix + "e": "e1", prefix + "f": "f1"}))
+	put("c", "c3")
+	if _, err := direct.Delete(ctx, prefix+"a"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "watched changes after it", want(map[string]string{prefix + "c": "c3", prefix + "d": "d1", prefix + "e": "e1", prefix + "f": "f1"}))
 }
 
 // Two prefixes are listed at one revision and followed together; a
