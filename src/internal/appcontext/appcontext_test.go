@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"strconv"
 	"strings"
 	"sync"
@@ -491,11 +492,16 @@ func TestCacheKeepsOneCopyOfABundle(t *testing.T) {
 	check("Get", got.Placement("a", c1).Bundle, false)
 }
 
-// resetCounter is a cache follower that counts its resets.
-type resetCounter struct{ applied, resets int }
+// replaceCounter is a cache follower that counts what it was given.
+type replaceCounter struct{ applied, replaced, entries int }
 
-func (r *resetCounter) Apply(string, []byte, bool) { r.applied++ }
-func (r *resetCounter) Reset()                     { r.resets++ }
+func (r *replaceCounter) Apply(string, []byte, bool) { r.applied++ }
+func (r *replaceCounter) Replace(entries iter.Seq2[string, []byte]) {
+	r.replaced++
+	for range entries {
+		r.entries++
+	}
+}
 
 // A cache whose watch fell behind a compaction while a context and a
 // cluster's state were deleted ends up without them (it keeps a hash of
@@ -509,7 +515,7 @@ func TestCacheAfterAGapWithDeletions(t *testing.T) {
 	direct := New(Options{Client: env.Etcd.Client, Prefix: prefix})
 	cut, proxy := env.EtcdBehindProxy(t)
 	cache := NewCache(New(Options{Client: cut, Prefix: prefix}), nil)
-	followed := &resetCounter{}
+	followed := &replaceCounter{}
 	cache.Follow(direct.prefix+"/index/", followed)
 	var mu sync.Mutex
 	changed := map[string]bool{}
@@ -599,9 +605,9 @@ func TestCacheAfterAGapWithDeletions(t *testing.T) {
 		return changed["g/0"] && changed["g/1"]
 	})
 	cache.mu.RLock()
-	resets, applied := followed.resets, followed.applied
+	replaced, entries, applied := followed.replaced, followed.entries, followed.applied
 	cache.mu.RUnlock()
-	if resets != 1 || applied < 2 {
-		t.Errorf("the follower was reset %d times and handed %d keys; want one reset and its key again", resets, applied)
+	if replaced != 1 || entries != 1 || applied != 1 {
+		t.Errorf("the follower was replaced %d times with %d keys, and handed %d keys one by one; want its key once each way", replaced, entries, applied)
 	}
 }

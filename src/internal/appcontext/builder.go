@@ -114,9 +114,6 @@ func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 		p.Bundle = &snap
 	case len(parts) == 5 && parts[0] == "res":
 		key := strings.Join(parts[1:4], "/")
-		if b.lean {
-			key = intern(key)
-		}
 		switch parts[4] {
 		case "manifest":
 			if deleted {
@@ -144,6 +141,7 @@ func (b *builder) applyPlacementKey(rest string, v []byte, deleted bool) error {
 				return fmt.Errorf("resource %s status: %w", key, err)
 			}
 			if b.lean {
+				key = intern(key) // the map keeps it
 				internStatus(&st)
 			}
 			p.Statuses[key] = st

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"sort"
 	"strings"
 	"sync"
@@ -49,14 +50,16 @@ type Cache struct {
 // Follower keeps state of its own from the etcd keys under a prefix the
 // cache's watch brings anyway (the catalogue's index: catalog.Mirror), so
 // it needs no watch or read of its own. After a gap in the watch it is
-// told only what changed meanwhile, deletions included.
+// told what changed meanwhile, deletions included, or, when keys went
+// (the cache remembers keys by hash), given all there is (Replace).
 type Follower interface {
 	// Apply records one key's value or deletion. It runs on the watch
 	// goroutine, under the cache's lock, and must not block.
 	Apply(key string, value []byte, deleted bool)
-	// Reset forgets every key: what follows is all there is (after a gap
-	// in the watch in which keys went). Same goroutine and lock as Apply.
-	Reset()
+	// Replace replaces everything with entries, every key there is under
+	// the prefix, at once for the follower's own readers (who do not take
+	// the cache's lock). Same goroutine and lock as Apply.
+	Replace(entries iter.Seq2[string, []byte])
 }
 
 type follower struct {
@@ -133,9 +136,10 @@ func (c *Cache) OnScopedChange(f func(scopes map[string]Scope)) {
 }
 
 // Run loads the cache and follows changes until ctx ends (etcdwatch: a
-// failed load is retried, and after a gap in the watch only what changed
-// meanwhile is applied); once it had a gap, every group is reported
-// changed, as a reload always did.
+// failed load is retried, and after a gap in the watch what changed
+// meanwhile is applied, or, when keys went, everything is loaded again);
+// once it had a gap, every group is reported changed, as a reload always
+// did.
 func (c *Cache) Run(ctx context.Context) error {
 	// HashKeys: the follower remembers a hash of each of the fleet's keys,
 	// not the key (on every replica); after a gap in which keys went, the
@@ -160,10 +164,19 @@ func (c *Cache) apply(b etcdwatch.Batch) {
 		c.contexts, c.clusters = map[string]*builder{}, map[ClusterRef]ClusterState{}
 		c.clusterGen++
 		for _, fl := range c.followers {
-			fl.f.Reset()
+			fl.f.Replace(func(yield func(string, []byte) bool) {
+				for _, ev := range b.Events {
+					if strings.HasPrefix(ev.Key, fl.prefix) && !yield(ev.Key, ev.Value) {
+						return
+					}
+				}
+			})
 		}
 	}
 	for _, ev := range b.Events {
+		if b.Reset && c.followedLocked(ev.Key) {
+			continue // replaced above
+		}
 		groups, on := c.applyLocked(ev.Key, ev.Value, ev.Deleted)
 		for _, g := range groups {
 			sc := scopes[g]
@@ -194,6 +207,16 @@ func (c *Cache) apply(b etcdwatch.Batch) {
 			f(scopes)
 		}
 	}
+}
+
+// followedLocked reports whether a follower takes key.
+func (c *Cache) followedLocked(key string) bool {
+	for _, fl := range c.followers {
+		if strings.HasPrefix(key, fl.prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // groupsLocked lists the groups of the contexts the cache has.

@@ -140,7 +140,11 @@ func IndexBundle(st *v1alpha1.ResourceBundleStateStatus) BundleIndex {
 				group = ""
 			}
 			o := ownerOf(meta.Owners)
-			entries = append(entries, BundleEntry{Group: group, Kind: e.Kind, Name: intern(meta.Name), Namespace: intern(meta.Namespace),
+			name := meta.Name
+			if e.Kind != "Pod" { // a pod's name is its own on each cluster
+				name = intern(name)
+			}
+			entries = append(entries, BundleEntry{Group: group, Kind: e.Kind, Name: name, Namespace: intern(meta.Namespace),
 				ReadyStatus: e.ReadyStatus, Reason: e.Reason, Typed: e, Hash: e.ManagedFieldsHash,
 				Owner: OwnerRef{Group: intern(o.Group), Version: intern(o.Version), Kind: intern(o.Kind), Name: intern(o.Name)}})
 		}

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"iter"
 	"slices"
 	"strings"
 	"sync"
@@ -126,8 +127,22 @@ func NewMirror(prefix string) *Mirror {
 // Prefix is the etcd key prefix of every entry the mirror keeps.
 func (m *Mirror) Prefix() string { return m.base }
 
-// Reset forgets everything (also appcontext.Follower's: keys went while
-// the cache's watch was broken, and what follows is all there is).
+// Replace replaces everything the mirror keeps with entries, at once for
+// its readers (appcontext.Follower: keys went while the cache's watch was
+// broken, and entries are all there are).
+func (m *Mirror) Replace(entries iter.Seq2[string, []byte]) {
+	fresh := &Mirror{digs: m.digs, instances: m.instances, states: m.states}
+	fresh.Reset()
+	for k, v := range entries {
+		fresh.Apply(k, v, false)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sorted = nil
+	m.digMap, m.instMap, m.stateMap = fresh.digMap, fresh.instMap, fresh.stateMap
+}
+
+// Reset forgets everything.
 func (m *Mirror) Reset() {
 	m.mu.Lock()
 	defer m.mu.Unlock()

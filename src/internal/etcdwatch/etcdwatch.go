@@ -42,7 +42,8 @@ type Batch struct {
 	// notification comes as a batch without events that moves it on.
 	Revision int64
 	// Listed marks a listing's batch: the first one (every key, as puts),
-	// or one after the watch broke (only what changed meanwhile).
+	// or one after the watch broke (only what changed meanwhile, or every
+	// key as a Reset).
 	Listed bool
 	// First marks the first listing's batch.
 	First bool
@@ -178,33 +179,35 @@ func (f *Follower) list(ctx context.Context) (int64, error) {
 	rev := resp.Header.Revision
 	b := Batch{Revision: rev, Listed: true, First: f.first}
 	seen := map[string]bool{}
-	var all []Event // every key listed, for a Reset
+	var listed []*mvccpb.KeyValue
 	for _, r := range resp.Responses {
 		for _, kv := range r.GetResponseRange().Kvs {
+			if key := string(kv.Key); !seen[key] { // prefixes may overlap
+				seen[key] = true
+				listed = append(listed, kv)
+			}
+		}
+	}
+	if f.hashed != nil && !f.first && f.wentUnnamed(listed) {
+		f.hashed = make(map[uint64]int64, len(listed))
+		for _, kv := range listed {
 			key := string(kv.Key)
-			if seen[key] {
-				continue // prefixes that overlap
-			}
-			seen[key] = true
-			if f.hashed != nil && !f.first {
-				all = append(all, eventOf(key, kv, false))
-			}
-			if mod, ok := f.handed(key); ok && mod == kv.ModRevision {
-				continue // the consumer has it
-			}
 			f.remember(key, kv.ModRevision)
 			b.Events = append(b.Events, eventOf(key, kv, false))
 		}
+		b.Reset = true
+		f.opts.Apply(b)
+		return rev, nil
 	}
-	if f.hashed != nil {
-		if len(f.hashed) > len(seen) { // some went during the gap, unnamed
-			f.hashed = make(map[uint64]int64, len(all))
-			for _, ev := range all {
-				f.remember(ev.Key, ev.ModRevision)
-			}
-			b.Events, b.Reset = all, true
+	for _, kv := range listed {
+		key := string(kv.Key)
+		if mod, ok := f.handed(key); ok && mod == kv.ModRevision {
+			continue // the consumer has it
 		}
-	} else {
+		f.remember(key, kv.ModRevision)
+		b.Events = append(b.Events, eventOf(key, kv, false))
+	}
+	if f.hashed == nil {
 		var gone []string
 		for key := range f.known {
 			if !seen[key] {
@@ -220,6 +223,23 @@ func (f *Follower) list(ctx context.Context) (int64, error) {
 	f.first = false
 	f.opts.Apply(b)
 	return rev, nil
+}
+
+// wentUnnamed reports whether a key handed over is not among those
+// listed — a hash remembered that no listed key has —, which a follower
+// that remembers hashes cannot name. (Only a deleted key sharing its hash
+// with a live one hides.)
+func (f *Follower) wentUnnamed(listed []*mvccpb.KeyValue) bool {
+	hashes := make(map[uint64]struct{}, len(listed))
+	for _, kv := range listed {
+		hashes[f.hash(string(kv.Key))] = struct{}{}
+	}
+	for h := range f.hashed {
+		if _, ok := hashes[h]; !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // eventOf is kv's event under key, the string the Follower made for it

@@ -37,8 +37,9 @@ import (
 //	       status_summary_p50_ms=… status_all_p50_ms=… callback_p50_ms=… callback_p99_ms=…
 //	       etcd_keys_per_change=… etcd_bytes_per_change=… rss_settled_kib_per_cluster=… lost=…
 //
-// Memory and CPU are the replicas' own (/proc), idle for a minute (one
-// last-seen cycle), less what they used before any cluster joined; the
+// Memory and CPU are the replicas' own (/proc), idle for a minute (a
+// fifth of the last-seen writes' cycle, at its steady rate), less what
+// they used before any cluster joined; the
 // settled memory is the same reading ARGUS_FLEET_SETTLE_S (150) seconds
 // later, the fleet still idle (printed before lost); churn
 // is 10,000 changes a minute over the fleet for ARGUS_FLEET_CHURN_S (60)

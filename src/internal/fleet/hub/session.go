@@ -293,8 +293,10 @@ func (s *session) finish() {
 	}
 	// The cluster's last-seen time as it goes, with the key's deletion:
 	// the one written last may be a LastSeenInterval older.
-	if st := s.state; st.Agent && st.Connectivity == appcontext.Available && s.lastHeard.After(st.LastSeen) && !s.lastHeard.After(s.h.opts.Now()) {
-		st.LastSeen, st.Updated = s.lastHeard.UTC(), s.h.opts.Now().UTC()
+	// (A wait the hub imposed counts as heard until it ends: not past now.)
+	now := s.h.opts.Now()
+	if st, heard := s.state, minTime(s.lastHeard, now); st.Agent && st.Connectivity == appcontext.Available && heard.After(st.LastSeen) {
+		st.LastSeen, st.Updated = heard.UTC(), now.UTC()
 		if op, err := s.h.opts.Contexts.ClusterStateOp(s.ref, st); err == nil {
 			ops = append(ops, op)
 		}
@@ -617,4 +619,12 @@ func (s *session) blobs(req *pb.BlobRequest) error {
 	}
 	s.queue(&pb.HubMessage{Body: &pb.HubMessage_Blobs{Blobs: msg}})
 	return nil
+}
+
+// minTime is the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
