@@ -492,6 +492,16 @@ func TestCacheKeepsOneCopyOfABundle(t *testing.T) {
 	check("Get", got.Placement("a", c1).Bundle, false)
 }
 
+// eventually polls cond until it holds, for 30 s at most.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 30s", what)
+		}
+	}
+}
+
 // replaceCounter is a cache follower that counts what it was given.
 type replaceCounter struct{ applied, replaced, entries int }
 
@@ -558,15 +568,7 @@ func TestCacheAfterAGapWithDeletions(t *testing.T) {
 		}
 		return gs, len(states)
 	}
-	waitUntil := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not after 30s", what)
-			}
-		}
-	}
-	waitUntil("both contexts and clusters cached", func() bool { g, n := have(); return len(g) == 2 && n == 2 })
+	eventually(t, "both contexts and clusters cached", func() bool { g, n := have(); return len(g) == 2 && n == 2 })
 
 	proxy.Cut()
 	for _, k := range []string{direct.metaKey(ids[0]), direct.statusKey(ids[0]), direct.ctxPrefix(ids[0])} {
@@ -591,7 +593,7 @@ func TestCacheAfterAGapWithDeletions(t *testing.T) {
 	clear(changed)
 	mu.Unlock()
 	proxy.Heal()
-	waitUntil("the deleted context and cluster gone", func() bool {
+	eventually(t, "the deleted context and cluster gone", func() bool {
 		g, n := have()
 		return len(g) == 1 && g[0] == "g/1" && n == 1
 	})
@@ -599,7 +601,7 @@ func TestCacheAfterAGapWithDeletions(t *testing.T) {
 	if states[c2].Connectivity != Unreachable {
 		t.Errorf("c2 is %+v, want its state written during the gap", states[c2])
 	}
-	waitUntil("both groups reported changed", func() bool {
+	eventually(t, "both groups reported changed", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return changed["g/0"] && changed["g/1"]
