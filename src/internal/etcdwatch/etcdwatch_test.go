@@ -51,6 +51,14 @@ func (m *mirror) apply(b Batch) {
 	m.rev = max(m.rev, b.Revision)
 }
 
+// has is a condition for waitFor: the mirror holds exactly w.
+func (m *mirror) has(w map[string]string) func() (bool, string) {
+	return func() (bool, string) {
+		got, _ := m.snapshot()
+		return maps.Equal(got, w), fmt.Sprintf("have %v, want %v", got, w)
+	}
+}
+
 func (m *mirror) snapshot() (map[string]string, int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -102,12 +110,7 @@ func TestRecoversFromCompactionWhileCutOff(t *testing.T) {
 	m := newMirror()
 	runFollower(t, Options{Client: cut, Prefixes: []string{prefix}, Apply: m.apply,
 		Retry: backoff.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}})
-	want := func(w map[string]string) func() (bool, string) {
-		return func() (bool, string) {
-			got, _ := m.snapshot()
-			return maps.Equal(got, w), fmt.Sprintf("have %v, want %v", got, w)
-		}
-	}
+	want := m.has
 	waitFor(t, "the first listing", want(map[string]string{prefix + "a": "a1", prefix + "b": "b1", prefix + "c": "c1"}))
 	if _, err := direct.Put(ctx, prefix+"a", "a2"); err != nil { // followed by the watch
 		t.Fatal(err)
@@ -178,12 +181,7 @@ func TestHashedKeysResetAfterAGapWithDeletions(t *testing.T) {
 	m := newMirror()
 	runFollower(t, Options{Client: cut, Prefixes: []string{prefix}, Apply: m.apply, HashKeys: true,
 		Retry: backoff.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}})
-	want := func(w map[string]string) func() (bool, string) {
-		return func() (bool, string) {
-			got, _ := m.snapshot()
-			return maps.Equal(got, w), fmt.Sprintf("have %v, want %v", got, w)
-		}
-	}
+	want := m.has
 	waitFor(t, "the first listing", want(map[string]string{prefix + "a": "a1", prefix + "b": "b1", prefix + "c": "c1"}))
 	put("a", "a2")
 	waitFor(t, "a watched change", want(map[string]string{prefix + "a": "a2", prefix + "b": "b1", prefix + "c": "c1"}))
