@@ -568,7 +568,12 @@ func TestCacheAfterAGapWithDeletions(t *testing.T) {
 		}
 		return gs, len(states)
 	}
-	eventually(t, "both contexts and clusters cached", func() bool { g, n := have(); return len(g) == 2 && n == 2 })
+	eventually(t, "both contexts, both clusters and the followed key cached", func() bool {
+		g, n := have()
+		cache.mu.RLock()
+		defer cache.mu.RUnlock()
+		return len(g) == 2 && n == 2 && followed.applied == 1
+	})
 
 	proxy.Cut()
 	for _, k := range []string{direct.metaKey(ids[0]), direct.statusKey(ids[0]), direct.ctxPrefix(ids[0])} {
