@@ -391,6 +391,50 @@ func TestClusterWithoutStreamIsUnreachable(t *testing.T) {
 	}
 }
 
+// A cluster deleted while its agent streams gets no state written as the
+// stream ends: the agent's last-seen time is not recorded over it.
+func TestRevokedClusterStateNotWrittenAtTheEnd(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.LastSeenInterval = 1000 * time.Hour })
+	creds := f.joined(t, edge)
+	mem := newMemCluster()
+	a, err := agent.New(agent.Options{Orchestrators: []string{"http://" + f.addr}, Cluster: mem, Credentials: creds,
+		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	key := f.store.ClusterStateKey(edge)
+	stateRev := func() int64 {
+		resp, err := env.Etcd.Client.Get(t.Context(), key)
+		if err != nil || len(resp.Kvs) == 0 {
+			return 0
+		}
+		return resp.Kvs[0].ModRevision
+	}
+	waitFor(t, "connected", func() bool { return a.Connected() })
+	waitFor(t, "its state written", func() bool { return stateRev() != 0 })
+	<-time.After(1500 * time.Millisecond) // a heartbeat or more after the state's write
+	before := stateRev()
+	if err := f.join.Revoke(t.Context(), edge); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done: // the agent exits once its credential is refused
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not stop after its cluster was deleted")
+	}
+	waitFor(t, "the session key gone", func() bool {
+		resp, err := env.Etcd.Client.Get(t.Context(), f.hub.keys.session(edge))
+		return err == nil && len(resp.Kvs) == 0
+	})
+	if after := stateRev(); after != before {
+		t.Errorf("the deleted cluster's state was written at revision %d after its deletion (before: %d)", after, before)
+	}
+}
+
 // One transaction carries several clusters' parts; a part whose guard
 // fails (its session superseded) fails alone.
 func TestWriterGuardsEachPart(t *testing.T) {

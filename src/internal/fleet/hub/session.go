@@ -294,8 +294,10 @@ func (s *session) finish() {
 	// The cluster's last-seen time as it goes, with the key's deletion:
 	// the one written last may be a LastSeenInterval older.
 	// (A wait the hub imposed counts as heard until it ends: not past now.)
+	// Not for a cluster deleted or joined anew: its state is not this
+	// agent's to write any more.
 	now := s.h.opts.Now()
-	if st, heard := s.state, minTime(s.lastHeard, now); st.Agent && st.Connectivity == appcontext.Available && heard.After(st.LastSeen) {
+	if st, heard := s.state, minTime(s.lastHeard, now); st.Agent && st.Connectivity == appcontext.Available && heard.After(st.LastSeen) && s.stillAuthentic() {
 		st.LastSeen, st.Updated = heard.UTC(), now.UTC()
 		if op, err := s.h.opts.Contexts.ClusterStateOp(s.ref, st); err == nil {
 			ops = append(ops, op)
