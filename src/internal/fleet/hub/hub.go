@@ -33,6 +33,9 @@ type Credentials interface {
 	// OnChange tells of clusters registered, re-joined (present) or
 	// deleted; register before Run.
 	OnChange(f func(ref appcontext.ClusterRef, present bool))
+	// RecordKey is the etcd key of ref's registration: writes of a pull
+	// cluster's state are guarded by it, so none outlives the cluster.
+	RecordKey(ref appcontext.ClusterRef) string
 }
 
 // Claims decides which replica keeps each pull cluster's connectivity
@@ -380,6 +383,7 @@ func (h *Hub) credentialsChanged(ref appcontext.ClusterRef, present bool) {
 	} else {
 		h.drop(ref)
 		h.forgetQuota(ref)
+		h.deleted(ref)
 	}
 	h.mu.Lock()
 	s := h.sessions[ref]
