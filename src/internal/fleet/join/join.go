@@ -109,6 +109,7 @@ func (s *Service) clusterKey(ref appcontext.ClusterRef) string {
 // RecordKey is the etcd key of ref's registration, which exists while
 // the cluster is registered (its revision changes as it is joined anew).
 func (s *Service) RecordKey(ref appcontext.ClusterRef) string { return s.clusterKey(ref) }
+
 func (s *Service) tokenKey(id string) string { return s.opts.Prefix + "/fleet/tokens/" + id }
 
 // Token is a join token as given to the operator once.
