@@ -1,6 +1,8 @@
 package hub
 
 import (
+	"context"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 
 	pb "github.com/argus-mc/argus/src/apis/fleet"
 )
@@ -104,6 +107,33 @@ func (n *native) close() {
 	n.once.Do(func() { close(n.done) })
 	n.srv.Stop()
 	n.wg.Wait()
+}
+
+// ownConn is a native connection as the gRPC server gets it. Its remote
+// address, which gRPC hands each of its streams as the peer's, leads back
+// to it: a session ends its stream by closing the connection, the one
+// way to end a Recv short of its handler returning, so the handler can
+// do the receiving itself (serveOwnConn). An agent opens one stream a
+// connection; a client that opens more loses them all with one.
+type ownConn struct{ net.Conn }
+
+func (c ownConn) RemoteAddr() net.Addr { return connAddr{Addr: c.Conn.RemoteAddr(), conn: c.Conn} }
+
+// connAddr is a native connection's remote address, and the connection.
+type connAddr struct {
+	net.Addr
+	conn io.Closer
+}
+
+// streamConn is the connection of a stream served natively; nil for one
+// that came through Handler, whose connection others may share.
+func streamConn(ctx context.Context) io.Closer {
+	if p, ok := peer.FromContext(ctx); ok {
+		if a, ok := p.Addr.(connAddr); ok {
+			return a.conn
+		}
+	}
+	return nil
 }
 
 // nativeListener gives the gRPC server the connections handed over.

@@ -7,13 +7,17 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/argus-mc/argus/src/apis/fleet"
 	"github.com/argus-mc/argus/src/internal/appcontext"
@@ -182,4 +186,76 @@ func TestStopEndsNativeStreams(t *testing.T) {
 	if n, err := conn.Read(make([]byte, 1)); err == nil || (errors.As(err, &timeout) && timeout.Timeout()) {
 		t.Fatalf("read %d bytes, %v, from a stopped hub's native connection; want it closed", n, err)
 	}
+}
+
+// goroutinesIn counts this process's goroutines with fn on their stack.
+func goroutinesIn(fn string) int {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	n := 0
+	for g := range strings.SplitSeq(b.String(), "\n\n") {
+		if strings.Contains(g, fn) {
+			n++
+		}
+	}
+	return n
+}
+
+// A native stream's handler does the receiving, and its sender runs only
+// while there is something to send: an idle agent costs the hub no
+// goroutine of the session's beside the handler. The hub ends such a
+// session by closing its connection; a stream refused for what its agent
+// sent still gets its status.
+func TestNativeSessionGoroutines(t *testing.T) {
+	f, a, url, roots := streamingOverTLS(t, true)
+	waitFor(t, "the handler receiving and no sender", func() bool {
+		return goroutinesIn("hub.(*session).serveOwnConn") == 1 && goroutinesIn("hub.(*session).sendAll") == 0 &&
+			goroutinesIn("hub.(*session).serveShared") == 0
+	})
+
+	// A rogue client on the native protocol, with another cluster's
+	// credential, asking for more manifests than a request may name.
+	other := appcontext.ClusterRef{Provider: "cp", Name: "edge02"}
+	creds := f.joined(t, other)
+	cc, err := grpc.NewClient("passthrough:///"+url[len("https://"):],
+		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, NextProtos: []string{pb.ALPN}})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cc.Close() }()
+	st, err := pb.NewFleetClient(cc).Connect(metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+creds.c.Credential))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&pb.AgentMessage{Body: &pb.AgentMessage_Hello{Hello: &pb.Hello{ClusterProvider: other.Provider, Cluster: other.Name}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.Recv(); err != nil || m.GetWelcome() == nil {
+		t.Fatalf("first answer %v, %v; want a Welcome", m, err)
+	}
+	if f.streams(transportNative) != 2 {
+		t.Fatalf("%v native streams, want 2", f.streams(transportNative))
+	}
+	if err := st.Send(&pb.AgentMessage{Body: &pb.AgentMessage_BlobRequest{BlobRequest: &pb.BlobRequest{Sha256: make([]string, maxBlobRequest+1)}}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := st.Recv()
+		if err == nil {
+			continue // the catch-up
+		}
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("the refused stream ended with %v, want InvalidArgument", err)
+		}
+		break
+	}
+
+	// The hub ends the agent's session (its cluster deleted): closing the
+	// connection ends the handler's Recv.
+	if err := f.join.Revoke(t.Context(), edge); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the session over", func() bool {
+		return !a.Connected() && f.streams(transportNative) == 0 && goroutinesIn("hub.(*session).serveOwnConn") == 0
+	})
 }

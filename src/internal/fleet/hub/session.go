@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,7 +36,6 @@ type session struct {
 	log    *logrus.Entry
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	wake   chan struct{}
 	quota  *clusterQuota
 	room   chan struct{} // a send made room in the queue
 	// lastSend is when the sender last sent the agent anything (Unix
@@ -43,7 +43,15 @@ type session struct {
 	// otherwise stay quiet longer than maxQuietToAgent.
 	lastSend atomic.Int64
 
+	// The sender runs while there is something to send, and only then:
+	// an idle stream holds no goroutine of the session's but its
+	// handler's. senders counts it for the handler, which waits for it.
+	senders sync.WaitGroup
+
 	mu      sync.Mutex
+	sending bool // the sender runs
+	ready   bool // the Welcome is queued: a sender may start (it goes first)
+	closed  bool // the handler is returning: no sender starts
 	out     []*pb.HubMessage
 	queued  int               // bytes of out
 	events  []etcdwatch.Event // work changes not sent yet
@@ -118,19 +126,17 @@ func (h *Hub) connect(stream pb.Fleet_ConnectServer, transport string) error {
 	defer s.cancel(nil)
 	defer h.unregister(s)
 	if err := s.start(hello); err != nil {
+		s.cancel(err)
+		s.waitSender()
 		s.finish()
 		return err
 	}
 	s.log.WithFields(logrus.Fields{"work_revision": hello.GetWorkRevision(), "transport": transport}).Info("agent connected")
-	// The receiver ends when the stream does, which is when this handler
-	// returns (a Recv cannot be interrupted otherwise): the hub waits for it.
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		s.receive()
-	}()
-	s.sendLoop()
-	s.cancel(nil)
+	if conn := streamConn(stream.Context()); conn != nil {
+		s.serveOwnConn(conn)
+	} else {
+		s.serveShared()
+	}
 	s.finish()
 	cause := context.Cause(s.ctx)
 	switch {
@@ -142,6 +148,46 @@ func (h *Hub) connect(stream pb.Fleet_ConnectServer, transport string) error {
 		return status.Error(codes.Unavailable, cause.Error())
 	}
 	return nil
+}
+
+// refusalGrace bounds how long a stream refused for what its agent sent
+// waits for what is being sent before it, so that its status follows it;
+// then its connection is closed.
+const refusalGrace = 5 * time.Second
+
+// serveOwnConn reads the agent's messages on this goroutine until the
+// stream or the session ends. The stream is the only one of its
+// connection (an agent opens one per connection): ending the session
+// closes the connection, which is what ends a Recv.
+func (s *session) serveOwnConn(conn io.Closer) {
+	stop := context.AfterFunc(s.ctx, func() { _ = conn.Close() })
+	err := s.receive()
+	if err != nil && stop() {
+		// Refused for what the agent sent: the handler's status tells it,
+		// after what is being sent, if that goes in time.
+		s.cancel(err)
+		if !s.waitSenderFor(refusalGrace) {
+			_ = conn.Close()
+			s.waitSender()
+		}
+		return
+	}
+	s.cancel(err)
+	s.waitSender()
+}
+
+// serveShared serves a stream whose connection may carry others (the
+// Handler path): a receiver reads the agent's messages while this
+// handler waits for the session to end; returning then ends the stream,
+// and so the receiver's Recv. The hub waits for the receiver.
+func (s *session) serveShared() {
+	s.h.wg.Add(1)
+	go func() {
+		defer s.h.wg.Done()
+		s.cancel(s.receive())
+	}()
+	<-s.ctx.Done()
+	s.waitSender()
 }
 
 // helloTimeout bounds the wait for a stream's Hello.
@@ -215,7 +261,7 @@ func (h *Hub) newSession(stream pb.Fleet_ConnectServer, ref appcontext.ClusterRe
 	rec, _ := json.Marshal(sessionRecord{Session: id, Replica: h.opts.Replica, Since: h.opts.Now().UTC().Format(time.RFC3339Nano)})
 	return &session{h: h, ref: ref, id: id, cred: cred, epoch: epoch, guard: string(rec), stream: stream,
 		log: h.log.WithFields(logrus.Fields{"cluster": ref.String(), "session": id}), ctx: ctx, cancel: cancel,
-		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), items: map[itemKey]*item{}}
+		room: make(chan struct{}, 1), items: map[itemKey]*item{}}
 }
 
 // start records the session, replacing any other of the cluster, and
@@ -254,6 +300,7 @@ func (s *session) start(hello *pb.Hello) error {
 		HeartbeatSeconds: int32(h.opts.Heartbeat / time.Second), StatusEpoch: s.epoch}}}
 	s.out, s.queued = append(s.out, welcome), s.queued+messageBytes(welcome)
 	s.batches = catchUp
+	s.ready = true
 	s.mu.Unlock()
 	s.signal()
 	return nil
@@ -327,11 +374,41 @@ func (s *session) stillAuthentic() bool {
 	return err == nil && ref == s.ref
 }
 
+// signal starts the sender unless it runs (it sends what was queued
+// before it stops), the Welcome is not queued yet, or the handler is
+// returning.
 func (s *session) signal() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	s.mu.Lock()
+	if s.sending || !s.ready || s.closed {
+		s.mu.Unlock()
+		return
 	}
+	s.sending = true
+	s.senders.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.senders.Done()
+		s.sendAll()
+	}()
+}
+
+// waitSender stops senders from starting and waits for the one running.
+func (s *session) waitSender() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.senders.Wait()
+}
+
+// waitSenderFor is waitSender for at most d; false if the sender still runs.
+func (s *session) waitSenderFor(d time.Duration) bool {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	waitCtx(ctx, &s.senders)
+	return ctx.Err() == nil
 }
 
 // queue adds a message for the agent.
@@ -343,19 +420,17 @@ func (s *session) queue(m *pb.HubMessage) {
 	s.signal()
 }
 
-// receive reads the agent's messages until the stream or the session ends.
-func (s *session) receive() {
+// receive reads the agent's messages until the stream or the session
+// ends (nil: the agent went away, and reconnects) or a message is
+// refused (its error, for the agent).
+func (s *session) receive() error {
 	for {
 		if s.waitRoom() != nil {
-			return
+			return nil
 		}
 		m, err := s.stream.Recv()
-		if err != nil {
-			s.cancel(nil) // the agent went away; it reconnects
-			return
-		}
-		if s.ctx.Err() != nil {
-			return
+		if err != nil || s.ctx.Err() != nil {
+			return nil
 		}
 		s.heard()
 		switch b := m.GetBody().(type) {
@@ -367,61 +442,58 @@ func (s *session) receive() {
 			err = s.report(b.Report)
 		}
 		if err != nil {
-			s.end(err)
-			return
+			return err
 		}
 	}
 }
 
-// sendLoop sends what is queued until the session ends.
-func (s *session) sendLoop() {
+// sendAll sends what is queued until nothing is, or the session ends.
+func (s *session) sendAll() {
 	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-s.wake:
-		}
-		for {
-			s.mu.Lock()
-			out, events, made, resync, silent := s.out, s.events, s.batches, s.resync, s.silent
-			s.out, s.events, s.batches, s.resync, s.silent = nil, nil, nil, false, false
-			from := s.sentRev
+		s.mu.Lock()
+		out, events, made, resync, silent := s.out, s.events, s.batches, s.resync, s.silent
+		s.out, s.events, s.batches, s.resync, s.silent = nil, nil, nil, false, false
+		from := s.sentRev
+		if s.ctx.Err() != nil || len(out) == 0 && len(events) == 0 && len(made) == 0 && !resync && !silent {
+			s.sending = false
 			s.mu.Unlock()
-			if len(out) == 0 && len(events) == 0 && len(made) == 0 && !resync && !silent {
-				break
-			}
-			if silent {
-				s.writeSilent()
-			}
-			for _, m := range out {
-				if err := s.send(m); err != nil {
-					s.end(err)
-					return
-				}
-				s.sent(messageBytes(m))
-			}
-			batches := made
-			var err error
-			if resync {
-				var more []*pb.HubMessage
-				more, err = s.catchUp(from)
-				batches = append(batches, more...)
-			} else {
-				batches = append(batches, s.live(events)...)
-			}
-			if err != nil {
-				s.end(err)
-				return
-			}
-			for _, m := range batches {
-				s.h.metrics.batches.Inc()
-				if err := s.send(m); err != nil {
-					s.end(err)
-					return
-				}
-			}
+			return
+		}
+		s.mu.Unlock()
+		if err := s.sendQueued(out, events, made, from, resync, silent); err != nil {
+			s.end(err)
 		}
 	}
+}
+
+// sendQueued sends one round of what sendAll took from the queue.
+func (s *session) sendQueued(out []*pb.HubMessage, events []etcdwatch.Event, made []*pb.HubMessage, from int64, resync, silent bool) error {
+	if silent {
+		s.writeSilent()
+	}
+	for _, m := range out {
+		if err := s.send(m); err != nil {
+			return err
+		}
+		s.sent(messageBytes(m))
+	}
+	batches := made
+	if resync {
+		more, err := s.catchUp(from)
+		if err != nil {
+			return err
+		}
+		batches = append(batches, more...)
+	} else {
+		batches = append(batches, s.live(events)...)
+	}
+	for _, m := range batches {
+		s.h.metrics.batches.Inc()
+		if err := s.send(m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // send sends m, noting when.

@@ -134,7 +134,7 @@ func (l *splitListener) handshake(c *countedConn) {
 	}
 	if tc.ConnectionState().NegotiatedProtocol == pb.ALPN {
 		select {
-		case l.opts.native.conns <- tc: // counted until gRPC closes it
+		case l.opts.native.conns <- ownConn{tc}: // counted until gRPC closes it
 		case <-l.opts.native.done:
 			_ = tc.Close()
 		}
