@@ -66,7 +66,6 @@ type settings struct {
 	logLevel  string
 	config    string
 	memRatio  float64
-	gcPercent int
 }
 
 // Flags defines the orchestrator's flags on a new flag set; the tests render
@@ -164,7 +163,6 @@ func Flags(s *settings) *flag.FlagSet {
 	fs.Var(config.Size{Value: &ro.MaxOutput}, "render-max-output", "most manifests one render may produce")
 	fs.IntVar(&ro.MaxRequests, "render-worker-requests", render.DefaultMaxRenders, "requests a render worker serves before it is replaced")
 	fs.Float64Var(&s.memRatio, "memory-limit-ratio", rlimit.DefaultMemoryRatio, "share of the container's memory limit (its cgroup's), less what the render workers may use (each its start-up size, one its --render-memory over that), that the Go runtime keeps its memory under (GOMEMLIMIT): it collects harder instead of being killed for memory; none is set when that leaves under a quarter of the limit; 0 turns it off; GOMEMLIMIT in the environment wins")
-	fs.IntVar(&s.gcPercent, "gc-percent", rlimit.DefaultGCPercent, "the Go collector's target (GOGC): a collection starts once the heap has grown this many percent over what the last one left; lower than the runtime's 100 because the orchestrator's heap is mostly long-lived caches, which 100 lets the garbage match in size; 0 keeps the runtime's; GOGC in the environment wins")
 	s.logFormat, s.logLevel = "json", "info"
 	fs.Var(config.OneOf{Value: &s.logFormat, Allowed: logging.Formats}, "log-format", "log format: json or text")
 	fs.Var(config.OneOf{Value: &s.logLevel, Allowed: logging.Levels}, "log-level", "log level: debug, info, warn or error")
@@ -192,10 +190,6 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	if !(s.memRatio >= 0 && s.memRatio <= 1) {
 		fmt.Fprintf(stderr, "orchestrator: --memory-limit-ratio %v: want 0 (off) or a share up to 1\n", s.memRatio)
-		return 2
-	}
-	if s.gcPercent < 0 {
-		fmt.Fprintf(stderr, "orchestrator: --gc-percent %d: want 0 (the runtime's) or more\n", s.gcPercent)
 		return 2
 	}
 	s.opts.EtcdEndpoints = s.endpoints
@@ -226,9 +220,6 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	if _, err := rlimit.SetMemoryLimit(rlimit.MemoryOptions{Ratio: s.memRatio, Reserve: renderReserve(s.opts.Render),
 		Logger: log.WithField("component", "memlimit")}); err != nil {
 		log.WithError(err).Warn("the Go runtime's memory limit is left unset")
-	}
-	if _, err := rlimit.SetGCPercent(s.gcPercent, log.WithField("component", "memlimit")); err != nil {
-		log.WithError(err).Warn("the Go collector's target is left as it was")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

@@ -78,37 +78,3 @@ func SetMemoryLimit(o MemoryOptions) (int64, error) {
 	}
 	return limit, nil
 }
-
-// DefaultGCPercent is the orchestrator's collection target (GOGC) unless
-// the operator sets one. Its heap at fleet size is mostly long-lived
-// caches (every cluster's contexts and state); the runtime's 100 lets the
-// short-lived garbage grow as large as those caches before a collection,
-// doubling the process's memory to save collections an idle fleet hardly
-// needs. Prometheus, a cache of the same shape, moved to 75 for the same
-// reason (2.53; 40 in its 1.x).
-const DefaultGCPercent = 50
-
-// SetGCPercent sets the collector's target (GOGC) to percent and returns
-// the one in force afterwards; 0 keeps the runtime's, and GOGC in the
-// environment (read by the runtime at start) wins.
-func SetGCPercent(percent int, log *logrus.Entry) (int, error) {
-	current := debug.SetGCPercent(100)
-	debug.SetGCPercent(current)
-	switch {
-	case percent < 0:
-		return current, fmt.Errorf("GC percent %d: want 0 (the runtime's) or more", percent)
-	case percent == 0:
-		return current, nil
-	}
-	if v := os.Getenv("GOGC"); v != "" {
-		if log != nil {
-			log.WithField("GOGC", v).Info("Go collection target set by GOGC")
-		}
-		return current, nil
-	}
-	debug.SetGCPercent(percent)
-	if log != nil {
-		log.WithField("gogc", percent).Debug("Go collection target set")
-	}
-	return percent, nil
-}

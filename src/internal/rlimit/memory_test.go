@@ -75,25 +75,3 @@ func unsetenv(t *testing.T, key string) {
 		t.Fatal(err)
 	}
 }
-
-// The orchestrator's collection target is set unless GOGC is in the
-// environment; 0 keeps the runtime's.
-func TestSetGCPercent(t *testing.T) {
-	before := debug.SetGCPercent(100)
-	debug.SetGCPercent(before)
-	t.Cleanup(func() { debug.SetGCPercent(before) })
-	unsetenv(t, "GOGC")
-	if got, err := SetGCPercent(DefaultGCPercent, nil); err != nil || got != DefaultGCPercent || debug.SetGCPercent(before) != DefaultGCPercent {
-		t.Errorf("SetGCPercent(%d) = %d, %v; want it in force", DefaultGCPercent, got, err)
-	}
-	if got, err := SetGCPercent(0, nil); err != nil || got != before {
-		t.Errorf("SetGCPercent(0) = %d, %v; want the runtime's %d kept", got, err, before)
-	}
-	if _, err := SetGCPercent(-1, nil); err == nil {
-		t.Error("a negative percent was taken")
-	}
-	t.Setenv("GOGC", "200")
-	if got, err := SetGCPercent(DefaultGCPercent, nil); err != nil || got != before {
-		t.Errorf("with GOGC set: %d, %v; want %d kept", got, err, before)
-	}
-}
