@@ -423,4 +423,16 @@ func (f *fleetTest) terminate(t *testing.T) {
 	if code := a.wait(); code == 0 || !strings.Contains(a.output(), "refused") {
 		t.Errorf("the deleted cluster's agent: exit %d:\n%s", code, tail(a.output(), 2000))
 	}
+	// Its recorded state (connectivity, last seen) goes with it.
+	key := f.o.contexts.ClusterStateKey(appcontext.ClusterRef{Provider: "fleet-cp", Name: "pull02"})
+	waitCond(t, 30*time.Second, "the deleted cluster's state gone from etcd", func() (bool, string) {
+		resp, err := stores.Etcd.Client.Get(t.Context(), key)
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(resp.Kvs) > 0 {
+			return false, string(resp.Kvs[0].Value)
+		}
+		return true, ""
+	})
 }
