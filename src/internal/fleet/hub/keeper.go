@@ -29,6 +29,14 @@ type keeper struct {
 	wake    chan struct{}
 }
 
+// poke wakes the keeper's writer, if it is not awake already.
+func (k *keeper) poke() {
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+}
+
 func (k *keeper) init() {
 	k.present, k.since = map[appcontext.ClusterRef]bool{}, map[appcontext.ClusterRef]time.Time{}
 	k.kept, k.due = map[appcontext.ClusterRef]*time.Timer{}, map[appcontext.ClusterRef]bool{}
@@ -104,10 +112,7 @@ func (h *Hub) startTimerLocked(ref appcontext.ClusterRef) {
 			k.due[ref] = true
 		}
 		k.mu.Unlock()
-		select {
-		case k.wake <- struct{}{}:
-		default:
-		}
+		k.poke()
 	})
 }
 
@@ -193,10 +198,7 @@ func (h *Hub) keep(ctx context.Context) {
 						k.mu.Lock()
 						k.due[ref] = true
 						k.mu.Unlock()
-						select {
-						case k.wake <- struct{}{}:
-						default:
-						}
+						k.poke()
 					})
 				}
 				k.mu.Unlock()
@@ -211,10 +213,7 @@ func (h *Hub) deleted(ref appcontext.ClusterRef) {
 	k.mu.Lock()
 	k.gone[ref] = true
 	k.mu.Unlock()
-	select {
-	case k.wake <- struct{}{}:
-	default:
-	}
+	k.poke()
 }
 
 // forgetState deletes a deleted pull cluster's state and session keys,
