@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/fleet/hub"
 	"github.com/argus-mc/argus/src/internal/fleet/join"
 )
@@ -47,6 +50,9 @@ type fleet struct {
 // kindPullClusters; its streams end before the API's server drains (serve).
 func (a *App) buildFleet(ctx context.Context, life *lifecycle, st *stores, w *work) error {
 	js, err := join.New(join.Options{Client: st.etcd.Client, Prefix: a.opts.EtcdPrefix, TokenTTL: a.opts.Fleet.JoinTokenTTL,
+		Forget: func(ref appcontext.ClusterRef) []clientv3.Op {
+			return hub.ForgetOps(a.opts.EtcdPrefix, w.contexts.ClusterStateKey(ref), ref)
+		},
 		Logger: a.log.WithField("component", "join")})
 	if err != nil {
 		return err

@@ -383,7 +383,6 @@ func (h *Hub) credentialsChanged(ref appcontext.ClusterRef, present bool) {
 	} else {
 		h.drop(ref)
 		h.forgetQuota(ref)
-		h.deleted(ref)
 	}
 	h.mu.Lock()
 	s := h.sessions[ref]

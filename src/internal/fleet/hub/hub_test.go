@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -54,7 +55,10 @@ func newFixture(t testing.TB, adjust ...func(*Options)) *fixture {
 	f.store = appcontext.New(appcontext.Options{Client: env.Etcd.Client, Prefix: f.prefix})
 	cache := appcontext.NewCache(f.store, nil)
 	var err error
-	if f.join, err = join.New(join.Options{Client: env.Etcd.Client, Prefix: f.prefix}); err != nil {
+	forget := func(ref appcontext.ClusterRef) []clientv3.Op {
+		return ForgetOps(f.prefix, f.store.ClusterStateKey(ref), ref)
+	}
+	if f.join, err = join.New(join.Options{Client: env.Etcd.Client, Prefix: f.prefix, Forget: forget}); err != nil {
 		t.Fatal(err)
 	}
 	opts := Options{Client: env.Etcd.Client, Contexts: f.store, Observed: cache, Credentials: f.join, Prefix: f.prefix,
@@ -420,29 +424,59 @@ func TestDeletedClusterStateGoes(t *testing.T) {
 	if err := f.join.Revoke(t.Context(), edge); err != nil {
 		t.Fatal(err)
 	}
+	// The state goes with the registration, at once.
+	if rev := stateRev(); rev != 0 {
+		t.Fatalf("the deleted cluster's state is still there (revision %d)", rev)
+	}
 	select {
 	case <-done: // the agent exits once its credential is refused
 	case <-time.After(30 * time.Second):
 		t.Fatal("the agent did not stop after its cluster was deleted")
 	}
-	waitFor(t, "the session key gone", func() bool {
-		resp, err := env.Etcd.Client.Get(t.Context(), f.hub.keys.session(edge))
-		return err == nil && len(resp.Kvs) == 0
+	waitFor(t, "the hub's session over", func() bool {
+		f.hub.mu.Lock()
+		defer f.hub.mu.Unlock()
+		return f.hub.sessions[edge] == nil
 	})
-	// The state goes with the cluster, and is not written back by the
-	// stream's end (which happened before or after the deletion).
-	waitFor(t, "the deleted cluster's state gone", func() bool { return stateRev() == 0 })
-	// A deletion heard late, once the name is registered again, leaves
-	// the new cluster's state (the registration guards it).
+	// Nothing the stream wrote as it went (its reports, its last-seen
+	// write at the end) brought it back.
+	if rev := stateRev(); rev != 0 {
+		t.Errorf("the deleted cluster's state was written back at revision %d", rev)
+	}
+	resp, err := env.Etcd.Client.Get(t.Context(), f.hub.keys.session(edge))
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Errorf("the session key: %v, %v; want none", resp.Kvs, err)
+	}
+}
+
+// A stream authenticated before its cluster was deleted, on a replica
+// that has not heard of the deletion yet, cannot record its session (nor
+// so get a write past the session's guard); neither can one whose
+// cluster was registered again meanwhile.
+func TestSessionNotRecordedForADeletedCluster(t *testing.T) {
+	f := newFixture(t)
 	f.joined(t, edge)
-	if _, err := env.Etcd.Client.Put(t.Context(), key, `{"connectivity":"Available"}`); err != nil {
+	_, epoch, err := f.join.Authenticate(f.joined(t, edge).c.Credential)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.hub.forgetState(t.Context(), edge); err != nil {
+	s := &session{h: f.hub, ref: edge, epoch: epoch, guard: "a session"}
+	if err := s.recordSession(t.Context(), f.hub.leaseID()); err != nil {
+		t.Fatalf("the registered cluster's session: %v", err)
+	}
+	if err := f.join.Revoke(t.Context(), edge); err != nil {
 		t.Fatal(err)
 	}
-	if stateRev() == 0 {
-		t.Error("a late deletion removed the state of the cluster registered again")
+	if err := s.recordSession(t.Context(), f.hub.leaseID()); !errors.Is(err, errDeregistered) {
+		t.Errorf("after the deletion: %v, want errDeregistered", err)
+	}
+	f.joined(t, edge) // registered again: a new epoch
+	if err := s.recordSession(t.Context(), f.hub.leaseID()); !errors.Is(err, errDeregistered) {
+		t.Errorf("after registering again: %v, want errDeregistered", err)
+	}
+	resp, err := env.Etcd.Client.Get(t.Context(), f.hub.keys.session(edge))
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Errorf("the session key: %v, %v; want none", resp.Kvs, err)
 	}
 }
 

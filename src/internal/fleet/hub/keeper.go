@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -25,7 +26,6 @@ type keeper struct {
 	since   map[appcontext.ClusterRef]time.Time // when the cluster lost its stream (or this replica learnt it had none)
 	kept    map[appcontext.ClusterRef]*time.Timer
 	due     map[appcontext.ClusterRef]bool
-	gone    map[appcontext.ClusterRef]bool // deleted: its state and session keys are to go
 	wake    chan struct{}
 }
 
@@ -40,7 +40,6 @@ func (k *keeper) poke() {
 func (k *keeper) init() {
 	k.present, k.since = map[appcontext.ClusterRef]bool{}, map[appcontext.ClusterRef]time.Time{}
 	k.kept, k.due = map[appcontext.ClusterRef]*time.Timer{}, map[appcontext.ClusterRef]bool{}
-	k.gone = map[appcontext.ClusterRef]bool{}
 	k.wake = make(chan struct{}, 1)
 }
 
@@ -180,15 +179,7 @@ func (h *Hub) keep(ctx context.Context) {
 			due[ref] = k.since[ref]
 		}
 		k.due = map[appcontext.ClusterRef]bool{}
-		gone := k.gone
-		k.gone = map[appcontext.ClusterRef]bool{}
 		k.mu.Unlock()
-		for ref := range gone {
-			if err := h.forgetState(ctx, ref); err != nil && ctx.Err() == nil {
-				h.log.WithError(err).WithField("cluster", ref.String()).Warn("cannot delete a deleted pull cluster's state; retrying")
-				time.AfterFunc(time.Second, func() { h.deleted(ref) })
-			}
-		}
 		for ref, since := range due {
 			if err := h.markUnreachable(ctx, ref, since); err != nil && ctx.Err() == nil {
 				h.log.WithError(err).WithField("cluster", ref.String()).Warn("cannot record a pull cluster unreachable; retrying")
@@ -207,45 +198,20 @@ func (h *Hub) keep(ctx context.Context) {
 	}
 }
 
-// deleted has the keeper delete the state of a pull cluster deleted.
-func (h *Hub) deleted(ref appcontext.ClusterRef) {
-	k := &h.keeper
-	k.mu.Lock()
-	k.gone[ref] = true
-	k.mu.Unlock()
-	k.poke()
-}
-
-// forgetState deletes a deleted pull cluster's state and session keys,
-// unless it was registered again meanwhile. Every replica does (each sees
-// the deletion); one deletion or several leave the same. The session
-// key goes in the same transaction: every write guarded by it — what a
-// stream that has not heard of the deletion yet reports, and its last
-// write as it ends — fails from then on instead of writing the state
-// back.
-func (h *Hub) forgetState(ctx context.Context, ref appcontext.ClusterRef) error {
-	_, err := h.opts.Client.Txn(ctx).If(
-		clientv3.Compare(clientv3.CreateRevision(h.opts.Credentials.RecordKey(ref)), "=", 0),
-	).Then(
-		clientv3.OpDelete(h.opts.Contexts.ClusterStateKey(ref)),
-		clientv3.OpDelete(h.keys.session(ref)),
-	).Commit()
-	return err
-}
-
 // markUnreachable records ref Unreachable since the given time, provided
 // the cluster is still registered, no stream started meanwhile (the
 // guard) and nobody wrote its state since it was read (else it reads
 // again).
 func (h *Hub) markUnreachable(ctx context.Context, ref appcontext.ClusterRef, since time.Time) error {
-	stateKey, sessionKey := h.opts.Contexts.ClusterStateKey(ref), h.keys.session(ref)
+	stateKey, sessionKey, recordKey := h.opts.Contexts.ClusterStateKey(ref), h.keys.session(ref), h.opts.Credentials.RecordKey(ref)
 	for attempt := 0; attempt < 5; attempt++ {
-		resp, err := h.opts.Client.Txn(ctx).Then(clientv3.OpGet(stateKey), clientv3.OpGet(sessionKey, clientv3.WithCountOnly())).Commit()
+		resp, err := h.opts.Client.Txn(ctx).Then(clientv3.OpGet(stateKey), clientv3.OpGet(sessionKey, clientv3.WithCountOnly()),
+			clientv3.OpGet(recordKey, clientv3.WithCountOnly())).Commit()
 		if err != nil {
-			return err
+			return fmt.Errorf("read the state of %s: %w", ref, err)
 		}
-		if resp.Responses[1].GetResponseRange().GetCount() > 0 {
-			return nil // a stream started
+		if resp.Responses[1].GetResponseRange().GetCount() > 0 || resp.Responses[2].GetResponseRange().GetCount() == 0 {
+			return nil // a stream started, or the cluster is gone
 		}
 		var st appcontext.ClusterState
 		var rev int64
@@ -265,12 +231,12 @@ func (h *Hub) markUnreachable(ctx context.Context, ref appcontext.ClusterRef, si
 			return err
 		}
 		txn, err := h.opts.Client.Txn(ctx).If(
-			clientv3.Compare(clientv3.CreateRevision(h.opts.Credentials.RecordKey(ref)), ">", 0),
+			clientv3.Compare(clientv3.CreateRevision(recordKey), ">", 0),
 			clientv3.Compare(clientv3.CreateRevision(sessionKey), "=", 0),
 			clientv3.Compare(clientv3.ModRevision(stateKey), "=", rev),
 		).Then(clientv3.OpPut(stateKey, string(data))).Commit()
 		if err != nil {
-			return err
+			return fmt.Errorf("record %s unreachable: %w", ref, err)
 		}
 		if txn.Succeeded {
 			h.log.WithField("cluster", ref.String()).WithField("since", since.UTC().Format(time.RFC3339)).Warn("pull cluster unreachable: its agent has no stream")

@@ -3,6 +3,7 @@ package hub
 import (
 	"strings"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/argus-mc/argus/src/internal/appcontext"
@@ -31,6 +32,15 @@ func (k keys) report(ref appcontext.ClusterRef, id, app string) string {
 }
 func (k keys) sessionsPrefix() string                   { return k.base + "sessions/" }
 func (k keys) session(ref appcontext.ClusterRef) string { return k.sessionsPrefix() + ref.String() }
+
+// ForgetOps are what a deleted pull cluster leaves under prefix beside
+// its registration — its recorded state (stateKey, the contexts' key for
+// it) and its agent's session key — for join.Options.Forget: deleted with
+// the registration, no late write of a stream or keeper brings them back
+// (each is guarded by the session key or the registration).
+func ForgetOps(prefix, stateKey string, ref appcontext.ClusterRef) []clientv3.Op {
+	return []clientv3.Op{clientv3.OpDelete(stateKey), clientv3.OpDelete(newKeys(prefix).session(ref))}
+}
 
 // placementKey names one placement of one cluster.
 type placementKey struct {

@@ -160,20 +160,37 @@ const refusalGrace = 5 * time.Second
 // connection (an agent opens one per connection): ending the session
 // closes the connection, which is what ends a Recv.
 func (s *session) serveOwnConn(conn io.Closer) {
-	stop := context.AfterFunc(s.ctx, func() { _ = conn.Close() })
+	closed := make(chan struct{})
+	stop := context.AfterFunc(s.ctx, func() {
+		defer close(closed)
+		_ = conn.Close()
+	})
 	err := s.receive()
 	if err != nil && stop() {
 		// Refused for what the agent sent: the handler's status tells it,
 		// after what is being sent, if that goes in time.
 		s.cancel(err)
-		if !s.waitSenderFor(refusalGrace) {
+		s.stopSenders()
+		idle := make(chan struct{})
+		go func() {
+			defer close(idle)
+			s.senders.Wait()
+		}()
+		grace := time.NewTimer(refusalGrace)
+		defer grace.Stop()
+		select {
+		case <-idle:
+		case <-grace.C:
 			_ = conn.Close()
-			s.waitSender()
+			<-idle
 		}
 		return
 	}
 	s.cancel(err)
 	s.waitSender()
+	if !stop() {
+		<-closed // the close started when the session ended
+	}
 }
 
 // serveShared serves a stream whose connection may carry others (the
@@ -276,6 +293,9 @@ func (s *session) start(hello *pb.Hello) error {
 		old.end(errSuperseded)
 	}
 	if err := s.recordSession(s.ctx, h.leaseID()); err != nil {
+		if errors.Is(err, errDeregistered) {
+			return err
+		}
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	resp, err := h.opts.Client.Get(s.ctx, h.opts.Contexts.ClusterStateKey(s.ref))
@@ -306,11 +326,23 @@ func (s *session) start(hello *pb.Hello) error {
 	return nil
 }
 
-// recordSession writes the session key on lease.
+// errDeregistered is a session's cluster deleted or registered anew
+// since its agent's credential was checked.
+var errDeregistered = status.Error(codes.Unauthenticated, "the agent credential is unknown or revoked")
+
+// recordSession writes the session key on lease, provided the cluster is
+// still the registration the credential was checked against (its epoch
+// is the record's creation revision): a replica that has not heard of a
+// deletion yet cannot record a session, nor so let its writes through.
 func (s *session) recordSession(ctx context.Context, lease clientv3.LeaseID) error {
-	_, err := s.h.opts.Client.Put(ctx, s.h.keys.session(s.ref), s.guard, clientv3.WithLease(lease))
+	resp, err := s.h.opts.Client.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(s.h.opts.Credentials.RecordKey(s.ref)), "=", s.epoch),
+	).Then(clientv3.OpPut(s.h.keys.session(s.ref), s.guard, clientv3.WithLease(lease))).Commit()
 	if err != nil {
 		return fmt.Errorf("record the agent's session: %w", err)
+	}
+	if !resp.Succeeded {
+		return errDeregistered
 	}
 	return nil
 }
@@ -392,23 +424,17 @@ func (s *session) signal() {
 	}()
 }
 
-// waitSender stops senders from starting and waits for the one running.
-func (s *session) waitSender() {
+// stopSenders keeps senders from starting.
+func (s *session) stopSenders() {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	s.senders.Wait()
 }
 
-// waitSenderFor is waitSender for at most d; false if the sender still runs.
-func (s *session) waitSenderFor(d time.Duration) bool {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	waitCtx(ctx, &s.senders)
-	return ctx.Err() == nil
+// waitSender stops senders from starting and waits for the one running.
+func (s *session) waitSender() {
+	s.stopSenders()
+	s.senders.Wait()
 }
 
 // queue adds a message for the agent.
@@ -472,6 +498,9 @@ func (s *session) sendQueued(out []*pb.HubMessage, events []etcdwatch.Event, mad
 		s.writeSilent()
 	}
 	for _, m := range out {
+		if s.ctx.Err() != nil {
+			return nil // the session ended: nothing more goes
+		}
 		if err := s.send(m); err != nil {
 			return err
 		}
@@ -488,6 +517,9 @@ func (s *session) sendQueued(out []*pb.HubMessage, events []etcdwatch.Event, mad
 		batches = append(batches, s.live(events)...)
 	}
 	for _, m := range batches {
+		if s.ctx.Err() != nil {
+			return nil
+		}
 		s.h.metrics.batches.Inc()
 		if err := s.send(m); err != nil {
 			return err

@@ -31,7 +31,11 @@ type Options struct {
 	// TokenTTL is how long a join token may be exchanged; 0 means 1h.
 	TokenTTL time.Duration
 	// Now is the clock; nil means time.Now.
-	Now    func() time.Time
+	Now func() time.Time
+	// Forget, when set, names what else goes with a deleted cluster (its
+	// recorded state, its agent's session): deleted in the transaction
+	// that deletes its record, so nothing of it outlives the record.
+	Forget func(ref appcontext.ClusterRef) []clientv3.Op
 	Logger *logrus.Entry
 }
 
@@ -359,7 +363,8 @@ func (s *Service) Authenticate(credential string) (appcontext.ClusterRef, int64,
 	return ref, s.clusters[ref].epoch, nil
 }
 
-// Revoke deletes ref's record and any join token not yet exchanged: its
+// Revoke deletes ref's record, any join token not yet exchanged and what
+// Options.Forget names, in one transaction: its
 // agent's credential stops working on every replica as soon as they see
 // the deletion (a spent token left until its lease ends answers nothing
 // once the record is gone).
@@ -375,6 +380,9 @@ func (s *Service) Revoke(ctx context.Context, ref appcontext.ClusterRef) error {
 	var rec record
 	if json.Unmarshal(resp.Kvs[0].Value, &rec) == nil && rec.Token != "" {
 		ops = append(ops, clientv3.OpDelete(s.tokenKey(rec.Token)))
+	}
+	if s.opts.Forget != nil {
+		ops = append(ops, s.opts.Forget(ref)...)
 	}
 	if _, err := s.opts.Client.Txn(ctx).Then(ops...).Commit(); err != nil {
 		return fmt.Errorf("revoke %s: %w", ref, err)
