@@ -36,8 +36,10 @@
 // server stops answering. A stream whose agent stops reporting for
 // SilentAfter makes the monitor Silent.
 //
-// Cost per connected agent: its stream's goroutines (gRPC's and one
-// sender), a small struct, and timers; nothing per idle cluster polls.
+// Cost per connected agent: its stream's goroutines (gRPC's and the
+// handler, which receives on the native transport; a sender only while
+// something is queued), a small struct, and timers; nothing per idle
+// cluster polls.
 //
 //	h, _ := hub.New(hub.Options{Client: cli, Contexts: store, Cache: cache, Credentials: joinSvc})
 //	go h.Run(ctx)

@@ -359,7 +359,7 @@ func (h *Hub) keepLease(ctx context.Context) {
 		}
 		h.mu.Unlock()
 		for _, s := range live {
-			if err := s.recordSession(ctx, next.Lease()); err != nil {
+			if err := s.rerecordSession(ctx, next.Lease()); err != nil {
 				s.end(err) // the agent reconnects and records itself anew
 			}
 		}
@@ -383,6 +383,11 @@ func (h *Hub) credentialsChanged(ref appcontext.ClusterRef, present bool) {
 	} else {
 		h.drop(ref)
 		h.forgetQuota(ref)
+		// A cluster registered again under the name counts its time
+		// without a stream from its own registration.
+		h.keeper.mu.Lock()
+		delete(h.keeper.since, ref)
+		h.keeper.mu.Unlock()
 	}
 	h.mu.Lock()
 	s := h.sessions[ref]

@@ -533,3 +533,40 @@ func TestPublishInstallOverARecord(t *testing.T) {
 		t.Fatalf("another install over the record: generation %d, want more than %d", changed, gen)
 	}
 }
+
+// A session written again on a new lease (the old lease's keys went with
+// it) does not overwrite a newer session of the cluster recorded
+// meanwhile, e.g. on another replica.
+func TestRerecordedSessionYieldsToANewerOne(t *testing.T) {
+	f := newFixture(t)
+	cred := f.joined(t, edge).c.Credential
+	_, epoch, err := f.join.Authenticate(cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := f.hub.keys.session(edge)
+	older := &session{h: f.hub, ref: edge, cred: cred, epoch: epoch, guard: "older"}
+	newer := &session{h: f.hub, ref: edge, cred: cred, epoch: epoch, guard: "newer"}
+	if err := older.recordSession(t.Context(), f.hub.leaseID()); err != nil {
+		t.Fatal(err)
+	}
+	if err := older.rerecordSession(t.Context(), f.hub.leaseID()); err != nil {
+		t.Errorf("its own key: %v", err)
+	}
+	if _, err := env.Etcd.Client.Delete(t.Context(), key); err != nil { // as a lost lease does
+		t.Fatal(err)
+	}
+	if err := older.rerecordSession(t.Context(), f.hub.leaseID()); err != nil {
+		t.Errorf("its key gone with the lease: %v", err)
+	}
+	if err := newer.recordSession(t.Context(), f.hub.leaseID()); err != nil {
+		t.Fatal(err)
+	}
+	if err := older.rerecordSession(t.Context(), f.hub.leaseID()); !errors.Is(err, errSuperseded) {
+		t.Errorf("after a newer session: %v, want errSuperseded", err)
+	}
+	resp, err := env.Etcd.Client.Get(t.Context(), key)
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "newer" {
+		t.Errorf("the session key: %v, %v; want the newer session's", resp.Kvs, err)
+	}
+}

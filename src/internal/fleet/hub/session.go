@@ -289,14 +289,22 @@ func (s *session) start(hello *pb.Hello) error {
 	old := h.sessions[s.ref]
 	h.sessions[s.ref] = s
 	h.mu.Unlock()
-	if old != nil {
-		old.end(errSuperseded)
+	// Checked again once registered: a credential replaced (or a cluster
+	// deleted) while this stream waited for its Hello either finds this
+	// session in credentialsChanged or fails this check.
+	if ref, epoch, err := h.opts.Credentials.Authenticate(s.cred); err != nil || ref != s.ref || epoch != s.epoch {
+		h.restore(s, old)
+		return errDeregistered
 	}
 	if err := s.recordSession(s.ctx, h.leaseID()); err != nil {
+		h.restore(s, old)
 		if errors.Is(err, errDeregistered) {
 			return err
 		}
 		return status.Error(codes.Unavailable, err.Error())
+	}
+	if old != nil { // its writes fail from the record above on
+		old.end(errSuperseded)
 	}
 	resp, err := h.opts.Client.Get(s.ctx, h.opts.Contexts.ClusterStateKey(s.ref))
 	if err != nil {
@@ -335,9 +343,8 @@ var errDeregistered = status.Error(codes.Unauthenticated, "the agent credential 
 // is the record's creation revision): a replica that has not heard of a
 // deletion yet cannot record a session, nor so let its writes through.
 func (s *session) recordSession(ctx context.Context, lease clientv3.LeaseID) error {
-	resp, err := s.h.opts.Client.Txn(ctx).If(
-		clientv3.Compare(clientv3.CreateRevision(s.h.opts.Credentials.RecordKey(s.ref)), "=", s.epoch),
-	).Then(clientv3.OpPut(s.h.keys.session(s.ref), s.guard, clientv3.WithLease(lease))).Commit()
+	resp, err := s.h.opts.Client.Txn(ctx).If(s.registeredCmp()).
+		Then(clientv3.OpPut(s.h.keys.session(s.ref), s.guard, clientv3.WithLease(lease))).Commit()
 	if err != nil {
 		return fmt.Errorf("record the agent's session: %w", err)
 	}
@@ -347,9 +354,50 @@ func (s *session) recordSession(ctx context.Context, lease clientv3.LeaseID) err
 	return nil
 }
 
+// rerecordSession writes the session key again on a new lease (the old
+// one's keys went with it), unless another session of the cluster was
+// recorded meanwhile (errSuperseded) or the cluster is gone.
+func (s *session) rerecordSession(ctx context.Context, lease clientv3.LeaseID) error {
+	key := s.h.keys.session(s.ref)
+	put := clientv3.OpPut(key, s.guard, clientv3.WithLease(lease))
+	for _, free := range []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0), s.guardCmp()} {
+		resp, err := s.h.opts.Client.Txn(ctx).If(s.registeredCmp(), free).Then(put).Commit()
+		if err != nil {
+			return fmt.Errorf("record the agent's session again: %w", err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
+	if !s.stillAuthentic() {
+		return errDeregistered
+	}
+	return errSuperseded
+}
+
+// registeredCmp holds while the cluster is the registration the
+// session's credential was checked against.
+func (s *session) registeredCmp() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(s.h.opts.Credentials.RecordKey(s.ref)), "=", s.epoch)
+}
+
 // guardCmp holds while this session is the cluster's.
 func (s *session) guardCmp() clientv3.Cmp {
 	return clientv3.Compare(clientv3.Value(s.h.keys.session(s.ref)), "=", s.guard)
+}
+
+// restore puts back the session s replaced, s having failed to start.
+func (h *Hub) restore(s, old *session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sessions[s.ref] != s {
+		return
+	}
+	if old != nil {
+		h.sessions[s.ref] = old
+	} else {
+		delete(h.sessions, s.ref)
+	}
 }
 
 // unregister forgets the session, if it is still the cluster's here.
