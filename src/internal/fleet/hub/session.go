@@ -386,14 +386,17 @@ func (s *session) guardCmp() clientv3.Cmp {
 	return clientv3.Compare(clientv3.Value(s.h.keys.session(s.ref)), "=", s.guard)
 }
 
-// restore puts back the session s replaced, s having failed to start.
+// restore puts back the session s replaced, s having failed to start,
+// unless that one ended meanwhile: a session's context ends before its
+// handler unregisters it (under h.mu), so one whose context is live here
+// still unregisters itself later.
 func (h *Hub) restore(s, old *session) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.sessions[s.ref] != s {
 		return
 	}
-	if old != nil {
+	if old != nil && old.ctx.Err() == nil {
 		h.sessions[s.ref] = old
 	} else {
 		delete(h.sessions, s.ref)
