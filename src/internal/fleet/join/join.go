@@ -111,7 +111,9 @@ func (s *Service) clusterKey(ref appcontext.ClusterRef) string {
 }
 
 // RecordKey is the etcd key of ref's registration, which exists while
-// the cluster is registered (its revision changes as it is joined anew).
+// the cluster is registered; its creation revision (the cluster's epoch)
+// changes only when the cluster is deleted and registered again, not as
+// its agent joins anew.
 func (s *Service) RecordKey(ref appcontext.ClusterRef) string { return s.clusterKey(ref) }
 
 func (s *Service) tokenKey(id string) string { return s.opts.Prefix + "/fleet/tokens/" + id }
