@@ -232,6 +232,32 @@ func (f *fixture) settled(t *testing.T, id, app string, gen int64) {
 
 // agentBehindProxy runs an agent on an in-memory cluster until the test
 // ends, its link to the hub through a proxy the test can cut.
+// runAgent runs the real agent code for creds against the hub over plain
+// http until stop (which returns Run's error) or the test's end; exited
+// is closed when Run returns.
+func (f *fixture) runAgent(t *testing.T, creds *memCredentials) (a *agent.Agent, stop func() error, exited <-chan struct{}) {
+	t.Helper()
+	a, err := agent.New(agent.Options{Orchestrators: []string{"http://" + f.addr}, Cluster: newMemCluster(), Credentials: creds,
+		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(done)
+		runErr = a.Run(ctx)
+	}()
+	stop = func() error {
+		cancel()
+		<-done
+		return runErr
+	}
+	t.Cleanup(func() { _ = stop() })
+	return a, stop, done
+}
+
 func (f *fixture) agentBehindProxy(t *testing.T, creds *memCredentials) (*agent.Agent, *memCluster, *testenv.Proxy) {
 	t.Helper()
 	proxy := testenv.NewProxy(t, f.addr)
@@ -353,15 +379,7 @@ func TestClusterWithoutStreamIsUnreachable(t *testing.T) {
 		return states[edge]
 	}
 	waitFor(t, "never connected: Unreachable", func() bool { s := state(); return s.Connectivity == appcontext.Unreachable && s.Agent })
-	mem := newMemCluster()
-	a, err := agent.New(agent.Options{Orchestrators: []string{"http://" + f.addr}, Cluster: mem, Credentials: creds,
-		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	_, stop, _ := f.runAgent(t, creds)
 	waitFor(t, "connected: Available, monitor Running", func() bool {
 		s := state()
 		return s.Connectivity == appcontext.Available && s.Monitor == appcontext.MonitorRunning
@@ -383,8 +401,7 @@ func TestClusterWithoutStreamIsUnreachable(t *testing.T) {
 		t.Errorf("last seen rewritten while connected (%s, then %s): the interval is 1,000 hours", seen, now)
 	}
 	stopped := time.Now()
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "gone: Unreachable again", func() bool { return state().Connectivity == appcontext.Unreachable })
@@ -395,21 +412,12 @@ func TestClusterWithoutStreamIsUnreachable(t *testing.T) {
 	}
 }
 
-// A cluster deleted while its agent streams gets no state written as the
-// stream ends: the agent's last-seen time is not recorded over it.
+// A cluster deleted while its agent streams loses its recorded state with
+// its registration, and nothing the stream writes as it goes (its
+// reports, its last-seen time at the end) brings it back.
 func TestDeletedClusterStateGoes(t *testing.T) {
 	f := newFixture(t, func(o *Options) { o.LastSeenInterval = 1000 * time.Hour })
-	creds := f.joined(t, edge)
-	mem := newMemCluster()
-	a, err := agent.New(agent.Options{Orchestrators: []string{"http://" + f.addr}, Cluster: mem, Credentials: creds,
-		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	a, _, exited := f.runAgent(t, f.joined(t, edge))
 	key := f.store.ClusterStateKey(edge)
 	stateRev := func() int64 {
 		resp, err := env.Etcd.Client.Get(t.Context(), key)
@@ -429,7 +437,7 @@ func TestDeletedClusterStateGoes(t *testing.T) {
 		t.Fatalf("the deleted cluster's state is still there (revision %d)", rev)
 	}
 	select {
-	case <-done: // the agent exits once its credential is refused
+	case <-exited: // the agent exits once its credential is refused
 	case <-time.After(30 * time.Second):
 		t.Fatal("the agent did not stop after its cluster was deleted")
 	}
