@@ -14,10 +14,10 @@ import (
 )
 
 // Pull clusters' agents dialing the orchestrator over https stream on the
-// fleet's native transport (the API's port, its own TLS protocol), through
-// the process's real wiring; deleting a cluster ends its agent's stream
-// (the hub closes its connection) and leaves the others streaming.
-func TestPullClustersOverNativeTLS(t *testing.T) {
+// fleet's own framing (the API's port, its own TLS protocol), through the
+// process's real wiring; deleting a cluster ends its agent's stream (with
+// its status: the agent stops, refused) and leaves the others streaming.
+func TestPullClustersOverFramedTLS(t *testing.T) {
 	dir := t.TempDir()
 	pair := testcert.New(t, "argus")
 	certFile, keyFile := pair.Write(t, dir)
@@ -40,7 +40,7 @@ func TestPullClustersOverNativeTLS(t *testing.T) {
 	go func() { ran <- fleet.Run(ctx) }()
 	defer func() { cancel(); <-ran }()
 
-	nativeStreams := func() string {
+	framedStreams := func() string {
 		resp, err := client.Get(base + "/metrics")
 		if err != nil {
 			return err.Error()
@@ -48,7 +48,7 @@ func TestPullClustersOverNativeTLS(t *testing.T) {
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
 		for line := range strings.SplitSeq(string(body), "\n") {
-			if v, ok := strings.CutPrefix(line, `argus_fleet_streams{transport="native"} `); ok {
+			if v, ok := strings.CutPrefix(line, `argus_fleet_streams{transport="framed"} `); ok {
 				return v
 			}
 		}
@@ -59,13 +59,13 @@ func TestPullClustersOverNativeTLS(t *testing.T) {
 		deadline := time.Now().Add(60 * time.Second)
 		for !ok() {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 60s (native streams %s, agents connected %d, errors %v)\n%s",
-					what, nativeStreams(), fleet.Connected(), fleet.Errors(), p.log)
+				t.Fatalf("%s: not within 60s (framed streams %s, agents connected %d, errors %v)\n%s",
+					what, framedStreams(), fleet.Connected(), fleet.Errors(), p.log)
 			}
 			<-time.After(100 * time.Millisecond) // polling with a deadline
 		}
 	}
-	poll("both agents streaming natively", func() bool { return fleet.Connected() == 2 && nativeStreams() == "2" })
+	poll("both agents streaming framed", func() bool { return fleet.Connected() == 2 && framedStreams() == "2" })
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, base+"/v2/cluster-providers/fleet/clusters/edge02", nil)
 	if err != nil {
@@ -79,5 +79,5 @@ func TestPullClustersOverNativeTLS(t *testing.T) {
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("DELETE edge02: %d", resp.StatusCode)
 	}
-	poll("the deleted cluster's stream ended, the other's not", func() bool { return fleet.Connected() == 1 && nativeStreams() == "1" })
+	poll("the deleted cluster's stream ended, the other's not", func() bool { return fleet.Connected() == 1 && framedStreams() == "1" })
 }

@@ -12,10 +12,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/argus-mc/argus/src/apis/fleet"
@@ -61,6 +58,7 @@ type Agent struct {
 	mu        sync.Mutex
 	epoch     int64
 	connected bool
+	grpcOnly  map[int]time.Time // endpoints that did not speak the framed stream, and when
 }
 
 // New checks opts and returns an Agent.
@@ -77,7 +75,7 @@ func New(opts Options) (*Agent, error) {
 	if opts.Logger == nil {
 		opts.Logger = logrus.NewEntry(logging.Discard())
 	}
-	a := &Agent{opts: opts, log: opts.Logger, work: newWorkState(), up: newUplink()}
+	a := &Agent{opts: opts, log: opts.Logger, work: newWorkState(), up: newUplink(), grpcOnly: map[int]time.Time{}}
 	for _, raw := range opts.Orchestrators {
 		e, err := parseEndpoint(raw, opts.RootCAs)
 		if err != nil {
@@ -155,7 +153,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		e := a.endpoints[cur]
 		start := time.Now()
-		err := a.session(cctx, e, cred, log)
+		err := a.session(cctx, cur, e, cred, log)
 		switch {
 		case cctx.Err() != nil:
 			select {
@@ -304,26 +302,14 @@ func (a *Agent) choose(ctx context.Context, kept *Credential) (string, error) {
 }
 
 // session runs one stream until it fails or ctx ends.
-func (a *Agent) session(ctx context.Context, e endpoint, cred Credential, log *logrus.Entry) error {
-	cc, err := grpc.NewClient(e.target, e.transportCredentials(),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
-		// Fixed windows: the default sizes them by pinging the hub after
-		// each message (BDP estimation), which doubled an idle stream's
-		// packets. 1 MiB takes a 4 MiB batch of manifests in four round
-		// trips.
-		grpc.WithInitialWindowSize(1<<20), grpc.WithInitialConnWindowSize(1<<20),
-		grpc.WithUserAgent("argus-agent/"+a.opts.Version))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = cc.Close() }()
-	sctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cred.Credential))
+func (a *Agent) session(ctx context.Context, cur int, e endpoint, cred Credential, log *logrus.Entry) error {
+	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := pb.NewFleetClient(cc).Connect(sctx)
+	stream, closeStream, err := a.open(sctx, cur, e, cred)
 	if err != nil {
 		return err
 	}
+	defer closeStream()
 	a.mu.Lock()
 	epoch := a.epoch
 	a.mu.Unlock()
@@ -342,6 +328,9 @@ func (a *Agent) session(ctx context.Context, e endpoint, cred Credential, log *l
 		return errors.New("the orchestrator did not answer with a Welcome")
 	}
 	a.welcome(w)
+	if q, ok := stream.(interface{ SetQuiet(time.Duration) }); ok {
+		q.SetQuiet(hubQuiet(w.GetHeartbeatSeconds()))
+	}
 	log = log.WithFields(logrus.Fields{"orchestrator": e.base, "session": w.GetSession()})
 	log.WithField("work_revision", hello.WorkRevision).Info("connected to the orchestrator")
 	a.setConnected(true)

@@ -18,9 +18,11 @@ import (
 
 // endpoint is one orchestrator URL the agent may dial.
 type endpoint struct {
-	base   string // for the join request: scheme://host[:port]
-	target string // gRPC target
-	tls    *tls.Config
+	base     string // for the join request: scheme://host[:port]
+	hostport string
+	target   string // gRPC target
+	tls      *tls.Config
+	framed   *tls.Config // the framed stream's: tls offering pb.FramedALPN first
 }
 
 // parseEndpoint checks one --orchestrator URL: https, verified against
@@ -51,7 +53,7 @@ func parseEndpoint(raw string, roots *x509.CertPool) (endpoint, error) {
 		return endpoint{}, fmt.Errorf("orchestrator URL %.200q: the scheme must be https (or http to a loopback address)", raw)
 	}
 	hp := net.JoinHostPort(host, port)
-	e := endpoint{base: u.Scheme + "://" + hp}
+	e := endpoint{base: u.Scheme + "://" + hp, hostport: hp}
 	// gRPC's DNS resolver takes an IP as it is and tries every address a
 	// name has; it is also where gRPC applies $HTTPS_PROXY.
 	e.target = "dns:///" + hp
@@ -60,6 +62,8 @@ func parseEndpoint(raw string, roots *x509.CertPool) (endpoint, error) {
 		// gRPC's own transport; anything else (an L7 proxy, an older
 		// orchestrator) picks the "h2" gRPC appends.
 		e.tls = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: host, NextProtos: []string{pb.ALPN}}
+		e.framed = e.tls.Clone()
+		e.framed.NextProtos = []string{pb.FramedALPN, pb.ALPN, "h2"}
 	}
 	return e, nil
 }

@@ -39,20 +39,23 @@ func TestIdleTransportCost(t *testing.T) {
 	limits := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true})}
 	variants := []struct {
-		name   string
-		native bool
-		opts   []grpc.ServerOption
+		name      string
+		transport string
+		opts      []grpc.ServerOption
 	}{
-		{"http2", false, nil},
-		{"native-grpc-defaults", true, limits},
-		{"native-read0", true, append(limits[:len(limits):len(limits)], grpc.ReadBufferSize(0))},
-		{"native-read0-shared-write", true, append(limits[:len(limits):len(limits)], grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))},
-		{"native-chosen", true, nil},
+		{"http2", transportHTTP2, nil},
+		{"native-grpc-defaults", transportNative, limits},
+		{"native-read0", transportNative, append(limits[:len(limits):len(limits)], grpc.ReadBufferSize(0))},
+		{"native-read0-shared-write", transportNative, append(limits[:len(limits):len(limits)], grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))},
+		{"native-chosen", transportNative, nil},
+		{"framed", transportFramed, nil},
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			f := newFixture(t, func(o *Options) { o.Heartbeat = 10 * time.Second; o.nativeOptions = v.opts })
-			url, roots := f.serveTLS(t, v.native)
+			f := newFixture(t, func(o *Options) {
+				o.Heartbeat, o.nativeOptions, o.grpcOnly = 10*time.Second, v.opts, v.transport == transportNative
+			})
+			url, roots := f.serveTLS(t, v.transport != transportHTTP2)
 			creds := make([]*memCredentials, n)
 			for i := range creds {
 				creds[i] = f.joined(t, appcontext.ClusterRef{Provider: "cp", Name: fmt.Sprintf("c%05d", i)})
@@ -62,11 +65,7 @@ func TestIdleTransportCost(t *testing.T) {
 			for i := range agents {
 				agents[i] = tlsAgent(t, url, roots, creds[i])
 			}
-			want := transportHTTP2
-			if v.native {
-				want = transportNative
-			}
-			waitFor(t, "every agent streaming", func() bool { return f.streams(want) == float64(n) })
+			waitFor(t, "every agent streaming", func() bool { return f.streams(v.transport) == float64(n) })
 			after := idleUse()
 			t.Logf("%s: %d agents: per agent heap %.1f KiB, stacks %.1f KiB, goroutines %.2f (agent and server together)",
 				v.name, n, float64(after.heap-before.heap)/float64(n)/1024, float64(after.stack-before.stack)/float64(n)/1024,

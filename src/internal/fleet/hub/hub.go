@@ -13,7 +13,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/argus-mc/argus/src/apis/fleet"
 	"github.com/argus-mc/argus/src/internal/appcontext"
@@ -107,6 +109,9 @@ type Options struct {
 
 	// nativeOptions replace nativeServerOptions (tests measure them).
 	nativeOptions []grpc.ServerOption
+	// grpcOnly leaves pb.FramedALPN out of ListenTLS's protocols, as an
+	// orchestrator that predates it (tests).
+	grpcOnly bool
 }
 
 // Hub serves pull clusters' agents. Run starts its watches; Handler puts
@@ -118,6 +123,7 @@ type Hub struct {
 	log     *logrus.Entry
 	srv     *grpc.Server // streams through Handler
 	native  *native      // streams on gRPC's own transport (ListenTLS)
+	framed  *framed      // streams on their own framing (ListenTLS)
 	writer  *writer
 	metrics *metrics
 	blobs   *blobCache
@@ -214,6 +220,7 @@ func New(opts Options) (*Hub, error) {
 		opts.nativeOptions = nativeServerOptions()
 	}
 	h.native = newNative(h, opts.nativeOptions...)
+	h.framed = newFramed(h)
 	opts.Credentials.OnChange(h.credentialsChanged)
 	return h, nil
 }
@@ -246,6 +253,7 @@ func (h *Hub) Handler(next http.Handler) http.Handler {
 func (h *Hub) Stop() {
 	h.srv.Stop()
 	h.native.close()
+	h.framed.close()
 }
 
 // Run follows the work records, the agents' progress and the session keys
@@ -393,7 +401,7 @@ func (h *Hub) credentialsChanged(ref appcontext.ClusterRef, present bool) {
 	s := h.sessions[ref]
 	h.mu.Unlock()
 	if s != nil && !s.stillAuthentic() {
-		s.end("the cluster's agent credential was revoked or replaced")
+		s.end(status.Error(codes.Unauthenticated, "the cluster's agent credential was revoked or replaced"))
 	}
 }
 

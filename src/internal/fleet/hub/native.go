@@ -22,6 +22,7 @@ import (
 const (
 	transportNative = "native" // gRPC's own HTTP/2, TLS negotiated pb.ALPN
 	transportHTTP2  = "http2"  // net/http's HTTP/2, through Handler
+	transportFramed = "framed" // the stream's own framing, TLS negotiated pb.FramedALPN
 )
 
 // native serves the TLS connections that negotiated pb.ALPN with a gRPC
@@ -89,7 +90,7 @@ func newNative(h *Hub, opts ...grpc.ServerOption) *native {
 type nativeFleet struct{ *Hub }
 
 func (n nativeFleet) Connect(stream pb.Fleet_ConnectServer) error {
-	return n.connect(stream, transportNative)
+	return n.connect(stream, transportNative, bearer(stream.Context()), streamConn(stream.Context()))
 }
 
 // serve starts the gRPC server, once, until close: from ListenTLS on,
@@ -181,7 +182,10 @@ type ListenOptions struct {
 // which is how net/http's Serve knows to set up HTTP/2.
 func (h *Hub) ListenTLS(srv *http.Server, ln net.Listener, opts ListenOptions) net.Listener {
 	cfg := srv.TLSConfig.Clone()
-	protos := []string{pb.ALPN}
+	protos := []string{pb.FramedALPN, pb.ALPN}
+	if h.opts.grpcOnly {
+		protos = protos[1:]
+	}
 	if srv.Protocols == nil || srv.Protocols.HTTP2() {
 		protos = append(protos, "h2")
 	}
@@ -200,7 +204,7 @@ func (h *Hub) ListenTLS(srv *http.Server, ln net.Listener, opts ListenOptions) n
 		logf = srv.ErrorLog.Printf
 	}
 	h.native.serve()
-	return newSplitListener(splitOptions{inner: ln, tls: cfg, native: h.native, timeout: handshakeTimeout(srv),
+	return newSplitListener(splitOptions{inner: ln, tls: cfg, native: h.native, framed: h.framed, timeout: handshakeTimeout(srv),
 		open: opts.Open, failed: h.metrics.handshakeFailures, logf: logf})
 }
 

@@ -22,6 +22,7 @@ import (
 	pb "github.com/argus-mc/argus/src/apis/fleet"
 	"github.com/argus-mc/argus/src/internal/appcontext"
 	"github.com/argus-mc/argus/src/internal/fleet/agent"
+	"github.com/argus-mc/argus/src/internal/fleet/frame"
 	"github.com/argus-mc/argus/src/internal/testenv/testcert"
 )
 
@@ -80,17 +81,15 @@ func tlsAgent(t *testing.T, url string, roots *x509.CertPool, creds *memCredenti
 	return a
 }
 
-// streamingOverTLS is a hub on a TLS port (natively served or not) and
-// edge's agent streaming to it on the transport that implies.
-func streamingOverTLS(t *testing.T, native bool) (*fixture, *agent.Agent, string, *x509.CertPool) {
+// streamingOverTLS is a hub on a TLS port and edge's agent streaming to
+// it on transport: framed (ListenTLS), native (ListenTLS without the
+// framed protocol: an orchestrator that predates it) or http2 (no
+// ListenTLS: an older one still).
+func streamingOverTLS(t *testing.T, transport string) (*fixture, *agent.Agent, string, *x509.CertPool) {
 	t.Helper()
-	f := newFixture(t)
-	url, roots := f.serveTLS(t, native)
+	f := newFixture(t, func(o *Options) { o.grpcOnly = transport == transportNative })
+	url, roots := f.serveTLS(t, transport != transportHTTP2)
 	a := tlsAgent(t, url, roots, f.joined(t, edge))
-	transport := transportHTTP2
-	if native {
-		transport = transportNative
-	}
 	waitFor(t, "the agent streaming on "+transport, func() bool { return a.Connected() && f.streams(transport) == 1 })
 	return f, a, url, roots
 }
@@ -101,34 +100,21 @@ func (f *fixture) streams(transport string) float64 {
 	return m.GetGauge().GetValue()
 }
 
-// An agent over TLS streams on gRPC's own transport, a client that offers
-// only h2 (an L7 proxy, an older agent) through net/http's, and the API
-// answers HTTP/1.1 and h2 on the same port.
-func TestTLSPortServesNativeH2AndAPI(t *testing.T) {
-	f, _, url, roots := streamingOverTLS(t, true)
+// An agent over TLS streams on its own framing, a gRPC client that offers
+// the native protocol (an older agent) on gRPC's own transport, one that
+// offers only h2 (an L7 proxy) through net/http's, and the API answers
+// HTTP/1.1 and h2 on the same port.
+func TestTLSPortServesFramedNativeH2AndAPI(t *testing.T) {
+	f, _, url, roots := streamingOverTLS(t, transportFramed)
+	native := f.joined(t, appcontext.ClusterRef{Provider: "cp", Name: "edge03"})
+	grpcStream(t, url, roots, native, appcontext.ClusterRef{Provider: "cp", Name: "edge03"}, pb.ALPN)
+	if got := f.streams(transportNative); got != 1 {
+		t.Fatalf("%v streams on native, want the older agent's", got)
+	}
 
-	// A gRPC client offering h2 only, with the agent's credential for
-	// another cluster.
+	// A gRPC client offering h2 only.
 	other := appcontext.ClusterRef{Provider: "cp", Name: "edge02"}
-	creds := f.joined(t, other)
-	cc, err := grpc.NewClient("dns:///"+url[len("https://"):],
-		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cc.Close() }()
-	ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+creds.c.Credential)
-	stream, err := pb.NewFleetClient(cc).Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hello := &pb.Hello{ClusterProvider: other.Provider, Cluster: other.Name}
-	if err := stream.Send(&pb.AgentMessage{Body: &pb.AgentMessage_Hello{Hello: hello}}); err != nil {
-		t.Fatal(err)
-	}
-	if m, err := stream.Recv(); err != nil || m.GetWelcome() == nil {
-		t.Fatalf("h2 client: first answer %v, %v; want a Welcome", m, err)
-	}
+	grpcStream(t, url, roots, f.joined(t, other), other)
 	if got := f.streams(transportHTTP2); got != 1 {
 		t.Fatalf("%v streams on http2, want the h2-only client's", got)
 	}
@@ -151,40 +137,100 @@ func TestTLSPortServesNativeH2AndAPI(t *testing.T) {
 			t.Errorf("API over %s: %d %q", c.proto, resp.StatusCode, body)
 		}
 	}
-	if f.streams(transportNative) != 1 {
-		t.Fatalf("the native stream did not last")
+	if f.streams(transportFramed) != 1 || f.streams(transportNative) != 1 {
+		t.Fatalf("the framed and native streams did not last")
 	}
+}
+
+// grpcStream opens ref's stream with creds on gRPC, offering protos (none:
+// h2 only), and waits for its Welcome.
+func grpcStream(t *testing.T, url string, roots *x509.CertPool, creds *memCredentials, ref appcontext.ClusterRef, protos ...string) pb.Fleet_ConnectClient {
+	t.Helper()
+	cc, err := grpc.NewClient("passthrough:///"+url[len("https://"):],
+		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, NextProtos: protos})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	st, err := pb.NewFleetClient(cc).Connect(metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+creds.c.Credential))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&pb.AgentMessage{Body: &pb.AgentMessage_Hello{Hello: &pb.Hello{ClusterProvider: ref.Provider, Cluster: ref.Name}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.Recv(); err != nil || m.GetWelcome() == nil {
+		t.Fatalf("first answer %v, %v; want a Welcome", m, err)
+	}
+	return st
+}
+
+// framedStream opens ref's stream with creds on the framed protocol and
+// waits for its Welcome.
+func framedStream(t *testing.T, url string, roots *x509.CertPool, creds *memCredentials, ref appcontext.ClusterRef) *frame.ClientStream {
+	t.Helper()
+	c, err := tls.Dial("tcp", url[len("https://"):], &tls.Config{RootCAs: roots, NextProtos: []string{pb.FramedALPN}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := frame.NewConn(c, maxMessage)
+	t.Cleanup(func() { _ = fc.Close() })
+	st, err := frame.NewClientStream(t.Context(), fc, creds.c.Credential, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&pb.AgentMessage{Body: &pb.AgentMessage_Hello{Hello: &pb.Hello{ClusterProvider: ref.Provider, Cluster: ref.Name}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.Recv(); err != nil || m.GetWelcome() == nil {
+		t.Fatalf("first answer %v, %v; want a Welcome", m, err)
+	}
+	return st
 }
 
 // Without ListenTLS (an older orchestrator) the same agent negotiates
 // h2 and streams through Handler.
 func TestAgentFallsBackToH2(t *testing.T) {
-	f, _, _, _ := streamingOverTLS(t, false)
-	if f.streams(transportNative) != 0 {
-		t.Fatal("a native stream without ListenTLS")
+	f, _, _, _ := streamingOverTLS(t, transportHTTP2)
+	if f.streams(transportNative) != 0 || f.streams(transportFramed) != 0 {
+		t.Fatal("a native or framed stream without ListenTLS")
 	}
 }
 
-// Hub.Stop ends the native streams and their connections (the agent sees
-// its stream end and keeps retrying, refused); TestMain's goleak checks
-// that nothing of them is left.
+// An orchestrator that serves gRPC natively but not the framed protocol
+// (one that predates it) gets the agent on gRPC's own transport.
+func TestAgentFallsBackToNativeGRPC(t *testing.T) {
+	f, _, _, _ := streamingOverTLS(t, transportNative)
+	if f.streams(transportFramed) != 0 {
+		t.Fatal("a framed stream to an orchestrator that does not serve it")
+	}
+}
+
+// Hub.Stop ends the framed and native streams and their connections (the
+// agent sees its stream end and keeps retrying, refused); TestMain's
+// goleak checks that nothing of them is left.
 func TestStopEndsNativeStreams(t *testing.T) {
-	f, a, url, roots := streamingOverTLS(t, true)
-	f.hub.Stop()
-	waitFor(t, "the agent disconnected", func() bool { return !a.Connected() && f.streams(transportNative) == 0 })
-	// A connection that negotiates the protocol now is closed at once.
-	conn, err := tls.Dial("tcp", url[len("https://"):], &tls.Config{RootCAs: roots, NextProtos: []string{pb.ALPN}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	if p := conn.ConnectionState().NegotiatedProtocol; p != pb.ALPN {
-		t.Fatalf("negotiated %q, want %q", p, pb.ALPN)
-	}
-	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-	var timeout net.Error
-	if n, err := conn.Read(make([]byte, 1)); err == nil || (errors.As(err, &timeout) && timeout.Timeout()) {
-		t.Fatalf("read %d bytes, %v, from a stopped hub's native connection; want it closed", n, err)
+	for _, transport := range []string{transportFramed, transportNative} {
+		t.Run(transport, func(t *testing.T) {
+			f, a, url, roots := streamingOverTLS(t, transport)
+			f.hub.Stop()
+			waitFor(t, "the agent disconnected", func() bool { return !a.Connected() && f.streams(transport) == 0 })
+			// A connection that negotiates the protocol now is closed at once.
+			proto := map[string]string{transportFramed: pb.FramedALPN, transportNative: pb.ALPN}[transport]
+			conn, err := tls.Dial("tcp", url[len("https://"):], &tls.Config{RootCAs: roots, NextProtos: []string{proto}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = conn.Close() }()
+			if p := conn.ConnectionState().NegotiatedProtocol; p != proto {
+				t.Fatalf("negotiated %q, want %q", p, proto)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			var timeout net.Error
+			if n, err := conn.Read(make([]byte, 1)); err == nil || (errors.As(err, &timeout) && timeout.Timeout()) {
+				t.Fatalf("read %d bytes, %v, from a stopped hub's connection; want it closed", n, err)
+			}
+		})
 	}
 }
 
@@ -207,7 +253,7 @@ func goroutinesIn(fn string) int {
 // session by closing its connection; a stream refused for what its agent
 // sent still gets its status.
 func TestNativeSessionGoroutines(t *testing.T) {
-	f, a, url, roots := streamingOverTLS(t, true)
+	f, a, url, roots := streamingOverTLS(t, transportNative)
 	waitFor(t, "the handler receiving and no sender", func() bool {
 		return goroutinesIn("hub.(*session).serveOwnConn") == 1 && goroutinesIn("hub.(*session).sendAll") == 0 &&
 			goroutinesIn("hub.(*session).serveShared") == 0
@@ -216,26 +262,26 @@ func TestNativeSessionGoroutines(t *testing.T) {
 	// A rogue client on the native protocol, with another cluster's
 	// credential, asking for more manifests than a request may name.
 	other := appcontext.ClusterRef{Provider: "cp", Name: "edge02"}
-	creds := f.joined(t, other)
-	cc, err := grpc.NewClient("passthrough:///"+url[len("https://"):],
-		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, NextProtos: []string{pb.ALPN}})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cc.Close() }()
-	st, err := pb.NewFleetClient(cc).Connect(metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+creds.c.Credential))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Send(&pb.AgentMessage{Body: &pb.AgentMessage_Hello{Hello: &pb.Hello{ClusterProvider: other.Provider, Cluster: other.Name}}}); err != nil {
-		t.Fatal(err)
-	}
-	if m, err := st.Recv(); err != nil || m.GetWelcome() == nil {
-		t.Fatalf("first answer %v, %v; want a Welcome", m, err)
-	}
+	st := grpcStream(t, url, roots, f.joined(t, other), other, pb.ALPN)
 	if f.streams(transportNative) != 2 {
 		t.Fatalf("%v native streams, want 2", f.streams(transportNative))
 	}
+	refusedForTooManyBlobs(t, st)
+
+	// The hub ends the agent's session (its cluster deleted): closing the
+	// connection ends the handler's Recv.
+	if err := f.join.Revoke(t.Context(), edge); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the session over", func() bool {
+		return !a.Connected() && f.streams(transportNative) == 0 && goroutinesIn("hub.(*session).serveOwnConn") == 0
+	})
+}
+
+// refusedForTooManyBlobs asks for more manifests than a request may name,
+// and checks the stream ends with InvalidArgument.
+func refusedForTooManyBlobs(t *testing.T, st pb.Fleet_ConnectClient) {
+	t.Helper()
 	if err := st.Send(&pb.AgentMessage{Body: &pb.AgentMessage_BlobRequest{BlobRequest: &pb.BlobRequest{Sha256: make([]string, maxBlobRequest+1)}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -247,15 +293,40 @@ func TestNativeSessionGoroutines(t *testing.T) {
 		if status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("the refused stream ended with %v, want InvalidArgument", err)
 		}
+		return
+	}
+}
+
+// A framed connection holds one goroutine while its agent idles: the
+// handler, which reads the frames; no gRPC transport goroutine serves it.
+// A stream the hub ends (its cluster deleted) and one refused for what it
+// sent both get their status.
+func TestFramedSessionGoroutines(t *testing.T) {
+	f, a, url, roots := streamingOverTLS(t, transportFramed)
+	waitFor(t, "one goroutine for the framed connection", func() bool {
+		return goroutinesIn("hub.(*Hub).serveFramed") == 1 && goroutinesIn("hub.(*session).serveOwnConn") == 1 &&
+			goroutinesIn("hub.(*session).sendAll") == 0 && goroutinesIn("transport.(*http2Server)") == 0
+	})
+
+	other := appcontext.ClusterRef{Provider: "cp", Name: "edge02"}
+	st := framedStream(t, url, roots, f.joined(t, other), other)
+	if err := f.join.Revoke(t.Context(), other); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := st.Recv()
+		if err == nil {
+			continue // the catch-up
+		}
+		if status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("the deleted cluster's stream ended with %v, want Unauthenticated", err)
+		}
 		break
 	}
 
-	// The hub ends the agent's session (its cluster deleted): closing the
-	// connection ends the handler's Recv.
-	if err := f.join.Revoke(t.Context(), edge); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the session over", func() bool {
-		return !a.Connected() && f.streams(transportNative) == 0 && goroutinesIn("hub.(*session).serveOwnConn") == 0
+	third := appcontext.ClusterRef{Provider: "cp", Name: "edge03"}
+	refusedForTooManyBlobs(t, framedStream(t, url, roots, f.joined(t, third), third))
+	waitFor(t, "only the agent's stream left", func() bool {
+		return a.Connected() && f.streams(transportFramed) == 1 && goroutinesIn("hub.(*Hub).serveFramed") == 1
 	})
 }

@@ -89,16 +89,17 @@ const maxBufferedEvents = 1024
 // Connect serves one agent's stream (the Fleet service) that came through
 // Handler.
 func (h *Hub) Connect(stream pb.Fleet_ConnectServer) error {
-	return h.connect(stream, transportHTTP2)
+	return h.connect(stream, transportHTTP2, bearer(stream.Context()), nil)
 }
 
-// connect serves one agent's stream that came on transport.
-func (h *Hub) connect(stream pb.Fleet_ConnectServer, transport string) error {
+// connect serves one agent's stream that came on transport with the
+// credential cred. own, if set, ends the stream (it is its connection's
+// only one): the handler then receives itself (serveOwnConn).
+func (h *Hub) connect(stream pb.Fleet_ConnectServer, transport, cred string, own io.Closer) error {
 	if !h.enter() {
 		return status.Error(codes.Unavailable, "the fleet hub is starting or stopping")
 	}
 	defer h.wg.Done()
-	cred := bearer(stream.Context())
 	ref, epoch, err := h.opts.Credentials.Authenticate(cred)
 	if err != nil {
 		return status.Error(codes.Unauthenticated, err.Error())
@@ -132,8 +133,8 @@ func (h *Hub) connect(stream pb.Fleet_ConnectServer, transport string) error {
 		return err
 	}
 	s.log.WithFields(logrus.Fields{"work_revision": hello.GetWorkRevision(), "transport": transport}).Info("agent connected")
-	if conn := streamConn(stream.Context()); conn != nil {
-		s.serveOwnConn(conn)
+	if own != nil {
+		s.serveOwnConn(own)
 	} else {
 		s.serveShared()
 	}
@@ -157,8 +158,9 @@ const refusalGrace = 5 * time.Second
 
 // serveOwnConn reads the agent's messages on this goroutine until the
 // stream or the session ends. The stream is the only one of its
-// connection (an agent opens one per connection): ending the session
-// closes the connection, which is what ends a Recv.
+// connection: ending the session calls conn's Close, which ends a Recv
+// (gRPC's native transport: closes the connection; the framed one: stops
+// its reads and writes, leaving it open for the stream's status).
 func (s *session) serveOwnConn(conn io.Closer) {
 	closed := make(chan struct{})
 	stop := context.AfterFunc(s.ctx, func() {

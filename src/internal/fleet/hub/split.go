@@ -20,6 +20,7 @@ type splitOptions struct {
 	inner   net.Listener
 	tls     *tls.Config
 	native  *native
+	framed  *framed
 	timeout time.Duration          // for each handshake
 	open    prometheus.Gauge       // optional: connections net/http does not see
 	failed  *prometheus.CounterVec // optional: failed handshakes by reason (timeout, plain_http, error)
@@ -132,7 +133,11 @@ func (l *splitListener) handshake(c *countedConn) {
 		}
 		return
 	}
-	if tc.ConnectionState().NegotiatedProtocol == pb.ALPN {
+	switch tc.ConnectionState().NegotiatedProtocol {
+	case pb.FramedALPN:
+		l.opts.framed.serve(tc) // counted until its handler closes it
+		return
+	case pb.ALPN:
 		select {
 		case l.opts.native.conns <- ownConn{tc}: // counted until gRPC closes it
 		case <-l.opts.native.done:

@@ -21,7 +21,7 @@ import (
 // client, and is cut once the handshake's time (the server's shortest
 // timeout, 500 ms here) is up; plain HTTP on the TLS port is told so.
 func TestSplitListenerHandshakes(t *testing.T) {
-	f, _, url, roots := streamingOverTLS(t, true)
+	f, _, url, roots := streamingOverTLS(t, transportNative)
 	addr := strings.TrimPrefix(url, "https://")
 	silent, err := net.Dial("tcp", addr)
 	if err != nil {

@@ -1,0 +1,101 @@
+package hub
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/argus-mc/argus/src/internal/fleet/frame"
+)
+
+// framed serves the TLS connections that negotiated pb.FramedALPN: one
+// goroutine each, the stream's handler, which reads the agent's frames
+// itself. Nothing else of the connection's runs while the agent is idle:
+// no HTTP/2 reader, writer or keepalive timer (docs/architecture.md,
+// "Fleet transport").
+type framed struct {
+	h      *Hub
+	ctx    context.Context // ends every framed stream
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup // the handlers
+}
+
+func newFramed(h *Hub) *framed {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &framed{h: h, ctx: ctx, cancel: cancel}
+}
+
+// serve serves c's stream on a goroutine of its own until it ends; after
+// close, it closes c.
+func (f *framed) serve(c net.Conn) {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	f.wg.Add(1)
+	f.mu.Unlock()
+	go func() {
+		defer f.wg.Done()
+		f.h.serveFramed(f.ctx, c)
+	}()
+}
+
+// close ends every framed stream (each gets its status if it can take
+// it), refuses new ones and waits for their handlers.
+func (f *framed) close() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.cancel()
+	f.wg.Wait()
+}
+
+// endTimeout bounds the write of a stream's status.
+const endTimeout = 5 * time.Second
+
+// serveFramed serves one framed connection's stream: it reads the open
+// frame (the credential), serves the stream as any other, sends its
+// status and closes the connection.
+func (h *Hub) serveFramed(ctx context.Context, c net.Conn) {
+	fc := frame.NewConn(c, maxMessage)
+	defer func() { _ = fc.Close() }()
+	stop := context.AfterFunc(ctx, fc.Interrupt)
+	defer stop()
+	cred, err := fc.ReadOpen(helloTimeout)
+	if err != nil {
+		h.log.WithError(err).WithField("remote", c.RemoteAddr().String()).Debug("a framed connection opened no stream")
+		return
+	}
+	stream := frame.NewServerStream(ctx, fc, h.framedQuiet())
+	err = h.connect(stream, transportFramed, cred, interrupter{fc})
+	if werr := stream.End(err, endTimeout); werr != nil {
+		h.log.WithError(werr).WithFields(logrus.Fields{"remote": c.RemoteAddr().String(), "status": err}).Debug("cannot send a framed stream's status")
+	}
+}
+
+// framedQuiet is how long a framed stream's agent may send nothing before
+// the stream ends: long enough for the Silent verdict (SilentAfter) to be
+// seen first, and for three missed heartbeats. gRPC's keepalive pings
+// would tell a live agent that sends nothing from a dead peer; a framed
+// stream has only the agent's reports, so it ends a while after the agent
+// went silent, which a dead peer's stream does too.
+func (h *Hub) framedQuiet() time.Duration {
+	return max(2*h.opts.SilentAfter, 3*h.opts.Heartbeat)
+}
+
+// interrupter ends a framed stream as serveOwnConn ends its connection:
+// reads and writes stop, and the connection stays open for the status.
+type interrupter struct{ c *frame.Conn }
+
+func (i interrupter) Close() error {
+	i.c.Interrupt()
+	return nil
+}
