@@ -1,6 +1,7 @@
 package appcontext
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -122,7 +123,7 @@ func (s *Store) PutRevision(ctx context.Context, id string, rev *Revision, keep 
 		}
 		stored.Placements[i] = out
 	}
-	data, err := json.Marshal(stored)
+	data, err := marshalRevision(&stored)
 	if err != nil {
 		return err
 	}
@@ -141,6 +142,43 @@ func (s *Store) PutRevision(ctx context.Context, id string, rev *Revision, keep 
 		}
 	}
 	return s.pruneBlobs(ctx, id, since)
+}
+
+// marshalRevision encodes rev as json.Marshal would, a placement at a
+// time: encoding/json keeps the buffer it encoded into for its next
+// caller, unbounded, and a revision of a DIG on 10,000 clusters (10 MB)
+// left 16 MB and more held for good by every replica that recorded one.
+func marshalRevision(rev *Revision) ([]byte, error) {
+	placements := rev.Placements
+	head := *rev
+	head.Placements = nil
+	h, err := json.Marshal(head)
+	if err != nil {
+		return nil, err
+	}
+	if placements == nil {
+		return h, nil
+	}
+	// Placements is the last field: the head ends "placements":null}.
+	const tail = `null}`
+	if !bytes.HasSuffix(h, []byte(tail)) {
+		return nil, fmt.Errorf("encode revision %d: unexpected encoding", rev.Number)
+	}
+	out := bytes.NewBuffer(make([]byte, 0, len(h)+len(placements)*256))
+	out.Write(h[:len(h)-len(tail)])
+	out.WriteByte('[')
+	for i, p := range placements {
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		data, err := json.Marshal(p)
+		if err != nil {
+			return nil, err
+		}
+		out.Write(data)
+	}
+	out.WriteString("]}")
+	return out.Bytes(), nil
 }
 
 // DeleteRevisions deletes a context's revisions: once it is terminated

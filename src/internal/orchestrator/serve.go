@@ -82,8 +82,9 @@ func (a *App) serve(ctx context.Context, life *lifecycle, ls *listeners, st *sto
 	serveHTTP2(srv)
 	if a.cert != nil {
 		srv.TLSConfig = a.cert.ServerConfig()
-		// Agents that offer the fleet's ALPN protocol are served on gRPC's
-		// own transport, on this port; the rest (h2, HTTP/1.1) as before.
+		// Agents that offer the fleet's ALPN protocols are served on the
+		// stream's own framing or gRPC's own transport, on this port; the
+		// rest (h2, HTTP/1.1) as before.
 		ln = w.fleet.hub.ListenTLS(srv, ln, hub.ListenOptions{Open: conns.open})
 	}
 	served := life.add("API", func(context.Context) error {

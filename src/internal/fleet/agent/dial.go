@@ -82,7 +82,9 @@ func (a *Agent) openFramed(ctx context.Context, e endpoint, cred Credential) (pb
 		stop()
 		_ = fc.Close()
 	}
-	s, err := frame.NewClientStream(ctx, fc, cred.Credential, hubQuiet(0))
+	// The Welcome may wait for the hub's reads of the cluster's work,
+	// slow while a fleet reconnects at once.
+	s, err := frame.NewClientStream(ctx, fc, cred.Credential, welcomeWait)
 	if err != nil {
 		closeStream()
 		return nil, nil, err
@@ -90,10 +92,12 @@ func (a *Agent) openFramed(ctx context.Context, e endpoint, cred Credential) (pb
 	return s, closeStream, nil
 }
 
+// welcomeWait is how long a framed stream waits for the hub's Welcome.
+const welcomeWait = 2 * time.Minute
+
 // hubQuiet is how long a framed stream waits for the hub, which answers a
-// heartbeat (every heartbeatSeconds; 0 before the Welcome) whenever it
-// sent nothing for 25 s; past it the hub is taken for gone, as gRPC's
-// keepalive would.
+// heartbeat (every heartbeatSeconds) whenever it sent nothing for 25 s;
+// past it the hub is taken for gone, as gRPC's keepalive would.
 func hubQuiet(heartbeatSeconds int32) time.Duration {
 	return max(time.Minute, 3*time.Duration(heartbeatSeconds)*time.Second)
 }

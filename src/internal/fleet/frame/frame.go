@@ -1,12 +1,12 @@
 package frame
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,9 +30,7 @@ const MaxOpen = 4 << 10
 // headerLen is a frame's kind and length.
 const headerLen = 5
 
-// eagerAlloc is the largest payload allocated at once as its header
-// announces; a larger one grows as its bytes arrive, so a peer cannot make
-// the other side hold a whole message's memory by sending a header.
+// eagerAlloc is the most of a payload allocated before its bytes arrive.
 const eagerAlloc = 64 << 10
 
 // ErrInterrupted is a read or write refused because Interrupt was called.
@@ -45,7 +43,9 @@ type Conn struct {
 	max     int // the largest payload read
 	stopped atomic.Bool
 	hdr     [headerLen]byte // the reader's
-	wmu     sync.Mutex
+
+	wmu    sync.Mutex
+	broken error // a frame was cut off: no later one can be written
 }
 
 // NewConn frames c, reading payloads of at most max bytes.
@@ -66,46 +66,65 @@ func (c *Conn) Close() error { return c.c.Close() }
 // RemoteAddr is the peer's address.
 func (c *Conn) RemoteAddr() net.Addr { return c.c.RemoteAddr() }
 
-// Read returns the next frame, which must arrive within timeout.
+// Read returns the next frame. timeout bounds silence, not the frame: it
+// fails once no byte came for that long, so a large message on a slow
+// link takes the time it needs.
 func (c *Conn) Read(timeout time.Duration) (kind byte, payload []byte, err error) {
-	// The deadline first, then the flag: an Interrupt between them has
-	// set its past deadline after this one, or is seen here.
-	if err := c.c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+	return c.read(timeout, time.Time{})
+}
+
+// read reads a frame; nothing arriving for silence, or by (if set) the
+// whole frame not in, fails it.
+func (c *Conn) read(silence time.Duration, by time.Time) (kind byte, payload []byte, err error) {
+	if err := c.readFull(c.hdr[:], silence, by); err != nil {
 		return 0, nil, err
-	}
-	if c.stopped.Load() {
-		return 0, nil, ErrInterrupted
-	}
-	if _, err := io.ReadFull(c.c, c.hdr[:]); err != nil {
-		return 0, nil, c.readErr(err)
 	}
 	kind, n := c.hdr[0], binary.BigEndian.Uint32(c.hdr[1:])
 	if n > uint32(c.max) || (kind != KindMessage && n > MaxOpen) {
 		return 0, nil, status.Errorf(codes.ResourceExhausted, "frame: a frame of %d bytes, more than the %d allowed", n, c.max)
 	}
-	if n <= eagerAlloc {
-		payload = make([]byte, n)
-		_, err = io.ReadFull(c.c, payload)
-	} else {
-		var b bytes.Buffer
-		b.Grow(eagerAlloc)
-		_, err = b.ReadFrom(io.LimitReader(c.c, int64(n)))
-		payload = b.Bytes()
-		if err == nil && len(payload) < int(n) {
-			err = io.ErrUnexpectedEOF
+	// Allocated as the bytes arrive beyond eagerAlloc: a header alone
+	// does not make this side hold a whole message's memory.
+	payload = make([]byte, 0, min(int(n), eagerAlloc))
+	for len(payload) < int(n) {
+		chunk := min(int(n)-len(payload), eagerAlloc)
+		payload = slices.Grow(payload, chunk)
+		if err := c.readFull(payload[len(payload):len(payload)+chunk], silence, by); err != nil {
+			return 0, nil, err
 		}
-	}
-	if err != nil {
-		return 0, nil, c.readErr(err)
+		payload = payload[:len(payload)+chunk]
 	}
 	return kind, payload, nil
 }
 
-func (c *Conn) readErr(err error) error {
-	if c.stopped.Load() {
-		return ErrInterrupted
+// readFull fills p, failing once nothing arrived for silence, or at by.
+func (c *Conn) readFull(p []byte, silence time.Duration, by time.Time) error {
+	for n := 0; n < len(p); {
+		d := time.Now().Add(silence)
+		if !by.IsZero() && by.Before(d) {
+			d = by
+		}
+		// The deadline first, then the flag: an Interrupt between them has
+		// set its past deadline after this one, or is seen here.
+		if err := c.c.SetReadDeadline(d); err != nil {
+			return err
+		}
+		if c.stopped.Load() {
+			return ErrInterrupted
+		}
+		m, err := c.c.Read(p[n:])
+		n += m
+		if err != nil {
+			if c.stopped.Load() {
+				return ErrInterrupted
+			}
+			if err == io.EOF && n > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
 	}
-	return err
+	return nil
 }
 
 // ReadMessage reads a message frame into m.
@@ -114,6 +133,11 @@ func (c *Conn) ReadMessage(m proto.Message, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
+	return decodeMessage(kind, p, m)
+}
+
+// decodeMessage decodes a message frame read from an agent.
+func decodeMessage(kind byte, p []byte, m proto.Message) error {
 	if kind != KindMessage {
 		return status.Errorf(codes.InvalidArgument, "frame: a frame of kind %d where a message was due", kind)
 	}
@@ -123,7 +147,7 @@ func (c *Conn) ReadMessage(m proto.Message, timeout time.Duration) error {
 	return nil
 }
 
-// WriteMessage sends m, which must be gone within timeout.
+// WriteMessage sends m; timeout bounds a write that makes no progress.
 func (c *Conn) WriteMessage(m proto.Message, timeout time.Duration) error {
 	b, err := Append(nil, KindMessage, m)
 	if err != nil {
@@ -141,17 +165,42 @@ func (c *Conn) WriteFinal(kind byte, m proto.Message, timeout time.Duration) err
 	return c.write(b, timeout, true)
 }
 
+// writeChunk is how much of a frame is written under one deadline.
+const writeChunk = 16 << 10
+
+// write sends the frame b; timeout bounds a write that makes no progress,
+// not the frame. A frame cut off midway (an Interrupt, a timeout) breaks
+// the connection for every later frame: the peer could not find the next
+// one's start.
 func (c *Conn) write(b []byte, timeout time.Duration, final bool) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if err := c.c.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
-		return err
+	if c.broken != nil {
+		return c.broken
 	}
-	if !final && c.stopped.Load() {
-		return ErrInterrupted
+	for n := 0; n < len(b); {
+		if err := c.c.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
+			return err
+		}
+		if c.stopped.Load() && (!final || n > 0) {
+			if n > 0 {
+				c.broken = ErrInterrupted
+			}
+			return ErrInterrupted
+		}
+		m, err := c.c.Write(b[n:min(len(b), n+writeChunk)])
+		n += m
+		if err != nil {
+			if c.stopped.Load() {
+				err = ErrInterrupted
+			}
+			if n > 0 {
+				c.broken = err
+			}
+			return err
+		}
 	}
-	_, err := c.c.Write(b)
-	return err
+	return nil
 }
 
 // Append appends m as a frame of kind to b.
@@ -181,9 +230,11 @@ func (c *Conn) WriteOpen(credential string, timeout time.Duration) error {
 	return c.write(AppendRaw(nil, KindOpen, []byte(credential)), timeout, false)
 }
 
-// ReadOpen reads the open frame, which must come first, within timeout.
+// ReadOpen reads the open frame, which must come first, whole within
+// timeout: a peer not yet authenticated cannot hold the connection by
+// trickling it.
 func (c *Conn) ReadOpen(timeout time.Duration) (string, error) {
-	kind, p, err := c.Read(timeout)
+	kind, p, err := c.read(timeout, time.Now().Add(timeout))
 	if err != nil {
 		return "", err
 	}

@@ -15,9 +15,10 @@ import (
 	pb "github.com/argus-mc/argus/src/apis/fleet"
 )
 
-// WriteTimeout bounds one frame's write: a peer that reads nothing for
-// that long loses its stream (gRPC's flow control would hold the sender
-// as long, and its keepalive then drop the connection).
+// WriteTimeout bounds how long a frame's write may make no progress: a
+// peer that reads nothing for that long loses its stream (gRPC's flow
+// control would hold the sender as long, and its keepalive then drop the
+// connection). A large frame to a slow peer takes the time it needs.
 const WriteTimeout = 30 * time.Second
 
 // ServerStream is an agent's stream on a framed connection, as the hub's
@@ -44,9 +45,15 @@ func (*ServerStream) SendHeader(metadata.MD) error  { return nil }
 func (*ServerStream) SetTrailer(metadata.MD)        {}
 func (s *ServerStream) SendMsg(m any) error         { return s.Send(m.(*pb.HubMessage)) }
 func (s *ServerStream) RecvMsg(m any) error         { return s.conn.ReadMessage(m.(*pb.AgentMessage), s.quiet) }
+// Recv reads the agent's next message. (What ReadMessage does, a call
+// shallower: an idle stream's handler parks here.)
 func (s *ServerStream) Recv() (*pb.AgentMessage, error) {
+	kind, p, err := s.conn.read(s.quiet, time.Time{})
+	if err != nil {
+		return nil, err
+	}
 	m := new(pb.AgentMessage)
-	if err := s.conn.ReadMessage(m, s.quiet); err != nil {
+	if err := decodeMessage(kind, p, m); err != nil {
 		return nil, err
 	}
 	return m, nil

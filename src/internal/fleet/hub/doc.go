@@ -36,10 +36,17 @@
 // server stops answering. A stream whose agent stops reporting for
 // SilentAfter makes the monitor Silent.
 //
-// Cost per connected agent: its stream's goroutines (gRPC's and the
-// handler, which receives on the native transport; a sender only while
-// something is queued), a small struct, and timers; nothing per idle
-// cluster polls.
+// Transports. ListenTLS sorts the API port's TLS connections by the
+// protocol they negotiate: pb.FramedALPN to the stream's own framing
+// (package frame; one goroutine a connection, the handler), pb.ALPN to a
+// gRPC server on gRPC's own HTTP/2 transport (agents that predate the
+// framing), the rest to net/http, whose HTTP/2 requests for the service
+// Handler serves.
+//
+// Cost per connected agent: its stream's goroutines (the handler, which
+// receives on the framed and native transports; gRPC's three more on the
+// native one; a sender only while something is queued), a small struct,
+// and timers; nothing per idle cluster polls.
 //
 //	h, _ := hub.New(hub.Options{Client: cli, Contexts: store, Cache: cache, Credentials: joinSvc})
 //	go h.Run(ctx)

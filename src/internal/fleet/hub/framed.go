@@ -44,7 +44,9 @@ func (f *framed) serve(c net.Conn) {
 	f.mu.Unlock()
 	go func() {
 		defer f.wg.Done()
-		f.h.serveFramed(f.ctx, c)
+		if serve := f.h.openFramed(f.ctx, c); serve != nil {
+			serve()
+		}
 	}()
 }
 
@@ -61,24 +63,38 @@ func (f *framed) close() {
 // endTimeout bounds the write of a stream's status.
 const endTimeout = 5 * time.Second
 
-// serveFramed serves one framed connection's stream: it reads the open
-// frame (the credential), serves the stream as any other, sends its
-// status and closes the connection.
-func (h *Hub) serveFramed(ctx context.Context, c net.Conn) {
+// openFramed reads a framed connection's open frame (the credential) and
+// starts its session as for any other stream; it returns what serves the
+// stream from then on — then sends its status and closes the connection
+// — or nil once the connection is done with. Apart so that the stream's
+// wait runs on a shallow stack: an idle agent's goroutine then parks
+// using little enough of it for the collector to shrink it to 8 KiB,
+// where the start's frames, kept beneath, held it at 16.
+func (h *Hub) openFramed(ctx context.Context, c net.Conn) func() {
 	fc := frame.NewConn(c, maxMessage)
-	defer func() { _ = fc.Close() }()
 	stop := context.AfterFunc(ctx, fc.Interrupt)
-	defer stop()
+	end := func(stream *frame.ServerStream, err error) {
+		if stream != nil {
+			if werr := stream.End(err, endTimeout); werr != nil {
+				h.log.WithError(werr).WithFields(logrus.Fields{"remote": c.RemoteAddr().String(), "status": err}).Debug("cannot send a framed stream's status")
+			}
+		}
+		stop()
+		_ = fc.Close()
+	}
 	cred, err := fc.ReadOpen(helloTimeout)
 	if err != nil {
 		h.log.WithError(err).WithField("remote", c.RemoteAddr().String()).Debug("a framed connection opened no stream")
-		return
+		end(nil, nil)
+		return nil
 	}
 	stream := frame.NewServerStream(ctx, fc, h.framedQuiet())
-	err = h.connect(stream, transportFramed, cred, interrupter{fc})
-	if werr := stream.End(err, endTimeout); werr != nil {
-		h.log.WithError(werr).WithFields(logrus.Fields{"remote": c.RemoteAddr().String(), "status": err}).Debug("cannot send a framed stream's status")
+	s, err := h.open(stream, transportFramed, cred)
+	if err != nil {
+		end(stream, err)
+		return nil
 	}
+	return func() { end(stream, s.serve(interrupter{fc})) }
 }
 
 // framedQuiet is how long a framed stream's agent may send nothing before

@@ -33,7 +33,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		agents: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "argus", Subsystem: "fleet", Name: "agents_connected",
 			Help: "Pull clusters' agents with a stream to this replica."}),
 		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "argus", Subsystem: "fleet", Name: "streams",
-			Help: "Agents' streams to this replica by transport: native (gRPC's own HTTP/2, TLS ALPN " + pb.ALPN + ") or http2 (through the API server's HTTP/2: plain-http loopback agents, agents behind an L7 proxy, older agents)."},
+			Help: "Agents' streams to this replica by transport: framed (the stream's own framing, TLS ALPN " + pb.FramedALPN + "), native (gRPC's own HTTP/2, TLS ALPN " + pb.ALPN + ": older agents) or http2 (through the API server's HTTP/2: plain-http loopback agents, agents behind an L7 proxy, agents older still)."},
 			[]string{"transport"}),
 		reports: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "argus", Subsystem: "fleet", Name: "reports_total",
 			Help: "Status reports received from agents."}),
@@ -54,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{failedTimeout, failedPlainHTTP, failedError} {
 		m.handshakeFailures.WithLabelValues(r)
 	}
-	for _, t := range []string{transportNative, transportHTTP2} {
+	for _, t := range []string{transportFramed, transportNative, transportHTTP2} {
 		m.streams.WithLabelValues(t) // shown as 0 before the first
 	}
 	for _, c := range []prometheus.Collector{m.agents, m.streams, m.reports, m.txns, m.ops, m.batches, m.refused, m.throttled,

@@ -172,11 +172,12 @@ type ListenOptions struct {
 
 // ListenTLS returns the listener srv.Serve serves srv.TLSConfig's TLS on:
 // it completes each connection's handshake itself, hands those that
-// negotiated pb.ALPN to the hub's native gRPC server and returns the rest
-// (h2, HTTP/1.1), handshaken, to srv. pb.ALPN is listed first: Go's TLS
-// server picks by its own preference, so an agent that offers it gets it,
-// and every other client negotiates as before. A native connection holds
-// its slot of ln (a connection cap) until gRPC closes it. Call it after
+// negotiated pb.FramedALPN to the hub's framed streams and those that
+// negotiated pb.ALPN to its native gRPC server, and returns the rest (h2,
+// HTTP/1.1), handshaken, to srv. The two are listed first, in that order:
+// Go's TLS server picks by its own preference, so an agent gets the best
+// it offers, and every other client negotiates as before. An agent's
+// connection holds its slot of ln (a connection cap) until it closes. Call it after
 // setting srv.TLSConfig and srv.Protocols, and serve with srv.Serve (not
 // ServeTLS); srv.TLSConfig is replaced by one that names the protocols,
 // which is how net/http's Serve knows to set up HTTP/2.

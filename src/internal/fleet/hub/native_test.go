@@ -298,14 +298,16 @@ func refusedForTooManyBlobs(t *testing.T, st pb.Fleet_ConnectClient) {
 }
 
 // A framed connection holds one goroutine while its agent idles: the
-// handler, which reads the frames; no gRPC transport goroutine serves it.
+// handler, which reads the frames, parked with the stream's start off its
+// stack (see openFramed); no gRPC transport goroutine serves it.
 // A stream the hub ends (its cluster deleted) and one refused for what it
 // sent both get their status.
 func TestFramedSessionGoroutines(t *testing.T) {
 	f, a, url, roots := streamingOverTLS(t, transportFramed)
 	waitFor(t, "one goroutine for the framed connection", func() bool {
-		return goroutinesIn("hub.(*Hub).serveFramed") == 1 && goroutinesIn("hub.(*session).serveOwnConn") == 1 &&
-			goroutinesIn("hub.(*session).sendAll") == 0 && goroutinesIn("transport.(*http2Server)") == 0
+		return goroutinesIn("hub.(*framed).serve.func1") == 1 && goroutinesIn("hub.(*session).serveOwnConn") == 1 &&
+			goroutinesIn("hub.(*Hub).open(") == 0 && goroutinesIn("hub.(*session).sendAll") == 0 &&
+			goroutinesIn("transport.(*http2Server)") == 0
 	})
 
 	other := appcontext.ClusterRef{Provider: "cp", Name: "edge02"}
@@ -327,6 +329,6 @@ func TestFramedSessionGoroutines(t *testing.T) {
 	third := appcontext.ClusterRef{Provider: "cp", Name: "edge03"}
 	refusedForTooManyBlobs(t, framedStream(t, url, roots, f.joined(t, third), third))
 	waitFor(t, "only the agent's stream left", func() bool {
-		return a.Connected() && f.streams(transportFramed) == 1 && goroutinesIn("hub.(*Hub).serveFramed") == 1
+		return a.Connected() && f.streams(transportFramed) == 1 && goroutinesIn("hub.(*framed).serve.func1") == 1
 	})
 }

@@ -37,6 +37,7 @@ type session struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	quota  *clusterQuota
+	leave  func()        // undoes open's counting of the stream
 	room   chan struct{} // a send made room in the queue
 	// lastSend is when the sender last sent the agent anything (Unix
 	// nanoseconds): a heartbeat is acknowledged when the stream would
@@ -96,43 +97,73 @@ func (h *Hub) Connect(stream pb.Fleet_ConnectServer) error {
 // credential cred. own, if set, ends the stream (it is its connection's
 // only one): the handler then receives itself (serveOwnConn).
 func (h *Hub) connect(stream pb.Fleet_ConnectServer, transport, cred string, own io.Closer) error {
-	if !h.enter() {
-		return status.Error(codes.Unavailable, "the fleet hub is starting or stopping")
+	s, err := h.open(stream, transport, cred)
+	if err != nil {
+		return err
 	}
-	defer h.wg.Done()
+	return s.serve(own)
+}
+
+// open authenticates a stream, reads its Hello and starts its session;
+// the session's serve then serves it. An error is the stream's status,
+// everything undone.
+func (h *Hub) open(stream pb.Fleet_ConnectServer, transport, cred string) (*session, error) {
+	if !h.enter() {
+		return nil, status.Error(codes.Unavailable, "the fleet hub is starting or stopping")
+	}
 	ref, epoch, err := h.opts.Credentials.Authenticate(cred)
 	if err != nil {
-		return status.Error(codes.Unauthenticated, err.Error())
+		h.wg.Done()
+		return nil, status.Error(codes.Unauthenticated, err.Error())
 	}
 	// Counted from here: a stream that says nothing holds a slot too.
 	quota, err := h.admit(ref)
 	if err != nil {
-		return err
+		h.wg.Done()
+		return nil, err
 	}
-	defer h.dismiss(ref)
 	streams := h.metrics.streams.WithLabelValues(transport)
 	streams.Inc()
-	defer streams.Dec()
+	leave := func() {
+		streams.Dec()
+		h.dismiss(ref)
+		h.wg.Done()
+	}
 	hello, err := h.hello(stream)
 	if err != nil {
-		return err
+		leave()
+		return nil, err
 	}
 	named := appcontext.ClusterRef{Provider: hello.GetClusterProvider(), Name: hello.GetCluster()}
 	if named != ref {
+		leave()
 		h.log.WithFields(logrus.Fields{"cluster": ref.String(), "named": fmt.Sprintf("%.120s", named.String())}).Warn("an agent named another cluster than its credential's")
-		return status.Errorf(codes.PermissionDenied, "the credential is for cluster %s, not %.120s", ref, named)
+		return nil, status.Errorf(codes.PermissionDenied, "the credential is for cluster %s, not %.120s", ref, named)
 	}
 	s := h.newSession(stream, ref, cred, epoch)
-	s.quota = quota
-	defer s.cancel(nil)
-	defer h.unregister(s)
+	s.quota, s.leave = quota, leave
 	if err := s.start(hello); err != nil {
 		s.cancel(err)
 		s.waitSender()
 		s.finish()
-		return err
+		s.release()
+		return nil, err
 	}
 	s.log.WithFields(logrus.Fields{"work_revision": hello.GetWorkRevision(), "transport": transport}).Info("agent connected")
+	return s, nil
+}
+
+// release lets go of what open took for the session.
+func (s *session) release() {
+	s.h.unregister(s)
+	s.cancel(nil)
+	s.leave()
+}
+
+// serve serves a started session's stream until it ends, and returns the
+// stream's status. own is as for connect.
+func (s *session) serve(own io.Closer) error {
+	defer s.release()
 	if own != nil {
 		s.serveOwnConn(own)
 	} else {

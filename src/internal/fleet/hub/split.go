@@ -29,8 +29,9 @@ type splitOptions struct {
 
 // splitListener accepts from inner, completes each TLS handshake on a
 // goroutine of its own (a slow client holds up no other), and sorts the
-// connection by the protocol it negotiated: pb.ALPN to the native gRPC
-// server, the rest to Accept.
+// connection by the protocol it negotiated: pb.FramedALPN to the framed
+// streams' handlers, pb.ALPN to the native gRPC server, the rest to
+// Accept.
 type splitListener struct {
 	opts   splitOptions
 	ready  chan net.Conn // handshaken, not native
