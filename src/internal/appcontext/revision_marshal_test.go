@@ -13,6 +13,8 @@ func TestMarshalRevisionAsJSONMarshal(t *testing.T) {
 	ref := BlobRef{SHA256: "ab", Size: 3, Chunks: 1}
 	for _, rev := range []*Revision{
 		{Number: 1, Action: "instantiate", Created: time.Unix(5, 0).UTC()},
+		{Number: 3, Action: "instantiate", Created: time.Unix(7, 0).UTC(), Intents: json.RawMessage(`{"spec":"<a&b>"}`),
+			Placements: []RevisionPlacement{}},
 		{Number: 2, Action: "update", From: 1, Created: time.Unix(6, 0).UTC(), Intents: json.RawMessage(`{"a":1}`),
 			Dependencies: map[string][]Dependency{"x": nil},
 			Placements: []RevisionPlacement{

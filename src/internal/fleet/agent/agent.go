@@ -339,7 +339,13 @@ func (a *Agent) session(ctx context.Context, cur int, e endpoint, cred Credentia
 	c := &conn{a: a, stream: stream, log: log, wake: make(chan struct{}, 1),
 		heartbeat: time.Duration(max(1, w.GetHeartbeatSeconds())) * time.Second}
 	sendErr := make(chan error, 1)
-	go func() { sendErr <- c.sendLoop(sctx) }()
+	go func() {
+		err := c.sendLoop(sctx)
+		if err != nil {
+			cancel() // a stream that cannot send is over: receive returns
+		}
+		sendErr <- err
+	}()
 	err = c.receive() // a stream ends with an error, EOF included
 	cancel()
 	if serr := <-sendErr; serr != nil {

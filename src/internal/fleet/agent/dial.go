@@ -39,8 +39,8 @@ func (a *Agent) open(ctx context.Context, cur int, e endpoint, cred Credential) 
 }
 
 // tryFramed reports whether to offer the framed stream to e: over TLS
-// without a proxy (gRPC's dialer speaks $HTTPS_PROXY), unless e did not
-// speak it lately.
+// without a proxy (gRPC's dialer speaks $HTTPS_PROXY: behind one, an agent
+// streams on argus-fleet/1), unless e did not speak it lately.
 func (a *Agent) tryFramed(cur int, e endpoint) bool {
 	if e.framed == nil {
 		return false
@@ -64,11 +64,9 @@ func (a *Agent) openFramed(ctx context.Context, e endpoint, cred Credential) (pb
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: e.framed}
+	// The handshake offers pb.ALPN and h2 too, so a server that knows
+	// neither protocol still answers (and is then dialed with gRPC).
 	c, err := d.DialContext(dctx, "tcp", e.hostport)
-	var alert tls.AlertError
-	if errors.As(err, &alert) && alert == tls.AlertError(120) { // no_application_protocol: a server that knows none offered
-		return nil, nil, errNotFramed
-	}
 	if err != nil {
 		return nil, nil, err
 	}

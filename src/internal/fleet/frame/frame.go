@@ -53,8 +53,9 @@ func NewConn(c net.Conn, max int) *Conn { return &Conn{c: c, max: max} }
 
 // Interrupt ends the read or write in progress and refuses later ones,
 // but for WriteFinal: the connection stays open for a last status. A
-// write cut off midway leaves the connection unusable (TLS keeps the
-// error), and WriteFinal then fails too.
+// write it cuts off leaves the connection unusable (TLS keeps a write's
+// error, even one that wrote nothing), and WriteFinal then fails too: the
+// status goes only when no write was in flight, as for an idle stream.
 func (c *Conn) Interrupt() {
 	c.stopped.Store(true)
 	_ = c.c.SetDeadline(time.Unix(1, 0))
@@ -63,6 +64,28 @@ func (c *Conn) Interrupt() {
 // Close closes the connection.
 func (c *Conn) Close() error { return c.c.Close() }
 
+// lingerBytes bounds what CloseLinger reads and drops.
+const lingerBytes = 1 << 20
+
+// CloseLinger closes the connection after the last frame written has had
+// linger to reach the peer: it ends any read, closes the writing side
+// (TLS close_notify) and drops what the peer still sends until it closes
+// too. Closed at once with unread bytes, a TCP connection is reset, and
+// the peer may lose the frames not yet acknowledged — a stream's status.
+func (c *Conn) CloseLinger(linger time.Duration) error {
+	c.Interrupt()
+	c.wmu.Lock()
+	if cw, ok := c.c.(interface{ CloseWrite() error }); ok && c.broken == nil {
+		_ = c.c.SetWriteDeadline(time.Now().Add(linger))
+		_ = cw.CloseWrite()
+	}
+	c.wmu.Unlock()
+	if err := c.c.SetReadDeadline(time.Now().Add(linger)); err == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(c.c, lingerBytes))
+	}
+	return c.c.Close()
+}
+
 // RemoteAddr is the peer's address.
 func (c *Conn) RemoteAddr() net.Addr { return c.c.RemoteAddr() }
 
@@ -70,18 +93,26 @@ func (c *Conn) RemoteAddr() net.Addr { return c.c.RemoteAddr() }
 // fails once no byte came for that long, so a large message on a slow
 // link takes the time it needs.
 func (c *Conn) Read(timeout time.Duration) (kind byte, payload []byte, err error) {
-	return c.read(timeout, time.Time{})
+	return c.read(timeout, time.Time{}, 0)
 }
 
-// read reads a frame; nothing arriving for silence, or by (if set) the
-// whole frame not in, fails it.
-func (c *Conn) read(silence time.Duration, by time.Time) (kind byte, payload []byte, err error) {
+// read reads a frame, of kind want unless it is 0; nothing arriving for
+// silence, or by (if set) the whole frame not in, fails it. The kind and
+// length are checked from the header, before anything is allocated.
+func (c *Conn) read(silence time.Duration, by time.Time, want byte) (kind byte, payload []byte, err error) {
 	if err := c.readFull(c.hdr[:], silence, by); err != nil {
 		return 0, nil, err
 	}
 	kind, n := c.hdr[0], binary.BigEndian.Uint32(c.hdr[1:])
-	if n > uint32(c.max) || (kind != KindMessage && n > MaxOpen) {
-		return 0, nil, status.Errorf(codes.ResourceExhausted, "frame: a frame of %d bytes, more than the %d allowed", n, c.max)
+	if want != 0 && kind != want {
+		return 0, nil, status.Errorf(codes.InvalidArgument, "frame: a frame of kind %d where one of kind %d was due", kind, want)
+	}
+	limit := uint32(c.max)
+	if kind != KindMessage {
+		limit = MaxOpen
+	}
+	if n > limit {
+		return 0, nil, status.Errorf(codes.ResourceExhausted, "frame: a frame of %d bytes, more than the %d allowed", n, limit)
 	}
 	// Allocated as the bytes arrive beyond eagerAlloc: a header alone
 	// does not make this side hold a whole message's memory.
@@ -168,10 +199,10 @@ func (c *Conn) WriteFinal(kind byte, m proto.Message, timeout time.Duration) err
 // writeChunk is how much of a frame is written under one deadline.
 const writeChunk = 16 << 10
 
-// write sends the frame b; timeout bounds a write that makes no progress,
-// not the frame. A frame cut off midway (an Interrupt, a timeout) breaks
-// the connection for every later frame: the peer could not find the next
-// one's start.
+// write sends the frame b; timeout (0: none) bounds a write that makes
+// no progress, not the frame. A failed write (an Interrupt, a timeout)
+// breaks the connection for every later frame: a frame cut off midway
+// hides the next one's start, and TLS keeps a write's error anyway.
 func (c *Conn) write(b []byte, timeout time.Duration, final bool) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -179,7 +210,11 @@ func (c *Conn) write(b []byte, timeout time.Duration, final bool) error {
 		return c.broken
 	}
 	for n := 0; n < len(b); {
-		if err := c.c.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
+		var d time.Time // none: only Interrupt ends the write
+		if timeout > 0 {
+			d = time.Now().Add(timeout)
+		}
+		if err := c.c.SetWriteDeadline(d); err != nil {
 			return err
 		}
 		if c.stopped.Load() && (!final || n > 0) {
@@ -194,9 +229,7 @@ func (c *Conn) write(b []byte, timeout time.Duration, final bool) error {
 			if c.stopped.Load() {
 				err = ErrInterrupted
 			}
-			if n > 0 {
-				c.broken = err
-			}
+			c.broken = err // TLS refuses every write after a failed one
 			return err
 		}
 	}
@@ -234,12 +267,9 @@ func (c *Conn) WriteOpen(credential string, timeout time.Duration) error {
 // timeout: a peer not yet authenticated cannot hold the connection by
 // trickling it.
 func (c *Conn) ReadOpen(timeout time.Duration) (string, error) {
-	kind, p, err := c.read(timeout, time.Now().Add(timeout))
+	_, p, err := c.read(timeout, time.Now().Add(timeout), KindOpen)
 	if err != nil {
 		return "", err
-	}
-	if kind != KindOpen {
-		return "", status.Errorf(codes.InvalidArgument, "frame: a frame of kind %d where the open frame was due", kind)
 	}
 	return string(p), nil
 }

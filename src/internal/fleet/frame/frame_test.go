@@ -126,6 +126,16 @@ func TestFrameBounds(t *testing.T) {
 	}
 }
 
+// Before its credential a connection may send only the open frame: any
+// other kind is refused from its header, its length unread and nothing
+// allocated for it.
+func TestOpenFrameKindCheckedFromTheHeader(t *testing.T) {
+	fc := NewConn(&bytesConn{r: bytes.NewReader([]byte{KindMessage, 0x00, 0x40, 0x00, 0x00})}, 4<<20)
+	if _, err := fc.ReadOpen(time.Second); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("got %v, want InvalidArgument", err)
+	}
+}
+
 // bytesConn is a connection that reads from r and writes nowhere.
 type bytesConn struct {
 	net.Conn

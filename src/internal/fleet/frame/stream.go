@@ -15,10 +15,12 @@ import (
 	pb "github.com/argus-mc/argus/src/apis/fleet"
 )
 
-// WriteTimeout bounds how long a frame's write may make no progress: a
-// peer that reads nothing for that long loses its stream (gRPC's flow
-// control would hold the sender as long, and its keepalive then drop the
-// connection). A large frame to a slow peer takes the time it needs.
+// WriteTimeout bounds how long the hub's write of a frame may make no
+// progress: an agent that reads nothing for that long (its receiver reads
+// whatever comes) loses its stream. A large frame to a slow agent takes
+// the time it needs. The agent's writes have no such bound: the hub stops
+// reading while what it sends waits (its per-agent queue), and the agent
+// judges the hub by what it reads.
 const WriteTimeout = 30 * time.Second
 
 // ServerStream is an agent's stream on a framed connection, as the hub's
@@ -45,10 +47,11 @@ func (*ServerStream) SendHeader(metadata.MD) error  { return nil }
 func (*ServerStream) SetTrailer(metadata.MD)        {}
 func (s *ServerStream) SendMsg(m any) error         { return s.Send(m.(*pb.HubMessage)) }
 func (s *ServerStream) RecvMsg(m any) error         { return s.conn.ReadMessage(m.(*pb.AgentMessage), s.quiet) }
+
 // Recv reads the agent's next message. (What ReadMessage does, a call
 // shallower: an idle stream's handler parks here.)
 func (s *ServerStream) Recv() (*pb.AgentMessage, error) {
-	kind, p, err := s.conn.read(s.quiet, time.Time{})
+	kind, p, err := s.conn.read(s.quiet, time.Time{}, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +83,7 @@ var _ pb.Fleet_ConnectClient = (*ClientStream)(nil)
 // once the hub says nothing for quiet (SetQuiet changes it). The caller
 // ends the stream by calling conn's Interrupt or Close.
 func NewClientStream(ctx context.Context, conn *Conn, credential string, quiet time.Duration) (*ClientStream, error) {
-	if err := conn.WriteOpen(credential, WriteTimeout); err != nil {
+	if err := conn.WriteOpen(credential, WriteTimeout); err != nil { // a fresh connection's buffers take it
 		return nil, err
 	}
 	s := &ClientStream{conn: conn, ctx: ctx}

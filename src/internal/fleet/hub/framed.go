@@ -60,7 +60,8 @@ func (f *framed) close() {
 	f.wg.Wait()
 }
 
-// endTimeout bounds the write of a stream's status.
+// endTimeout bounds the write of a stream's status, and then how long the
+// connection lingers for it to reach the agent.
 const endTimeout = 5 * time.Second
 
 // openFramed reads a framed connection's open frame (the credential) and
@@ -80,7 +81,7 @@ func (h *Hub) openFramed(ctx context.Context, c net.Conn) func() {
 			}
 		}
 		stop()
-		_ = fc.Close()
+		_ = fc.CloseLinger(endTimeout)
 	}
 	cred, err := fc.ReadOpen(helloTimeout)
 	if err != nil {

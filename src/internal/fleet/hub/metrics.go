@@ -33,7 +33,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		agents: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "argus", Subsystem: "fleet", Name: "agents_connected",
 			Help: "Pull clusters' agents with a stream to this replica."}),
 		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "argus", Subsystem: "fleet", Name: "streams",
-			Help: "Agents' streams to this replica by transport: framed (the stream's own framing, TLS ALPN " + pb.FramedALPN + "), native (gRPC's own HTTP/2, TLS ALPN " + pb.ALPN + ": older agents) or http2 (through the API server's HTTP/2: plain-http loopback agents, agents behind an L7 proxy, agents older still)."},
+			Help: "Agents' streams to this replica by transport: framed (the stream's own framing, TLS ALPN " + pb.FramedALPN + "), native (gRPC's own HTTP/2, TLS ALPN " + pb.ALPN + ": older agents, agents through an HTTPS proxy) or http2 (through the API server's HTTP/2: plain-http loopback agents, agents behind an L7 proxy, agents older still)."},
 			[]string{"transport"}),
 		reports: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "argus", Subsystem: "fleet", Name: "reports_total",
 			Help: "Status reports received from agents."}),

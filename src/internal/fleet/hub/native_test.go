@@ -332,3 +332,32 @@ func TestFramedSessionGoroutines(t *testing.T) {
 		return a.Connected() && f.streams(transportFramed) == 1 && goroutinesIn("hub.(*framed).serve.func1") == 1
 	})
 }
+
+// A stream refused before the hub read what its agent sent (an unknown
+// credential; the Hello right behind it) gets its status. (The hub
+// lingers rather than close with the Hello unread, which resets the
+// connection; on loopback the reset does not lose the status, so this
+// checks the refusal path, not the linger: that is for real links, where
+// a status still in flight goes with the reset.)
+func TestFramedRefusalReachesTheAgent(t *testing.T) {
+	_, _, url, roots := streamingOverTLS(t, transportFramed)
+	for range 10 {
+		c, err := tls.Dial("tcp", url[len("https://"):], &tls.Config{RootCAs: roots, NextProtos: []string{pb.FramedALPN}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc := frame.NewConn(c, maxMessage)
+		st, err := frame.NewClientStream(t.Context(), fc, "not-a-credential", 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&pb.AgentMessage{Body: &pb.AgentMessage_Hello{Hello: &pb.Hello{ClusterProvider: "cp", Cluster: "x"}}}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = st.Recv()
+		_ = fc.Close()
+		if status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("a refused stream ended with %v, want Unauthenticated", err)
+		}
+	}
+}

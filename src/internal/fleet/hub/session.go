@@ -263,6 +263,9 @@ func (h *Hub) hello(stream pb.Fleet_ConnectServer) (*pb.Hello, error) {
 	select {
 	case r := <-got:
 		if r.err != nil {
+			if _, ok := status.FromError(r.err); !ok { // a connection's error: its text names addresses
+				return nil, status.Error(codes.Unavailable, "the stream ended before its Hello")
+			}
 			return nil, r.err
 		}
 		if r.m.GetHello() == nil {
@@ -539,8 +542,11 @@ func (s *session) receive() error {
 			return nil
 		}
 		m, err := s.stream.Recv()
-		if err != nil || s.ctx.Err() != nil {
+		if s.ctx.Err() != nil {
 			return nil
+		}
+		if err != nil {
+			return refusedFrame(err)
 		}
 		s.heard()
 		switch b := m.GetBody().(type) {
@@ -555,6 +561,17 @@ func (s *session) receive() error {
 			return err
 		}
 	}
+}
+
+// refusedFrame is a Recv error that refuses what the agent sent (a message
+// too large, malformed, or of the wrong kind: the agent gets it as the
+// stream's status), or nil for a stream that ended (the agent reconnects).
+func refusedFrame(err error) error {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.ResourceExhausted:
+		return err
+	}
+	return nil
 }
 
 // sendAll sends what is queued until nothing is, or the session ends.
