@@ -19,7 +19,7 @@
 # starts afresh: the stores' data under DIR is removed first.
 # ARGUS_HA_TLS_CA=FILE: the replicas serve HTTPS (--tls-cert-file and
 # --tls-key-file among the flags after "--"), verified by FILE; their
-# URLs are https.
+# URLs are https. ARGUS_HA_REPLICA_GOGC=N sets GOGC for the replicas only.
 set -euo pipefail
 
 usage() {
@@ -172,6 +172,12 @@ if [ -n "${ARGUS_HA_TLS_CA:-}" ]; then
   curl_tls=(--cacert "$ARGUS_HA_TLS_CA")
 fi
 declare -a api debug
+# ARGUS_HA_REPLICA_GOGC=N: the replicas (only) collect at GOGC=N, as an
+# operator would set it in their environment.
+replica_env=()
+if [ -n "${ARGUS_HA_REPLICA_GOGC:-}" ]; then
+  replica_env=("GOGC=$ARGUS_HA_REPLICA_GOGC")
+fi
 for i in $(seq "$replicas"); do
   port; api[i]=$REPLY
   # ARGUS_HA_DEBUG=1: each replica serves its profiles on a loopback port
@@ -182,7 +188,7 @@ for i in $(seq "$replicas"); do
     port; debug[i]=127.0.0.1:$REPLY
     debug_flags=(--debug-listen "${debug[i]}")
   fi
-  "$orch" --listen "127.0.0.1:${api[i]}" --data-dir "$dir/orch$i" \
+  env "${replica_env[@]}" "$orch" --listen "127.0.0.1:${api[i]}" --data-dir "$dir/orch$i" \
     --etcd-endpoints "$endpoints" --mongo-uri "mongodb://127.0.0.1:$mongo/" \
     --replica-id "r$i" --advertise-url "$scheme://127.0.0.1:${api[i]}" --log-format json "${debug_flags[@]}" "$@" \
     >"$dir/logs/orch$i.log" 2>&1 &

@@ -147,6 +147,7 @@ func (h *Hub) open(stream pb.Fleet_ConnectServer, transport, cred string) (*sess
 		s.waitSender()
 		s.finish()
 		s.release()
+		s.log.WithError(err).Info("agent's stream refused at its start")
 		return nil, err
 	}
 	s.log.WithFields(logrus.Fields{"work_revision": hello.GetWorkRevision(), "transport": transport}).Info("agent connected")
@@ -171,6 +172,7 @@ func (s *session) serve(own io.Closer) error {
 	}
 	s.finish()
 	cause := context.Cause(s.ctx)
+	s.log.WithField("cause", cause).Info("agent disconnected")
 	switch {
 	case errors.Is(cause, errSuperseded):
 		return status.Error(codes.Aborted, "superseded by a newer stream of the same agent")
@@ -475,7 +477,6 @@ func (s *session) finish() {
 	if _, err := s.h.opts.Client.Txn(ctx).If(s.guardCmp()).Then(ops...).Commit(); err != nil {
 		s.log.WithError(err).Warn("cannot delete the session key; it goes with this replica's lease")
 	}
-	s.log.WithField("cause", context.Cause(s.ctx)).Info("agent disconnected")
 }
 
 // end stops the session's stream.
