@@ -221,6 +221,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		Logger: log.WithField("component", "memlimit")}); err != nil {
 		log.WithError(err).Warn("the Go runtime's memory limit is left unset")
 	}
+	if rlimit.SetGCPercent(getenv, rlimit.DefaultGCPercent) {
+		log.WithField("gogc", rlimit.DefaultGCPercent).Debug("the collector's target set (GOGC unset)")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := app.Run(ctx); err != nil {

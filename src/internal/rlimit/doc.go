@@ -5,7 +5,8 @@
 // take the descriptors the stores and the cluster clients and watchers
 // need. It sets the Go runtime's memory limit from the container's, so
 // that the heap's growth after a burst meets the collector before the
-// kernel's OOM killer.
+// kernel's OOM killer, and the collector's target (GOGC) to the
+// orchestrator's unless the environment chose one.
 //
 //	soft, _ := rlimit.RaiseNoFile()
 //	conns, _ := rlimit.MaxConnections(0, soft)             // the automatic cap

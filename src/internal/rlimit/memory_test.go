@@ -75,3 +75,21 @@ func unsetenv(t *testing.T, key string) {
 		t.Fatal(err)
 	}
 }
+
+// The collector runs at the default target unless GOGC chose one.
+func TestSetGCPercentUnlessGOGCIsSet(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prev)
+	if !SetGCPercent(func(string) string { return "" }, DefaultGCPercent) {
+		t.Fatal("not set without GOGC")
+	}
+	if got := debug.SetGCPercent(100); got != DefaultGCPercent {
+		t.Fatalf("target %d, want %d", got, DefaultGCPercent)
+	}
+	if SetGCPercent(func(k string) string { return map[string]string{"GOGC": "200"}[k] }, DefaultGCPercent) {
+		t.Fatal("set over GOGC")
+	}
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("target %d with GOGC set, want it untouched (100)", got)
+	}
+}

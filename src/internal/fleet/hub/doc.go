@@ -1,6 +1,7 @@
 // Package hub is the orchestrator's side of fleet mode: it serves the
 // agents of pull clusters — clusters the orchestrator cannot dial — over
-// one long-lived gRPC stream each (src/apis/fleet), hands them their
+// one long-lived stream each (the Fleet service of src/apis/fleet, on its
+// own framing or on gRPC), hands them their
 // cluster's work and stores what they report, so that status, history,
 // notifications and the console read a pull cluster exactly as they read
 // a push cluster.
