@@ -349,7 +349,7 @@ func (a *Agent) session(ctx context.Context, cur int, e endpoint, cred Credentia
 	err = c.receive() // a stream ends with an error, EOF included
 	cancel()
 	if serr := <-sendErr; serr != nil {
-		log.WithError(serr).Debug("sending stopped")
+		log.WithError(serr).Info("sending failed; the stream ends")
 	}
 	return err
 }

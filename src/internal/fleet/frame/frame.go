@@ -70,18 +70,43 @@ const lingerBytes = 1 << 20
 // CloseLinger closes the connection after the last frame written has had
 // linger to reach the peer: it ends any read, closes the writing side
 // (TLS close_notify) and drops what the peer still sends until it closes
-// too. Closed at once with unread bytes, a TCP connection is reset, and
-// the peer may lose the frames not yet acknowledged — a stream's status.
+// too, or linger is up. Closed at once with unread bytes, a TCP connection
+// is reset, and the peer may lose the frames not yet acknowledged — a
+// stream's status. With linger 0, or after a failed write (nothing more
+// can reach the peer), it closes at once, without close_notify.
 func (c *Conn) CloseLinger(linger time.Duration) error {
 	c.Interrupt()
 	c.wmu.Lock()
-	if cw, ok := c.c.(interface{ CloseWrite() error }); ok && c.broken == nil {
-		_ = c.c.SetWriteDeadline(time.Now().Add(linger))
+	broken := c.broken
+	c.wmu.Unlock()
+	if linger <= 0 || broken != nil {
+		return c.closeRaw()
+	}
+	// Whatever else reads or writes (a reader that reset its deadline, a
+	// close_notify to a peer that reads nothing), this ends it in time.
+	done := make(chan struct{})
+	t := time.AfterFunc(linger, func() {
+		defer close(done)
+		_ = c.closeRaw()
+	})
+	c.wmu.Lock()
+	if cw, ok := c.c.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 	}
 	c.wmu.Unlock()
 	if err := c.c.SetReadDeadline(time.Now().Add(linger)); err == nil {
 		_, _ = io.Copy(io.Discard, io.LimitReader(c.c, lingerBytes))
+	}
+	if !t.Stop() {
+		<-done
+	}
+	return c.c.Close()
+}
+
+// closeRaw closes the connection under TLS, if any, without close_notify.
+func (c *Conn) closeRaw() error {
+	if nc, ok := c.c.(interface{ NetConn() net.Conn }); ok {
+		return nc.NetConn().Close()
 	}
 	return c.c.Close()
 }

@@ -217,3 +217,13 @@ func TestCutFrameBreaksTheConnection(t *testing.T) {
 		t.Fatal("a status was written after a cut frame")
 	}
 }
+
+// The agent refuses to send a message over the limit, as gRPC's client
+// does, instead of having the hub refuse it.
+func TestClientRefusesAnOversizedMessage(t *testing.T) {
+	cs := &ClientStream{conn: NewConn(&bytesConn{r: bytes.NewReader(nil)}, 1<<10), ctx: t.Context()}
+	big := &pb.AgentMessage{Body: &pb.AgentMessage_Hello{Hello: &pb.Hello{Cluster: string(make([]byte, 2<<10))}}}
+	if err := cs.Send(big); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("got %v, want ResourceExhausted", err)
+	}
+}

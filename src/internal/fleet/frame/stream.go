@@ -94,12 +94,19 @@ func NewClientStream(ctx context.Context, conn *Conn, credential string, quiet t
 // SetQuiet sets how long a Recv waits for the hub.
 func (s *ClientStream) SetQuiet(d time.Duration) { s.quiet.Store(int64(d)) }
 
-func (s *ClientStream) Context() context.Context      { return s.ctx }
-func (*ClientStream) Header() (metadata.MD, error)    { return nil, nil }
-func (*ClientStream) Trailer() metadata.MD            { return nil }
-func (*ClientStream) CloseSend() error                { return nil }
-func (s *ClientStream) Send(m *pb.AgentMessage) error { return s.conn.WriteMessage(m, WriteTimeout) }
-func (s *ClientStream) SendMsg(m any) error           { return s.Send(m.(*pb.AgentMessage)) }
+func (s *ClientStream) Context() context.Context   { return s.ctx }
+func (*ClientStream) Header() (metadata.MD, error) { return nil, nil }
+func (*ClientStream) Trailer() metadata.MD         { return nil }
+func (*ClientStream) CloseSend() error             { return nil }
+func (s *ClientStream) Send(m *pb.AgentMessage) error {
+	// As gRPC's client refuses a message over its limit before sending:
+	// the hub would refuse it, and the agent's next report with it.
+	if n := proto.Size(m); n > s.conn.max {
+		return status.Errorf(codes.ResourceExhausted, "frame: a message of %d bytes, more than the %d allowed", n, s.conn.max)
+	}
+	return s.conn.WriteMessage(m, 0) // no deadline: see WriteTimeout
+}
+func (s *ClientStream) SendMsg(m any) error { return s.Send(m.(*pb.AgentMessage)) }
 func (s *ClientStream) RecvMsg(m any) error {
 	got, err := s.Recv()
 	if err != nil {

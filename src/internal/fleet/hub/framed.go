@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/argus-mc/argus/src/internal/fleet/frame"
 )
@@ -73,15 +75,28 @@ const endTimeout = 5 * time.Second
 // where the start's frames, kept beneath, held it at 16.
 func (h *Hub) openFramed(ctx context.Context, c net.Conn) func() {
 	fc := frame.NewConn(c, maxMessage)
-	stop := context.AfterFunc(ctx, fc.Interrupt)
+	interrupted := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(interrupted)
+		fc.Interrupt()
+	})
 	end := func(stream *frame.ServerStream, err error) {
-		if stream != nil {
-			if werr := stream.End(err, endTimeout); werr != nil {
-				h.log.WithError(werr).WithFields(logrus.Fields{"remote": c.RemoteAddr().String(), "status": err}).Debug("cannot send a framed stream's status")
-			}
+		if !stop() {
+			<-interrupted // its past deadlines land before the status's
 		}
-		stop()
-		_ = fc.CloseLinger(endTimeout)
+		linger, wait := endTimeout, endTimeout
+		if ctx.Err() != nil {
+			// The hub stops: its agents reconnect elsewhere, and a dead one
+			// must not hold the stop up.
+			linger, wait = 0, time.Second
+			err = status.Error(codes.Unavailable, "the orchestrator is stopping")
+		}
+		if stream == nil {
+			linger = 0 // no stream, nothing to deliver
+		} else if werr := stream.End(err, wait); werr != nil {
+			h.log.WithError(werr).WithFields(logrus.Fields{"remote": c.RemoteAddr().String(), "status": err}).Debug("cannot send a framed stream's status")
+		}
+		_ = fc.CloseLinger(linger)
 	}
 	cred, err := fc.ReadOpen(helloTimeout)
 	if err != nil {
