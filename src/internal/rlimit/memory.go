@@ -83,7 +83,7 @@ func SetMemoryLimit(o MemoryOptions) (int64, error) {
 // unless GOGC is set. At fleet size a replica's heap is mostly long-lived
 // caches, so at the runtime's 100 the garbage grows as large as they are
 // before each collection; with the agents' streams framed, an idle
-// replica makes little garbage, and 50 took 30 KiB a cluster off its
+// replica makes little garbage, and 50 took 35 KiB a cluster off its
 // memory for no idle CPU that the benchmark could see (docs/benchmarks.md,
 // "One goroutine a stream"). Prometheus, for a like heap, defaults to 75.
 const DefaultGCPercent = 50
