@@ -1,9 +1,10 @@
 // Package agent is a pull cluster's side of fleet mode (bin/monitor
 // --orchestrator URL --join-token TOKEN): it joins the orchestrator once
 // by token, keeps the credential it got in its own cluster, dials out over
-// one long-lived gRPC stream (through an HTTP proxy if the environment
-// names one), receives its own cluster's work, applies it locally and
-// streams the cluster's status back.
+// one long-lived stream — on its own framing over TLS (pb.FramedALPN),
+// else gRPC (through an HTTP proxy if the environment names one) —
+// receives its own cluster's work, applies it locally and streams the
+// cluster's status back.
 //
 // The agent's Kubernetes side is the Cluster interface: Apply and Forget
 // a placement, report rsync statuses, bundle statuses and the monitor's

@@ -156,13 +156,20 @@ func grpcStream(t *testing.T, url string, roots *x509.CertPool, creds *memCreden
 	if err != nil {
 		t.Fatal(err)
 	}
+	welcomed(t, st, ref)
+	return st
+}
+
+// welcomed sends ref's Hello on st and checks the hub answers with a
+// Welcome.
+func welcomed(t *testing.T, st pb.Fleet_ConnectClient, ref appcontext.ClusterRef) {
+	t.Helper()
 	if err := st.Send(&pb.AgentMessage{Body: &pb.AgentMessage_Hello{Hello: &pb.Hello{ClusterProvider: ref.Provider, Cluster: ref.Name}}}); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := st.Recv(); err != nil || m.GetWelcome() == nil {
 		t.Fatalf("first answer %v, %v; want a Welcome", m, err)
 	}
-	return st
 }
 
 // framedStream opens ref's stream with creds on the framed protocol and
@@ -179,12 +186,7 @@ func framedStream(t *testing.T, url string, roots *x509.CertPool, creds *memCred
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Send(&pb.AgentMessage{Body: &pb.AgentMessage_Hello{Hello: &pb.Hello{ClusterProvider: ref.Provider, Cluster: ref.Name}}}); err != nil {
-		t.Fatal(err)
-	}
-	if m, err := st.Recv(); err != nil || m.GetWelcome() == nil {
-		t.Fatalf("first answer %v, %v; want a Welcome", m, err)
-	}
+	welcomed(t, st, ref)
 	return st
 }
 
