@@ -197,10 +197,7 @@ func decodeMessage(kind byte, p []byte, m proto.Message) error {
 	if kind != KindMessage {
 		return status.Errorf(codes.InvalidArgument, "frame: a frame of kind %d where a message was due", kind)
 	}
-	if err := proto.Unmarshal(p, m); err != nil {
-		return status.Errorf(codes.InvalidArgument, "frame: malformed message: %v", err)
-	}
-	return nil
+	return unmarshal(p, m, codes.InvalidArgument)
 }
 
 // WriteMessage sends m; timeout bounds a write that makes no progress.
@@ -299,9 +296,11 @@ func (c *Conn) ReadOpen(timeout time.Duration) (string, error) {
 	return string(p), nil
 }
 
-func unmarshal(p []byte, m proto.Message) error {
+// unmarshal decodes a frame's payload; a malformed one is an error of
+// code (the agent's: InvalidArgument, a refusal; the hub's: Internal).
+func unmarshal(p []byte, m proto.Message, code codes.Code) error {
 	if err := proto.Unmarshal(p, m); err != nil {
-		return status.Errorf(codes.Internal, "frame: malformed frame from the peer: %v", err)
+		return status.Errorf(code, "frame: malformed frame from the peer: %v", err)
 	}
 	return nil
 }

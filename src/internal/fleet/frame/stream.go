@@ -124,13 +124,13 @@ func (s *ClientStream) Recv() (*pb.HubMessage, error) {
 	switch kind {
 	case KindMessage:
 		m := new(pb.HubMessage)
-		if err := unmarshal(p, m); err != nil {
+		if err := unmarshal(p, m, codes.Internal); err != nil {
 			return nil, err
 		}
 		return m, nil
 	case KindStatus:
 		st := new(spb.Status)
-		if err := unmarshal(p, st); err != nil {
+		if err := unmarshal(p, st, codes.Internal); err != nil {
 			return nil, err
 		}
 		if st.GetCode() == int32(codes.OK) {

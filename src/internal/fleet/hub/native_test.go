@@ -287,13 +287,20 @@ func refusedForTooManyBlobs(t *testing.T, st pb.Fleet_ConnectClient) {
 	if err := st.Send(&pb.AgentMessage{Body: &pb.AgentMessage_BlobRequest{BlobRequest: &pb.BlobRequest{Sha256: make([]string, maxBlobRequest+1)}}}); err != nil {
 		t.Fatal(err)
 	}
+	endsWith(t, st, codes.InvalidArgument, "the refused stream")
+}
+
+// endsWith reads st, past what the hub still sends (the catch-up), until
+// it ends, and checks it ends with code.
+func endsWith(t *testing.T, st pb.Fleet_ConnectClient, code codes.Code, what string) {
+	t.Helper()
 	for {
 		_, err := st.Recv()
 		if err == nil {
-			continue // the catch-up
+			continue
 		}
-		if status.Code(err) != codes.InvalidArgument {
-			t.Fatalf("the refused stream ended with %v, want InvalidArgument", err)
+		if status.Code(err) != code {
+			t.Fatalf("%s ended with %v, want %v", what, err, code)
 		}
 		return
 	}
@@ -317,16 +324,7 @@ func TestFramedSessionGoroutines(t *testing.T) {
 	if err := f.join.Revoke(t.Context(), other); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		_, err := st.Recv()
-		if err == nil {
-			continue // the catch-up
-		}
-		if status.Code(err) != codes.Unauthenticated {
-			t.Fatalf("the deleted cluster's stream ended with %v, want Unauthenticated", err)
-		}
-		break
-	}
+	endsWith(t, st, codes.Unauthenticated, "the deleted cluster's stream")
 
 	third := appcontext.ClusterRef{Provider: "cp", Name: "edge03"}
 	refusedForTooManyBlobs(t, framedStream(t, url, roots, f.joined(t, third), third))
